@@ -1,0 +1,20 @@
+# Every dependency comes from a Debian package (tools/dev installs them).
+find_package(Threads REQUIRED)
+find_package(Protobuf REQUIRED)
+find_package(absl CONFIG REQUIRED)
+find_package(gRPC CONFIG REQUIRED)
+find_package(RocksDB CONFIG REQUIRED)
+find_package(prometheus-cpp CONFIG REQUIRED)
+find_package(yaml-cpp CONFIG REQUIRED)
+find_package(ucx CONFIG REQUIRED)
+find_package(OpenBLAS CONFIG QUIET)
+find_package(GTest CONFIG REQUIRED)
+
+find_program(GRPC_CPP_PLUGIN grpc_cpp_plugin REQUIRED)
+
+# Debian's yaml-cpp config names its target differently across versions.
+if(TARGET yaml-cpp::yaml-cpp)
+  set(COHORT_YAML_TARGET yaml-cpp::yaml-cpp)
+else()
+  set(COHORT_YAML_TARGET yaml-cpp)
+endif()

@@ -1,0 +1,86 @@
+#include "common/log.h"
+
+#include <unistd.h>
+
+#include <atomic>
+#include <cstdlib>
+#include <cstring>
+#include <mutex>
+#include <string>
+
+#include "absl/strings/ascii.h"
+#include "absl/time/clock.h"
+#include "absl/time/time.h"
+
+namespace cohort::log {
+namespace {
+
+Level LevelFromEnv() {
+  const char* env = std::getenv("COHORT_LOG_LEVEL");
+  if (env == nullptr) return Level::kInfo;
+  std::string v = absl::AsciiStrToLower(env);
+  if (v == "debug") return Level::kDebug;
+  if (v == "warning") return Level::kWarning;
+  if (v == "error") return Level::kError;
+  return Level::kInfo;
+}
+
+std::atomic<Level>& MinLevelStorage() {
+  static std::atomic<Level> level{LevelFromEnv()};
+  return level;
+}
+
+std::mutex& TagMutex() {
+  static std::mutex mu;
+  return mu;
+}
+
+std::string& Tag() {
+  static std::string* tag = new std::string();
+  return *tag;
+}
+
+char LevelLetter(Level level) {
+  switch (level) {
+    case Level::kDebug: return 'D';
+    case Level::kInfo: return 'I';
+    case Level::kWarning: return 'W';
+    case Level::kError: return 'E';
+    case Level::kFatal: return 'F';
+  }
+  return '?';
+}
+
+}  // namespace
+
+void SetMinLevel(Level level) { MinLevelStorage().store(level); }
+Level MinLevel() { return MinLevelStorage().load(std::memory_order_relaxed); }
+
+void SetProcessTag(std::string_view tag) {
+  std::lock_guard<std::mutex> lock(TagMutex());
+  Tag() = std::string(tag);
+}
+
+LogMessage::LogMessage(Level level, const char* file, int line) : level_(level) {
+  const char* base = std::strrchr(file, '/');
+  std::string tag;
+  {
+    std::lock_guard<std::mutex> lock(TagMutex());
+    tag = Tag();
+  }
+  stream_ << LevelLetter(level) << ' '
+          << absl::FormatTime("%Y-%m-%dT%H:%M:%E3SZ", absl::Now(), absl::UTCTimeZone());
+  if (!tag.empty()) stream_ << ' ' << tag;
+  stream_ << ' ' << (base ? base + 1 : file) << ':' << line << "] ";
+}
+
+LogMessage::~LogMessage() {
+  stream_ << '\n';
+  std::string line = stream_.str();
+  // One write per line so concurrent threads do not interleave characters.
+  ssize_t ignored = ::write(STDERR_FILENO, line.data(), line.size());
+  (void)ignored;
+  if (level_ == Level::kFatal) std::abort();
+}
+
+}  // namespace cohort::log

@@ -1,0 +1,91 @@
+#pragma once
+// KvStore: the KeyValue service's logic. Keys live in a scope (job, generation);
+// waiters block until a key appears or their deadline passes. Pure logic: no
+// threads, no I/O; the caller runs the returned callbacks (outside its lock).
+// Not thread-safe.
+//
+// Only the job's current generation is writable and readable: the caller (the
+// Coordinator) checks the generation against the JobManager before calling.
+// DropScope removes a whole (job, generation) and fails its waiters (Aborted),
+// which is what happens on every generation change and when a job ends.
+
+#include <cstdint>
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "absl/container/flat_hash_map.h"
+#include "absl/status/statusor.h"
+#include "absl/time/time.h"
+#include "common/ids.h"
+
+namespace cohort::coordinator {
+
+struct KvScope {
+  JobId job;
+  Generation generation;
+  template <typename H>
+  friend H AbslHashValue(H h, const KvScope& s) {
+    return H::combine(std::move(h), s.job, s.generation);
+  }
+  bool operator==(const KvScope&) const = default;
+};
+
+// Called exactly once with the value, DeadlineExceeded or Aborted.
+using KvWaiterCallback = std::function<void(absl::StatusOr<std::string>)>;
+
+// A callback ready to be run by the caller, with its result.
+struct KvCompletion {
+  KvWaiterCallback callback;
+  absl::StatusOr<std::string> result;
+  void Run() { callback(std::move(result)); }
+};
+
+class KvStore {
+ public:
+  struct Options {
+    size_t max_value_bytes = 1 << 20;       // per value
+    size_t max_keys_per_scope = 1 << 16;
+    size_t max_key_bytes = 1024;
+  };
+  explicit KvStore(Options options);
+
+  // Stores the value (overwriting) and returns the waiters it completes.
+  // InvalidArgument for an empty or too long key or too large value;
+  // ResourceExhausted when the scope holds max_keys_per_scope keys.
+  absl::StatusOr<std::vector<KvCompletion>> Set(const KvScope& scope, const std::string& key,
+                                                std::string value);
+  // NotFound if absent.
+  absl::StatusOr<std::string> Get(const KvScope& scope, const std::string& key) const;
+  // If the key exists, returns a completion with its value at once; otherwise
+  // registers the waiter until `deadline` and returns nothing.
+  std::vector<KvCompletion> WaitFor(const KvScope& scope, const std::string& key,
+                                    absl::Time deadline, KvWaiterCallback callback);
+  // Completes waiters whose deadline <= now with DeadlineExceeded.
+  std::vector<KvCompletion> Expire(absl::Time now);
+  // Removes every key and waiter of the scope; waiters get Aborted with `reason`.
+  std::vector<KvCompletion> DropScope(const KvScope& scope, const std::string& reason);
+  // Drops every scope of `job` with generation < `generation` (all if
+  // generation is max): call on each generation change.
+  std::vector<KvCompletion> DropOlderThan(const JobId& job, Generation generation,
+                                          const std::string& reason);
+
+  size_t key_count() const;
+  size_t waiter_count() const;
+
+ private:
+  struct Waiter {
+    uint64_t id;
+    absl::Time deadline;
+    KvWaiterCallback callback;
+  };
+  struct Scope {
+    absl::flat_hash_map<std::string, std::string> values;
+    absl::flat_hash_map<std::string, std::vector<Waiter>> waiters;
+  };
+  Options options_;
+  uint64_t next_waiter_id_ = 1;
+  absl::flat_hash_map<KvScope, Scope> scopes_;
+};
+
+}  // namespace cohort::coordinator

@@ -1,0 +1,120 @@
+#pragma once
+// MembershipTable: which workers exist, their incarnations and states, and the
+// heartbeat failure detector. Pure logic: every method takes `now`; no I/O,
+// no threads. Not thread-safe (the Coordinator serialises calls).
+//
+// Worker state machine:
+//
+//   Join --> IDLE <--> ASSIGNED        (AssignToJob / Release)
+//              \        /
+//               v      v
+//                 LOST            (MarkLost: stream broken; Expire: heartbeat timeout)
+//   IDLE/ASSIGNED --> DRAINING    (MarkDraining; leaves on Release)
+//
+// A Join with the same worker id and a different incarnation replaces the old
+// record at once (the old process is dead or fenced): JoinResult says which job
+// the replaced incarnation held so the caller can treat it as a failure.
+// Messages carrying an incarnation other than the current one get Aborted.
+// LOST records stay listed for `lost_retention` and are then forgotten.
+
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "absl/container/flat_hash_map.h"
+#include "absl/status/status.h"
+#include "absl/time/time.h"
+#include "cohort/v1/workers.pb.h"
+#include "common/ids.h"
+
+namespace cohort::coordinator {
+
+enum class WorkerState { kIdle, kAssigned, kLost, kDraining };
+enum class LossReason { kStreamBroken, kHeartbeatTimeout, kReplaced };
+
+const char* WorkerStateName(WorkerState state);  // "idle", "assigned", ...
+const char* LossReasonName(LossReason reason);    // "stream_broken", ...
+
+struct WorkerRecord {
+  WorkerId id;
+  Incarnation incarnation;
+  std::string host;
+  v1::DeviceKind device_kind = v1::DEVICE_KIND_CPU;
+  int32_t device_index = 0;
+  v1::Capabilities capabilities;
+  std::string metrics_address;
+  WorkerState state = WorkerState::kIdle;
+  std::optional<JobId> job;  // set while ASSIGNED (and DRAINING out of a job)
+  absl::Time joined_at;
+  absl::Time last_heartbeat;
+  absl::Time lost_at;        // valid in LOST
+  std::optional<LossReason> loss_reason;
+};
+
+struct JoinResult {
+  // True when an earlier incarnation of the same worker id was replaced.
+  bool replaced_previous = false;
+  // The job the replaced incarnation was assigned to, if any.
+  std::optional<JobId> previous_job;
+};
+
+struct LostWorker {
+  WorkerId id;
+  Incarnation incarnation;
+  std::optional<JobId> job;  // job it was assigned to when lost
+  LossReason reason;
+  absl::Duration silence;    // time since the last heartbeat when detected
+};
+
+class MembershipTable {
+ public:
+  struct Options {
+    absl::Duration heartbeat_timeout = absl::Seconds(3);
+    absl::Duration lost_retention = absl::Minutes(10);
+  };
+  explicit MembershipTable(Options options);
+
+  // Registers a worker from its Hello. InvalidArgument if worker_id is empty,
+  // incarnation is 0 or device_kind is unspecified. AlreadyExists if the same
+  // (id, incarnation) is already attached and not LOST (a duplicate stream).
+  // A LOST record with the same incarnation comes back (state IDLE).
+  absl::StatusOr<JoinResult> Join(const v1::Hello& hello, absl::Time now);
+
+  // Records a heartbeat. NotFound for an unknown id; Aborted if the
+  // incarnation is not the current one; FailedPrecondition if LOST.
+  absl::Status Heartbeat(const WorkerId& id, Incarnation incarnation, absl::Time now);
+
+  // Marks the worker lost (its stream broke). Returns the LostWorker, or
+  // nullopt if the incarnation is not current (an old stream closing after a
+  // replacement) or it is already LOST.
+  std::optional<LostWorker> MarkLost(const WorkerId& id, Incarnation incarnation,
+                                     LossReason reason, absl::Time now);
+
+  // Marks every non-LOST worker silent for longer than heartbeat_timeout as
+  // LOST (reason kHeartbeatTimeout) and returns them; forgets LOST records
+  // older than lost_retention.
+  std::vector<LostWorker> Expire(absl::Time now);
+
+  // IDLE -> ASSIGNED. FailedPrecondition unless IDLE (or already in `job`).
+  absl::Status AssignToJob(const WorkerId& id, const JobId& job);
+  // ASSIGNED -> IDLE (DRAINING stays DRAINING but leaves the job). No-op for
+  // unknown or LOST workers.
+  void Release(const WorkerId& id);
+  // IDLE/ASSIGNED -> DRAINING. NotFound / FailedPrecondition (LOST).
+  absl::Status MarkDraining(const WorkerId& id);
+
+  const WorkerRecord* Find(const WorkerId& id) const;
+  // All records, sorted by worker id.
+  std::vector<const WorkerRecord*> List() const;
+  // IDLE workers of `kind`, sorted by (host, device_index, id).
+  std::vector<const WorkerRecord*> Idle(v1::DeviceKind kind) const;
+  int CountInState(WorkerState state) const;
+  size_t size() const { return workers_.size(); }
+  const Options& options() const { return options_; }
+
+ private:
+  Options options_;
+  absl::flat_hash_map<WorkerId, WorkerRecord> workers_;
+};
+
+}  // namespace cohort::coordinator

@@ -1,0 +1,67 @@
+#pragma once
+// MeshPlanner: (parallelism of a job, live workers) -> mesh. Pure logic.
+//
+// Rank order is Megatron's: tensor fastest, then data, then pipeline:
+//   rank = pipeline * (dp * tp) + data * tp + tensor.
+// The data-parallel degree dp is the largest value such that
+//   min_workers <= dp * tp * pp <= min(max_workers, candidates)
+//   and dp divides micro_batches (the determinism contract: every data rank
+//   gets a whole number of the step's micro-batches).
+// A tensor group (same data and pipeline coordinate) stays on one host when
+// some host has tp unused candidates. With a previous mesh, surviving members
+// keep their coordinates where those still exist in the new shape; the others
+// fill the holes. Output is deterministic for the same inputs.
+
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "cohort/v1/job.pb.h"
+#include "common/ids.h"
+
+namespace cohort::coordinator {
+
+struct PlannerWorker {
+  WorkerId id;
+  Incarnation incarnation;
+  std::string host;
+  int32_t device_index = 0;
+};
+
+struct MeshShape {
+  int data = 1;
+  int tensor = 1;
+  int pipeline = 1;
+  int world() const { return data * tensor * pipeline; }
+};
+
+struct PlanRequest {
+  int tensor = 1;
+  int pipeline = 1;
+  int min_workers = 1;
+  int max_workers = 1;
+  int micro_batches = 1;  // global_batch_size / micro_batch_size
+  // Workers that may be used: current members and free workers alike.
+  std::vector<PlannerWorker> candidates;
+  // The job's current mesh, if any; members not among `candidates` are gone.
+  const v1::Mesh* previous = nullptr;
+};
+
+class MeshPlanner {
+ public:
+  // The shape for `available` workers. InvalidArgument if the request can
+  // never be met (e.g. tensor * pipeline > max_workers, or no dp divides the
+  // micro-batch count within the bounds); FailedPrecondition when it could be
+  // met with more workers ("need at least 4 workers, 3 available"). Messages
+  // say why.
+  static absl::StatusOr<MeshShape> ChooseShape(const PlanRequest& request, int available);
+
+  // The mesh over request.candidates, members sorted by rank. Errors as
+  // ChooseShape with available = candidates.size().
+  static absl::StatusOr<v1::Mesh> Plan(const PlanRequest& request);
+};
+
+// Megatron rank of coordinates within a shape.
+int MegatronRank(const MeshShape& shape, int data, int tensor, int pipeline);
+
+}  // namespace cohort::coordinator
