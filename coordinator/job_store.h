@@ -21,6 +21,7 @@ class JobStore {
   virtual ~JobStore() = default;
   // Durably writes the job (keyed by job_id), replacing any earlier record.
   // The write is synced: it survives kill -9 of the process and a power loss.
+  // InvalidArgument if job_id is empty.
   virtual absl::Status Put(const v1::Job& job) = 0;
   // Every stored job, in job_id order. DataLoss if a record cannot be parsed.
   virtual absl::StatusOr<std::vector<v1::Job>> LoadAll() = 0;

@@ -11,7 +11,9 @@
 
 #include <cstdint>
 #include <functional>
+#include <map>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "absl/container/flat_hash_map.h"
@@ -55,15 +57,19 @@ class KvStore {
   // ResourceExhausted when the scope holds max_keys_per_scope keys.
   absl::StatusOr<std::vector<KvCompletion>> Set(const KvScope& scope, const std::string& key,
                                                 std::string value);
-  // NotFound if absent.
+  // NotFound if absent; InvalidArgument for an empty or too long key.
   absl::StatusOr<std::string> Get(const KvScope& scope, const std::string& key) const;
   // If the key exists, returns a completion with its value at once; otherwise
-  // registers the waiter until `deadline` and returns nothing.
+  // registers the waiter until `deadline` and returns nothing. An empty or
+  // too long key completes at once with InvalidArgument.
   std::vector<KvCompletion> WaitFor(const KvScope& scope, const std::string& key,
                                     absl::Time deadline, KvWaiterCallback callback);
-  // Completes waiters whose deadline <= now with DeadlineExceeded.
+  // Completes waiters whose deadline <= now with DeadlineExceeded (message
+  // names the key and scope), earliest deadline first. Cost is proportional to
+  // the number expired; allocates nothing when none is due.
   std::vector<KvCompletion> Expire(absl::Time now);
-  // Removes every key and waiter of the scope; waiters get Aborted with `reason`.
+  // Removes every key and waiter of the scope; waiters get Aborted whose
+  // message starts with `reason` (then names the key), in registration order.
   std::vector<KvCompletion> DropScope(const KvScope& scope, const std::string& reason);
   // Drops every scope of `job` with generation < `generation` (all if
   // generation is max): call on each generation change.
@@ -81,11 +87,26 @@ class KvStore {
   };
   struct Scope {
     absl::flat_hash_map<std::string, std::string> values;
+    // Per key, in registration order (completed in that order).
     absl::flat_hash_map<std::string, std::vector<Waiter>> waiters;
   };
+  // Where a waiter lives, so Expire finds it without scanning every scope.
+  struct WaiterLocation {
+    KvScope scope;
+    std::string key;
+  };
+  using DeadlineKey = std::pair<absl::Time, uint64_t>;  // (deadline, waiter id)
+
+  // Erases the scope if it holds neither values nor waiters, so scopes that
+  // only ever had waiters do not accumulate.
+  void EraseScopeIfEmpty(const KvScope& scope);
+
   Options options_;
   uint64_t next_waiter_id_ = 1;
   absl::flat_hash_map<KvScope, Scope> scopes_;
+  // Every registered waiter, ordered by deadline: Expire walks only the
+  // expired prefix, so it costs nothing when nothing is due.
+  std::map<DeadlineKey, WaiterLocation> deadlines_;
 };
 
 }  // namespace cohort::coordinator

@@ -23,6 +23,7 @@
 
 #include "absl/container/flat_hash_map.h"
 #include "absl/status/status.h"
+#include "absl/status/statusor.h"
 #include "absl/time/time.h"
 #include "cohort/v1/workers.pb.h"
 #include "common/ids.h"
@@ -33,7 +34,7 @@ enum class WorkerState { kIdle, kAssigned, kLost, kDraining };
 enum class LossReason { kStreamBroken, kHeartbeatTimeout, kReplaced };
 
 const char* WorkerStateName(WorkerState state);  // "idle", "assigned", ...
-const char* LossReasonName(LossReason reason);    // "stream_broken", ...
+const char* LossReasonName(LossReason reason);   // "stream_broken", ...
 
 struct WorkerRecord {
   WorkerId id;
@@ -44,17 +45,22 @@ struct WorkerRecord {
   v1::Capabilities capabilities;
   std::string metrics_address;
   WorkerState state = WorkerState::kIdle;
-  std::optional<JobId> job;  // set while ASSIGNED (and DRAINING out of a job)
+  // Set while ASSIGNED (and DRAINING out of a job); cleared on LOST, where the
+  // job travels in the LostWorker instead.
+  std::optional<JobId> job;
   absl::Time joined_at;
   absl::Time last_heartbeat;
-  absl::Time lost_at;        // valid in LOST
+  absl::Time lost_at;  // valid in LOST
   std::optional<LossReason> loss_reason;
 };
 
 struct JoinResult {
-  // True when an earlier incarnation of the same worker id was replaced.
+  // True when an earlier incarnation of the same worker id was replaced
+  // (whether it was live or already LOST).
   bool replaced_previous = false;
-  // The job the replaced incarnation was assigned to, if any.
+  // The job the replaced incarnation was assigned to, if it was live (not yet
+  // LOST) and in a job: the caller treats this as that job losing a member.
+  // A LOST predecessor's job was already reported by MarkLost / Expire.
   std::optional<JobId> previous_job;
 };
 
@@ -63,7 +69,7 @@ struct LostWorker {
   Incarnation incarnation;
   std::optional<JobId> job;  // job it was assigned to when lost
   LossReason reason;
-  absl::Duration silence;    // time since the last heartbeat when detected
+  absl::Duration silence;  // time since the last heartbeat when detected
 };
 
 class MembershipTable {
@@ -87,8 +93,8 @@ class MembershipTable {
   // Marks the worker lost (its stream broke). Returns the LostWorker, or
   // nullopt if the incarnation is not current (an old stream closing after a
   // replacement) or it is already LOST.
-  std::optional<LostWorker> MarkLost(const WorkerId& id, Incarnation incarnation,
-                                     LossReason reason, absl::Time now);
+  std::optional<LostWorker> MarkLost(const WorkerId& id, Incarnation incarnation, LossReason reason,
+                                     absl::Time now);
 
   // Marks every non-LOST worker silent for longer than heartbeat_timeout as
   // LOST (reason kHeartbeatTimeout) and returns them; forgets LOST records

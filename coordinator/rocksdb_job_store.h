@@ -7,6 +7,7 @@
 
 #include <memory>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "absl/synchronization/mutex.h"
@@ -23,9 +24,12 @@ namespace cohort::coordinator {
 
 class RocksDbJobStore : public JobStore {
  public:
-  // Opens (creating if missing) the database in `data_dir`. Unavailable if
-  // the directory is locked by another coordinator; Internal/DataLoss for
-  // other RocksDB errors (converted from rocksdb::Status here, once).
+  // Opens (creating the directory and database if missing) the database in
+  // `data_dir`, with column families "default" and "jobs" plus any others
+  // already on disk (so later users of db() may add their own). Unavailable if
+  // the directory is locked by another coordinator (or another store in this
+  // process); DataLoss if RocksDB reports corruption; Internal for other
+  // errors. Messages name the data dir.
   static absl::StatusOr<std::unique_ptr<RocksDbJobStore>> Open(const std::string& data_dir);
   ~RocksDbJobStore() override;
 
@@ -33,13 +37,18 @@ class RocksDbJobStore : public JobStore {
   absl::StatusOr<std::vector<v1::Job>> LoadAll() override;
   absl::StatusOr<int64_t> NextJobNumber() override;
 
-  // For later issues (checkpoint store) that share the same database.
+  // For later issues (checkpoint store) that share the same database. Owned
+  // by this store; valid until it is destroyed.
   rocksdb::DB* db() const { return db_.get(); }
 
  private:
-  RocksDbJobStore() = default;
+  explicit RocksDbJobStore(std::string data_dir) : data_dir_(std::move(data_dir)) {}
+  rocksdb::ColumnFamilyHandle* jobs_family() const { return handles_[1]; }
+
+  const std::string data_dir_;  // for error messages
   std::unique_ptr<rocksdb::DB> db_;
-  std::vector<rocksdb::ColumnFamilyHandle*> handles_;  // [default, jobs]
+  // [default, jobs, other families found on disk]; destroyed before db_ closes.
+  std::vector<rocksdb::ColumnFamilyHandle*> handles_;
   absl::Mutex counter_mu_;  // serialises NextJobNumber's read-modify-write
 };
 

@@ -1,0 +1,428 @@
+#include "coordinator/coordinator.h"
+
+#include <random>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "common/log.h"
+#include "common/proto_time.h"
+#include "common/status_macros.h"
+
+namespace cohort::coordinator {
+namespace {
+
+std::string RandomCoordinatorId() {
+  std::random_device device;
+  return absl::StrFormat("%08x%08x", device(), device());
+}
+
+v1::WorkerState ToProtoState(WorkerState state) {
+  switch (state) {
+    case WorkerState::kIdle: return v1::WORKER_STATE_IDLE;
+    case WorkerState::kAssigned: return v1::WORKER_STATE_ASSIGNED;
+    case WorkerState::kLost: return v1::WORKER_STATE_LOST;
+    case WorkerState::kDraining: return v1::WORKER_STATE_DRAINING;
+  }
+  return v1::WORKER_STATE_UNSPECIFIED;
+}
+
+std::string ScopeString(const KvScope& scope) {
+  return absl::StrCat(scope.job.value(), "@", scope.generation.value());
+}
+
+}  // namespace
+
+void Coordinator::Deliveries::Run() {
+  for (auto& [sink, message] : messages) sink->Send(message);
+  for (auto& [sink, event] : events) sink->OnEvent(event);
+  for (auto& sink : finished) sink->OnFinished();
+  for (KvCompletion& completion : kv) completion.Run();
+}
+
+Coordinator::Coordinator(Options options, std::unique_ptr<JobStore> store, const Clock* clock,
+                         CoordinatorMetrics* metrics)
+    : options_(std::move(options)),
+      clock_(clock),
+      metrics_(metrics),
+      store_(std::move(store)),
+      membership_(MembershipTable::Options{.heartbeat_timeout = options_.heartbeat_timeout}),
+      jobs_(JobManager::Options{.readopt_grace = options_.readopt_grace}, &membership_,
+            store_.get()),
+      kv_(KvStore::Options{}) {}
+
+absl::StatusOr<std::unique_ptr<Coordinator>> Coordinator::Create(Options options,
+                                                                 std::unique_ptr<JobStore> store,
+                                                                 const Clock* clock,
+                                                                 CoordinatorMetrics* metrics) {
+  if (options.coordinator_id.empty()) options.coordinator_id = RandomCoordinatorId();
+  if (options.heartbeat_interval <= absl::ZeroDuration() ||
+      options.heartbeat_timeout <= options.heartbeat_interval) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "heartbeat_timeout (", absl::FormatDuration(options.heartbeat_timeout),
+        ") must exceed a positive heartbeat_interval (",
+        absl::FormatDuration(options.heartbeat_interval), ")"));
+  }
+  std::unique_ptr<Coordinator> coordinator(
+      new Coordinator(std::move(options), std::move(store), clock, metrics));
+  {
+    absl::MutexLock lock(&coordinator->mu_);
+    RETURN_IF_ERROR(coordinator->jobs_.Restore(clock->Now()));
+    coordinator->UpdateGauges();
+  }
+  return coordinator;
+}
+
+void Coordinator::Collect(Effects effects, Deliveries* out) {
+  for (const auto& change : effects.generation_changes) {
+    metrics_->GenerationChanged();
+    for (KvCompletion& c :
+         kv_.DropOlderThan(change.job, change.generation,
+                           absl::StrCat("job ", change.job.value(), " moved to generation ",
+                                        change.generation.value()))) {
+      out->kv.push_back(std::move(c));
+    }
+  }
+  for (const JobId& job : effects.finished_jobs) {
+    for (KvCompletion& c : kv_.DropOlderThan(job, Generation(UINT64_MAX),
+                                             absl::StrCat("job ", job.value(), " finished"))) {
+      out->kv.push_back(std::move(c));
+    }
+  }
+  for (auto& message : effects.messages) {
+    auto it = sinks_.find(message.worker);
+    if (it == sinks_.end() || it->second.incarnation != message.incarnation) continue;
+    out->messages.emplace_back(it->second.sink, std::move(message.message));
+  }
+  const google::protobuf::Timestamp now = ToProtoTime(clock_->Now());
+  for (auto& event : effects.events) {
+    const bool terminal = event.job.state() == v1::JOB_STATE_COMPLETED ||
+                          event.job.state() == v1::JOB_STATE_FAILED ||
+                          event.job.state() == v1::JOB_STATE_CANCELLED;
+    for (auto it = watchers_.begin(); it != watchers_.end();) {
+      if (it->second.job.value() != event.job.job_id()) {
+        ++it;
+        continue;
+      }
+      v1::JobEvent out_event;
+      out_event.set_kind(event.kind);
+      *out_event.mutable_job() = event.job;
+      *out_event.mutable_time() = now;
+      out->events.emplace_back(it->second.sink, std::move(out_event));
+      if (terminal) {
+        out->finished.push_back(it->second.sink);
+        watchers_.erase(it++);
+      } else {
+        ++it;
+      }
+    }
+  }
+  UpdateGauges();
+}
+
+void Coordinator::UpdateGauges() {
+  std::map<WorkerState, int> workers;
+  for (WorkerState state :
+       {WorkerState::kIdle, WorkerState::kAssigned, WorkerState::kLost, WorkerState::kDraining}) {
+    workers[state] = membership_.CountInState(state);
+  }
+  metrics_->SetWorkerCounts(workers);
+  metrics_->SetJobCounts(jobs_.CountByState());
+  metrics_->SetAttachedStreams(static_cast<int>(sinks_.size()));
+}
+
+void Coordinator::HandleLost(const std::vector<LostWorker>& lost, Effects* effects) {
+  if (lost.empty()) return;
+  for (const LostWorker& worker : lost) {
+    metrics_->FailureDetected(worker.reason, worker.silence);
+    LOG(WARNING) << "worker " << worker.id << " lost (" << LossReasonName(worker.reason)
+                 << ", silent " << absl::FormatDuration(worker.silence) << ")"
+                 << (worker.job ? " from job " + worker.job->value() : std::string());
+    auto it = sinks_.find(worker.id);
+    if (it != sinks_.end() && it->second.incarnation == worker.incarnation) sinks_.erase(it);
+  }
+  jobs_.OnWorkersLost(lost, clock_->Now(), effects);
+}
+
+absl::StatusOr<v1::Welcome> Coordinator::Attach(const v1::Hello& hello,
+                                                std::shared_ptr<WorkerSink> sink) {
+  Deliveries deliveries;
+  v1::Welcome welcome;
+  {
+    absl::MutexLock lock(&mu_);
+    const absl::Time now = clock_->Now();
+    const WorkerRecord* before = membership_.Find(WorkerId(hello.worker_id()));
+    const Incarnation old_incarnation = before ? before->incarnation : Incarnation(0);
+    ASSIGN_OR_RETURN(JoinResult joined, membership_.Join(hello, now));
+    Effects effects;
+    if (joined.replaced_previous) {
+      LOG(INFO) << "worker " << hello.worker_id() << " restarted (new incarnation "
+                << hello.incarnation() << "), replacing its old self";
+      HandleLost({LostWorker{WorkerId(hello.worker_id()), old_incarnation, joined.previous_job,
+                             LossReason::kReplaced, absl::ZeroDuration()}},
+                 &effects);
+    }
+    sinks_[WorkerId(hello.worker_id())] = SinkEntry{Incarnation(hello.incarnation()), sink};
+    LOG(INFO) << "worker " << hello.worker_id() << " attached from " << hello.host() << " ("
+              << v1::DeviceKind_Name(hello.device_kind()) << " " << hello.device_index()
+              << ", incarnation " << hello.incarnation() << ")";
+    welcome.set_heartbeat_interval_ms(
+        static_cast<uint32_t>(absl::ToInt64Milliseconds(options_.heartbeat_interval)));
+    welcome.set_heartbeat_timeout_ms(
+        static_cast<uint32_t>(absl::ToInt64Milliseconds(options_.heartbeat_timeout)));
+    welcome.set_coordinator_id(options_.coordinator_id);
+    // The Welcome must precede any command the join triggers.
+    v1::CoordinatorMessage welcome_message;
+    *welcome_message.mutable_welcome() = welcome;
+    deliveries.messages.emplace_back(sink, std::move(welcome_message));
+    jobs_.OnWorkerJoined(hello, now, &effects);
+    Collect(std::move(effects), &deliveries);
+  }
+  deliveries.Run();
+  return welcome;
+}
+
+absl::Status Coordinator::OnWorkerMessage(const WorkerId& worker,
+                                          const v1::WorkerMessage& message) {
+  Deliveries deliveries;
+  absl::Status result;
+  {
+    absl::MutexLock lock(&mu_);
+    const absl::Time now = clock_->Now();
+    auto sink = sinks_.find(worker);
+    if (sink == sinks_.end()) {
+      return absl::FailedPreconditionError(
+          absl::StrCat("worker ", worker.value(), " is not attached"));
+    }
+    if (sink->second.incarnation.value() != message.incarnation()) {
+      return absl::AbortedError(absl::StrCat("worker ", worker.value(), " incarnation ",
+                                             message.incarnation(), " is not the current one"));
+    }
+    Effects effects;
+    switch (message.kind_case()) {
+      case v1::WorkerMessage::kHeartbeat: {
+        RETURN_IF_ERROR(membership_.Heartbeat(worker, Incarnation(message.incarnation()), now));
+        metrics_->HeartbeatReceived();
+        v1::CoordinatorMessage ack;
+        ack.mutable_heartbeat_ack()->set_sequence(message.heartbeat().sequence());
+        deliveries.messages.emplace_back(sink->second.sink, std::move(ack));
+        if (!message.heartbeat().job_id().empty()) {
+          jobs_.OnProgress(worker, message.heartbeat(), &effects);
+        }
+        break;
+      }
+      case v1::WorkerMessage::kStatus:
+        // A status is also a sign of life.
+        RETURN_IF_ERROR(membership_.Heartbeat(worker, Incarnation(message.incarnation()), now));
+        result = jobs_.OnAssignmentStatus(worker, message.status(), now, &effects);
+        break;
+      case v1::WorkerMessage::kHello:
+        return absl::FailedPreconditionError("Hello may only be the first message of a stream");
+      default:
+        return absl::InvalidArgumentError("WorkerMessage carries no heartbeat or status");
+    }
+    Collect(std::move(effects), &deliveries);
+  }
+  deliveries.Run();
+  return result;
+}
+
+void Coordinator::Detach(const WorkerId& worker, Incarnation incarnation) {
+  Deliveries deliveries;
+  {
+    absl::MutexLock lock(&mu_);
+    const absl::Time now = clock_->Now();
+    auto sink = sinks_.find(worker);
+    if (sink != sinks_.end() && sink->second.incarnation == incarnation) sinks_.erase(sink);
+    if (quiesced_) return;
+    std::optional<LostWorker> lost =
+        membership_.MarkLost(worker, incarnation, LossReason::kStreamBroken, now);
+    if (!lost.has_value()) return;
+    Effects effects;
+    HandleLost({*lost}, &effects);
+    Collect(std::move(effects), &deliveries);
+  }
+  deliveries.Run();
+}
+
+std::vector<v1::WorkerInfo> Coordinator::ListWorkers() const {
+  absl::MutexLock lock(&mu_);
+  const absl::Time now = clock_->Now();
+  std::vector<v1::WorkerInfo> out;
+  for (const WorkerRecord* record : membership_.List()) {
+    v1::WorkerInfo info;
+    info.set_worker_id(record->id.value());
+    info.set_incarnation(record->incarnation.value());
+    info.set_host(record->host);
+    info.set_device_kind(record->device_kind);
+    info.set_device_index(record->device_index);
+    info.set_state(ToProtoState(record->state));
+    if (record->job.has_value()) {
+      info.set_job_id(record->job->value());
+      absl::StatusOr<v1::Job> job = jobs_.Get(*record->job);
+      if (job.ok()) {
+        for (const auto& member : job->mesh().members()) {
+          if (member.worker_id() == record->id.value()) {
+            *info.mutable_coordinates() = member.coordinates();
+          }
+        }
+      }
+    }
+    info.set_metrics_address(record->metrics_address);
+    info.set_last_heartbeat_age_ms(absl::ToInt64Milliseconds(now - record->last_heartbeat));
+    *info.mutable_capabilities() = record->capabilities;
+    out.push_back(std::move(info));
+  }
+  return out;
+}
+
+absl::StatusOr<v1::Job> Coordinator::Submit(const v1::SubmitJobRequest& request) {
+  Deliveries deliveries;
+  absl::StatusOr<v1::Job> job;
+  {
+    absl::MutexLock lock(&mu_);
+    Effects effects;
+    job = jobs_.Submit(request.spec(), request.validate_only(), clock_->Now(), &effects);
+    Collect(std::move(effects), &deliveries);
+  }
+  deliveries.Run();
+  return job;
+}
+
+absl::StatusOr<v1::Job> Coordinator::GetJob(const JobId& id) const {
+  absl::MutexLock lock(&mu_);
+  return jobs_.Get(id);
+}
+
+std::vector<v1::Job> Coordinator::ListJobs(bool include_finished) const {
+  absl::MutexLock lock(&mu_);
+  return jobs_.List(include_finished);
+}
+
+absl::StatusOr<v1::Job> Coordinator::Cancel(const JobId& id) {
+  Deliveries deliveries;
+  absl::StatusOr<v1::Job> job;
+  {
+    absl::MutexLock lock(&mu_);
+    Effects effects;
+    job = jobs_.Cancel(id, clock_->Now(), &effects);
+    Collect(std::move(effects), &deliveries);
+  }
+  deliveries.Run();
+  return job;
+}
+
+absl::StatusOr<v1::Job> Coordinator::Scale(const v1::ScaleJobRequest& request) {
+  Deliveries deliveries;
+  absl::StatusOr<v1::Job> job;
+  {
+    absl::MutexLock lock(&mu_);
+    Effects effects;
+    job = jobs_.Scale(JobId(request.job_id()), request.min_workers(), request.max_workers(),
+                      clock_->Now(), &effects);
+    Collect(std::move(effects), &deliveries);
+  }
+  deliveries.Run();
+  return job;
+}
+
+absl::StatusOr<uint64_t> Coordinator::Watch(const JobId& id, std::shared_ptr<JobEventSink> sink) {
+  v1::JobEvent snapshot;
+  bool finished = false;
+  uint64_t handle = 0;
+  {
+    absl::MutexLock lock(&mu_);
+    ASSIGN_OR_RETURN(v1::Job job, jobs_.Get(id));
+    snapshot.set_kind(v1::JOB_EVENT_KIND_SNAPSHOT);
+    *snapshot.mutable_time() = ToProtoTime(clock_->Now());
+    finished = job.state() == v1::JOB_STATE_COMPLETED || job.state() == v1::JOB_STATE_FAILED ||
+               job.state() == v1::JOB_STATE_CANCELLED;
+    *snapshot.mutable_job() = std::move(job);
+    handle = next_watch_handle_++;
+    // Registered under the lock with the snapshot, so no change slips between them.
+    if (!finished) watchers_[handle] = Watcher{id, sink};
+    sink->OnEvent(snapshot);
+  }
+  if (finished) sink->OnFinished();
+  return handle;
+}
+
+void Coordinator::Unwatch(uint64_t handle) {
+  absl::MutexLock lock(&mu_);
+  watchers_.erase(handle);
+}
+
+absl::Status Coordinator::CheckKvScope(const KvScope& scope) const {
+  ASSIGN_OR_RETURN(Generation current, jobs_.CurrentGeneration(scope.job));
+  if (scope.generation < current) {
+    return absl::AbortedError(absl::StrCat("generation ", scope.generation.value(), " of job ",
+                                           scope.job.value(), " is stale: current generation is ",
+                                           current.value()));
+  }
+  if (scope.generation > current) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("generation ", scope.generation.value(), " of job ", scope.job.value(),
+                     " does not exist yet: current generation is ", current.value()));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status Coordinator::KvSet(const KvScope& scope, const std::string& key, std::string value) {
+  Deliveries deliveries;
+  {
+    absl::MutexLock lock(&mu_);
+    metrics_->KvOperation("set");
+    RETURN_IF_ERROR(CheckKvScope(scope));
+    ASSIGN_OR_RETURN(deliveries.kv, kv_.Set(scope, key, std::move(value)));
+  }
+  deliveries.Run();
+  return absl::OkStatus();
+}
+
+absl::StatusOr<std::string> Coordinator::KvGet(const KvScope& scope, const std::string& key) {
+  absl::MutexLock lock(&mu_);
+  metrics_->KvOperation("get");
+  RETURN_IF_ERROR(CheckKvScope(scope));
+  return kv_.Get(scope, key);
+}
+
+void Coordinator::KvWaitFor(const KvScope& scope, const std::string& key, absl::Duration timeout,
+                            KvWaiterCallback done) {
+  Deliveries deliveries;
+  {
+    absl::MutexLock lock(&mu_);
+    metrics_->KvOperation("wait");
+    absl::Status valid = CheckKvScope(scope);
+    if (!valid.ok()) {
+      deliveries.kv.push_back(KvCompletion{std::move(done), valid});
+    } else {
+      if (timeout <= absl::ZeroDuration() || timeout > options_.max_kv_wait) {
+        timeout = options_.max_kv_wait;
+      }
+      deliveries.kv = kv_.WaitFor(scope, key, clock_->Now() + timeout, std::move(done));
+    }
+  }
+  LOG(DEBUG) << "kv wait " << ScopeString(scope) << "/" << key;
+  deliveries.Run();
+}
+
+void Coordinator::Quiesce() {
+  absl::MutexLock lock(&mu_);
+  quiesced_ = true;
+}
+
+void Coordinator::Tick() {
+  Deliveries deliveries;
+  {
+    absl::MutexLock lock(&mu_);
+    if (quiesced_) return;
+    const absl::Time now = clock_->Now();
+    Effects effects;
+    HandleLost(membership_.Expire(now), &effects);
+    jobs_.Tick(now, &effects);
+    deliveries.kv = kv_.Expire(now);
+    Collect(std::move(effects), &deliveries);
+  }
+  deliveries.Run();
+}
+
+}  // namespace cohort::coordinator

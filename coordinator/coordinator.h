@@ -1,0 +1,152 @@
+#pragma once
+// Coordinator: the thread-safe facade the gRPC glue calls. It owns the pure
+// logic (MembershipTable, JobManager, KvStore), serialises every call under
+// one mutex, and delivers the resulting messages and events to sinks after
+// releasing it. No gRPC types here (house rule 4).
+//
+// Errors (besides those of the logic classes):
+//   OnWorkerMessage: Aborted if the incarnation is not the worker's current
+//   one (a replaced process) or the message names a stale generation;
+//   FailedPrecondition if the worker is not attached.
+//   Kv*: Aborted for a generation older than the job's, FailedPrecondition
+//   for a newer one, NotFound for an unknown or finished job.
+
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/container/flat_hash_map.h"
+#include "absl/status/statusor.h"
+#include "absl/synchronization/mutex.h"
+#include "cohort/v1/jobs.pb.h"
+#include "cohort/v1/workers.pb.h"
+#include "common/clock.h"
+#include "coordinator/coordinator_metrics.h"
+#include "coordinator/job_manager.h"
+#include "coordinator/job_store.h"
+#include "coordinator/kv_store.h"
+#include "coordinator/membership_table.h"
+
+namespace cohort::coordinator {
+
+// Where messages for one attached worker stream go. Send must not block
+// (implementations queue). Thread-safe.
+class WorkerSink {
+ public:
+  virtual ~WorkerSink() = default;
+  virtual void Send(const v1::CoordinatorMessage& message) = 0;
+};
+
+// Receives the events of one watched job. Thread-safe, must not block.
+class JobEventSink {
+ public:
+  virtual ~JobEventSink() = default;
+  virtual void OnEvent(const v1::JobEvent& event) = 0;
+  // The job reached a terminal state; no more events follow.
+  virtual void OnFinished() = 0;
+};
+
+class Coordinator {
+ public:
+  struct Options {
+    absl::Duration heartbeat_interval = absl::Milliseconds(500);
+    absl::Duration heartbeat_timeout = absl::Seconds(3);
+    absl::Duration readopt_grace = absl::Seconds(10);
+    absl::Duration max_kv_wait = absl::Seconds(60);
+    std::string coordinator_id;  // random per start when empty
+  };
+
+  // Restores persisted jobs from `store`. Errors from JobStore::LoadAll.
+  static absl::StatusOr<std::unique_ptr<Coordinator>> Create(Options options,
+                                                             std::unique_ptr<JobStore> store,
+                                                             const Clock* clock,
+                                                             CoordinatorMetrics* metrics);
+
+  // --- Workers ---
+  // Registers the worker of `hello`; later messages for it go to `sink`.
+  // Errors from MembershipTable::Join.
+  absl::StatusOr<v1::Welcome> Attach(const v1::Hello& hello, std::shared_ptr<WorkerSink> sink);
+  // A heartbeat or assignment status on an attached stream.
+  absl::Status OnWorkerMessage(const WorkerId& worker, const v1::WorkerMessage& message);
+  // The worker's stream closed or broke: the worker is lost at once.
+  void Detach(const WorkerId& worker, Incarnation incarnation);
+  std::vector<v1::WorkerInfo> ListWorkers() const;
+
+  // --- Jobs --- (errors as in JobManager)
+  absl::StatusOr<v1::Job> Submit(const v1::SubmitJobRequest& request);
+  absl::StatusOr<v1::Job> GetJob(const JobId& id) const;
+  std::vector<v1::Job> ListJobs(bool include_finished) const;
+  absl::StatusOr<v1::Job> Cancel(const JobId& id);
+  absl::StatusOr<v1::Job> Scale(const v1::ScaleJobRequest& request);
+  // Sends a SNAPSHOT event of the job to `sink` and then every change.
+  // Returns a handle for Unwatch. NotFound for an unknown job. A finished
+  // job gets its snapshot and OnFinished at once.
+  absl::StatusOr<uint64_t> Watch(const JobId& id, std::shared_ptr<JobEventSink> sink);
+  void Unwatch(uint64_t handle);
+
+  // --- KeyValue ---
+  absl::Status KvSet(const KvScope& scope, const std::string& key, std::string value);
+  absl::StatusOr<std::string> KvGet(const KvScope& scope, const std::string& key);
+  // Calls `done` exactly once (possibly before returning) with the value,
+  // DeadlineExceeded after `timeout` (capped at max_kv_wait; zero means the
+  // cap), or Aborted if the generation ends first.
+  void KvWaitFor(const KvScope& scope, const std::string& key, absl::Duration timeout,
+                 KvWaiterCallback done);
+
+  // Periodic work (call every ~50-100 ms): heartbeat timeouts, KV waiter
+  // deadlines, re-adoption grace, gauges.
+  void Tick();
+
+  // Called when the process is about to stop: closing streams from then on
+  // are not worker failures (the workers will re-attach to the next
+  // coordinator), so Detach and Tick stop changing state.
+  void Quiesce();
+
+  const Options& options() const { return options_; }
+
+ private:
+  Coordinator(Options options, std::unique_ptr<JobStore> store, const Clock* clock,
+              CoordinatorMetrics* metrics);
+
+  // Handles what a logic call produced: KV scopes of old generations,
+  // messages and events. Fills `deliveries` to run after unlocking.
+  struct Deliveries {
+    std::vector<std::pair<std::shared_ptr<WorkerSink>, v1::CoordinatorMessage>> messages;
+    std::vector<std::pair<std::shared_ptr<JobEventSink>, v1::JobEvent>> events;
+    std::vector<std::shared_ptr<JobEventSink>> finished;
+    std::vector<KvCompletion> kv;
+    void Run();
+  };
+  void Collect(Effects effects, Deliveries* out) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  absl::Status CheckKvScope(const KvScope& scope) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void HandleLost(const std::vector<LostWorker>& lost, Effects* effects)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void UpdateGauges() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+
+  struct SinkEntry {
+    Incarnation incarnation;
+    std::shared_ptr<WorkerSink> sink;
+  };
+  struct Watcher {
+    JobId job;
+    std::shared_ptr<JobEventSink> sink;
+  };
+
+  const Options options_;
+  const Clock* clock_;
+  CoordinatorMetrics* metrics_;
+  std::unique_ptr<JobStore> store_;
+
+  mutable absl::Mutex mu_;
+  MembershipTable membership_ ABSL_GUARDED_BY(mu_);
+  JobManager jobs_ ABSL_GUARDED_BY(mu_);
+  KvStore kv_ ABSL_GUARDED_BY(mu_);
+  absl::flat_hash_map<WorkerId, SinkEntry> sinks_ ABSL_GUARDED_BY(mu_);
+  absl::flat_hash_map<uint64_t, Watcher> watchers_ ABSL_GUARDED_BY(mu_);
+  uint64_t next_watch_handle_ ABSL_GUARDED_BY(mu_) = 1;
+  bool quiesced_ ABSL_GUARDED_BY(mu_) = false;
+};
+
+}  // namespace cohort::coordinator

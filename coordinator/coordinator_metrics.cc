@@ -1,0 +1,112 @@
+#include "coordinator/coordinator_metrics.h"
+
+#include "absl/strings/ascii.h"
+
+namespace cohort::coordinator {
+namespace {
+
+const prometheus::Histogram::BucketBoundaries& LatencyBuckets() {
+  static const auto* buckets = new prometheus::Histogram::BucketBoundaries{
+      0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5,
+      5, 10, 30, 60};
+  return *buckets;
+}
+
+const prometheus::Histogram::BucketBoundaries& SilenceBuckets() {
+  static const auto* buckets = new prometheus::Histogram::BucketBoundaries{
+      0.001, 0.01, 0.05, 0.1, 0.25, 0.5, 1, 2, 3, 4, 5, 10, 30};
+  return *buckets;
+}
+
+// "JOB_STATE_RUNNING" -> "running".
+std::string JobStateLabel(v1::JobState state) {
+  std::string name = v1::JobState_Name(state);
+  constexpr std::string_view kPrefix = "JOB_STATE_";
+  if (name.rfind(kPrefix, 0) == 0) name = name.substr(kPrefix.size());
+  return absl::AsciiStrToLower(name);
+}
+
+}  // namespace
+
+CoordinatorMetrics::CoordinatorMetrics(std::shared_ptr<prometheus::Registry> registry)
+    : registry_(std::move(registry)) {
+  heartbeats_ = &prometheus::BuildCounter()
+                     .Name("cohort_heartbeats_received_total")
+                     .Help("Worker heartbeats received.")
+                     .Register(*registry_)
+                     .Add({});
+  failures_ = &prometheus::BuildCounter()
+                   .Name("cohort_worker_failures_detected_total")
+                   .Help("Workers declared lost, by how the loss was detected.")
+                   .Register(*registry_);
+  detection_silence_ = &prometheus::BuildHistogram()
+                            .Name("cohort_failure_detection_silence_seconds")
+                            .Help("Time since a lost worker's last heartbeat when its loss was "
+                                  "detected, by detection kind.")
+                            .Register(*registry_);
+  generation_changes_ = &prometheus::BuildCounter()
+                             .Name("cohort_generation_changes_total")
+                             .Help("Mesh changes (new job generations) across all jobs.")
+                             .Register(*registry_)
+                             .Add({});
+  workers_ = &prometheus::BuildGauge()
+                  .Name("cohort_workers")
+                  .Help("Known workers by state.")
+                  .Register(*registry_);
+  jobs_ = &prometheus::BuildGauge().Name("cohort_jobs").Help("Jobs by state.").Register(*registry_);
+  rpc_latency_ = &prometheus::BuildHistogram()
+                      .Name("cohort_rpc_duration_seconds")
+                      .Help("Latency of unary RPCs handled by the coordinator, by method and code.")
+                      .Register(*registry_);
+  kv_ops_ = &prometheus::BuildCounter()
+                 .Name("cohort_kv_operations_total")
+                 .Help("KeyValue operations by kind.")
+                 .Register(*registry_);
+  attached_streams_ = &prometheus::BuildGauge()
+                           .Name("cohort_attach_streams")
+                           .Help("Open worker Attach streams.")
+                           .Register(*registry_)
+                           .Add({});
+  // Pre-create the label sets so every series exists from the start.
+  for (WorkerState state :
+       {WorkerState::kIdle, WorkerState::kAssigned, WorkerState::kLost, WorkerState::kDraining}) {
+    workers_->Add({{"state", WorkerStateName(state)}}).Set(0);
+  }
+  for (int s = v1::JOB_STATE_PENDING; s <= v1::JOB_STATE_CANCELLED; ++s) {
+    jobs_->Add({{"state", JobStateLabel(static_cast<v1::JobState>(s))}}).Set(0);
+  }
+  for (LossReason reason :
+       {LossReason::kStreamBroken, LossReason::kHeartbeatTimeout, LossReason::kReplaced}) {
+    failures_->Add({{"kind", LossReasonName(reason)}});
+  }
+}
+
+void CoordinatorMetrics::FailureDetected(LossReason reason, absl::Duration silence) {
+  failures_->Add({{"kind", LossReasonName(reason)}}).Increment();
+  detection_silence_->Add({{"kind", LossReasonName(reason)}}, SilenceBuckets())
+      .Observe(absl::ToDoubleSeconds(silence));
+}
+
+void CoordinatorMetrics::SetWorkerCounts(const std::map<WorkerState, int>& counts) {
+  for (WorkerState state :
+       {WorkerState::kIdle, WorkerState::kAssigned, WorkerState::kLost, WorkerState::kDraining}) {
+    auto it = counts.find(state);
+    workers_->Add({{"state", WorkerStateName(state)}}).Set(it == counts.end() ? 0 : it->second);
+  }
+}
+
+void CoordinatorMetrics::SetJobCounts(const std::map<v1::JobState, int>& counts) {
+  for (int s = v1::JOB_STATE_PENDING; s <= v1::JOB_STATE_CANCELLED; ++s) {
+    auto it = counts.find(static_cast<v1::JobState>(s));
+    jobs_->Add({{"state", JobStateLabel(static_cast<v1::JobState>(s))}})
+        .Set(it == counts.end() ? 0 : it->second);
+  }
+}
+
+void CoordinatorMetrics::ObserveRpc(const std::string& method, const std::string& code,
+                                    absl::Duration latency) {
+  rpc_latency_->Add({{"method", method}, {"code", code}}, LatencyBuckets())
+      .Observe(absl::ToDoubleSeconds(latency));
+}
+
+}  // namespace cohort::coordinator

@@ -1,0 +1,50 @@
+#pragma once
+// Prometheus metrics of the coordinator (catalogue: docs/metrics.md).
+// Thread-safe (prometheus-cpp metrics are atomic).
+
+#include <map>
+#include <memory>
+#include <string>
+
+#include "absl/time/time.h"
+#include "cohort/v1/job.pb.h"
+#include "coordinator/membership_table.h"
+#include "prometheus/counter.h"
+#include "prometheus/family.h"
+#include "prometheus/gauge.h"
+#include "prometheus/histogram.h"
+#include "prometheus/registry.h"
+
+namespace cohort::coordinator {
+
+class CoordinatorMetrics {
+ public:
+  explicit CoordinatorMetrics(std::shared_ptr<prometheus::Registry> registry);
+
+  std::shared_ptr<prometheus::Registry> registry() const { return registry_; }
+
+  void HeartbeatReceived() { heartbeats_->Increment(); }
+  // `silence` is how long the worker had been quiet when the loss was detected.
+  void FailureDetected(LossReason reason, absl::Duration silence);
+  void GenerationChanged() { generation_changes_->Increment(); }
+  void SetWorkerCounts(const std::map<WorkerState, int>& counts);
+  void SetJobCounts(const std::map<v1::JobState, int>& counts);
+  // Latency of a unary RPC by method and gRPC status code name.
+  void ObserveRpc(const std::string& method, const std::string& code, absl::Duration latency);
+  void KvOperation(const std::string& op) { kv_ops_->Add({{"op", op}}).Increment(); }
+  void SetAttachedStreams(int n) { attached_streams_->Set(n); }
+
+ private:
+  std::shared_ptr<prometheus::Registry> registry_;
+  prometheus::Counter* heartbeats_;
+  prometheus::Family<prometheus::Counter>* failures_;
+  prometheus::Family<prometheus::Histogram>* detection_silence_;
+  prometheus::Counter* generation_changes_;
+  prometheus::Family<prometheus::Gauge>* workers_;
+  prometheus::Family<prometheus::Gauge>* jobs_;
+  prometheus::Family<prometheus::Histogram>* rpc_latency_;
+  prometheus::Family<prometheus::Counter>* kv_ops_;
+  prometheus::Gauge* attached_streams_;
+};
+
+}  // namespace cohort::coordinator

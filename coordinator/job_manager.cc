@@ -1,0 +1,547 @@
+#include "coordinator/job_manager.h"
+
+#include <algorithm>
+#include <set>
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "common/log.h"
+#include "common/proto_time.h"
+#include "common/status_macros.h"
+#include "coordinator/job_spec_validator.h"
+#include "coordinator/mesh_planner.h"
+
+namespace cohort::coordinator {
+namespace {
+
+int MeshWorld(const v1::Mesh& mesh) {
+  return mesh.data_parallel() * mesh.tensor_parallel() * mesh.pipeline_parallel();
+}
+
+// A mesh that lost members and could not yet be re-planned.
+bool MeshIncomplete(const v1::Mesh& mesh) { return mesh.members_size() != MeshWorld(mesh); }
+
+PlannerWorker ToPlannerWorker(const WorkerRecord& record) {
+  return PlannerWorker{record.id, record.incarnation, record.host, record.device_index};
+}
+
+PlanRequest MakePlanRequest(const v1::JobSpec& spec) {
+  PlanRequest request;
+  request.tensor = spec.parallelism().tensor();
+  request.pipeline = spec.parallelism().pipeline();
+  request.min_workers = spec.elastic().min_workers();
+  request.max_workers = spec.elastic().max_workers();
+  request.micro_batches = MicroBatchesPerStep(spec);
+  return request;
+}
+
+std::string MeshShapeString(const v1::Mesh& mesh) {
+  return absl::StrCat("dp ", mesh.data_parallel(), " x tp ", mesh.tensor_parallel(), " x pp ",
+                      mesh.pipeline_parallel());
+}
+
+}  // namespace
+
+JobManager::JobManager(Options options, MembershipTable* membership, JobStore* store)
+    : options_(options), membership_(membership), store_(store) {}
+
+bool JobManager::IsTerminal(v1::JobState state) {
+  return state == v1::JOB_STATE_COMPLETED || state == v1::JOB_STATE_FAILED ||
+         state == v1::JOB_STATE_CANCELLED;
+}
+
+JobManager::JobEntry* JobManager::FindEntry(const JobId& id) {
+  auto it = jobs_.find(id);
+  return it == jobs_.end() ? nullptr : &it->second;
+}
+
+const JobManager::JobEntry* JobManager::FindEntry(const JobId& id) const {
+  auto it = jobs_.find(id);
+  return it == jobs_.end() ? nullptr : &it->second;
+}
+
+bool JobManager::IsMember(const JobEntry& entry, const WorkerId& worker) const {
+  if (IsTerminal(entry.job.state())) return false;
+  for (const auto& member : entry.job.mesh().members()) {
+    if (member.worker_id() == worker.value()) return true;
+  }
+  return false;
+}
+
+absl::Status JobManager::Restore(absl::Time now) {
+  ASSIGN_OR_RETURN(std::vector<v1::Job> jobs, store_->LoadAll());
+  std::sort(jobs.begin(), jobs.end(), [](const v1::Job& a, const v1::Job& b) {
+    return std::make_pair(FromProtoTime(a.create_time()), a.job_id()) <
+           std::make_pair(FromProtoTime(b.create_time()), b.job_id());
+  });
+  for (v1::Job& job : jobs) {
+    JobId id(job.job_id());
+    JobEntry& entry = jobs_[id];
+    entry.number = static_cast<int64_t>(order_.size()) + 1;
+    entry.job = std::move(job);
+    order_.push_back(id);
+    if (IsTerminal(entry.job.state())) continue;
+    for (const auto& member : entry.job.mesh().members()) {
+      awaiting_[WorkerId(member.worker_id())] = Awaited{id, now + options_.readopt_grace};
+    }
+  }
+  if (!awaiting_.empty()) {
+    LOG(INFO) << "restored " << jobs_.size() << " jobs; awaiting " << awaiting_.size()
+              << " workers to re-attach within " << absl::FormatDuration(options_.readopt_grace);
+  }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<v1::Job> JobManager::Submit(const v1::JobSpec& spec, bool validate_only,
+                                           absl::Time now, Effects* effects) {
+  ASSIGN_OR_RETURN(v1::JobSpec normalized, NormalizeJobSpec(spec));
+  v1::Job job;
+  *job.mutable_spec() = std::move(normalized);
+  job.set_state(v1::JOB_STATE_PENDING);
+  *job.mutable_create_time() = ToProtoTime(now);
+  *job.mutable_update_time() = ToProtoTime(now);
+  if (validate_only) return job;
+
+  ASSIGN_OR_RETURN(int64_t number, store_->NextJobNumber());
+  job.set_job_id(absl::StrCat(job.spec().name(), "-", number));
+  // Persist before the job exists in memory: a failed write creates nothing.
+  RETURN_IF_ERROR(store_->Put(job));
+  JobId id(job.job_id());
+  JobEntry& entry = jobs_[id];
+  entry.number = number;
+  entry.job = std::move(job);
+  order_.push_back(id);
+  LOG(INFO) << "job " << id << " submitted";
+  Emit(entry, v1::JOB_EVENT_KIND_STATE_CHANGED, effects);
+  Schedule(now, effects);
+  return jobs_[id].job;
+}
+
+absl::StatusOr<v1::Job> JobManager::Get(const JobId& id) const {
+  const JobEntry* entry = FindEntry(id);
+  if (entry == nullptr) return absl::NotFoundError(absl::StrCat("job ", id.value(), " not found"));
+  return entry->job;
+}
+
+std::vector<v1::Job> JobManager::List(bool include_finished) const {
+  std::vector<v1::Job> out;
+  for (const JobId& id : order_) {
+    const JobEntry& entry = jobs_.at(id);
+    if (!include_finished && IsTerminal(entry.job.state())) continue;
+    out.push_back(entry.job);
+  }
+  return out;
+}
+
+absl::StatusOr<v1::Job> JobManager::Cancel(const JobId& id, absl::Time now, Effects* effects) {
+  JobEntry* entry = FindEntry(id);
+  if (entry == nullptr) return absl::NotFoundError(absl::StrCat("job ", id.value(), " not found"));
+  if (IsTerminal(entry->job.state())) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "job ", id.value(), " already finished (", v1::JobState_Name(entry->job.state()), ")"));
+  }
+  Finish(*entry, v1::JOB_STATE_CANCELLED, "cancelled by user", now, effects);
+  Schedule(now, effects);
+  return entry->job;
+}
+
+absl::StatusOr<v1::Job> JobManager::Scale(const JobId& id, int min_workers, int max_workers,
+                                          absl::Time now, Effects* effects) {
+  JobEntry* entry = FindEntry(id);
+  if (entry == nullptr) return absl::NotFoundError(absl::StrCat("job ", id.value(), " not found"));
+  if (IsTerminal(entry->job.state())) {
+    return absl::FailedPreconditionError(absl::StrCat("job ", id.value(), " already finished"));
+  }
+  v1::JobSpec spec = entry->job.spec();
+  spec.mutable_elastic()->set_min_workers(min_workers);
+  spec.mutable_elastic()->set_max_workers(max_workers);
+  ASSIGN_OR_RETURN(v1::JobSpec normalized, NormalizeJobSpec(spec));
+  *entry->job.mutable_spec() = std::move(normalized);
+  *entry->job.mutable_update_time() = ToProtoTime(now);
+  Persist(*entry);
+  LOG(INFO) << "job " << id << " scaled to min " << entry->job.spec().elastic().min_workers()
+            << " max " << entry->job.spec().elastic().max_workers();
+  const int world = entry->job.mesh().members_size();
+  const bool has_mesh = entry->job.generation() > 0;
+  if (has_mesh && (world > entry->job.spec().elastic().max_workers() ||
+                   world < entry->job.spec().elastic().min_workers())) {
+    Replan(*entry, "scaled by user", /*only_if_larger=*/false, now, effects);
+  }
+  Emit(*entry, v1::JOB_EVENT_KIND_STATE_CHANGED, effects);
+  Schedule(now, effects);
+  return entry->job;
+}
+
+void JobManager::OnWorkerJoined(const v1::Hello& hello, absl::Time now, Effects* effects) {
+  const WorkerId id(hello.worker_id());
+  const JobId held_job(hello.held().job_id());
+  auto awaited = awaiting_.find(id);
+  if (awaited != awaiting_.end()) {
+    const JobId job_id = awaited->second.job;
+    awaiting_.erase(awaited);
+    JobEntry* entry = FindEntry(job_id);
+    if (entry != nullptr && !IsTerminal(entry->job.state())) {
+      const v1::MeshMember* member = nullptr;
+      for (const auto& m : entry->job.mesh().members()) {
+        if (m.worker_id() == id.value()) member = &m;
+      }
+      const bool same_process = member != nullptr && member->incarnation() == hello.incarnation();
+      const bool same_place = held_job == job_id &&
+                              hello.held().generation() == entry->job.generation() &&
+                              member != nullptr &&
+                              hello.held().coordinates().rank() == member->coordinates().rank();
+      if (same_process && same_place && membership_->AssignToJob(id, job_id).ok()) {
+        LOG(INFO) << "worker " << id << " re-adopted into job " << job_id << " generation "
+                  << entry->job.generation();
+        Schedule(now, effects);
+        return;
+      }
+      LOG(INFO) << "worker " << id << " came back without its place in job " << job_id
+                << "; treating its old self as lost";
+      OnWorkersLost({LostWorker{id, Incarnation(member ? member->incarnation() : 0), job_id,
+                                LossReason::kReplaced, absl::ZeroDuration()}},
+                    now, effects);
+    }
+  }
+  if (!held_job.value().empty()) {
+    // The worker holds an assignment this coordinator no longer gives it.
+    const JobEntry* entry = FindEntry(held_job);
+    const bool member_now = entry != nullptr && IsMember(*entry, id) &&
+                            entry->job.generation() == hello.held().generation();
+    if (!member_now) {
+      SendStop(id, held_job, Generation(hello.held().generation()),
+               "the coordinator no longer has this worker in that job generation", effects);
+    }
+  }
+  Schedule(now, effects);
+}
+
+void JobManager::OnWorkersLost(const std::vector<LostWorker>& lost, absl::Time now,
+                               Effects* effects) {
+  std::set<JobId> affected;
+  std::string reason;
+  for (const LostWorker& worker : lost) {
+    if (!worker.job.has_value()) continue;
+    JobEntry* entry = FindEntry(*worker.job);
+    if (entry == nullptr || !IsMember(*entry, worker.id)) continue;
+    RemoveMember(*entry, worker.id);
+    affected.insert(*worker.job);
+    if (!reason.empty()) reason += ", ";
+    absl::StrAppend(&reason, "worker ", worker.id.value(), " lost (", LossReasonName(worker.reason),
+                    ")");
+  }
+  for (const JobId& job_id : affected) {
+    Replan(*FindEntry(job_id), reason, /*only_if_larger=*/false, now, effects);
+  }
+  Schedule(now, effects);
+}
+
+absl::Status JobManager::OnAssignmentStatus(const WorkerId& worker,
+                                            const v1::AssignmentStatus& status, absl::Time now,
+                                            Effects* effects) {
+  const JobId job_id(status.job_id());
+  JobEntry* entry = FindEntry(job_id);
+  if (entry == nullptr) {
+    return absl::NotFoundError(absl::StrCat("job ", status.job_id(), " not found"));
+  }
+  if (status.generation() != entry->job.generation()) {
+    return absl::AbortedError(absl::StrCat("status for job ", status.job_id(), " generation ",
+                                           status.generation(), " is stale: current generation is ",
+                                           entry->job.generation()));
+  }
+  if (!IsMember(*entry, worker)) {
+    return absl::AbortedError(absl::StrCat("worker ", worker.value(), " is not a member of job ",
+                                           status.job_id(), " generation ", status.generation()));
+  }
+  switch (status.state()) {
+    case v1::ASSIGNMENT_STATE_READY: {
+      entry->ready[worker.value()] = true;
+      entry->job.set_ready_workers(static_cast<int32_t>(entry->ready.size()));
+      const bool all_ready = static_cast<int>(entry->ready.size()) ==
+                                 entry->job.mesh().members_size() &&
+                             !MeshIncomplete(entry->job.mesh());
+      if (all_ready && entry->job.state() == v1::JOB_STATE_RECONFIGURING) {
+        SetState(*entry, v1::JOB_STATE_RUNNING, "", now, effects);
+      } else if (all_ready) {
+        SetMessage(*entry, "", now);
+        Emit(*entry, v1::JOB_EVENT_KIND_STATE_CHANGED, effects);
+      }
+      return absl::OkStatus();
+    }
+    case v1::ASSIGNMENT_STATE_COMPLETED:
+      entry->completed[worker.value()] = true;
+      if (static_cast<int>(entry->completed.size()) == entry->job.mesh().members_size()) {
+        Finish(*entry, v1::JOB_STATE_COMPLETED, "", now, effects);
+        Schedule(now, effects);
+      }
+      return absl::OkStatus();
+    case v1::ASSIGNMENT_STATE_FAILED:
+      Finish(*entry, v1::JOB_STATE_FAILED,
+             absl::StrCat("worker ", worker.value(), " failed: ", status.message()), now, effects);
+      Schedule(now, effects);
+      return absl::OkStatus();
+    case v1::ASSIGNMENT_STATE_RELEASED:
+      // A member leaving on its own (e.g. drained locally) is a membership change.
+      RemoveMember(*entry, worker);
+      Replan(*entry, absl::StrCat("worker ", worker.value(), " released its assignment"),
+             /*only_if_larger=*/false, now, effects);
+      Schedule(now, effects);
+      return absl::OkStatus();
+    default:
+      return absl::InvalidArgumentError(
+          absl::StrCat("assignment status state ", static_cast<int>(status.state()),
+                       " is not one of READY, COMPLETED, FAILED, RELEASED"));
+  }
+}
+
+void JobManager::OnProgress(const WorkerId& worker, const v1::Heartbeat& heartbeat,
+                            Effects* effects) {
+  JobEntry* entry = FindEntry(JobId(heartbeat.job_id()));
+  if (entry == nullptr || heartbeat.generation() != entry->job.generation() ||
+      !IsMember(*entry, worker)) {
+    return;
+  }
+  // Rank 0 speaks for the job; every rank computes the same loss.
+  const auto& members = entry->job.mesh().members();
+  if (members.empty() || members[0].worker_id() != worker.value()) return;
+  if (heartbeat.progress().step() == entry->job.progress().step()) return;
+  *entry->job.mutable_progress() = heartbeat.progress();
+  Emit(*entry, v1::JOB_EVENT_KIND_PROGRESS, effects);
+}
+
+void JobManager::Tick(absl::Time now, Effects* effects) {
+  std::vector<LostWorker> expired;
+  for (auto it = awaiting_.begin(); it != awaiting_.end();) {
+    if (it->second.deadline <= now) {
+      expired.push_back(LostWorker{it->first, Incarnation(0), it->second.job,
+                                   LossReason::kHeartbeatTimeout, options_.readopt_grace});
+      awaiting_.erase(it++);
+    } else {
+      ++it;
+    }
+  }
+  if (!expired.empty()) {
+    LOG(WARNING) << expired.size() << " workers did not re-attach within the grace period";
+    OnWorkersLost(expired, now, effects);
+  }
+  for (auto& [id, entry] : jobs_) {
+    if (entry.dirty) Persist(entry);
+  }
+}
+
+absl::StatusOr<Generation> JobManager::CurrentGeneration(const JobId& id) const {
+  const JobEntry* entry = FindEntry(id);
+  if (entry == nullptr || IsTerminal(entry->job.state())) {
+    return absl::NotFoundError(absl::StrCat("job ", id.value(), " is not active"));
+  }
+  return Generation(entry->job.generation());
+}
+
+std::map<v1::JobState, int> JobManager::CountByState() const {
+  std::map<v1::JobState, int> counts;
+  for (const auto& [id, entry] : jobs_) counts[entry.job.state()]++;
+  return counts;
+}
+
+void JobManager::Schedule(absl::Time now, Effects* effects) {
+  absl::flat_hash_map<JobId, bool> awaited_jobs;
+  for (const auto& [worker, awaited] : awaiting_) awaited_jobs[awaited.job] = true;
+  for (const JobId& id : order_) {
+    JobEntry& entry = jobs_.at(id);
+    const v1::JobState state = entry.job.state();
+    if (IsTerminal(state) || awaited_jobs.contains(id)) continue;
+    const std::vector<const WorkerRecord*> idle = membership_->Idle(entry.job.spec().device_kind());
+    if (state == v1::JOB_STATE_PENDING) {
+      PlanRequest request = MakePlanRequest(entry.job.spec());
+      for (const WorkerRecord* record : idle) request.candidates.push_back(ToPlannerWorker(*record));
+      absl::StatusOr<v1::Mesh> mesh = MeshPlanner::Plan(request);
+      if (!mesh.ok()) {
+        SetMessage(entry, absl::StrCat("waiting for workers: ", mesh.status().message()), now);
+        continue;
+      }
+      ApplyMesh(entry, *std::move(mesh), "job started", now, effects);
+      continue;
+    }
+    if (idle.empty()) continue;
+    const bool incomplete = MeshIncomplete(entry.job.mesh());
+    if (!incomplete && entry.job.mesh().members_size() >= entry.job.spec().elastic().max_workers()) {
+      continue;
+    }
+    Replan(entry, incomplete ? "workers available" : "growing toward max_workers",
+           /*only_if_larger=*/!incomplete, now, effects);
+  }
+}
+
+void JobManager::Replan(JobEntry& entry, const std::string& reason, bool only_if_larger,
+                        absl::Time now, Effects* effects) {
+  const JobId id(entry.job.job_id());
+  PlanRequest request = MakePlanRequest(entry.job.spec());
+  for (const auto& member : entry.job.mesh().members()) {
+    const WorkerRecord* record = membership_->Find(WorkerId(member.worker_id()));
+    if (record != nullptr && record->state == WorkerState::kAssigned && record->job == id) {
+      request.candidates.push_back(ToPlannerWorker(*record));
+    }
+  }
+  const int current = static_cast<int>(request.candidates.size());
+  for (const WorkerRecord* record : membership_->Idle(entry.job.spec().device_kind())) {
+    request.candidates.push_back(ToPlannerWorker(*record));
+  }
+  request.previous = &entry.job.mesh();
+  if (only_if_larger) {
+    absl::StatusOr<MeshShape> shape =
+        MeshPlanner::ChooseShape(request, static_cast<int>(request.candidates.size()));
+    if (!shape.ok() || shape->world() <= current) return;
+  }
+  absl::StatusOr<v1::Mesh> mesh = MeshPlanner::Plan(request);
+  if (!mesh.ok()) {
+    const std::string message =
+        absl::StrCat(reason, "; waiting for workers: ", mesh.status().message());
+    if (entry.job.state() != v1::JOB_STATE_RECONFIGURING) {
+      SetState(entry, v1::JOB_STATE_RECONFIGURING, message, now, effects);
+    } else if (entry.job.message() != message) {
+      SetMessage(entry, message, now);
+      Emit(entry, v1::JOB_EVENT_KIND_STATE_CHANGED, effects);
+    }
+    return;
+  }
+  ApplyMesh(entry, *std::move(mesh), reason, now, effects);
+}
+
+void JobManager::ApplyMesh(JobEntry& entry, v1::Mesh mesh, const std::string& reason,
+                           absl::Time now, Effects* effects) {
+  const JobId id(entry.job.job_id());
+  const bool first = entry.job.generation() == 0;
+  const Generation generation(entry.job.generation() + 1);
+  absl::flat_hash_map<std::string, bool> in_new;
+  for (const auto& member : mesh.members()) in_new[member.worker_id()] = true;
+
+  // Members left out of the new mesh (shrink to a divisible size) are released.
+  for (const auto& member : entry.job.mesh().members()) {
+    if (in_new.contains(member.worker_id())) continue;
+    const WorkerId worker(member.worker_id());
+    const WorkerRecord* record = membership_->Find(worker);
+    if (record != nullptr && record->job == id && record->state != WorkerState::kLost) {
+      SendStop(worker, id, generation, absl::StrCat("not part of generation ", generation.value()),
+               effects);
+      membership_->Release(worker);
+    }
+  }
+  for (const auto& member : mesh.members()) {
+    const WorkerId worker(member.worker_id());
+    const WorkerRecord* record = membership_->Find(worker);
+    CHECK(record != nullptr) << "planned worker " << worker << " is unknown";
+    v1::CoordinatorMessage message;
+    if (record->state == WorkerState::kAssigned && record->job == id && !first) {
+      v1::Reconfigure* reconfigure = message.mutable_reconfigure();
+      reconfigure->set_job_id(id.value());
+      reconfigure->set_generation(generation.value());
+      *reconfigure->mutable_mesh() = mesh;
+      *reconfigure->mutable_coordinates() = member.coordinates();
+      reconfigure->set_reason(reason);
+    } else {
+      absl::Status assigned = membership_->AssignToJob(worker, id);
+      CHECK(assigned.ok()) << assigned;
+      v1::Assign* assign = message.mutable_assign();
+      assign->set_job_id(id.value());
+      assign->set_generation(generation.value());
+      *assign->mutable_spec() = entry.job.spec();
+      *assign->mutable_mesh() = mesh;
+      *assign->mutable_coordinates() = member.coordinates();
+    }
+    effects->messages.push_back(Effects::Message{worker, record->incarnation, std::move(message)});
+  }
+
+  LOG(INFO) << "job " << id << " generation " << generation << ": " << MeshShapeString(mesh)
+            << " on " << mesh.members_size() << " workers (" << reason << ")";
+  *entry.job.mutable_mesh() = std::move(mesh);
+  entry.job.set_generation(generation.value());
+  entry.ready.clear();
+  entry.completed.clear();
+  entry.job.set_ready_workers(0);
+  effects->generation_changes.push_back(Effects::GenerationChange{id, generation});
+  SetState(entry, first ? v1::JOB_STATE_RUNNING : v1::JOB_STATE_RECONFIGURING,
+           first ? "waiting for workers to report ready" : reason, now, effects);
+  Emit(entry, v1::JOB_EVENT_KIND_MESH_CHANGED, effects);
+}
+
+void JobManager::Finish(JobEntry& entry, v1::JobState state, const std::string& message,
+                        absl::Time now, Effects* effects) {
+  const JobId id(entry.job.job_id());
+  for (const auto& member : entry.job.mesh().members()) {
+    const WorkerId worker(member.worker_id());
+    const WorkerRecord* record = membership_->Find(worker);
+    if (record != nullptr && record->job == id && record->state != WorkerState::kLost) {
+      SendStop(worker, id, Generation(entry.job.generation()),
+               message.empty() ? v1::JobState_Name(state) : message, effects);
+      membership_->Release(worker);
+    }
+  }
+  for (auto it = awaiting_.begin(); it != awaiting_.end();) {
+    if (it->second.job == id) {
+      awaiting_.erase(it++);
+    } else {
+      ++it;
+    }
+  }
+  effects->finished_jobs.push_back(id);
+  SetState(entry, state, message, now, effects);
+  LOG(INFO) << "job " << id << " " << v1::JobState_Name(state)
+            << (message.empty() ? "" : ": " + message);
+}
+
+void JobManager::RemoveMember(JobEntry& entry, const WorkerId& worker) {
+  auto* members = entry.job.mutable_mesh()->mutable_members();
+  for (int i = 0; i < members->size(); ++i) {
+    if (members->Get(i).worker_id() == worker.value()) {
+      members->erase(members->begin() + i);
+      break;
+    }
+  }
+  entry.ready.erase(worker.value());
+  entry.completed.erase(worker.value());
+  entry.job.set_ready_workers(static_cast<int32_t>(entry.ready.size()));
+  const WorkerRecord* record = membership_->Find(worker);
+  if (record != nullptr && record->job == JobId(entry.job.job_id())) membership_->Release(worker);
+}
+
+void JobManager::SetState(JobEntry& entry, v1::JobState state, const std::string& message,
+                          absl::Time now, Effects* effects) {
+  entry.job.set_state(state);
+  entry.job.set_message(message);
+  *entry.job.mutable_update_time() = ToProtoTime(now);
+  Persist(entry);
+  Emit(entry, v1::JOB_EVENT_KIND_STATE_CHANGED, effects);
+}
+
+void JobManager::SetMessage(JobEntry& entry, const std::string& message, absl::Time now) {
+  if (entry.job.message() == message) return;
+  entry.job.set_message(message);
+  *entry.job.mutable_update_time() = ToProtoTime(now);
+  Persist(entry);
+}
+
+void JobManager::Persist(JobEntry& entry) {
+  absl::Status status = store_->Put(entry.job);
+  entry.dirty = !status.ok();
+  if (!status.ok()) {
+    LOG(ERROR) << "cannot persist job " << entry.job.job_id() << " (will retry): " << status;
+  }
+}
+
+void JobManager::Emit(const JobEntry& entry, v1::JobEventKind kind, Effects* effects) const {
+  effects->events.push_back(Effects::Event{kind, entry.job});
+}
+
+void JobManager::SendStop(const WorkerId& worker, const JobId& job, Generation generation,
+                          const std::string& reason, Effects* effects) const {
+  const WorkerRecord* record = membership_->Find(worker);
+  if (record == nullptr || record->state == WorkerState::kLost) return;
+  v1::CoordinatorMessage message;
+  v1::Stop* stop = message.mutable_stop();
+  stop->set_job_id(job.value());
+  stop->set_generation(generation.value());
+  stop->set_reason(reason);
+  effects->messages.push_back(Effects::Message{worker, record->incarnation, std::move(message)});
+}
+
+}  // namespace cohort::coordinator

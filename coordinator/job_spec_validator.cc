@@ -1,0 +1,316 @@
+#include "coordinator/job_spec_validator.h"
+
+#include <cmath>
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "absl/strings/string_view.h"
+
+namespace cohort::coordinator {
+namespace {
+
+// Sanity bounds: far above anything this system trains, low enough that
+// products of them cannot overflow and typos (an extra zero or two) are caught.
+constexpr int32_t kMaxLayers = 1024;
+constexpr int32_t kMaxWidth = 65536;
+constexpr int32_t kMaxVocab = 1 << 20;
+constexpr int32_t kMaxContext = 1 << 20;
+constexpr int32_t kMaxWorkers = 100000;
+constexpr int kMaxNameLength = 63;
+
+constexpr int32_t kDefaultKeepLast = 3;
+constexpr int32_t kDefaultBranching = 4;
+constexpr double kDefaultBeta1 = 0.9;
+constexpr double kDefaultBeta2 = 0.95;
+constexpr double kDefaultEpsilon = 1e-8;
+
+// Collects "field: reason" messages.
+class Errors {
+ public:
+  void Add(absl::string_view field, absl::string_view reason) {
+    messages_.push_back(absl::StrCat(field, ": ", reason));
+  }
+  bool empty() const { return messages_.empty(); }
+  std::string Joined() const { return absl::StrJoin(messages_, "; "); }
+
+ private:
+  std::vector<std::string> messages_;
+};
+
+bool IsNameChar(char c) { return (c >= 'a' && c <= 'z') || (c >= '0' && c <= '9'); }
+
+void CheckName(const std::string& name, Errors& errors) {
+  if (name.empty()) {
+    errors.Add("name", "must not be empty; use lowercase letters, digits and '-'");
+    return;
+  }
+  bool ok = name.size() <= kMaxNameLength && IsNameChar(name[0]);
+  for (char c : name) ok = ok && (IsNameChar(c) || c == '-');
+  if (!ok) {
+    errors.Add("name", absl::StrCat("\"", name,
+                                    "\" must match [a-z0-9][a-z0-9-]{0,62}: lowercase "
+                                    "letters, digits and '-', starting with a letter or "
+                                    "digit, at most 63 characters"));
+  }
+}
+
+// Adds an error unless 1 <= value <= max. Returns whether the value is usable.
+bool CheckRange(absl::string_view field, int64_t value, int64_t max, Errors& errors) {
+  if (value <= 0) {
+    errors.Add(field, absl::StrCat("must be > 0, got ", value));
+    return false;
+  }
+  if (value > max) {
+    errors.Add(field, absl::StrCat(value, " exceeds the limit of ", max));
+    return false;
+  }
+  return true;
+}
+
+void CheckModel(const v1::ModelConfig& model, Errors& errors, bool& heads_ok, bool& vocab_ok,
+                bool& layers_ok) {
+  layers_ok = CheckRange("model.layers", model.layers(), kMaxLayers, errors);
+  const bool width_ok = CheckRange("model.width", model.width(), kMaxWidth, errors);
+  heads_ok = CheckRange("model.heads", model.heads(), kMaxWidth, errors);
+  vocab_ok = CheckRange("model.vocab_size", model.vocab_size(), kMaxVocab, errors);
+  CheckRange("model.context_length", model.context_length(), kMaxContext, errors);
+  if (width_ok && heads_ok && model.width() % model.heads() != 0) {
+    errors.Add("model.heads", absl::StrCat(model.heads(), " attention heads do not divide width ",
+                                           model.width(), " (model.width)"));
+    heads_ok = false;
+  }
+}
+
+// Fills the parallel degrees' defaults; false if either is unusable.
+bool CheckParallelism(v1::ParallelismConfig& parallelism, const v1::ModelConfig& model,
+                      bool heads_ok, bool vocab_ok, bool layers_ok, Errors& errors) {
+  if (parallelism.tensor() == 0) parallelism.set_tensor(1);
+  if (parallelism.pipeline() == 0) parallelism.set_pipeline(1);
+  const bool tensor_ok =
+      CheckRange("parallelism.tensor", parallelism.tensor(), kMaxWorkers, errors);
+  const bool pipeline_ok =
+      CheckRange("parallelism.pipeline", parallelism.pipeline(), kMaxWorkers, errors);
+  const int32_t tp = parallelism.tensor();
+  const int32_t pp = parallelism.pipeline();
+  if (tensor_ok && heads_ok && model.heads() % tp != 0) {
+    errors.Add("parallelism.tensor", absl::StrCat("tensor parallel ", tp, " does not divide ",
+                                                  model.heads(), " attention heads (model.heads)"));
+  }
+  if (tensor_ok && vocab_ok && model.vocab_size() % tp != 0) {
+    errors.Add("parallelism.tensor",
+               absl::StrCat("tensor parallel ", tp, " does not divide vocab_size ",
+                            model.vocab_size(), " (model.vocab_size)"));
+  }
+  if (pipeline_ok && layers_ok && pp > model.layers()) {
+    errors.Add("parallelism.pipeline",
+               absl::StrCat("pipeline parallel ", pp, " exceeds ", model.layers(),
+                            " layers (model.layers); every stage needs at least one layer"));
+  }
+  return tensor_ok && pipeline_ok;
+}
+
+// Returns the number of micro-batches per step, or 0 if the batch is unusable.
+int64_t CheckBatch(const v1::BatchConfig& batch, Errors& errors) {
+  const bool global_ok = batch.global_batch_size() > 0;
+  const bool micro_ok = batch.micro_batch_size() > 0;
+  if (!global_ok) {
+    errors.Add("batch.global_batch_size",
+               absl::StrCat("must be > 0, got ", batch.global_batch_size()));
+  }
+  if (!micro_ok) {
+    errors.Add("batch.micro_batch_size",
+               absl::StrCat("must be > 0, got ", batch.micro_batch_size()));
+  }
+  if (!global_ok || !micro_ok) return 0;
+  if (batch.global_batch_size() % batch.micro_batch_size() != 0) {
+    errors.Add("batch.micro_batch_size",
+               absl::StrCat(batch.micro_batch_size(), " does not divide global_batch_size ",
+                            batch.global_batch_size(), " (batch.global_batch_size)"));
+    return 0;
+  }
+  return batch.global_batch_size() / batch.micro_batch_size();
+}
+
+// Adds an error unless value is finite and >= 0 (or > 0 when `positive`).
+bool CheckNonNegative(absl::string_view field, double value, bool positive, Errors& errors) {
+  if (!std::isfinite(value)) {
+    errors.Add(field, absl::StrCat("must be a finite number, got ", value));
+    return false;
+  }
+  if (positive ? value <= 0 : value < 0) {
+    errors.Add(field, absl::StrCat("must be ", positive ? "> 0" : ">= 0", ", got ", value));
+    return false;
+  }
+  return true;
+}
+
+void CheckBeta(absl::string_view field, double value, Errors& errors) {
+  if (!std::isfinite(value) || value < 0 || value >= 1) {
+    errors.Add(field, absl::StrCat("must be in [0, 1), got ", value));
+  }
+}
+
+void CheckOptimizer(v1::OptimizerConfig& opt, int64_t steps, Errors& errors) {
+  if (opt.beta1() == 0) opt.set_beta1(kDefaultBeta1);
+  if (opt.beta2() == 0) opt.set_beta2(kDefaultBeta2);
+  if (opt.epsilon() == 0) opt.set_epsilon(kDefaultEpsilon);
+  const bool lr_ok =
+      CheckNonNegative("optimizer.learning_rate", opt.learning_rate(), /*positive=*/true, errors);
+  if (CheckNonNegative("optimizer.min_learning_rate", opt.min_learning_rate(),
+                       /*positive=*/false, errors) &&
+      lr_ok && opt.min_learning_rate() > opt.learning_rate()) {
+    errors.Add("optimizer.min_learning_rate",
+               absl::StrCat(opt.min_learning_rate(), " exceeds learning_rate ", opt.learning_rate(),
+                            " (optimizer.learning_rate)"));
+  }
+  if (opt.warmup_steps() < 0) {
+    errors.Add("optimizer.warmup_steps", absl::StrCat("must be >= 0, got ", opt.warmup_steps()));
+  } else if (steps > 0 && opt.warmup_steps() > steps) {
+    errors.Add("optimizer.warmup_steps", absl::StrCat(opt.warmup_steps(), " exceeds the ", steps,
+                                                      " steps of the job (steps)"));
+  }
+  CheckNonNegative("optimizer.weight_decay", opt.weight_decay(), /*positive=*/false, errors);
+  CheckBeta("optimizer.beta1", opt.beta1(), errors);
+  CheckBeta("optimizer.beta2", opt.beta2(), errors);
+  CheckNonNegative("optimizer.epsilon", opt.epsilon(), /*positive=*/true, errors);
+  CheckNonNegative("optimizer.grad_clip", opt.grad_clip(), /*positive=*/false, errors);
+}
+
+void CheckData(v1::DataConfig& data, const v1::ModelConfig& model, bool vocab_ok, Errors& errors) {
+  switch (data.source_case()) {
+    case v1::DataConfig::kSynthetic: {
+      v1::SyntheticSource& synthetic = *data.mutable_synthetic();
+      if (synthetic.branching() == 0) synthetic.set_branching(kDefaultBranching);
+      if (synthetic.branching() < 0) {
+        errors.Add("data.synthetic.branching",
+                   absl::StrCat("must be >= 1, got ", synthetic.branching()));
+      } else if (vocab_ok && synthetic.branching() > model.vocab_size()) {
+        errors.Add("data.synthetic.branching",
+                   absl::StrCat(synthetic.branching(), " successors per context exceed vocab_size ",
+                                model.vocab_size(), " (model.vocab_size)"));
+      }
+      break;
+    }
+    case v1::DataConfig::kShards:
+      if (data.shards().pattern().empty()) {
+        errors.Add("data.shards.pattern",
+                   "must not be empty; give a glob of .bin token shards visible to every worker");
+      }
+      break;
+    case v1::DataConfig::SOURCE_NOT_SET:
+      errors.Add("data", "no source: set data.synthetic or data.shards");
+      break;
+  }
+}
+
+void CheckElastic(v1::ElasticConfig& elastic, int64_t replica, int64_t micro_batches,
+                  Errors& errors) {
+  if (elastic.min_workers() < 0) {
+    errors.Add("elastic.min_workers", absl::StrCat("must be >= 0, got ", elastic.min_workers()));
+    return;
+  }
+  if (elastic.max_workers() < 0) {
+    errors.Add("elastic.max_workers", absl::StrCat("must be >= 0, got ", elastic.max_workers()));
+    return;
+  }
+  if (replica <= 0) return;  // parallelism already reported
+  if (replica > kMaxWorkers) {
+    errors.Add("parallelism",
+               absl::StrCat("tensor x pipeline needs ", replica,
+                            " workers per replica, more than the limit of ", kMaxWorkers));
+    return;
+  }
+  if (elastic.min_workers() == 0) elastic.set_min_workers(static_cast<int32_t>(replica));
+  if (elastic.max_workers() == 0) elastic.set_max_workers(elastic.min_workers());
+  const int64_t min = elastic.min_workers();
+  const int64_t max = elastic.max_workers();
+  bool ok = true;
+  if (min < replica) {
+    errors.Add("elastic.min_workers",
+               absl::StrCat(min, " is fewer than the ", replica,
+                            " workers of one model replica (parallelism.tensor x "
+                            "parallelism.pipeline)"));
+    ok = false;
+  }
+  if (max < min) {
+    errors.Add("elastic.max_workers",
+               absl::StrCat(max, " is less than min_workers ", min, " (elastic.min_workers)"));
+    ok = false;
+  } else if (max > kMaxWorkers) {
+    errors.Add("elastic.max_workers", absl::StrCat(max, " exceeds the limit of ", kMaxWorkers));
+    ok = false;
+  }
+  if (!ok || micro_batches <= 0) return;
+  // The planner needs a data-parallel degree that splits the step's
+  // micro-batches evenly (the determinism contract).
+  const int64_t lo = (min + replica - 1) / replica;
+  const int64_t hi = max / replica;
+  for (int64_t dp = lo; dp <= hi && dp <= micro_batches; ++dp) {
+    if (micro_batches % dp == 0) return;
+  }
+  errors.Add("elastic",
+             absl::StrCat("no data parallel degree in [", lo, ", ", hi, "] (", min, " to ", max,
+                          " workers of ", replica, " per replica) divides the ", micro_batches,
+                          " micro-batches per step (batch.global_batch_size / "
+                          "batch.micro_batch_size); change the worker bounds or the batch sizes"));
+}
+
+void CheckCheckpoint(v1::CheckpointPolicy& checkpoint, Errors& errors) {
+  if (checkpoint.interval_steps() < 0) {
+    errors.Add("checkpoint.interval_steps",
+               absl::StrCat("must be >= 0 (0 disables), got ", checkpoint.interval_steps()));
+  }
+  if (checkpoint.keep_last() == 0) checkpoint.set_keep_last(kDefaultKeepLast);
+  if (checkpoint.keep_last() < 0) {
+    errors.Add("checkpoint.keep_last", absl::StrCat("must be >= 0 (0 means ", kDefaultKeepLast,
+                                                    "), got ", checkpoint.keep_last()));
+  }
+  if (checkpoint.keep_every() < 0) {
+    errors.Add("checkpoint.keep_every",
+               absl::StrCat("must be >= 0 (0 keeps none), got ", checkpoint.keep_every()));
+  }
+}
+
+}  // namespace
+
+absl::StatusOr<v1::JobSpec> NormalizeJobSpec(const v1::JobSpec& input) {
+  v1::JobSpec spec = input;
+  Errors errors;
+  CheckName(spec.name(), errors);
+
+  if (spec.device_kind() == v1::DEVICE_KIND_UNSPECIFIED) {
+    spec.set_device_kind(v1::DEVICE_KIND_CPU);
+  } else if (!v1::DeviceKind_IsValid(spec.device_kind())) {
+    errors.Add("device_kind", absl::StrCat("unknown value ", static_cast<int>(spec.device_kind()),
+                                           "; use CPU or GPU"));
+  }
+
+  bool heads_ok = false, vocab_ok = false, layers_ok = false;
+  CheckModel(spec.model(), errors, heads_ok, vocab_ok, layers_ok);
+  const bool parallel_ok = CheckParallelism(*spec.mutable_parallelism(), spec.model(), heads_ok,
+                                            vocab_ok, layers_ok, errors);
+  const int64_t micro_batches = CheckBatch(spec.batch(), errors);
+  if (spec.steps() <= 0) {
+    errors.Add("steps", absl::StrCat("must be > 0, got ", spec.steps()));
+  }
+  CheckOptimizer(*spec.mutable_optimizer(), spec.steps(), errors);
+  CheckData(*spec.mutable_data(), spec.model(), vocab_ok, errors);
+  const int64_t replica =
+      parallel_ok ? int64_t{spec.parallelism().tensor()} * spec.parallelism().pipeline() : 0;
+  CheckElastic(*spec.mutable_elastic(), replica, micro_batches, errors);
+  CheckCheckpoint(*spec.mutable_checkpoint(), errors);
+
+  if (!errors.empty()) return absl::InvalidArgumentError(errors.Joined());
+  return spec;
+}
+
+int MicroBatchesPerStep(const v1::JobSpec& spec) {
+  if (spec.batch().micro_batch_size() <= 0) return 0;
+  return spec.batch().global_batch_size() / spec.batch().micro_batch_size();
+}
+
+}  // namespace cohort::coordinator

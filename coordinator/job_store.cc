@@ -1,0 +1,36 @@
+#include "coordinator/job_store.h"
+
+#include <utility>
+
+namespace cohort::coordinator {
+
+absl::Status InMemoryJobStore::Put(const v1::Job& job) {
+  absl::MutexLock lock(&mu_);
+  if (!next_put_status_.ok()) {
+    // One-shot: the injected failure applies to exactly one Put.
+    return std::exchange(next_put_status_, absl::OkStatus());
+  }
+  if (job.job_id().empty()) return absl::InvalidArgumentError("job has no job_id");
+  jobs_[job.job_id()] = job;
+  return absl::OkStatus();
+}
+
+absl::StatusOr<std::vector<v1::Job>> InMemoryJobStore::LoadAll() {
+  absl::MutexLock lock(&mu_);
+  std::vector<v1::Job> jobs;
+  jobs.reserve(jobs_.size());
+  for (const auto& [id, job] : jobs_) jobs.push_back(job);
+  return jobs;
+}
+
+absl::StatusOr<int64_t> InMemoryJobStore::NextJobNumber() {
+  absl::MutexLock lock(&mu_);
+  return next_number_++;
+}
+
+void InMemoryJobStore::FailNextPut(absl::Status status) {
+  absl::MutexLock lock(&mu_);
+  next_put_status_ = std::move(status);
+}
+
+}  // namespace cohort::coordinator

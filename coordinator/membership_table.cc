@@ -1,0 +1,255 @@
+#include "coordinator/membership_table.h"
+
+#include <algorithm>
+#include <tuple>
+#include <utility>
+
+#include "absl/status/status.h"
+#include "absl/strings/str_cat.h"
+
+namespace cohort::coordinator {
+
+const char* WorkerStateName(WorkerState state) {
+  switch (state) {
+    case WorkerState::kIdle:
+      return "idle";
+    case WorkerState::kAssigned:
+      return "assigned";
+    case WorkerState::kLost:
+      return "lost";
+    case WorkerState::kDraining:
+      return "draining";
+  }
+  return "unknown";
+}
+
+const char* LossReasonName(LossReason reason) {
+  switch (reason) {
+    case LossReason::kStreamBroken:
+      return "stream_broken";
+    case LossReason::kHeartbeatTimeout:
+      return "heartbeat_timeout";
+    case LossReason::kReplaced:
+      return "replaced";
+  }
+  return "unknown";
+}
+
+namespace {
+
+// Moves `record` to LOST and describes the loss. The job moves into the
+// LostWorker: a LOST record belongs to no job any more.
+LostWorker MakeLost(WorkerRecord& record, LossReason reason, absl::Time now) {
+  LostWorker lost{record.id, record.incarnation, std::move(record.job), reason,
+                  now - record.last_heartbeat};
+  record.job.reset();
+  record.state = WorkerState::kLost;
+  record.lost_at = now;
+  record.loss_reason = reason;
+  return lost;
+}
+
+void FillFromHello(const v1::Hello& hello, absl::Time now, WorkerRecord& record) {
+  record.id = WorkerId(hello.worker_id());
+  record.incarnation = Incarnation(hello.incarnation());
+  record.host = hello.host();
+  record.device_kind = hello.device_kind();
+  record.device_index = hello.device_index();
+  record.capabilities = hello.capabilities();
+  record.metrics_address = hello.metrics_address();
+  record.state = WorkerState::kIdle;
+  record.job.reset();
+  record.joined_at = now;
+  record.last_heartbeat = now;
+  record.lost_at = absl::InfinitePast();
+  record.loss_reason.reset();
+}
+
+}  // namespace
+
+MembershipTable::MembershipTable(Options options) : options_(options) {}
+
+absl::StatusOr<JoinResult> MembershipTable::Join(const v1::Hello& hello, absl::Time now) {
+  if (hello.worker_id().empty()) {
+    return absl::InvalidArgumentError("hello.worker_id: must not be empty");
+  }
+  if (hello.incarnation() == 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("hello.incarnation: worker ", hello.worker_id(),
+                     " sent incarnation 0; every process start must pick a random non-zero value"));
+  }
+  if (hello.device_kind() == v1::DEVICE_KIND_UNSPECIFIED ||
+      !v1::DeviceKind_IsValid(hello.device_kind())) {
+    return absl::InvalidArgumentError(absl::StrCat("hello.device_kind: worker ", hello.worker_id(),
+                                                   " must say CPU or GPU, got ",
+                                                   static_cast<int>(hello.device_kind())));
+  }
+
+  JoinResult result;
+  const WorkerId id(hello.worker_id());
+  auto [it, inserted] = workers_.try_emplace(id);
+  WorkerRecord& record = it->second;
+  if (!inserted) {
+    if (record.incarnation.value() == hello.incarnation()) {
+      if (record.state != WorkerState::kLost) {
+        return absl::AlreadyExistsError(
+            absl::StrCat("worker ", hello.worker_id(), " incarnation ", hello.incarnation(),
+                         " is already attached (", WorkerStateName(record.state),
+                         "); a second stream from the same process is refused"));
+      }
+      // The same process reconnecting after its stream broke: it comes back
+      // IDLE; its old job already saw the loss.
+    } else {
+      // A new process under the same name: the old one is dead or fenced.
+      result.replaced_previous = true;
+      if (record.state != WorkerState::kLost) result.previous_job = record.job;
+    }
+  }
+  FillFromHello(hello, now, record);
+  return result;
+}
+
+absl::Status MembershipTable::Heartbeat(const WorkerId& id, Incarnation incarnation,
+                                        absl::Time now) {
+  auto it = workers_.find(id);
+  if (it == workers_.end()) {
+    return absl::NotFoundError(absl::StrCat("worker ", id.value(), " is not attached"));
+  }
+  WorkerRecord& record = it->second;
+  if (record.incarnation != incarnation) {
+    return absl::AbortedError(absl::StrCat("worker ", id.value(), " incarnation ",
+                                           incarnation.value(), " is stale; current is ",
+                                           record.incarnation.value()));
+  }
+  if (record.state == WorkerState::kLost) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("worker ", id.value(), " was declared lost (",
+                     LossReasonName(record.loss_reason.value_or(LossReason::kStreamBroken)),
+                     "); it must attach again"));
+  }
+  record.last_heartbeat = std::max(record.last_heartbeat, now);
+  return absl::OkStatus();
+}
+
+std::optional<LostWorker> MembershipTable::MarkLost(const WorkerId& id, Incarnation incarnation,
+                                                    LossReason reason, absl::Time now) {
+  auto it = workers_.find(id);
+  if (it == workers_.end()) return std::nullopt;
+  WorkerRecord& record = it->second;
+  if (record.incarnation != incarnation || record.state == WorkerState::kLost) {
+    return std::nullopt;
+  }
+  return MakeLost(record, reason, now);
+}
+
+std::vector<LostWorker> MembershipTable::Expire(absl::Time now) {
+  // Called every ~100 ms over up to ~10^4 records: one pass, no allocation
+  // unless something is lost.
+  std::vector<LostWorker> lost;
+  const absl::Time silent_before = now - options_.heartbeat_timeout;
+  const absl::Time forget_before = now - options_.lost_retention;
+  for (auto it = workers_.begin(); it != workers_.end();) {
+    WorkerRecord& record = it->second;
+    if (record.state == WorkerState::kLost) {
+      if (record.lost_at < forget_before) {
+        // erase(iterator) leaves the other iterators of a flat_hash_map valid.
+        workers_.erase(it++);
+        continue;
+      }
+    } else if (record.last_heartbeat < silent_before) {
+      lost.push_back(MakeLost(record, LossReason::kHeartbeatTimeout, now));
+    }
+    ++it;
+  }
+  // Hash order is arbitrary; callers and logs get a stable order.
+  std::sort(lost.begin(), lost.end(),
+            [](const LostWorker& a, const LostWorker& b) { return a.id < b.id; });
+  return lost;
+}
+
+absl::Status MembershipTable::AssignToJob(const WorkerId& id, const JobId& job) {
+  auto it = workers_.find(id);
+  if (it == workers_.end()) {
+    return absl::NotFoundError(absl::StrCat("worker ", id.value(), " is not attached"));
+  }
+  WorkerRecord& record = it->second;
+  if (record.state == WorkerState::kAssigned && record.job == job) return absl::OkStatus();
+  if (record.state != WorkerState::kIdle) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("worker ", id.value(), " is ", WorkerStateName(record.state),
+                     record.job.has_value() ? absl::StrCat(" (job ", record.job->value(), ")") : "",
+                     "; only idle workers can join job ", job.value()));
+  }
+  record.state = WorkerState::kAssigned;
+  record.job = job;
+  return absl::OkStatus();
+}
+
+void MembershipTable::Release(const WorkerId& id) {
+  auto it = workers_.find(id);
+  if (it == workers_.end()) return;
+  WorkerRecord& record = it->second;
+  switch (record.state) {
+    case WorkerState::kAssigned:
+      record.state = WorkerState::kIdle;
+      record.job.reset();
+      break;
+    case WorkerState::kDraining:
+      record.job.reset();
+      break;
+    case WorkerState::kIdle:
+    case WorkerState::kLost:
+      break;
+  }
+}
+
+absl::Status MembershipTable::MarkDraining(const WorkerId& id) {
+  auto it = workers_.find(id);
+  if (it == workers_.end()) {
+    return absl::NotFoundError(absl::StrCat("worker ", id.value(), " is not attached"));
+  }
+  WorkerRecord& record = it->second;
+  if (record.state == WorkerState::kLost) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("worker ", id.value(), " is lost; there is nothing to drain"));
+  }
+  record.state = WorkerState::kDraining;
+  return absl::OkStatus();
+}
+
+const WorkerRecord* MembershipTable::Find(const WorkerId& id) const {
+  auto it = workers_.find(id);
+  return it == workers_.end() ? nullptr : &it->second;
+}
+
+std::vector<const WorkerRecord*> MembershipTable::List() const {
+  std::vector<const WorkerRecord*> records;
+  records.reserve(workers_.size());
+  for (const auto& [id, record] : workers_) records.push_back(&record);
+  std::sort(records.begin(), records.end(),
+            [](const WorkerRecord* a, const WorkerRecord* b) { return a->id < b->id; });
+  return records;
+}
+
+std::vector<const WorkerRecord*> MembershipTable::Idle(v1::DeviceKind kind) const {
+  std::vector<const WorkerRecord*> records;
+  for (const auto& [id, record] : workers_) {
+    if (record.state == WorkerState::kIdle && record.device_kind == kind) {
+      records.push_back(&record);
+    }
+  }
+  std::sort(records.begin(), records.end(), [](const WorkerRecord* a, const WorkerRecord* b) {
+    return std::tie(a->host, a->device_index, a->id) < std::tie(b->host, b->device_index, b->id);
+  });
+  return records;
+}
+
+int MembershipTable::CountInState(WorkerState state) const {
+  int count = 0;
+  for (const auto& [id, record] : workers_) {
+    if (record.state == state) ++count;
+  }
+  return count;
+}
+
+}  // namespace cohort::coordinator

@@ -1,0 +1,69 @@
+#pragma once
+// CoordinatorServer: assembles the coordinator process: RocksDB state, the
+// Coordinator logic, gRPC services (with health checking and reflection),
+// the /metrics endpoint and the ticker thread that drives failure detection.
+
+#include <atomic>
+#include <memory>
+#include <string>
+#include <thread>
+
+#include "absl/status/statusor.h"
+#include "absl/synchronization/notification.h"
+#include "common/metrics_server.h"
+#include "coordinator/coordinator.h"
+#include "coordinator/coordinator_metrics.h"
+
+namespace grpc {
+class Server;
+}  // namespace grpc
+
+namespace cohort::coordinator {
+
+class WorkersService;
+class JobsService;
+class KeyValueService;
+
+struct CoordinatorServerConfig {
+  std::string listen_address = "0.0.0.0:7070";  // port 0 picks a free port
+  std::string metrics_address = "127.0.0.1:9464";
+  std::string data_dir = "cohort-data";
+  Coordinator::Options coordinator;
+  absl::Duration tick_interval = absl::Milliseconds(50);
+};
+
+// Thread-safe: Shutdown may be called from any thread (e.g. a signal waiter).
+class CoordinatorServer {
+ public:
+  // Opens the data dir (Unavailable if another coordinator holds it), starts
+  // serving. Errors name the address or directory at fault.
+  static absl::StatusOr<std::unique_ptr<CoordinatorServer>> Start(CoordinatorServerConfig config);
+  ~CoordinatorServer();
+
+  // The bound gRPC address (host:port) and metrics address.
+  const std::string& address() const { return address_; }
+  const std::string& metrics_address() const { return metrics_server_->address(); }
+
+  // Blocks until Shutdown.
+  void Wait();
+  void Shutdown();
+
+ private:
+  CoordinatorServer() = default;
+  void TickLoop();
+
+  std::string address_;
+  absl::Duration tick_interval_;
+  std::unique_ptr<CoordinatorMetrics> metrics_;
+  std::unique_ptr<MetricsServer> metrics_server_;
+  std::unique_ptr<Coordinator> coordinator_;
+  std::unique_ptr<WorkersService> workers_service_;
+  std::unique_ptr<JobsService> jobs_service_;
+  std::unique_ptr<KeyValueService> kv_service_;
+  std::unique_ptr<grpc::Server> server_;
+  absl::Notification stop_;
+  std::thread ticker_;
+  std::atomic<bool> shut_down_{false};
+};
+
+}  // namespace cohort::coordinator

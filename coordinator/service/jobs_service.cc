@@ -1,0 +1,199 @@
+#include "coordinator/service/jobs_service.h"
+
+#include <deque>
+#include <memory>
+
+#include "absl/strings/str_cat.h"
+#include "absl/synchronization/mutex.h"
+#include "common/log.h"
+#include "coordinator/service/grpc_status.h"
+
+namespace cohort::coordinator {
+namespace {
+
+absl::Status RequireJobId(const std::string& job_id) {
+  if (job_id.empty()) return absl::InvalidArgumentError("job_id: must not be empty");
+  return absl::OkStatus();
+}
+
+class WatchReactor;
+
+class WatchSink : public JobEventSink {
+ public:
+  explicit WatchSink(WatchReactor* reactor) : reactor_(reactor) {}
+  void OnEvent(const v1::JobEvent& event) override;
+  void OnFinished() override;
+  void Clear() {
+    absl::MutexLock lock(&mu_);
+    reactor_ = nullptr;
+  }
+
+ private:
+  absl::Mutex mu_;
+  WatchReactor* reactor_ ABSL_GUARDED_BY(mu_);
+};
+
+// Streams events in order; finishes after the terminal event is written or
+// when the client goes away. Deletes itself in OnDone.
+class WatchReactor : public grpc::ServerWriteReactor<v1::JobEvent> {
+ public:
+  WatchReactor(Coordinator* coordinator, const std::string& job_id)
+      : coordinator_(coordinator), sink_(std::make_shared<WatchSink>(this)) {
+    absl::Status valid = RequireJobId(job_id);
+    absl::StatusOr<uint64_t> handle =
+        valid.ok() ? coordinator_->Watch(JobId(job_id), sink_) : absl::StatusOr<uint64_t>(valid);
+    if (!handle.ok()) {
+      absl::MutexLock lock(&mu_);
+      finished_ = true;
+      Finish(ToGrpcStatus(handle.status()));
+      return;
+    }
+    absl::MutexLock lock(&mu_);
+    handle_ = *handle;
+  }
+
+  void Enqueue(const v1::JobEvent& event) {
+    absl::MutexLock lock(&mu_);
+    if (finished_) return;
+    outbox_.push_back(event);
+    if (!writing_) StartNextWriteLocked();
+  }
+
+  void EndAfterQueued() {
+    absl::MutexLock lock(&mu_);
+    ending_ = true;
+    if (!writing_) FinishLocked(grpc::Status::OK);
+  }
+
+  void OnWriteDone(bool ok) override {
+    absl::MutexLock lock(&mu_);
+    writing_ = false;
+    if (!ok) {
+      FinishLocked(grpc::Status::CANCELLED);
+      return;
+    }
+    outbox_.pop_front();
+    if (!outbox_.empty() && !finished_) {
+      StartNextWriteLocked();
+    } else if (ending_) {
+      FinishLocked(grpc::Status::OK);
+    }
+  }
+
+  void OnCancel() override {
+    absl::MutexLock lock(&mu_);
+    FinishLocked(grpc::Status::CANCELLED);
+  }
+
+  void OnDone() override {
+    sink_->Clear();
+    uint64_t handle;
+    {
+      absl::MutexLock lock(&mu_);
+      handle = handle_;
+    }
+    if (handle != 0) coordinator_->Unwatch(handle);
+    delete this;
+  }
+
+ private:
+  void StartNextWriteLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    writing_ = true;
+    StartWrite(&outbox_.front());
+  }
+  void FinishLocked(const grpc::Status& status) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    if (finished_) return;
+    finished_ = true;
+    Finish(status);
+  }
+
+  Coordinator* coordinator_;
+  std::shared_ptr<WatchSink> sink_;
+  absl::Mutex mu_;
+  std::deque<v1::JobEvent> outbox_ ABSL_GUARDED_BY(mu_);
+  bool writing_ ABSL_GUARDED_BY(mu_) = false;
+  bool ending_ ABSL_GUARDED_BY(mu_) = false;
+  bool finished_ ABSL_GUARDED_BY(mu_) = false;
+  uint64_t handle_ ABSL_GUARDED_BY(mu_) = 0;
+};
+
+void WatchSink::OnEvent(const v1::JobEvent& event) {
+  absl::MutexLock lock(&mu_);
+  if (reactor_ != nullptr) reactor_->Enqueue(event);
+}
+
+void WatchSink::OnFinished() {
+  absl::MutexLock lock(&mu_);
+  if (reactor_ != nullptr) reactor_->EndAfterQueued();
+}
+
+}  // namespace
+
+template <typename Response>
+grpc::ServerUnaryReactor* JobsService::Reply(grpc::CallbackServerContext* context,
+                                             const char* method, absl::Time start,
+                                             absl::StatusOr<Response> result,
+                                             Response* response) {
+  if (result.ok()) *response = *std::move(result);
+  metrics_->ObserveRpc(method, StatusCodeLabel(result.status()), absl::Now() - start);
+  auto* reactor = context->DefaultReactor();
+  reactor->Finish(ToGrpcStatus(result.status()));
+  return reactor;
+}
+
+grpc::ServerUnaryReactor* JobsService::Submit(grpc::CallbackServerContext* context,
+                                              const v1::SubmitJobRequest* request,
+                                              v1::Job* response) {
+  const absl::Time start = absl::Now();
+  return Reply(context, "Jobs.Submit", start, coordinator_->Submit(*request), response);
+}
+
+grpc::ServerUnaryReactor* JobsService::Get(grpc::CallbackServerContext* context,
+                                           const v1::GetJobRequest* request, v1::Job* response) {
+  const absl::Time start = absl::Now();
+  absl::Status valid = RequireJobId(request->job_id());
+  return Reply(context, "Jobs.Get", start,
+               valid.ok() ? coordinator_->GetJob(JobId(request->job_id()))
+                          : absl::StatusOr<v1::Job>(valid),
+               response);
+}
+
+grpc::ServerUnaryReactor* JobsService::List(grpc::CallbackServerContext* context,
+                                            const v1::ListJobsRequest* request,
+                                            v1::ListJobsResponse* response) {
+  const absl::Time start = absl::Now();
+  v1::ListJobsResponse list;
+  for (v1::Job& job : coordinator_->ListJobs(request->include_finished())) {
+    *list.add_jobs() = std::move(job);
+  }
+  return Reply(context, "Jobs.List", start, absl::StatusOr<v1::ListJobsResponse>(std::move(list)),
+               response);
+}
+
+grpc::ServerUnaryReactor* JobsService::Cancel(grpc::CallbackServerContext* context,
+                                              const v1::CancelJobRequest* request,
+                                              v1::Job* response) {
+  const absl::Time start = absl::Now();
+  absl::Status valid = RequireJobId(request->job_id());
+  return Reply(context, "Jobs.Cancel", start,
+               valid.ok() ? coordinator_->Cancel(JobId(request->job_id()))
+                          : absl::StatusOr<v1::Job>(valid),
+               response);
+}
+
+grpc::ServerUnaryReactor* JobsService::Scale(grpc::CallbackServerContext* context,
+                                             const v1::ScaleJobRequest* request,
+                                             v1::Job* response) {
+  const absl::Time start = absl::Now();
+  absl::Status valid = RequireJobId(request->job_id());
+  return Reply(context, "Jobs.Scale", start,
+               valid.ok() ? coordinator_->Scale(*request) : absl::StatusOr<v1::Job>(valid),
+               response);
+}
+
+grpc::ServerWriteReactor<v1::JobEvent>* JobsService::Watch(grpc::CallbackServerContext* context,
+                                                           const v1::WatchJobRequest* request) {
+  return new WatchReactor(coordinator_, request->job_id());
+}
+
+}  // namespace cohort::coordinator

@@ -1,0 +1,30 @@
+#pragma once
+// gRPC glue for cohort.v1.KeyValue (callback API; WaitFor parks the call
+// without a thread until the Coordinator completes it).
+
+#include "cohort/v1/kv.grpc.pb.h"
+#include "coordinator/coordinator.h"
+#include "coordinator/coordinator_metrics.h"
+
+namespace cohort::coordinator {
+
+// Thread-safe.
+class KeyValueService final : public v1::KeyValue::CallbackService {
+ public:
+  KeyValueService(Coordinator* coordinator, CoordinatorMetrics* metrics)
+      : coordinator_(coordinator), metrics_(metrics) {}
+
+  grpc::ServerUnaryReactor* Set(grpc::CallbackServerContext* context, const v1::SetRequest* request,
+                                v1::SetResponse* response) override;
+  grpc::ServerUnaryReactor* Get(grpc::CallbackServerContext* context, const v1::GetRequest* request,
+                                v1::GetResponse* response) override;
+  grpc::ServerUnaryReactor* WaitFor(grpc::CallbackServerContext* context,
+                                    const v1::WaitForRequest* request,
+                                    v1::GetResponse* response) override;
+
+ private:
+  Coordinator* coordinator_;
+  CoordinatorMetrics* metrics_;
+};
+
+}  // namespace cohort::coordinator

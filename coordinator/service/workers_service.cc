@@ -1,0 +1,188 @@
+#include "coordinator/service/workers_service.h"
+
+#include <deque>
+#include <memory>
+#include <optional>
+
+#include "absl/strings/str_cat.h"
+#include "absl/synchronization/mutex.h"
+#include "common/log.h"
+#include "coordinator/service/grpc_status.h"
+
+namespace cohort::coordinator {
+namespace {
+
+class AttachReactor;
+
+// The Coordinator's handle on one stream. It outlives the reactor (the
+// Coordinator may hold it a little longer), so it forwards only while the
+// reactor is alive.
+class StreamSink : public WorkerSink {
+ public:
+  explicit StreamSink(AttachReactor* reactor) : reactor_(reactor) {}
+  void Send(const v1::CoordinatorMessage& message) override;
+  void Clear() {
+    absl::MutexLock lock(&mu_);
+    reactor_ = nullptr;
+  }
+
+ private:
+  absl::Mutex mu_;
+  AttachReactor* reactor_ ABSL_GUARDED_BY(mu_);
+};
+
+// Lifetime: created by Attach, deletes itself in OnDone. At most one read and
+// one write are outstanding; writes queue in `outbox_`.
+class AttachReactor : public grpc::ServerBidiReactor<v1::WorkerMessage, v1::CoordinatorMessage> {
+ public:
+  AttachReactor(Coordinator* coordinator, std::string peer)
+      : coordinator_(coordinator), peer_(std::move(peer)) {
+    StartRead(&incoming_);
+  }
+
+  void Enqueue(const v1::CoordinatorMessage& message) {
+    absl::MutexLock lock(&mu_);
+    if (finished_) return;
+    outbox_.push_back(message);
+    if (!writing_) StartNextWriteLocked();
+  }
+
+  void OnReadDone(bool ok) override {
+    if (!ok) {
+      // Client half-closed or the connection broke: either way the worker is gone.
+      Lost("stream closed");
+      FinishOnce(grpc::Status::OK);
+      return;
+    }
+    absl::Status status = Handle(incoming_);
+    if (!status.ok()) {
+      LOG(WARNING) << "Attach from " << peer_ << " ("
+                   << (worker_ ? worker_->value() : std::string("no hello")) << "): " << status;
+      Lost("refused");
+      FinishOnce(ToGrpcStatus(status));
+      return;
+    }
+    StartRead(&incoming_);
+  }
+
+  void OnWriteDone(bool ok) override {
+    absl::MutexLock lock(&mu_);
+    writing_ = false;
+    if (!ok) return;  // OnReadDone/OnCancel report the broken stream.
+    outbox_.pop_front();
+    if (!outbox_.empty() && !finished_) StartNextWriteLocked();
+  }
+
+  void OnCancel() override {
+    Lost("stream cancelled");
+    FinishOnce(grpc::Status::CANCELLED);
+  }
+
+  void OnDone() override {
+    Lost("stream done");
+    if (sink_) sink_->Clear();
+    delete this;
+  }
+
+ private:
+  absl::Status Handle(const v1::WorkerMessage& message) {
+    if (!worker_.has_value()) {
+      if (message.kind_case() != v1::WorkerMessage::kHello) {
+        return absl::InvalidArgumentError("the first message of an Attach stream must be a Hello");
+      }
+      const v1::Hello& hello = message.hello();
+      if (hello.incarnation() != message.incarnation()) {
+        return absl::InvalidArgumentError(
+            "WorkerMessage.incarnation differs from Hello.incarnation");
+      }
+      sink_ = std::make_shared<StreamSink>(this);
+      // Set before Attach: the Welcome may be written from inside it.
+      absl::StatusOr<v1::Welcome> welcome = coordinator_->Attach(hello, sink_);
+      if (!welcome.ok()) {
+        sink_->Clear();
+        return welcome.status();
+      }
+      worker_ = WorkerId(hello.worker_id());
+      incarnation_ = Incarnation(hello.incarnation());
+      return absl::OkStatus();
+    }
+    absl::Status status = coordinator_->OnWorkerMessage(*worker_, message);
+    // A stale generation in a status is the worker's problem, not the stream's.
+    if (status.code() == absl::StatusCode::kAborted &&
+        message.kind_case() == v1::WorkerMessage::kStatus) {
+      LOG(INFO) << "worker " << *worker_ << ": " << status.message();
+      return absl::OkStatus();
+    }
+    if (status.code() == absl::StatusCode::kNotFound) {
+      LOG(INFO) << "worker " << *worker_ << ": " << status.message();
+      return absl::OkStatus();
+    }
+    return status;
+  }
+
+  void Lost(const char* why) {
+    bool first = false;
+    {
+      absl::MutexLock lock(&mu_);
+      first = !lost_reported_ && worker_.has_value();
+      lost_reported_ = true;
+    }
+    if (first) {
+      LOG(DEBUG) << "worker " << *worker_ << ": " << why;
+      coordinator_->Detach(*worker_, incarnation_);
+    }
+  }
+
+  void FinishOnce(const grpc::Status& status) {
+    absl::MutexLock lock(&mu_);
+    if (finished_) return;
+    finished_ = true;
+    Finish(status);
+  }
+
+  void StartNextWriteLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    writing_ = true;
+    StartWrite(&outbox_.front());
+  }
+
+  Coordinator* coordinator_;
+  const std::string peer_;
+  v1::WorkerMessage incoming_;
+  // Written only from OnReadDone, which never runs concurrently with itself.
+  std::optional<WorkerId> worker_;
+  Incarnation incarnation_;
+  std::shared_ptr<StreamSink> sink_;
+
+  absl::Mutex mu_;
+  std::deque<v1::CoordinatorMessage> outbox_ ABSL_GUARDED_BY(mu_);
+  bool writing_ ABSL_GUARDED_BY(mu_) = false;
+  bool finished_ ABSL_GUARDED_BY(mu_) = false;
+  bool lost_reported_ ABSL_GUARDED_BY(mu_) = false;
+};
+
+void StreamSink::Send(const v1::CoordinatorMessage& message) {
+  absl::MutexLock lock(&mu_);
+  if (reactor_ != nullptr) reactor_->Enqueue(message);
+}
+
+}  // namespace
+
+grpc::ServerBidiReactor<v1::WorkerMessage, v1::CoordinatorMessage>* WorkersService::Attach(
+    grpc::CallbackServerContext* context) {
+  return new AttachReactor(coordinator_, context->peer());
+}
+
+grpc::ServerUnaryReactor* WorkersService::List(grpc::CallbackServerContext* context,
+                                               const v1::ListWorkersRequest* request,
+                                               v1::ListWorkersResponse* response) {
+  const absl::Time start = absl::Now();
+  for (v1::WorkerInfo& info : coordinator_->ListWorkers()) {
+    *response->add_workers() = std::move(info);
+  }
+  metrics_->ObserveRpc("Workers.List", "OK", absl::Now() - start);
+  auto* reactor = context->DefaultReactor();
+  reactor->Finish(grpc::Status::OK);
+  return reactor;
+}
+
+}  // namespace cohort::coordinator

@@ -1,0 +1,182 @@
+#pragma once
+// LocalCluster: a real cohort-coordinator and real cohort-worker processes on
+// loopback with free ports, plus gRPC stubs to inspect them. Every process is
+// killed when the cluster is destroyed (Subprocess does that).
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "absl/strings/str_cat.h"
+#include "absl/time/time.h"
+#include "cohort/v1/jobs.grpc.pb.h"
+#include "cohort/v1/workers.grpc.pb.h"
+#include "grpcpp/create_channel.h"
+#include "grpcpp/security/credentials.h"
+#include "gtest/gtest.h"
+#include "tests/testing/testing.h"
+
+namespace cohort::testing {
+
+// Heartbeats fast enough to keep tests short; a broken stream is detected
+// at once regardless.
+inline constexpr char kHeartbeatInterval[] = "100ms";
+inline constexpr char kHeartbeatTimeout[] = "1s";
+
+class LocalCluster {
+ public:
+  explicit LocalCluster(std::string name)
+      : dir_(MakeTempDir(name)), port_(PickFreePort()) {}
+
+  // Starts (or restarts) the coordinator on the same port and data dir.
+  void StartCoordinator(const std::string& readopt_grace = "10s") {
+    Subprocess::Options options;
+    options.binary = BinaryPath("cohort-coordinator");
+    options.args = {absl::StrCat("--listen=127.0.0.1:", port_),
+                    "--metrics_address=127.0.0.1:0",
+                    absl::StrCat("--data_dir=", dir_, "/data"),
+                    absl::StrCat("--heartbeat_interval=", kHeartbeatInterval),
+                    absl::StrCat("--heartbeat_timeout=", kHeartbeatTimeout),
+                    absl::StrCat("--readopt_grace=", readopt_grace)};
+    options.log_path = absl::StrCat(dir_, "/coordinator-", coordinator_starts_++, ".log");
+    auto process = Subprocess::Start(options);
+    ASSERT_TRUE(process.ok()) << process.status();
+    coordinator_ = *std::move(process);
+    channel_ = grpc::CreateChannel(address(), grpc::InsecureChannelCredentials());
+    jobs_ = v1::Jobs::NewStub(channel_);
+    workers_ = v1::Workers::NewStub(channel_);
+    ASSERT_TRUE(channel_->WaitForConnected(std::chrono::system_clock::now() +
+                                           std::chrono::seconds(30)))
+        << "coordinator did not come up; log:\n"
+        << coordinator_->ReadLog();
+  }
+
+  // Starts worker `id` on simulated host `host`.
+  Subprocess* StartWorker(const std::string& id, const std::string& host, int device_index) {
+    Subprocess::Options options;
+    options.binary = BinaryPath("cohort-worker");
+    options.args = {absl::StrCat("--coordinator=", address()), absl::StrCat("--worker_id=", id),
+                    absl::StrCat("--host=", host), "--device=cpu",
+                    absl::StrCat("--device_index=", device_index),
+                    "--metrics_address=127.0.0.1:0"};
+    options.log_path = absl::StrCat(dir_, "/", id, ".log");
+    auto process = Subprocess::Start(options);
+    EXPECT_TRUE(process.ok()) << process.status();
+    if (!process.ok()) return nullptr;
+    workers_processes_.push_back(*std::move(process));
+    return workers_processes_.back().get();
+  }
+
+  std::string address() const { return absl::StrCat("127.0.0.1:", port_); }
+  const std::string& dir() const { return dir_; }
+  Subprocess* coordinator() { return coordinator_.get(); }
+
+  absl::StatusOr<v1::Job> Submit(const v1::JobSpec& spec) {
+    grpc::ClientContext context;
+    context.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(10));
+    v1::SubmitJobRequest request;
+    *request.mutable_spec() = spec;
+    v1::Job job;
+    grpc::Status status = jobs_->Submit(&context, request, &job);
+    if (!status.ok()) return ToAbsl(status);
+    return job;
+  }
+
+  absl::StatusOr<v1::Job> GetJob(const std::string& job_id) {
+    grpc::ClientContext context;
+    context.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(10));
+    v1::GetJobRequest request;
+    request.set_job_id(job_id);
+    v1::Job job;
+    grpc::Status status = jobs_->Get(&context, request, &job);
+    if (!status.ok()) return ToAbsl(status);
+    return job;
+  }
+
+  absl::StatusOr<std::vector<v1::WorkerInfo>> ListWorkers() {
+    grpc::ClientContext context;
+    context.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(10));
+    v1::ListWorkersResponse response;
+    grpc::Status status = workers_->List(&context, v1::ListWorkersRequest(), &response);
+    if (!status.ok()) return ToAbsl(status);
+    return std::vector<v1::WorkerInfo>(response.workers().begin(), response.workers().end());
+  }
+
+  // Workers in `state` right now.
+  int CountWorkers(v1::WorkerState state) {
+    auto workers = ListWorkers();
+    if (!workers.ok()) return -1;
+    int n = 0;
+    for (const auto& w : *workers) n += w.state() == state;
+    return n;
+  }
+
+  // Waits until `predicate(job)` holds; fails the test with the last job on timeout.
+  template <typename Predicate>
+  v1::Job WaitForJob(const std::string& job_id, Predicate predicate, absl::Duration timeout,
+                     const std::string& what) {
+    v1::Job last;
+    bool ok = WaitUntil(
+        [&] {
+          auto job = GetJob(job_id);
+          if (!job.ok()) return false;
+          last = *job;
+          return predicate(last);
+        },
+        timeout);
+    EXPECT_TRUE(ok) << "timed out waiting for " << what << "; job is " << last.DebugString()
+                    << "\ncoordinator log:\n"
+                    << (coordinator_ ? coordinator_->ReadLog() : "");
+    return last;
+  }
+
+  // Waits until `n` workers are attached and idle.
+  void WaitForIdleWorkers(int n) {
+    EXPECT_TRUE(WaitUntil([&] { return CountWorkers(v1::WORKER_STATE_IDLE) == n; },
+                          absl::Seconds(30)))
+        << "expected " << n << " idle workers; coordinator log:\n"
+        << coordinator_->ReadLog();
+  }
+
+  static v1::JobSpec Spec(int tensor, int min_workers, int max_workers) {
+    v1::JobSpec spec;
+    spec.set_name("itest");
+    spec.mutable_model()->set_layers(2);
+    spec.mutable_model()->set_heads(4);
+    spec.mutable_model()->set_width(64);
+    spec.mutable_model()->set_vocab_size(256);
+    spec.mutable_model()->set_context_length(64);
+    spec.mutable_data()->mutable_synthetic()->set_seed(1);
+    spec.mutable_optimizer()->set_learning_rate(1e-3);
+    spec.mutable_batch()->set_global_batch_size(16);
+    spec.mutable_batch()->set_micro_batch_size(2);
+    spec.mutable_parallelism()->set_tensor(tensor);
+    spec.mutable_elastic()->set_min_workers(min_workers);
+    spec.mutable_elastic()->set_max_workers(max_workers);
+    spec.set_steps(100);
+    return spec;
+  }
+
+  static bool RunningAndReady(const v1::Job& job, int workers) {
+    return job.state() == v1::JOB_STATE_RUNNING && job.mesh().members_size() == workers &&
+           job.ready_workers() == workers;
+  }
+
+ private:
+  static absl::Status ToAbsl(const grpc::Status& status) {
+    return absl::Status(static_cast<absl::StatusCode>(status.error_code()),
+                        status.error_message());
+  }
+
+  std::string dir_;
+  int port_;
+  int coordinator_starts_ = 0;
+  std::unique_ptr<Subprocess> coordinator_;
+  std::vector<std::unique_ptr<Subprocess>> workers_processes_;
+  std::shared_ptr<grpc::Channel> channel_;
+  std::unique_ptr<v1::Jobs::Stub> jobs_;
+  std::unique_ptr<v1::Workers::Stub> workers_;
+};
+
+}  // namespace cohort::testing

@@ -1,0 +1,25 @@
+#pragma once
+// Where the project's binaries and a test's scratch files live.
+
+#include <string>
+#include <string_view>
+
+namespace cohort::testing {
+
+// The build tree's root: $COHORT_BINARY_DIR if set, else derived from the
+// running test binary (tests live in <build>/tests/, so the parent of the
+// executable's directory).
+std::string BinaryDir();
+
+// Path of a project binary in the build tree: "cohort-coordinator",
+// "cohort-worker", "cohortctl" or "cohort-sim" map to their folders
+// (coordinator/, worker/, tools/); any other name is taken relative to
+// BinaryDir(). The file need not exist.
+std::string BinaryPath(std::string_view name);
+
+// A fresh, empty directory under ::testing::TempDir() (which honours
+// $TEST_TMPDIR / $TMPDIR) whose name starts with `prefix`. Nobody removes it.
+// Aborts the test binary if it cannot be created (the test could not proceed).
+std::string MakeTempDir(std::string_view prefix);
+
+}  // namespace cohort::testing

@@ -1,0 +1,443 @@
+#include "coordinator/job_manager.h"
+
+#include <string>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+
+namespace cohort::coordinator {
+namespace {
+
+using ::testing::HasSubstr;
+
+const absl::Time kT0 = absl::FromUnixSeconds(1'700'000'000);
+
+v1::JobSpec Spec(int tensor, int min_workers, int max_workers) {
+  v1::JobSpec spec;
+  spec.set_name("train");
+  spec.mutable_model()->set_layers(2);
+  spec.mutable_model()->set_heads(4);
+  spec.mutable_model()->set_width(64);
+  spec.mutable_model()->set_vocab_size(256);
+  spec.mutable_model()->set_context_length(64);
+  spec.mutable_data()->mutable_synthetic()->set_seed(1);
+  spec.mutable_optimizer()->set_learning_rate(1e-3);
+  spec.mutable_batch()->set_global_batch_size(16);
+  spec.mutable_batch()->set_micro_batch_size(2);  // 8 micro-batches per step
+  spec.mutable_parallelism()->set_tensor(tensor);
+  spec.mutable_elastic()->set_min_workers(min_workers);
+  spec.mutable_elastic()->set_max_workers(max_workers);
+  spec.set_steps(100);
+  return spec;
+}
+
+v1::Hello Hello(const std::string& id, const std::string& host, int index, uint64_t incarnation) {
+  v1::Hello hello;
+  hello.set_worker_id(id);
+  hello.set_host(host);
+  hello.set_device_kind(v1::DEVICE_KIND_CPU);
+  hello.set_device_index(index);
+  hello.set_incarnation(incarnation);
+  return hello;
+}
+
+// Messages of one kind sent to `worker`.
+std::vector<v1::CoordinatorMessage> MessagesTo(const Effects& effects, const std::string& worker,
+                                               v1::CoordinatorMessage::KindCase kind) {
+  std::vector<v1::CoordinatorMessage> out;
+  for (const auto& m : effects.messages) {
+    if (m.worker.value() == worker && m.message.kind_case() == kind) out.push_back(m.message);
+  }
+  return out;
+}
+
+int CountKind(const Effects& effects, v1::CoordinatorMessage::KindCase kind) {
+  int n = 0;
+  for (const auto& m : effects.messages) n += m.message.kind_case() == kind;
+  return n;
+}
+
+class JobManagerTest : public ::testing::Test {
+ protected:
+  JobManagerTest() { Reset(); }
+
+  void Reset() {
+    membership_ = std::make_unique<MembershipTable>(MembershipTable::Options{});
+    jobs_ = std::make_unique<JobManager>(JobManager::Options{.readopt_grace = absl::Seconds(10)},
+                                         membership_.get(), &store_);
+  }
+
+  // Joins a worker as the Coordinator does: membership first, then the manager.
+  Effects Join(const std::string& id, const std::string& host, int index,
+               uint64_t incarnation = 0) {
+    v1::Hello hello = Hello(id, host, index, incarnation ? incarnation : next_incarnation_++);
+    return JoinHello(hello);
+  }
+  Effects JoinHello(const v1::Hello& hello) {
+    EXPECT_TRUE(membership_->Join(hello, now_).ok());
+    Effects effects;
+    jobs_->OnWorkerJoined(hello, now_, &effects);
+    return effects;
+  }
+
+  Effects Lose(const std::string& id) {
+    const WorkerRecord* record = membership_->Find(WorkerId(id));
+    std::optional<LostWorker> lost =
+        membership_->MarkLost(WorkerId(id), record->incarnation, LossReason::kStreamBroken, now_);
+    EXPECT_TRUE(lost.has_value());
+    Effects effects;
+    jobs_->OnWorkersLost({*lost}, now_, &effects);
+    return effects;
+  }
+
+  absl::Status Report(const std::string& worker, const v1::Job& job, v1::AssignmentState state,
+                      Effects* effects = nullptr) {
+    v1::AssignmentStatus status;
+    status.set_job_id(job.job_id());
+    status.set_generation(job.generation());
+    status.set_state(state);
+    Effects local;
+    return jobs_->OnAssignmentStatus(WorkerId(worker), status, now_, effects ? effects : &local);
+  }
+
+  void ReportAll(const v1::Job& job, v1::AssignmentState state) {
+    for (const auto& member : job.mesh().members()) {
+      ASSERT_TRUE(Report(member.worker_id(), job, state).ok());
+    }
+  }
+
+  v1::Job Submit(const v1::JobSpec& spec, Effects* effects = nullptr) {
+    Effects local;
+    absl::StatusOr<v1::Job> job = jobs_->Submit(spec, false, now_, effects ? effects : &local);
+    EXPECT_TRUE(job.ok()) << job.status();
+    return job.ok() ? *job : v1::Job();
+  }
+
+  v1::Job Get(const v1::Job& job) { return *jobs_->Get(JobId(job.job_id())); }
+
+  InMemoryJobStore store_;
+  std::unique_ptr<MembershipTable> membership_;
+  std::unique_ptr<JobManager> jobs_;
+  absl::Time now_ = kT0;
+  uint64_t next_incarnation_ = 100;
+};
+
+TEST_F(JobManagerTest, InvalidSpecIsRefusedWithFieldMessage) {
+  v1::JobSpec spec = Spec(/*tensor=*/3, 3, 3);
+  Effects effects;
+  absl::StatusOr<v1::Job> job = jobs_->Submit(spec, false, now_, &effects);
+  ASSERT_EQ(job.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(job.status().message(), HasSubstr("parallelism.tensor"));
+  EXPECT_TRUE(jobs_->List(true).empty());
+}
+
+TEST_F(JobManagerTest, ValidateOnlyCreatesNothing) {
+  Effects effects;
+  absl::StatusOr<v1::Job> job = jobs_->Submit(Spec(2, 2, 2), true, now_, &effects);
+  ASSERT_TRUE(job.ok()) << job.status();
+  EXPECT_TRUE(job->job_id().empty());
+  EXPECT_TRUE(jobs_->List(true).empty());
+  EXPECT_TRUE(store_.LoadAll()->empty());
+}
+
+TEST_F(JobManagerTest, PendingUntilMinWorkersThenRunningWithMegatronRanks) {
+  v1::Job job = Submit(Spec(2, 4, 4));
+  EXPECT_EQ(job.state(), v1::JOB_STATE_PENDING);
+  EXPECT_EQ(job.job_id(), "train-1");
+  Join("a0", "host-a", 0);
+  Join("b0", "host-b", 0);
+  Join("a1", "host-a", 1);
+  EXPECT_EQ(Get(job).state(), v1::JOB_STATE_PENDING);
+  EXPECT_THAT(Get(job).message(), HasSubstr("waiting for workers"));
+  Effects effects = Join("b1", "host-b", 1);
+
+  job = Get(job);
+  EXPECT_EQ(job.state(), v1::JOB_STATE_RUNNING);
+  EXPECT_EQ(job.generation(), 1u);
+  EXPECT_EQ(job.mesh().data_parallel(), 2);
+  EXPECT_EQ(job.mesh().tensor_parallel(), 2);
+  ASSERT_EQ(job.mesh().members_size(), 4);
+  EXPECT_EQ(CountKind(effects, v1::CoordinatorMessage::kAssign), 4);
+  for (int rank = 0; rank < 4; ++rank) {
+    const auto& member = job.mesh().members(rank);
+    EXPECT_EQ(member.coordinates().rank(), rank);
+    EXPECT_EQ(member.coordinates().tensor(), rank % 2);
+    EXPECT_EQ(member.coordinates().data(), rank / 2);
+  }
+  // Each tensor group lives on one host.
+  EXPECT_EQ(job.mesh().members(0).host(), job.mesh().members(1).host());
+  EXPECT_EQ(job.mesh().members(2).host(), job.mesh().members(3).host());
+  // The Assign carries the worker's own coordinates and the spec.
+  for (const auto& member : job.mesh().members()) {
+    auto assigns = MessagesTo(effects, member.worker_id(), v1::CoordinatorMessage::kAssign);
+    ASSERT_EQ(assigns.size(), 1u);
+    EXPECT_EQ(assigns[0].assign().coordinates().rank(), member.coordinates().rank());
+    EXPECT_EQ(assigns[0].assign().generation(), 1u);
+    EXPECT_EQ(assigns[0].assign().spec().name(), "train");
+  }
+  ReportAll(job, v1::ASSIGNMENT_STATE_READY);
+  EXPECT_EQ(Get(job).ready_workers(), 4);
+  EXPECT_EQ(Get(job).message(), "");
+}
+
+TEST_F(JobManagerTest, LostWorkerBumpsGenerationAndReconfiguresSurvivors) {
+  for (int i = 0; i < 4; ++i) Join(absl::StrCat("w", i), "h", i);
+  v1::Job job = Submit(Spec(2, 2, 4));
+  ReportAll(Get(job), v1::ASSIGNMENT_STATE_READY);
+  job = Get(job);
+  ASSERT_EQ(job.mesh().members_size(), 4);
+  const std::string victim = job.mesh().members(3).worker_id();
+
+  Effects effects = Lose(victim);
+  v1::Job after = Get(job);
+  EXPECT_EQ(after.generation(), 2u);
+  EXPECT_EQ(after.state(), v1::JOB_STATE_RECONFIGURING);
+  EXPECT_THAT(after.message(), HasSubstr(victim));
+  // 3 survivors with tp 2 and 8 micro-batches: dp 1, so 2 workers remain.
+  ASSERT_EQ(after.mesh().members_size(), 2);
+  EXPECT_EQ(CountKind(effects, v1::CoordinatorMessage::kReconfigure), 2);
+  EXPECT_EQ(CountKind(effects, v1::CoordinatorMessage::kStop), 1);
+  for (const auto& member : after.mesh().members()) {
+    EXPECT_NE(member.worker_id(), victim);
+    auto reconf = MessagesTo(effects, member.worker_id(), v1::CoordinatorMessage::kReconfigure);
+    ASSERT_EQ(reconf.size(), 1u);
+    EXPECT_EQ(reconf[0].reconfigure().generation(), 2u);
+  }
+  ASSERT_EQ(effects.generation_changes.size(), 1u);
+  EXPECT_EQ(effects.generation_changes[0].generation, Generation(2));
+
+  // A status from generation 1 is now stale.
+  v1::Job stale = job;
+  absl::Status status = Report(after.mesh().members(0).worker_id(), stale,
+                               v1::ASSIGNMENT_STATE_READY);
+  EXPECT_EQ(status.code(), absl::StatusCode::kAborted);
+  ReportAll(after, v1::ASSIGNMENT_STATE_READY);
+  EXPECT_EQ(Get(job).state(), v1::JOB_STATE_RUNNING);
+}
+
+TEST_F(JobManagerTest, SurvivorsKeepTheirCoordinatesWhenASpareFillsTheHole) {
+  for (int i = 0; i < 4; ++i) Join(absl::StrCat("w", i), "h", i);
+  v1::Job job = Submit(Spec(2, 4, 4));
+  job = Get(job);
+  Join("spare", "h", 9);  // idle: the job is at max
+  EXPECT_EQ(Get(job).generation(), 1u);
+  const auto before = job.mesh();
+  const std::string victim = before.members(1).worker_id();
+  Effects effects = Lose(victim);
+  v1::Job after = Get(job);
+  EXPECT_EQ(after.generation(), 2u);
+  ASSERT_EQ(after.mesh().members_size(), 4);
+  for (const auto& old_member : before.members()) {
+    if (old_member.worker_id() == victim) continue;
+    for (const auto& m : after.mesh().members()) {
+      if (m.worker_id() == old_member.worker_id()) {
+        EXPECT_EQ(m.coordinates().rank(), old_member.coordinates().rank());
+      }
+    }
+  }
+  EXPECT_EQ(after.mesh().members(1).worker_id(), "spare");
+  EXPECT_EQ(MessagesTo(effects, "spare", v1::CoordinatorMessage::kAssign).size(), 1u);
+}
+
+TEST_F(JobManagerTest, TooFewSurvivorsWaitThenResumeWhenAWorkerJoins) {
+  for (int i = 0; i < 4; ++i) Join(absl::StrCat("w", i), "h", i);
+  v1::Job job = Submit(Spec(2, 4, 4));
+  Lose("w0");
+  v1::Job waiting = Get(job);
+  EXPECT_EQ(waiting.state(), v1::JOB_STATE_RECONFIGURING);
+  EXPECT_THAT(waiting.message(), HasSubstr("waiting for workers"));
+  EXPECT_EQ(waiting.generation(), 1u);  // no runnable mesh, no new generation
+  EXPECT_EQ(membership_->CountInState(WorkerState::kAssigned), 3);  // survivors stay reserved
+
+  Effects effects = Join("w9", "h", 9);
+  v1::Job resumed = Get(job);
+  EXPECT_EQ(resumed.generation(), 2u);
+  EXPECT_EQ(resumed.mesh().members_size(), 4);
+  EXPECT_EQ(CountKind(effects, v1::CoordinatorMessage::kReconfigure), 3);
+  EXPECT_EQ(CountKind(effects, v1::CoordinatorMessage::kAssign), 1);
+}
+
+TEST_F(JobManagerTest, JoiningWorkersGrowTheMeshTowardMax) {
+  Join("w0", "h", 0);
+  Join("w1", "h", 1);
+  v1::Job job = Submit(Spec(2, 2, 4));
+  EXPECT_EQ(Get(job).mesh().members_size(), 2);
+  Join("w2", "h", 2);  // 3 workers cannot form dp 1.5: no change
+  EXPECT_EQ(Get(job).generation(), 1u);
+  Effects effects = Join("w3", "h", 3);
+  v1::Job grown = Get(job);
+  EXPECT_EQ(grown.generation(), 2u);
+  EXPECT_EQ(grown.mesh().members_size(), 4);
+  EXPECT_EQ(grown.mesh().data_parallel(), 2);
+  EXPECT_EQ(CountKind(effects, v1::CoordinatorMessage::kReconfigure), 2);
+  EXPECT_EQ(CountKind(effects, v1::CoordinatorMessage::kAssign), 2);
+  Join("w4", "h", 4);
+  EXPECT_EQ(Get(job).generation(), 2u);  // at max
+}
+
+TEST_F(JobManagerTest, AWorkerBelongsToAtMostOneJobAndLaterJobsBackfill) {
+  for (int i = 0; i < 3; ++i) Join(absl::StrCat("w", i), "h", i);
+  v1::Job big = Submit(Spec(2, 2, 2));
+  v1::Job huge = Submit(Spec(2, 4, 4));  // cannot start: 1 idle worker
+  v1::JobSpec small_spec = Spec(1, 1, 1);
+  v1::Job small = Submit(small_spec);    // backfills the last idle worker
+  EXPECT_EQ(Get(big).state(), v1::JOB_STATE_RUNNING);
+  EXPECT_EQ(Get(huge).state(), v1::JOB_STATE_PENDING);
+  EXPECT_EQ(Get(small).state(), v1::JOB_STATE_RUNNING);
+  std::set<std::string> used;
+  for (const v1::Job& j : {Get(big), Get(small)}) {
+    for (const auto& m : j.mesh().members()) EXPECT_TRUE(used.insert(m.worker_id()).second);
+  }
+  // Cancelling `big` frees its workers, but `huge` still needs 4.
+  Effects effects;
+  ASSERT_TRUE(jobs_->Cancel(JobId(big.job_id()), now_, &effects).ok());
+  EXPECT_EQ(CountKind(effects, v1::CoordinatorMessage::kStop), 2);
+  EXPECT_EQ(Get(big).state(), v1::JOB_STATE_CANCELLED);
+  EXPECT_EQ(Get(huge).state(), v1::JOB_STATE_PENDING);
+  Join("w3", "h", 3);
+  Effects done;
+  ASSERT_TRUE(Report(Get(small).mesh().members(0).worker_id(), Get(small),
+                     v1::ASSIGNMENT_STATE_COMPLETED, &done)
+                  .ok());
+  EXPECT_EQ(Get(small).state(), v1::JOB_STATE_COMPLETED);
+  EXPECT_EQ(Get(huge).state(), v1::JOB_STATE_RUNNING);
+  EXPECT_EQ(Get(huge).mesh().members_size(), 4);
+}
+
+TEST_F(JobManagerTest, CancelAndErrorsForUnknownOrFinishedJobs) {
+  v1::Job job = Submit(Spec(1, 1, 1));
+  Effects effects;
+  EXPECT_EQ(jobs_->Cancel(JobId("nope-1"), now_, &effects).status().code(),
+            absl::StatusCode::kNotFound);
+  EXPECT_EQ(jobs_->Get(JobId("nope-1")).status().code(), absl::StatusCode::kNotFound);
+  ASSERT_TRUE(jobs_->Cancel(JobId(job.job_id()), now_, &effects).ok());
+  EXPECT_EQ(jobs_->Cancel(JobId(job.job_id()), now_, &effects).status().code(),
+            absl::StatusCode::kFailedPrecondition);
+  EXPECT_TRUE(jobs_->List(false).empty());
+  EXPECT_EQ(jobs_->List(true).size(), 1u);
+}
+
+TEST_F(JobManagerTest, AFailedMemberFailsTheJobAndFreesTheOthers) {
+  Join("w0", "h", 0);
+  Join("w1", "h", 1);
+  v1::Job job = Submit(Spec(2, 2, 2));
+  job = Get(job);
+  Effects effects;
+  v1::AssignmentStatus status;
+  status.set_job_id(job.job_id());
+  status.set_generation(job.generation());
+  status.set_state(v1::ASSIGNMENT_STATE_FAILED);
+  status.set_message("out of memory");
+  ASSERT_TRUE(jobs_->OnAssignmentStatus(WorkerId("w0"), status, now_, &effects).ok());
+  EXPECT_EQ(Get(job).state(), v1::JOB_STATE_FAILED);
+  EXPECT_THAT(Get(job).message(), HasSubstr("out of memory"));
+  EXPECT_EQ(membership_->CountInState(WorkerState::kIdle), 2);
+  EXPECT_EQ(effects.finished_jobs.size(), 1u);
+}
+
+TEST_F(JobManagerTest, ScaleValidatesAndShrinks) {
+  for (int i = 0; i < 4; ++i) Join(absl::StrCat("w", i), "h", i);
+  v1::Job job = Submit(Spec(2, 2, 4));
+  EXPECT_EQ(Get(job).mesh().members_size(), 4);
+  Effects effects;
+  absl::StatusOr<v1::Job> bad = jobs_->Scale(JobId(job.job_id()), 4, 2, now_, &effects);
+  EXPECT_EQ(bad.status().code(), absl::StatusCode::kInvalidArgument);
+  absl::StatusOr<v1::Job> scaled = jobs_->Scale(JobId(job.job_id()), 2, 2, now_, &effects);
+  ASSERT_TRUE(scaled.ok()) << scaled.status();
+  EXPECT_EQ(scaled->mesh().members_size(), 2);
+  EXPECT_EQ(scaled->generation(), 2u);
+  EXPECT_EQ(membership_->CountInState(WorkerState::kIdle), 2);
+}
+
+TEST_F(JobManagerTest, FailedPersistenceCreatesNothing) {
+  store_.FailNextPut(absl::UnavailableError("disk full"));
+  Effects effects;
+  absl::StatusOr<v1::Job> job = jobs_->Submit(Spec(1, 1, 1), false, now_, &effects);
+  EXPECT_EQ(job.status().code(), absl::StatusCode::kUnavailable);
+  EXPECT_TRUE(jobs_->List(true).empty());
+}
+
+TEST_F(JobManagerTest, RestartReadoptsReturningWorkersWithoutReplan) {
+  for (int i = 0; i < 4; ++i) Join(absl::StrCat("w", i), "h", i);
+  v1::Job job = Submit(Spec(2, 4, 4));
+  job = Get(job);
+  ReportAll(job, v1::ASSIGNMENT_STATE_READY);
+
+  // The coordinator restarts: fresh membership and manager over the same store.
+  Reset();
+  ASSERT_TRUE(jobs_->Restore(now_).ok());
+  EXPECT_EQ(jobs_->awaiting_readoption(), 4u);
+  v1::Job restored = Get(job);
+  EXPECT_EQ(restored.state(), v1::JOB_STATE_RUNNING);
+  EXPECT_EQ(restored.generation(), 1u);
+
+  // Three come back holding their place; one never does.
+  for (int i = 0; i < 3; ++i) {
+    const auto& member = job.mesh().members(i);
+    v1::Hello hello = Hello(member.worker_id(), member.host(), member.device_index(),
+                            member.incarnation());
+    hello.mutable_held()->set_job_id(job.job_id());
+    hello.mutable_held()->set_generation(job.generation());
+    *hello.mutable_held()->mutable_coordinates() = member.coordinates();
+    Effects effects = JoinHello(hello);
+    EXPECT_TRUE(effects.messages.empty());
+  }
+  EXPECT_EQ(Get(job).generation(), 1u);
+  EXPECT_EQ(membership_->CountInState(WorkerState::kAssigned), 3);
+
+  now_ += absl::Seconds(11);
+  Effects effects;
+  jobs_->Tick(now_, &effects);
+  EXPECT_EQ(jobs_->awaiting_readoption(), 0u);
+  EXPECT_EQ(Get(job).state(), v1::JOB_STATE_RECONFIGURING);
+  EXPECT_THAT(Get(job).message(), HasSubstr(job.mesh().members(3).worker_id()));
+}
+
+TEST_F(JobManagerTest, RestartedWorkerProcessIsNotReadopted) {
+  for (int i = 0; i < 2; ++i) Join(absl::StrCat("w", i), "h", i);
+  v1::Job job = Submit(Spec(2, 2, 2));
+  job = Get(job);
+  Reset();
+  ASSERT_TRUE(jobs_->Restore(now_).ok());
+  // w0 comes back as a new process (new incarnation, no held assignment).
+  Effects effects = Join(job.mesh().members(0).worker_id(), "h", 0, /*incarnation=*/777);
+  v1::Job after = Get(job);
+  EXPECT_EQ(after.state(), v1::JOB_STATE_RECONFIGURING);
+  EXPECT_EQ(after.mesh().members_size(), 1);
+}
+
+TEST_F(JobManagerTest, WorkerHoldingAnUnknownAssignmentIsToldToStop) {
+  v1::Hello hello = Hello("w0", "h", 0, 5);
+  hello.mutable_held()->set_job_id("gone-7");
+  hello.mutable_held()->set_generation(3);
+  Effects effects = JoinHello(hello);
+  auto stops = MessagesTo(effects, "w0", v1::CoordinatorMessage::kStop);
+  ASSERT_EQ(stops.size(), 1u);
+  EXPECT_EQ(stops[0].stop().job_id(), "gone-7");
+  EXPECT_EQ(stops[0].stop().generation(), 3u);
+}
+
+TEST_F(JobManagerTest, ProgressFromRankZeroIsPublished) {
+  Join("w0", "h", 0);
+  v1::Job job = Submit(Spec(1, 1, 1));
+  job = Get(job);
+  v1::Heartbeat heartbeat;
+  heartbeat.set_job_id(job.job_id());
+  heartbeat.set_generation(job.generation());
+  heartbeat.mutable_progress()->set_step(7);
+  heartbeat.mutable_progress()->set_loss(2.5);
+  Effects effects;
+  jobs_->OnProgress(WorkerId("w0"), heartbeat, &effects);
+  EXPECT_EQ(Get(job).progress().step(), 7);
+  ASSERT_EQ(effects.events.size(), 1u);
+  EXPECT_EQ(effects.events[0].kind, v1::JOB_EVENT_KIND_PROGRESS);
+  heartbeat.set_generation(job.generation() + 5);
+  heartbeat.mutable_progress()->set_step(8);
+  jobs_->OnProgress(WorkerId("w0"), heartbeat, &effects);
+  EXPECT_EQ(Get(job).progress().step(), 7);
+}
+
+}  // namespace
+}  // namespace cohort::coordinator

@@ -1,0 +1,223 @@
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "tools/cohortctl/command_line.h"
+
+namespace cohort::cohortctl {
+namespace {
+
+using ::testing::ElementsAre;
+using ::testing::HasSubstr;
+using ::testing::Pair;
+
+using Flags = std::vector<std::pair<std::string, std::string>>;
+
+TEST(ScanCommandLineTest, SplitsFlagsAndOperandsInAnyOrder) {
+  absl::StatusOr<ScannedCommandLine> scanned =
+      ScanCommandLine({"--coordinator=h:1", "scale", "j1", "--min_workers", "3", "-output", "json",
+                       "--max_workers=5"});
+  ASSERT_TRUE(scanned.ok()) << scanned.status();
+  EXPECT_THAT(scanned->positional, ElementsAre("scale", "j1"));
+  EXPECT_THAT(scanned->flags, ElementsAre(Pair("coordinator", "h:1"), Pair("min_workers", "3"),
+                                          Pair("output", "json"), Pair("max_workers", "5")));
+  EXPECT_FALSE(scanned->help);
+}
+
+TEST(ScanCommandLineTest, BoolFlagsTakeNoSeparateValue) {
+  absl::StatusOr<ScannedCommandLine> scanned =
+      ScanCommandLine({"list", "--all", "x", "--nozero1", "--validate_only=false"});
+  ASSERT_TRUE(scanned.ok()) << scanned.status();
+  // "x" after a bool flag is an operand, not the flag's value.
+  EXPECT_THAT(scanned->positional, ElementsAre("list", "x"));
+  EXPECT_THAT(scanned->flags, ElementsAre(Pair("all", "true"), Pair("zero1", "false"),
+                                          Pair("validate_only", "false")));
+}
+
+TEST(ScanCommandLineTest, DoubleDashEndsFlagsAndNegativeValuesAreValues) {
+  absl::StatusOr<ScannedCommandLine> scanned =
+      ScanCommandLine({"submit", "--seed", "-1", "--", "--odd-file-name"});
+  ASSERT_TRUE(scanned.ok()) << scanned.status();
+  EXPECT_THAT(scanned->positional, ElementsAre("submit", "--odd-file-name"));
+  EXPECT_THAT(scanned->flags, ElementsAre(Pair("seed", "-1")));
+}
+
+TEST(ScanCommandLineTest, HelpIsRecognisedInEverySpelling) {
+  for (const char* spelling : {"--help", "-h", "-help", "--h"}) {
+    absl::StatusOr<ScannedCommandLine> scanned = ScanCommandLine({spelling});
+    ASSERT_TRUE(scanned.ok()) << spelling;
+    EXPECT_TRUE(scanned->help) << spelling;
+  }
+}
+
+TEST(ScanCommandLineTest, UnknownFlagAndMissingValueAreUsageErrors) {
+  absl::StatusOr<ScannedCommandLine> scanned = ScanCommandLine({"list", "--al"});
+  ASSERT_FALSE(scanned.ok());
+  EXPECT_EQ(scanned.status().message(), "unknown flag --al");
+
+  scanned = ScanCommandLine({"submit", "--tensor"});
+  ASSERT_FALSE(scanned.ok());
+  EXPECT_THAT(std::string(scanned.status().message()),
+              HasSubstr("flag --tensor needs a value (--tensor=N)"));
+
+  // --no prefix only negates bools.
+  scanned = ScanCommandLine({"--notensor"});
+  EXPECT_FALSE(scanned.ok());
+}
+
+CtlConfig ConfigWithArgs(std::vector<std::string> args) {
+  CtlConfig config;
+  config.args = std::move(args);
+  return config;
+}
+
+TEST(ParseCommandTest, ReadsEveryCommand) {
+  struct Case {
+    std::vector<std::string> args;
+    CommandKind kind;
+    std::string operand;
+  };
+  const std::vector<Case> cases = {
+      {{"submit", "job.yaml"}, CommandKind::kSubmit, "job.yaml"},
+      {{"list"}, CommandKind::kList, ""},
+      {{"get", "j1"}, CommandKind::kGet, "j1"},
+      {{"watch", "j2"}, CommandKind::kWatch, "j2"},
+      {{"cancel", "j3"}, CommandKind::kCancel, "j3"},
+      {{"workers"}, CommandKind::kWorkers, ""},
+      {{"help", "submit"}, CommandKind::kHelp, ""},
+  };
+  for (const Case& c : cases) {
+    absl::StatusOr<Command> command = ParseCommand(ConfigWithArgs(c.args));
+    ASSERT_TRUE(command.ok()) << c.args[0] << ": " << command.status();
+    EXPECT_EQ(command->kind, c.kind) << c.args[0];
+    EXPECT_EQ(command->operand, c.operand) << c.args[0];
+    EXPECT_EQ(command->name, c.args[0]);
+  }
+}
+
+TEST(ParseCommandTest, OperandCountsAreChecked) {
+  EXPECT_EQ(ParseCommand(ConfigWithArgs({})).status().message(), "no command given");
+  EXPECT_EQ(ParseCommand(ConfigWithArgs({"get"})).status().message(), "get needs a JOB operand");
+  EXPECT_EQ(ParseCommand(ConfigWithArgs({"list", "x"})).status().message(),
+            "list: unexpected operand \"x\"");
+  EXPECT_EQ(ParseCommand(ConfigWithArgs({"cancel", "a", "b"})).status().message(),
+            "cancel: unexpected operand \"b\"");
+  EXPECT_EQ(ParseCommand(ConfigWithArgs({"frobnicate"})).status().message(),
+            "unknown command \"frobnicate\"");
+}
+
+TEST(ParseCommandTest, FlagsMustBelongToTheCommand) {
+  CtlConfig config = ConfigWithArgs({"list"});
+  config.spec.tensor = 2;
+  config.validate_only = true;
+  EXPECT_EQ(ParseCommand(config).status().message(),
+            "list does not take --tensor, --validate_only");
+
+  config = ConfigWithArgs({"submit", "f.yaml"});
+  config.all = true;
+  EXPECT_EQ(ParseCommand(config).status().message(), "submit does not take --all");
+
+  config = ConfigWithArgs({"scale", "j1"});
+  config.spec.min_workers = 2;
+  config.spec.steps = 5;
+  EXPECT_EQ(ParseCommand(config).status().message(), "scale does not take --steps");
+
+  config = ConfigWithArgs({"get", "j1"});
+  config.spec.name.emplace("x");
+  EXPECT_FALSE(ParseCommand(config).ok());
+}
+
+TEST(ParseCommandTest, ScaleNeedsMinWorkers) {
+  CtlConfig config = ConfigWithArgs({"scale", "j1"});
+  config.spec.max_workers = 4;
+  EXPECT_THAT(std::string(ParseCommand(config).status().message()),
+              HasSubstr("scale needs --min_workers"));
+  config.spec.min_workers = 2;
+  EXPECT_TRUE(ParseCommand(config).ok());
+}
+
+TEST(ParseCommandTest, SubmitNeedsAFileOrSpecFlags) {
+  CtlConfig config = ConfigWithArgs({"submit"});
+  EXPECT_THAT(std::string(ParseCommand(config).status().message()),
+              HasSubstr("submit needs a FILE or spec flags"));
+  config.spec.name.emplace("quick");
+  absl::StatusOr<Command> command = ParseCommand(config);
+  ASSERT_TRUE(command.ok()) << command.status();
+  EXPECT_EQ(command->operand, "");
+}
+
+TEST(ParseCommandTest, DeviceMustBeCpuOrGpu) {
+  CtlConfig config = ConfigWithArgs({"submit"});
+  config.spec.device.emplace("tpu");
+  EXPECT_EQ(ParseCommand(config).status().message(), "--device must be cpu or gpu, not \"tpu\"");
+  config.spec.device.emplace("GPU");
+  EXPECT_TRUE(ParseCommand(config).ok());
+}
+
+TEST(CommandLineTest, CoordinatorAddressPrefersFlagThenEnvironment) {
+  EXPECT_EQ(ResolveCoordinatorAddress(std::string("a:1"), "b:2"), "a:1");
+  EXPECT_EQ(ResolveCoordinatorAddress(std::nullopt, "b:2"), "b:2");
+  EXPECT_EQ(ResolveCoordinatorAddress(std::nullopt, ""), "localhost:7070");
+  EXPECT_EQ(ResolveCoordinatorAddress(std::nullopt, nullptr), "localhost:7070");
+}
+
+TEST(CommandLineTest, OutputFormat) {
+  EXPECT_EQ(*ParseOutputFormat("table"), OutputFormat::kTable);
+  EXPECT_EQ(*ParseOutputFormat("json"), OutputFormat::kJson);
+  EXPECT_EQ(ParseOutputFormat("yaml").status().message(),
+            "--output must be table or json, not \"yaml\"");
+}
+
+TEST(CommandLineTest, SetSpecFlagNamesListsOnlySetFlags) {
+  SpecFlags spec;
+  EXPECT_TRUE(SetSpecFlagNames(spec).empty());
+  spec.zero1 = false;  // set, even though false
+  spec.steps = 10;
+  EXPECT_THAT(SetSpecFlagNames(spec), ElementsAre("--zero1", "--steps"));
+}
+
+TEST(CommandLineTest, UsageDocumentsEveryCommandAndFlag) {
+  const std::string usage = UsageText();
+  for (const char* command : {"submit FILE", "list", "get JOB", "watch JOB", "cancel JOB",
+                              "scale JOB", "workers", "help"}) {
+    EXPECT_THAT(usage, HasSubstr(command));
+  }
+  for (const FlagDoc& flag : FlagDocs()) {
+    EXPECT_THAT(usage, HasSubstr(std::string("--") + flag.name)) << flag.name;
+  }
+  EXPECT_THAT(usage, HasSubstr("COHORT_COORDINATOR"));
+  EXPECT_THAT(usage, HasSubstr("64 usage error"));
+  // Fits an 80-column terminal.
+  size_t start = 0;
+  while (start < usage.size()) {
+    size_t end = usage.find('\n', start);
+    if (end == std::string::npos) end = usage.size();
+    EXPECT_LE(end - start, 79u) << usage.substr(start, end - start);
+    start = end + 1;
+  }
+}
+
+TEST(CommandLineTest, EveryFlagScansAndEverySpecFlagIsDocumented) {
+  // The flags SpecFlags carries are the ones the help text lists.
+  SpecFlags all;
+  all.name.emplace("x");
+  all.device.emplace("cpu");
+  all.layers = all.heads = all.width = all.vocab = all.context = 1;
+  all.seed = 1;
+  all.data_shards.emplace("x");
+  all.lr = all.min_lr = all.weight_decay = all.grad_clip = 1;
+  all.warmup = all.global_batch = all.micro_batch = all.tensor = all.pipeline = all.min_workers =
+      all.max_workers = all.keep_last = all.checkpoint_interval = 1;
+  all.zero1 = true;
+  all.steps = 1;
+  for (const std::string& name : SetSpecFlagNames(all)) {
+    absl::StatusOr<ScannedCommandLine> scanned = ScanCommandLine({name + "=1"});
+    EXPECT_TRUE(scanned.ok()) << name << " is not in FlagDocs";
+  }
+  EXPECT_EQ(SetSpecFlagNames(all).size(), 24u);
+}
+
+}  // namespace
+}  // namespace cohort::cohortctl

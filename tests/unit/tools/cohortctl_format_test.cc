@@ -1,0 +1,258 @@
+// Tables, job details, the progress bar and event lines of cohortctl.
+
+#include <string>
+
+#include "absl/strings/str_split.h"
+#include "absl/time/time.h"
+#include "common/proto_time.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "tools/cohortctl/job_format.h"
+#include "tools/cohortctl/progress_bar.h"
+#include "tools/cohortctl/spec_builder.h"
+#include "tools/cohortctl/text_table.h"
+
+namespace cohort::cohortctl {
+namespace {
+
+using ::testing::HasSubstr;
+using ::testing::Not;
+using ::testing::StartsWith;
+
+// A RUNNING demo job at step 120 on a 2x2x1 mesh of four workers.
+v1::Job RunningJob() {
+  v1::Job job;
+  job.set_job_id("j-7f3a");
+  *job.mutable_spec() = DemoJobSpec();
+  job.set_state(v1::JOB_STATE_RUNNING);
+  job.set_generation(3);
+  job.set_ready_workers(4);
+  job.set_message("training");
+  v1::Mesh& mesh = *job.mutable_mesh();
+  mesh.set_data_parallel(2);
+  mesh.set_tensor_parallel(2);
+  mesh.set_pipeline_parallel(1);
+  for (int rank = 0; rank < 4; ++rank) {
+    v1::MeshMember& member = *mesh.add_members();
+    member.set_worker_id(absl::StrCat("w", rank));
+    member.set_host(rank < 2 ? "host-a" : "host-b");
+    member.set_device_index(rank % 2);
+    member.mutable_coordinates()->set_rank(rank);
+    member.mutable_coordinates()->set_tensor(rank % 2);
+    member.mutable_coordinates()->set_data(rank / 2);
+  }
+  job.mutable_progress()->set_step(120);
+  job.mutable_progress()->set_loss(3.21049);
+  job.mutable_progress()->set_tokens_per_second(12345);
+  job.mutable_progress()->set_step_time_seconds(0.125);
+  *job.mutable_create_time() = ToProtoTime(absl::FromUnixSeconds(1'700'000'000));
+  return job;
+}
+
+TEST(TextTableTest, AlignsColumnsWithoutTrailingBlanks) {
+  TextTable table({"A", "LONG HEADER", "C"});
+  table.AddRow({"wide cell", "x", "last"});
+  table.AddRow({"y"});  // missing cells print empty
+  table.AddRow({"multi\nline", "tab\there", "z", "dropped"});
+  EXPECT_EQ(table.row_count(), 3u);
+  EXPECT_EQ(table.Render(),
+            "A           LONG HEADER  C\n"
+            "wide cell   x            last\n"
+            "y\n"
+            "multi line  tab here     z\n");
+}
+
+TEST(JobFormatTest, NamesAndShapes) {
+  EXPECT_EQ(JobStateName(v1::JOB_STATE_RECONFIGURING), "RECONFIGURING");
+  EXPECT_EQ(JobStateName(static_cast<v1::JobState>(42)), "UNKNOWN(42)");
+  EXPECT_EQ(WorkerStateName(v1::WORKER_STATE_LOST), "LOST");
+  EXPECT_EQ(JobEventKindName(v1::JOB_EVENT_KIND_MESH_CHANGED), "MESH_CHANGED");
+  EXPECT_TRUE(IsTerminal(v1::JOB_STATE_CANCELLED));
+  EXPECT_FALSE(IsTerminal(v1::JOB_STATE_RECONFIGURING));
+  EXPECT_EQ(MeshShape(RunningJob().mesh()), "2x2x1");
+  EXPECT_EQ(MeshShape(v1::Mesh()), "-");
+  EXPECT_EQ(DeviceLabel(v1::DEVICE_KIND_GPU, 3), "gpu:3");
+  EXPECT_EQ(DeviceLabel(v1::DEVICE_KIND_UNSPECIFIED, 0), "cpu:0");
+  EXPECT_EQ(StepProgress(RunningJob()), "120/200");
+}
+
+TEST(JobFormatTest, Ages) {
+  EXPECT_EQ(FormatAge(absl::Milliseconds(850)), "850ms");
+  EXPECT_EQ(FormatAge(absl::Milliseconds(4200)), "4.2s");
+  EXPECT_EQ(FormatAge(absl::Seconds(187)), "3m07s");
+  EXPECT_EQ(FormatAge(absl::Minutes(125)), "2h05m");
+  EXPECT_EQ(FormatAge(absl::Seconds(-3)), "0ms");
+}
+
+TEST(JobFormatTest, JobTable) {
+  v1::ListJobsResponse response;
+  *response.add_jobs() = RunningJob();
+  v1::Job& pending = *response.add_jobs();
+  pending.set_job_id("j-2");
+  pending.mutable_spec()->set_name("next");
+  pending.mutable_spec()->set_steps(50);
+  pending.set_state(v1::JOB_STATE_PENDING);
+  pending.set_message("waiting for 2 workers, have 1");
+  EXPECT_EQ(FormatJobTable(response),
+            "JOB     NAME  STATE    GEN  WORKERS  MESH   STEP/STEPS  MESSAGE\n"
+            "j-7f3a  demo  RUNNING  3    4        2x2x1  120/200     training\n"
+            "j-2     next  PENDING  0    0        -      0/50        waiting "
+            "for 2 workers, have 1\n");
+}
+
+TEST(JobFormatTest, JobDetailsShowSpecProgressAndMesh) {
+  const std::string details = FormatJobDetails(RunningJob());
+  EXPECT_THAT(details, StartsWith("Job:         j-7f3a\nName:        demo\n"
+                                  "State:       RUNNING\n"));
+  EXPECT_THAT(details, HasSubstr("Created:     2023-11-14 22:13:20 UTC\n"));
+  EXPECT_THAT(details, HasSubstr("Updated:     -\n"));
+  EXPECT_THAT(details, HasSubstr("Progress:    step 120/200, loss 3.2105, 12345 "
+                                 "tokens/s, 0.125 s/step\n"));
+  EXPECT_THAT(details, HasSubstr("Model:       2 layers, 4 heads, width 64, "
+                                 "vocab 256, context 64\n"));
+  EXPECT_THAT(details, HasSubstr("Optimizer:   lr 0.001 -> 0.0001, warmup 10, "
+                                 "weight decay 0.1, grad clip 1\n"));
+  EXPECT_THAT(details, HasSubstr("Elastic:     2..4 workers\n"));
+  EXPECT_THAT(details, HasSubstr("Checkpoint:  every 50 steps, keep last 3\n"));
+  EXPECT_THAT(details, HasSubstr("Mesh:        2x2x1 (data x tensor x "
+                                 "pipeline), 4 members, 4 ready\n"));
+  EXPECT_THAT(details, HasSubstr("RANK  WORKER  HOST    DEVICE  DATA  TENSOR  PIPELINE\n"
+                                 "0     w0      host-a  cpu:0   0     0       0\n"
+                                 "1     w1      host-a  cpu:1   0     1       0\n"
+                                 "2     w2      host-b  cpu:0   1     0       0\n"
+                                 "3     w3      host-b  cpu:1   1     1       0\n"));
+}
+
+TEST(JobFormatTest, PendingJobHasNoMeshTable) {
+  v1::Job job = RunningJob();
+  job.clear_mesh();
+  job.mutable_progress()->set_step(0);
+  const std::string details = FormatJobDetails(job);
+  EXPECT_THAT(details, HasSubstr("Progress:    step 0/200\n"));  // no loss yet
+  EXPECT_THAT(details, HasSubstr("Mesh:        none yet\n"));
+  EXPECT_THAT(details, Not(HasSubstr("RANK")));
+}
+
+TEST(JobFormatTest, WorkerTable) {
+  v1::ListWorkersResponse response;
+  v1::WorkerInfo& busy = *response.add_workers();
+  busy.set_worker_id("w0");
+  busy.set_host("host-a");
+  busy.set_device_kind(v1::DEVICE_KIND_GPU);
+  busy.set_device_index(1);
+  busy.set_state(v1::WORKER_STATE_ASSIGNED);
+  busy.set_job_id("j-7f3a");
+  busy.mutable_coordinates()->set_rank(5);
+  busy.set_last_heartbeat_age_ms(250);
+  busy.set_metrics_address("host-a:9466");
+  v1::WorkerInfo& idle = *response.add_workers();
+  idle.set_worker_id("w1");
+  idle.set_host("host-b");
+  idle.set_state(v1::WORKER_STATE_IDLE);
+  idle.set_last_heartbeat_age_ms(61'000);
+  EXPECT_EQ(FormatWorkerTable(response),
+            "WORKER  HOST    DEVICE  STATE     JOB     RANK  HEARTBEAT AGE  "
+            "METRICS\n"
+            "w0      host-a  gpu:1   ASSIGNED  j-7f3a  5     250ms          "
+            "host-a:9466\n"
+            "w1      host-b  cpu:0   IDLE      -       -     1m01s          -\n");
+}
+
+TEST(JobFormatTest, Summary) {
+  EXPECT_EQ(FormatJobSummary(RunningJob()), "j-7f3a RUNNING (training)");
+  v1::Job job;
+  job.set_job_id("j-1");
+  job.set_state(v1::JOB_STATE_PENDING);
+  EXPECT_EQ(FormatJobSummary(job), "j-1 PENDING");
+}
+
+TEST(ProgressBarTest, Rates) {
+  EXPECT_EQ(FormatRate(0), "0");
+  EXPECT_EQ(FormatRate(950), "950");
+  EXPECT_EQ(FormatRate(12345), "12.3k");
+  EXPECT_EQ(FormatRate(456789), "457k");
+  EXPECT_EQ(FormatRate(4.56e6), "4.56M");
+  EXPECT_EQ(FormatRate(-1), "-");
+}
+
+TEST(ProgressBarTest, RendersBarStepLossRateStateAndGeneration) {
+  const std::string bar = RenderProgressBar(RunningJob(), 120);
+  // 60% of a 40-cell bar is 24 cells; no trailing blanks after the state.
+  EXPECT_EQ(bar,
+            "[########################................] 120/200  60%  loss  "
+            "3.2105  12.3k tok/s  gen 3  RUNNING");
+}
+
+TEST(ProgressBarTest, BarKeepsItsPlaceAsNumbersChange) {
+  v1::Job job = RunningJob();
+  const size_t text_start = RenderProgressBar(job, 100).find(']');
+  job.mutable_progress()->set_step(7);
+  job.mutable_progress()->set_loss(10.5);
+  job.mutable_progress()->set_tokens_per_second(3);
+  job.set_state(v1::JOB_STATE_RECONFIGURING);
+  job.set_generation(4);
+  EXPECT_EQ(RenderProgressBar(job, 100).find(']'), text_start);
+}
+
+TEST(ProgressBarTest, NarrowTerminalsShrinkThenDropTheBar) {
+  const v1::Job job = RunningJob();
+  for (int width : {80, 70, 60, 40, 10}) {
+    const std::string bar = RenderProgressBar(job, width);
+    EXPECT_LE(static_cast<int>(bar.size()), width - 1) << width;
+  }
+  EXPECT_THAT(RenderProgressBar(job, 80), StartsWith("[#########......]"));
+  EXPECT_THAT(RenderProgressBar(job, 70), StartsWith("[###..] 120/200"));
+  EXPECT_THAT(RenderProgressBar(job, 60), StartsWith("120/200  60%"));
+}
+
+TEST(ProgressBarTest, EdgesOfTheRange) {
+  v1::Job job = RunningJob();
+  job.mutable_progress()->set_step(0);
+  EXPECT_THAT(RenderProgressBar(job, 120),
+              StartsWith("[........................................]   0/200   "
+                         "0%  loss       -"));
+  job.mutable_progress()->set_step(250);  // past the end: clamps to full
+  EXPECT_THAT(RenderProgressBar(job, 120),
+              StartsWith("[########################################] 250/200 "
+                         "100%"));
+  job.mutable_spec()->set_steps(0);  // no division by zero
+  EXPECT_THAT(RenderProgressBar(job, 120), HasSubstr("   0%"));
+}
+
+TEST(ProgressBarTest, RedrawOverwritesTheLine) {
+  const std::string redraw = RedrawProgressBar(RunningJob(), 100);
+  EXPECT_THAT(redraw, StartsWith("\r["));
+  EXPECT_EQ(redraw.substr(redraw.size() - 3), "\x1b[K");
+}
+
+TEST(ProgressBarTest, EventLine) {
+  v1::JobEvent event;
+  event.set_kind(v1::JOB_EVENT_KIND_PROGRESS);
+  *event.mutable_job() = RunningJob();
+  event.mutable_job()->set_message("say \"hi\"\nnow");
+  *event.mutable_time() = ToProtoTime(absl::FromUnixMillis(1'700'000'000'250));
+  EXPECT_EQ(FormatEventLine(event),
+            "2023-11-14T22:13:20.250Z PROGRESS job=j-7f3a state=RUNNING gen=3 "
+            "step=120/200 loss=3.2105 tok/s=12345 mesh=2x2x1 workers=4 "
+            "message=\"say \\\"hi\\\" now\"");
+  event.clear_time();
+  event.mutable_job()->clear_message();
+  EXPECT_THAT(FormatEventLine(event), StartsWith("- PROGRESS job=j-7f3a"));
+  EXPECT_THAT(FormatEventLine(event), Not(HasSubstr("message=")));
+}
+
+TEST(ProgressBarTest, FinalLine) {
+  v1::Job job = RunningJob();
+  job.set_state(v1::JOB_STATE_COMPLETED);
+  job.clear_message();
+  job.mutable_progress()->set_step(200);
+  EXPECT_EQ(FormatFinalLine(job), "job j-7f3a COMPLETED at step 200/200");
+  job.set_state(v1::JOB_STATE_FAILED);
+  job.set_message("worker w2 lost and no checkpoint");
+  EXPECT_EQ(FormatFinalLine(job),
+            "job j-7f3a FAILED at step 200/200: worker w2 lost and no "
+            "checkpoint");
+}
+
+}  // namespace
+}  // namespace cohort::cohortctl

@@ -1,0 +1,155 @@
+#include "tools/cohortctl/api_client.h"
+
+#include <utility>
+
+#include "absl/strings/cord.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "grpcpp/client_context.h"
+#include "grpcpp/create_channel.h"
+#include "grpcpp/security/credentials.h"
+
+namespace cohort::cohortctl {
+namespace {
+
+// Payload that marks a status as "no connection" rather than a reply.
+constexpr char kUnreachablePayload[] = "type.cohort.dev/cohortctl.Unreachable";
+
+absl::StatusCode CodeFromGrpc(grpc::StatusCode code) {
+  // gRPC and absl share the canonical code numbers.
+  return static_cast<absl::StatusCode>(static_cast<int>(code));
+}
+
+std::string Seconds(absl::Duration d) { return absl::StrFormat("%gs", absl::ToDoubleSeconds(d)); }
+
+}  // namespace
+
+bool IsUnreachable(const absl::Status& status) {
+  return status.GetPayload(kUnreachablePayload).has_value();
+}
+
+std::unique_ptr<ApiClient> ApiClient::Create(const ApiClientOptions& options) {
+  return std::make_unique<ApiClient>(
+      grpc::CreateChannel(options.address, grpc::InsecureChannelCredentials()), options);
+}
+
+ApiClient::ApiClient(std::shared_ptr<grpc::Channel> channel, ApiClientOptions options)
+    : channel_(std::move(channel)),
+      options_(std::move(options)),
+      jobs_(v1::Jobs::NewStub(channel_)),
+      workers_(v1::Workers::NewStub(channel_)) {}
+
+absl::Status ApiClient::Unreachable(const std::string& reason) const {
+  absl::Status status = absl::UnavailableError(
+      absl::StrCat("cannot reach the coordinator at ", options_.address, " (", reason, ")"));
+  status.SetPayload(kUnreachablePayload, absl::Cord("1"));
+  return status;
+}
+
+absl::Status ApiClient::FromGrpc(const grpc::Status& status) const {
+  const grpc::StatusCode code = status.error_code();
+  // UNAVAILABLE and DEADLINE_EXCEEDED on a channel that is not connected mean
+  // the call never reached the coordinator; on a connected channel they are
+  // the coordinator's own answer.
+  if ((code == grpc::StatusCode::UNAVAILABLE || code == grpc::StatusCode::DEADLINE_EXCEEDED) &&
+      channel_->GetState(/*try_to_connect=*/false) != GRPC_CHANNEL_READY) {
+    return Unreachable(code == grpc::StatusCode::DEADLINE_EXCEEDED
+                           ? absl::StrCat("no connection within ", Seconds(options_.timeout))
+                           : status.error_message());
+  }
+  return absl::Status(CodeFromGrpc(code), status.error_message());
+}
+
+template <typename Response, typename Call>
+absl::StatusOr<Response> ApiClient::Unary(Call call) {
+  grpc::ClientContext context;
+  context.set_wait_for_ready(false);
+  context.set_deadline(absl::ToChronoTime(absl::Now() + options_.timeout));
+  Response response;
+  const grpc::Status status = call(&context, &response);
+  if (!status.ok()) return FromGrpc(status);
+  return response;
+}
+
+absl::StatusOr<v1::Job> ApiClient::Submit(const v1::SubmitJobRequest& request) {
+  return Unary<v1::Job>([&](grpc::ClientContext* context, v1::Job* response) {
+    return jobs_->Submit(context, request, response);
+  });
+}
+
+absl::StatusOr<v1::Job> ApiClient::Get(const std::string& job_id) {
+  v1::GetJobRequest request;
+  request.set_job_id(job_id);
+  return Unary<v1::Job>([&](grpc::ClientContext* context, v1::Job* response) {
+    return jobs_->Get(context, request, response);
+  });
+}
+
+absl::StatusOr<v1::ListJobsResponse> ApiClient::List(bool include_finished) {
+  v1::ListJobsRequest request;
+  request.set_include_finished(include_finished);
+  return Unary<v1::ListJobsResponse>(
+      [&](grpc::ClientContext* context, v1::ListJobsResponse* response) {
+        return jobs_->List(context, request, response);
+      });
+}
+
+absl::StatusOr<v1::Job> ApiClient::Cancel(const std::string& job_id) {
+  v1::CancelJobRequest request;
+  request.set_job_id(job_id);
+  return Unary<v1::Job>([&](grpc::ClientContext* context, v1::Job* response) {
+    return jobs_->Cancel(context, request, response);
+  });
+}
+
+absl::StatusOr<v1::Job> ApiClient::Scale(const v1::ScaleJobRequest& request) {
+  return Unary<v1::Job>([&](grpc::ClientContext* context, v1::Job* response) {
+    return jobs_->Scale(context, request, response);
+  });
+}
+
+absl::StatusOr<v1::ListWorkersResponse> ApiClient::ListWorkers() {
+  const v1::ListWorkersRequest request;
+  return Unary<v1::ListWorkersResponse>(
+      [&](grpc::ClientContext* context, v1::ListWorkersResponse* response) {
+        return workers_->List(context, request, response);
+      });
+}
+
+absl::Status ApiClient::Watch(const std::string& job_id,
+                              absl::FunctionRef<bool(const v1::JobEvent&)> on_event) {
+  // The stream itself has no deadline, so bound the connection attempt here:
+  // wait while the channel is idle or connecting. A refused connection
+  // (TRANSIENT_FAILURE) falls through and fails the call at once with
+  // gRPC's reason.
+  const absl::Time deadline = absl::Now() + options_.timeout;
+  grpc_connectivity_state state = channel_->GetState(/*try_to_connect=*/true);
+  while (state == GRPC_CHANNEL_IDLE || state == GRPC_CHANNEL_CONNECTING) {
+    if (!channel_->WaitForStateChange(state, absl::ToChronoTime(deadline))) {
+      return Unreachable(absl::StrCat("no connection within ", Seconds(options_.timeout)));
+    }
+    state = channel_->GetState(/*try_to_connect=*/true);
+  }
+
+  grpc::ClientContext context;
+  context.set_wait_for_ready(false);
+  v1::WatchJobRequest request;
+  request.set_job_id(job_id);
+  std::unique_ptr<grpc::ClientReader<v1::JobEvent>> reader = jobs_->Watch(&context, request);
+  v1::JobEvent event;
+  bool stopped = false;
+  while (reader->Read(&event)) {
+    if (!on_event(event)) {
+      stopped = true;
+      context.TryCancel();
+      while (reader->Read(&event)) {
+      }  // drain what is in flight before Finish
+      break;
+    }
+  }
+  const grpc::Status status = reader->Finish();
+  if (stopped || status.ok()) return absl::OkStatus();
+  return FromGrpc(status);
+}
+
+}  // namespace cohort::cohortctl

@@ -1,0 +1,162 @@
+#include "tools/cohortctl/cohortctl.h"
+
+#include <memory>
+#include <optional>
+#include <string>
+
+#include "absl/status/status.h"
+#include "absl/strings/str_cat.h"
+#include "common/job_spec_io.h"
+#include "tools/cohortctl/api_client.h"
+#include "tools/cohortctl/command_line.h"
+#include "tools/cohortctl/job_format.h"
+#include "tools/cohortctl/progress_bar.h"
+#include "tools/cohortctl/spec_builder.h"
+
+namespace cohort::cohortctl {
+namespace {
+
+// Prints a failed call's status and returns the exit code it maps to.
+int ReportError(const absl::Status& status, const std::string& command, std::ostream& err) {
+  if (IsUnreachable(status)) {
+    err << "cohortctl: " << status.message() << "\n";
+    return kExitUnreachable;
+  }
+  err << "cohortctl: " << command << ": " << absl::StatusCodeToString(status.code()) << ": "
+      << status.message() << "\n";
+  return kExitFailure;
+}
+
+// Writes a reply as JSON or with `format_table`, and returns kExitOk.
+template <typename Message, typename Format>
+int PrintReply(const CtlConfig& config, const Message& reply, Format format_table,
+               std::ostream& out) {
+  if (config.output == OutputFormat::kJson) {
+    out << ToJson(reply, /*multiline=*/true) << "\n";
+  } else {
+    out << format_table(reply);
+  }
+  return kExitOk;
+}
+
+int RunSubmit(ApiClient& client, const CtlConfig& config, const Command& command, std::ostream& out,
+              std::ostream& err) {
+  absl::StatusOr<v1::JobSpec> spec = BuildSubmitSpec(command.operand, config.spec);
+  if (!spec.ok()) {
+    err << "cohortctl: " << spec.status().message() << "\n";
+    return kExitFailure;
+  }
+  v1::SubmitJobRequest request;
+  *request.mutable_spec() = *std::move(spec);
+  request.set_validate_only(config.validate_only);
+  absl::StatusOr<v1::Job> job = client.Submit(request);
+  if (!job.ok()) return ReportError(job.status(), command.name, err);
+  return PrintReply(
+      config, *job,
+      [&](const v1::Job& j) {
+        if (config.validate_only) {
+          return absl::StrCat("job spec \"", request.spec().name(), "\" is valid\n");
+        }
+        return FormatJobSummary(j) + "\n";
+      },
+      out);
+}
+
+int RunWatch(ApiClient& client, const CtlConfig& config, const Command& command, std::ostream& out,
+             std::ostream& err) {
+  const bool json = config.output == OutputFormat::kJson;
+  const bool live = !json && config.stdout_is_terminal;
+  std::optional<v1::Job> last;
+  bool bar_drawn = false;
+  const absl::Status status = client.Watch(command.operand, [&](const v1::JobEvent& event) {
+    last = event.job();
+    if (json) {
+      out << ToJson(event, /*multiline=*/false) << "\n";
+    } else if (live) {
+      // State and mesh changes stay on screen as lines above the bar.
+      if (event.kind() == v1::JOB_EVENT_KIND_STATE_CHANGED ||
+          event.kind() == v1::JOB_EVENT_KIND_MESH_CHANGED) {
+        out << "\r\x1b[K" << FormatEventLine(event) << "\n";
+      }
+      out << RedrawProgressBar(event.job(), config.terminal_width);
+      bar_drawn = true;
+    } else {
+      out << FormatEventLine(event) << "\n";
+    }
+    out.flush();
+    return !IsTerminal(event.job().state());
+  });
+  if (bar_drawn) out << "\n";
+  if (!status.ok()) return ReportError(status, command.name, err);
+  if (!last.has_value() || !IsTerminal(last->state())) {
+    err << "cohortctl: watch: the stream ended before the job finished\n";
+    return kExitFailure;
+  }
+  if (!json) out << FormatFinalLine(*last) << "\n";
+  return last->state() == v1::JOB_STATE_COMPLETED ? kExitOk : kExitFailure;
+}
+
+int RunCommand(ApiClient& client, const CtlConfig& config, const Command& command,
+               std::ostream& out, std::ostream& err) {
+  auto summary = [](const v1::Job& job) { return FormatJobSummary(job) + "\n"; };
+  switch (command.kind) {
+    case CommandKind::kSubmit:
+      return RunSubmit(client, config, command, out, err);
+    case CommandKind::kList: {
+      auto reply = client.List(config.all);
+      if (!reply.ok()) return ReportError(reply.status(), command.name, err);
+      return PrintReply(config, *reply, FormatJobTable, out);
+    }
+    case CommandKind::kGet: {
+      auto reply = client.Get(command.operand);
+      if (!reply.ok()) return ReportError(reply.status(), command.name, err);
+      return PrintReply(config, *reply, FormatJobDetails, out);
+    }
+    case CommandKind::kWatch:
+      return RunWatch(client, config, command, out, err);
+    case CommandKind::kCancel: {
+      auto reply = client.Cancel(command.operand);
+      if (!reply.ok()) return ReportError(reply.status(), command.name, err);
+      return PrintReply(config, *reply, summary, out);
+    }
+    case CommandKind::kScale: {
+      v1::ScaleJobRequest request;
+      request.set_job_id(command.operand);
+      request.set_min_workers(*config.spec.min_workers);  // ParseCommand checked
+      request.set_max_workers(config.spec.max_workers.value_or(*config.spec.min_workers));
+      auto reply = client.Scale(request);
+      if (!reply.ok()) return ReportError(reply.status(), command.name, err);
+      return PrintReply(config, *reply, summary, out);
+    }
+    case CommandKind::kWorkers: {
+      auto reply = client.ListWorkers();
+      if (!reply.ok()) return ReportError(reply.status(), command.name, err);
+      return PrintReply(config, *reply, FormatWorkerTable, out);
+    }
+    case CommandKind::kHelp:
+      break;
+  }
+  out << UsageText();
+  return kExitOk;
+}
+
+}  // namespace
+
+int RunCohortctl(const CtlConfig& config, std::ostream& out, std::ostream& err) {
+  const absl::StatusOr<Command> command = ParseCommand(config);
+  if (!command.ok()) return ReportUsageError(command.status().message(), err);
+  if (command->kind == CommandKind::kHelp) {
+    out << UsageText();
+    return kExitOk;
+  }
+  std::unique_ptr<ApiClient> client =
+      ApiClient::Create({.address = config.coordinator, .timeout = config.timeout});
+  return RunCommand(*client, config, *command, out, err);
+}
+
+int ReportUsageError(absl::string_view message, std::ostream& err) {
+  err << "cohortctl: " << message << "\n\n" << UsageText();
+  return kExitUsage;
+}
+
+}  // namespace cohort::cohortctl

@@ -1,0 +1,350 @@
+#include "tools/cohortctl/command_line.h"
+
+#include <array>
+#include <string>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/strings/ascii.h"
+#include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "absl/strings/str_join.h"
+#include "absl/strings/str_split.h"
+
+namespace cohort::cohortctl {
+namespace {
+
+constexpr char kGlobal[] = "Global flags (any command):";
+constexpr char kList[] = "list flags:";
+constexpr char kSubmit[] =
+    "submit flags (override FILE's fields; without a FILE, the demo job's\n"
+    "values shown in parentheses apply):";
+constexpr char kElastic[] = "Elastic bounds (submit and scale):";
+
+constexpr std::array<FlagDoc, 30> kFlags = {{
+    {"coordinator", FlagKind::kValue, "HOST:PORT", kGlobal,
+     "coordinator gRPC address (default: $COHORT_COORDINATOR, else "
+     "localhost:7070)"},
+    {"output", FlagKind::kValue, "table|json", kGlobal,
+     "table for people; json prints protobuf's JSON mapping of the reply "
+     "(watch: one JSON object per line) (default: table)"},
+    {"timeout", FlagKind::kValue, "SECONDS", kGlobal,
+     "deadline of each request, and how long watch waits to connect "
+     "(default: 10)"},
+    // Help is handled by the scanner; listed so the text documents it.
+    {"help", FlagKind::kBool, "", kGlobal, "print this text (also: -h, help)"},
+    {"all", FlagKind::kBool, "", kList, "also list COMPLETED, FAILED and CANCELLED jobs"},
+    {"validate_only", FlagKind::kBool, "", kSubmit,
+     "have the coordinator check the spec without creating a job"},
+    {"name", FlagKind::kValue, "NAME", kSubmit, "job name, [a-z0-9][a-z0-9-]{0,62} (demo)"},
+    {"device", FlagKind::kValue, "cpu|gpu", kSubmit, "kind of device the workers train on (cpu)"},
+    {"layers", FlagKind::kValue, "N", kSubmit, "transformer blocks (2)"},
+    {"heads", FlagKind::kValue, "N", kSubmit, "attention heads (4)"},
+    {"width", FlagKind::kValue, "N", kSubmit, "embedding width d_model (64)"},
+    {"vocab", FlagKind::kValue, "N", kSubmit, "vocabulary size (256)"},
+    {"context", FlagKind::kValue, "N", kSubmit, "context length, tokens per sample (64)"},
+    {"seed", FlagKind::kValue, "N", kSubmit,
+     "data seed; with synthetic data also the source's seed (1)"},
+    {"data_shards", FlagKind::kValue, "GLOB", kSubmit,
+     "train on the llm.c token shards matching GLOB instead of synthetic "
+     "data (synthetic)"},
+    {"lr", FlagKind::kValue, "X", kSubmit, "peak learning rate (0.001)"},
+    {"min_lr", FlagKind::kValue, "X", kSubmit,
+     "learning rate at the end of the cosine decay (0.0001)"},
+    {"warmup", FlagKind::kValue, "N", kSubmit, "warmup steps (10)"},
+    {"weight_decay", FlagKind::kValue, "X", kSubmit, "AdamW weight decay (0.1)"},
+    {"grad_clip", FlagKind::kValue, "X", kSubmit, "global gradient norm clip, 0 disables (1)"},
+    {"global_batch", FlagKind::kValue, "N", kSubmit, "sequences per optimizer step (16)"},
+    {"micro_batch", FlagKind::kValue, "N", kSubmit,
+     "sequences per micro-batch, divides --global_batch (2)"},
+    {"tensor", FlagKind::kValue, "N", kSubmit, "tensor parallel degree (2)"},
+    {"pipeline", FlagKind::kValue, "N", kSubmit, "pipeline parallel degree (1)"},
+    {"zero1", FlagKind::kBool, "", kSubmit,
+     "shard optimizer state across the data parallel group (off)"},
+    {"steps", FlagKind::kValue, "N", kSubmit, "optimizer steps to run (200)"},
+    {"checkpoint_interval", FlagKind::kValue, "N", kSubmit,
+     "checkpoint every N steps, 0 disables (50)"},
+    {"keep_last", FlagKind::kValue, "N", kSubmit, "checkpoints to retain (3)"},
+    {"min_workers", FlagKind::kValue, "N", kElastic,
+     "fewest workers the job runs with (demo: 2; required by scale)"},
+    {"max_workers", FlagKind::kValue, "N", kElastic,
+     "most workers the job grows to (demo: 4; scale: defaults to "
+     "--min_workers)"},
+}};
+
+constexpr char kCommandsText[] =
+    R"(cohortctl: command-line client of the Cohort coordinator.
+
+Usage: cohortctl [flags] COMMAND [OPERAND] [flags]
+
+Commands:
+  submit FILE             submit the job spec in FILE (.yaml, .yml or .json: a
+                          cohort.v1.JobSpec, e.g. deploy/local/jobs/demo.yaml);
+                          prints the job id and state
+  submit --name=NAME ...  submit a job built from the submit flags
+  list [--all]            table of jobs: JOB, NAME, STATE, GEN, WORKERS,
+                          MESH (data x tensor x pipeline), STEP/STEPS, MESSAGE
+  get JOB                 a job's spec, progress and mesh (RANK, WORKER, HOST,
+                          DEVICE, DATA, TENSOR, PIPELINE)
+  watch JOB               follow a job until it finishes: a live progress line
+                          on a terminal, else one line per event; exit status
+                          0 when it COMPLETED, 1 when it FAILED or was
+                          CANCELLED
+  cancel JOB              cancel a job
+  scale JOB --min_workers=A [--max_workers=B]
+                          change a job's elastic bounds
+  workers                 table of workers: WORKER, HOST, DEVICE, STATE, JOB,
+                          RANK, HEARTBEAT AGE, METRICS
+  help                    print this text
+)";
+
+constexpr char kExitText[] =
+    R"(Exit status: 0 success; 1 the coordinator refused the request, the job
+failed or was cancelled (watch), or FILE is unreadable; 2 the coordinator
+cannot be reached; 64 usage error.
+)";
+
+constexpr size_t kTextWidth = 79;
+constexpr int kHelpColumn = 27;
+
+// Splits `text` into lines of at most `width` characters at spaces (a longer
+// word gets a line of its own).
+std::vector<std::string> WrapWords(absl::string_view text, size_t width) {
+  std::vector<std::string> lines;
+  std::string line;
+  for (absl::string_view word : absl::StrSplit(text, ' ', absl::SkipEmpty())) {
+    if (!line.empty() && line.size() + 1 + word.size() > width) {
+      lines.push_back(std::move(line));
+      line.clear();
+    }
+    if (!line.empty()) line.push_back(' ');
+    absl::StrAppend(&line, word);
+  }
+  if (!line.empty()) lines.push_back(std::move(line));
+  return lines;
+}
+
+const FlagDoc* FindFlag(absl::string_view name) {
+  for (const FlagDoc& flag : kFlags) {
+    if (name == flag.name) return &flag;
+  }
+  return nullptr;
+}
+
+absl::Status UsageError(absl::string_view message) { return absl::InvalidArgumentError(message); }
+
+}  // namespace
+
+absl::Span<const FlagDoc> FlagDocs() { return kFlags; }
+
+std::string UsageText() {
+  std::string text = kCommandsText;
+  const char* section = nullptr;
+  for (const FlagDoc& flag : kFlags) {
+    if (section == nullptr || absl::string_view(section) != flag.section) {
+      section = flag.section;
+      absl::StrAppend(&text, "\n", section, "\n");
+    }
+    std::string left = absl::StrCat("  --", flag.name);
+    if (flag.kind == FlagKind::kValue) {
+      absl::StrAppend(&left, "=", flag.value_name);
+    }
+    // Two columns: the flag, then its help wrapped to kTextWidth.
+    std::vector<std::string> lines = WrapWords(flag.help, kTextWidth - kHelpColumn);
+    if (left.size() + 2 > kHelpColumn) {
+      absl::StrAppend(&text, left, "\n");
+      left.clear();
+    }
+    for (const std::string& line : lines) {
+      absl::StrAppendFormat(&text, "%-*s%s\n", kHelpColumn, left, line);
+      left.clear();
+    }
+  }
+  absl::StrAppend(&text, "\n", kExitText);
+  return text;
+}
+
+absl::StatusOr<ScannedCommandLine> ScanCommandLine(const std::vector<std::string>& args) {
+  ScannedCommandLine scanned;
+  for (size_t i = 0; i < args.size(); ++i) {
+    const std::string& arg = args[i];
+    if (arg == "--") {
+      scanned.positional.insert(scanned.positional.end(), args.begin() + i + 1, args.end());
+      break;
+    }
+    if (arg.size() < 2 || arg[0] != '-') {
+      scanned.positional.push_back(arg);
+      continue;
+    }
+    absl::string_view body = arg;
+    body.remove_prefix(absl::StartsWith(body, "--") ? 2 : 1);
+    const size_t eq = body.find('=');
+    const absl::string_view name = body.substr(0, eq);
+    const bool has_value = eq != absl::string_view::npos;
+    const absl::string_view inline_value = has_value ? body.substr(eq + 1) : absl::string_view();
+    if (name == "help" || name == "h") {
+      scanned.help = true;
+      continue;
+    }
+    const FlagDoc* flag = FindFlag(name);
+    if (flag == nullptr && !has_value && absl::StartsWith(name, "no")) {
+      const FlagDoc* negated = FindFlag(name.substr(2));
+      if (negated != nullptr && negated->kind == FlagKind::kBool) {
+        scanned.flags.emplace_back(negated->name, "false");
+        continue;
+      }
+    }
+    if (flag == nullptr) {
+      return UsageError(absl::StrCat("unknown flag --", name));
+    }
+    if (flag->kind == FlagKind::kBool) {
+      scanned.flags.emplace_back(flag->name, has_value ? std::string(inline_value) : "true");
+      continue;
+    }
+    if (has_value) {
+      scanned.flags.emplace_back(flag->name, std::string(inline_value));
+    } else if (i + 1 < args.size()) {
+      scanned.flags.emplace_back(flag->name, args[++i]);
+    } else {
+      return UsageError(
+          absl::StrCat("flag --", name, " needs a value (--", name, "=", flag->value_name, ")"));
+    }
+  }
+  return scanned;
+}
+
+std::vector<std::string> SetSpecFlagNames(const SpecFlags& spec) {
+  std::vector<std::string> names;
+  auto add = [&names](const auto& field, const char* name) {
+    if (field.has_value()) names.push_back(absl::StrCat("--", name));
+  };
+  add(spec.name, "name");
+  add(spec.device, "device");
+  add(spec.layers, "layers");
+  add(spec.heads, "heads");
+  add(spec.width, "width");
+  add(spec.vocab, "vocab");
+  add(spec.context, "context");
+  add(spec.seed, "seed");
+  add(spec.data_shards, "data_shards");
+  add(spec.lr, "lr");
+  add(spec.min_lr, "min_lr");
+  add(spec.warmup, "warmup");
+  add(spec.weight_decay, "weight_decay");
+  add(spec.grad_clip, "grad_clip");
+  add(spec.global_batch, "global_batch");
+  add(spec.micro_batch, "micro_batch");
+  add(spec.tensor, "tensor");
+  add(spec.pipeline, "pipeline");
+  add(spec.zero1, "zero1");
+  add(spec.min_workers, "min_workers");
+  add(spec.max_workers, "max_workers");
+  add(spec.steps, "steps");
+  add(spec.checkpoint_interval, "checkpoint_interval");
+  add(spec.keep_last, "keep_last");
+  return names;
+}
+
+absl::StatusOr<Command> ParseCommand(const CtlConfig& config) {
+  if (config.args.empty()) return UsageError("no command given");
+  Command command;
+  command.name = config.args[0];
+  const std::vector<std::string> operands(config.args.begin() + 1, config.args.end());
+  // How many operands the command takes: [min, max].
+  size_t min_operands = 0;
+  size_t max_operands = 0;
+  const char* operand_name = "";
+  if (command.name == "help") {
+    command.kind = CommandKind::kHelp;
+    max_operands = operands.size();  // `help anything` still prints the help
+  } else if (command.name == "submit") {
+    command.kind = CommandKind::kSubmit;
+    max_operands = 1;
+    operand_name = "FILE";
+  } else if (command.name == "list") {
+    command.kind = CommandKind::kList;
+  } else if (command.name == "get" || command.name == "watch" || command.name == "cancel" ||
+             command.name == "scale") {
+    command.kind = command.name == "get"      ? CommandKind::kGet
+                   : command.name == "watch"  ? CommandKind::kWatch
+                   : command.name == "cancel" ? CommandKind::kCancel
+                                              : CommandKind::kScale;
+    min_operands = max_operands = 1;
+    operand_name = "JOB";
+  } else if (command.name == "workers") {
+    command.kind = CommandKind::kWorkers;
+  } else {
+    return UsageError(absl::StrCat("unknown command \"", command.name, "\""));
+  }
+  if (operands.size() < min_operands) {
+    return UsageError(absl::StrCat(command.name, " needs a ", operand_name, " operand"));
+  }
+  if (operands.size() > max_operands) {
+    return UsageError(
+        absl::StrCat(command.name, ": unexpected operand \"", operands[max_operands], "\""));
+  }
+  if (!operands.empty() && command.kind != CommandKind::kHelp) {
+    command.operand = operands[0];
+    if (command.operand.empty()) {
+      return UsageError(absl::StrCat(command.name, ": empty ", operand_name));
+    }
+  }
+
+  // Command flags go with their command only, so a typo such as
+  // `cohortctl list --tensor 2` is reported instead of ignored.
+  std::vector<std::string> flags = SetSpecFlagNames(config.spec);
+  if (config.all) flags.push_back("--all");
+  if (config.validate_only) flags.push_back("--validate_only");
+  std::vector<std::string> misplaced;
+  for (const std::string& flag : flags) {
+    bool allowed = command.kind == CommandKind::kHelp;
+    switch (command.kind) {
+      case CommandKind::kSubmit:
+        allowed = flag != "--all";
+        break;
+      case CommandKind::kList:
+        allowed = flag == "--all";
+        break;
+      case CommandKind::kScale:
+        allowed = flag == "--min_workers" || flag == "--max_workers";
+        break;
+      default:
+        break;
+    }
+    if (!allowed) misplaced.push_back(flag);
+  }
+  if (!misplaced.empty()) {
+    return UsageError(
+        absl::StrCat(command.name, " does not take ", absl::StrJoin(misplaced, ", ")));
+  }
+  if (config.spec.device.has_value()) {
+    const std::string device = absl::AsciiStrToLower(*config.spec.device);
+    if (device != "cpu" && device != "gpu") {
+      return UsageError(
+          absl::StrCat("--device must be cpu or gpu, not \"", *config.spec.device, "\""));
+    }
+  }
+  if (command.kind == CommandKind::kScale && !config.spec.min_workers.has_value()) {
+    return UsageError("scale needs --min_workers (and optionally --max_workers)");
+  }
+  if (command.kind == CommandKind::kSubmit && command.operand.empty() &&
+      SetSpecFlagNames(config.spec).empty()) {
+    return UsageError("submit needs a FILE or spec flags (e.g. cohortctl submit --name=demo)");
+  }
+  return command;
+}
+
+std::string ResolveCoordinatorAddress(const std::optional<std::string>& flag, const char* env) {
+  if (flag.has_value() && !flag->empty()) return *flag;
+  if (env != nullptr && env[0] != '\0') return env;
+  return "localhost:7070";
+}
+
+absl::StatusOr<OutputFormat> ParseOutputFormat(absl::string_view text) {
+  if (text == "table") return OutputFormat::kTable;
+  if (text == "json") return OutputFormat::kJson;
+  return UsageError(absl::StrCat("--output must be table or json, not \"", text, "\""));
+}
+
+}  // namespace cohort::cohortctl

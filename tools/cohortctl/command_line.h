@@ -1,0 +1,89 @@
+#pragma once
+// cohortctl's command line: the documented flag table, the help text, a scan
+// of argv into flags and operands, and the check that a command got the
+// operands and flags it takes. Pure functions, thread-safe.
+
+#include <optional>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
+#include "absl/types/span.h"
+#include "tools/cohortctl/ctl_config.h"
+
+namespace cohort::cohortctl {
+
+// Process exit codes.
+inline constexpr int kExitOk = 0;
+inline constexpr int kExitFailure = 1;      // RPC error, bad file, job failed
+inline constexpr int kExitUnreachable = 2;  // no connection to the coordinator
+inline constexpr int kExitUsage = 64;       // EX_USAGE
+
+enum class FlagKind { kBool, kValue };
+
+// One flag as documented in the help text. main.cc defines an absl flag of
+// the same name for each entry.
+struct FlagDoc {
+  const char* name;  // without dashes
+  FlagKind kind;
+  const char* value_name;  // shown as --name=VALUE; empty for bools
+  const char* section;     // heading it is listed under in the help text
+  const char* help;        // one line, with the default
+};
+
+// Every flag cohortctl accepts, in help order.
+absl::Span<const FlagDoc> FlagDocs();
+
+// The full help text: commands, every flag, exit codes. Ends with '\n'.
+std::string UsageText();
+
+struct ScannedCommandLine {
+  // (flag name, value text) in command-line order; a bool flag given bare is
+  // "true", and --noNAME is "false".
+  std::vector<std::pair<std::string, std::string>> flags;
+  std::vector<std::string> positional;
+  bool help = false;  // -h, --help or -help was given
+};
+
+// Splits `args` (argv without the program name) into flags and operands, the
+// way absl flags reads them: --name=value, --name value (non-bool flags),
+// -name, --noname for bools, and "--" ends the flags. Returns
+// InvalidArgument (a usage error) for an unknown flag or a missing value;
+// values are not checked here.
+absl::StatusOr<ScannedCommandLine> ScanCommandLine(const std::vector<std::string>& args);
+
+enum class CommandKind {
+  kHelp,
+  kSubmit,
+  kList,
+  kGet,
+  kWatch,
+  kCancel,
+  kScale,
+  kWorkers,
+};
+
+struct Command {
+  CommandKind kind = CommandKind::kHelp;
+  std::string name;     // as typed, e.g. "submit"
+  std::string operand;  // FILE or JOB; empty when the command takes none
+};
+
+// Reads the command from config.args and checks its operands and that only
+// flags it takes are set. InvalidArgument with a one-line reason otherwise.
+absl::StatusOr<Command> ParseCommand(const CtlConfig& config);
+
+// The coordinator address: the flag when given, else the environment
+// variable COHORT_COORDINATOR's value (`env`, may be null or empty), else
+// localhost:7070.
+std::string ResolveCoordinatorAddress(const std::optional<std::string>& flag, const char* env);
+
+// "table" or "json"; InvalidArgument otherwise.
+absl::StatusOr<OutputFormat> ParseOutputFormat(absl::string_view text);
+
+// "--name" for every spec flag that is set, in SpecFlags order.
+std::vector<std::string> SetSpecFlagNames(const SpecFlags& spec);
+
+}  // namespace cohort::cohortctl

@@ -1,0 +1,202 @@
+#include "tools/cohortctl/job_format.h"
+
+#include <cmath>
+#include <string>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "absl/strings/str_replace.h"
+#include "absl/strings/strip.h"
+#include "absl/time/time.h"
+#include "common/proto_time.h"
+#include "tools/cohortctl/text_table.h"
+
+namespace cohort::cohortctl {
+namespace {
+
+// The enum value's name without its type prefix ("JOB_STATE_").
+template <typename Enum, typename NameFn>
+std::string ShortEnumName(Enum value, NameFn name_fn, absl::string_view prefix) {
+  const std::string name = name_fn(value);
+  if (name.empty()) return absl::StrCat("UNKNOWN(", static_cast<int>(value), ")");
+  absl::string_view short_name = name;
+  absl::ConsumePrefix(&short_name, prefix);
+  return std::string(short_name);
+}
+
+std::string FormatTime(const google::protobuf::Timestamp& time) {
+  if (time.seconds() == 0 && time.nanos() == 0) return "-";
+  return absl::FormatTime("%Y-%m-%d %H:%M:%S UTC", FromProtoTime(time), absl::UTCTimeZone());
+}
+
+// Shortest decimal that reads back the same for human eyes: 0.001, 1e-05.
+std::string Number(double value) { return absl::StrFormat("%g", value); }
+
+std::string OrDash(const std::string& text) { return text.empty() ? "-" : text; }
+
+void AddLine(std::string* out, absl::string_view key, absl::string_view value) {
+  absl::StrAppendFormat(out, "%-13s%s\n", absl::StrCat(key, ":"), value);
+}
+
+std::string DescribeData(const v1::DataConfig& data) {
+  switch (data.source_case()) {
+    case v1::DataConfig::kSynthetic:
+      return absl::StrCat("synthetic (source seed ", data.synthetic().seed(), ", branching ",
+                          data.synthetic().branching(), "), data seed ", data.seed());
+    case v1::DataConfig::kShards:
+      return absl::StrCat("shards ", data.shards().pattern(), ", data seed ", data.seed());
+    default:
+      return absl::StrCat("unset, data seed ", data.seed());
+  }
+}
+
+}  // namespace
+
+std::string JobStateName(v1::JobState state) {
+  return ShortEnumName(
+      state, [](v1::JobState s) { return v1::JobState_Name(s); }, "JOB_STATE_");
+}
+
+std::string WorkerStateName(v1::WorkerState state) {
+  return ShortEnumName(
+      state, [](v1::WorkerState s) { return v1::WorkerState_Name(s); }, "WORKER_STATE_");
+}
+
+std::string JobEventKindName(v1::JobEventKind kind) {
+  return ShortEnumName(
+      kind, [](v1::JobEventKind k) { return v1::JobEventKind_Name(k); }, "JOB_EVENT_KIND_");
+}
+
+bool IsTerminal(v1::JobState state) {
+  return state == v1::JOB_STATE_COMPLETED || state == v1::JOB_STATE_FAILED ||
+         state == v1::JOB_STATE_CANCELLED;
+}
+
+std::string MeshShape(const v1::Mesh& mesh) {
+  if (mesh.data_parallel() == 0 && mesh.members().empty()) return "-";
+  return absl::StrCat(mesh.data_parallel(), "x", mesh.tensor_parallel(), "x",
+                      mesh.pipeline_parallel());
+}
+
+std::string DeviceLabel(v1::DeviceKind kind, int32_t index) {
+  return absl::StrCat(kind == v1::DEVICE_KIND_GPU ? "gpu:" : "cpu:", index);
+}
+
+std::string StepProgress(const v1::Job& job) {
+  return absl::StrCat(job.progress().step(), "/", job.spec().steps());
+}
+
+std::string FormatAge(absl::Duration age) {
+  if (age < absl::ZeroDuration()) age = absl::ZeroDuration();
+  if (age < absl::Seconds(1)) {
+    return absl::StrCat(absl::ToInt64Milliseconds(age), "ms");
+  }
+  if (age < absl::Minutes(1)) {
+    return absl::StrFormat("%.1fs", absl::ToDoubleSeconds(age));
+  }
+  const int64_t seconds = absl::ToInt64Seconds(age);
+  if (age < absl::Hours(1)) {
+    return absl::StrFormat("%dm%02ds", seconds / 60, seconds % 60);
+  }
+  return absl::StrFormat("%dh%02dm", seconds / 3600, (seconds / 60) % 60);
+}
+
+std::string FormatJobTable(const v1::ListJobsResponse& response) {
+  TextTable table({"JOB", "NAME", "STATE", "GEN", "WORKERS", "MESH", "STEP/STEPS", "MESSAGE"});
+  for (const v1::Job& job : response.jobs()) {
+    table.AddRow({job.job_id(), job.spec().name(), JobStateName(job.state()),
+                  absl::StrCat(job.generation()), absl::StrCat(job.mesh().members_size()),
+                  MeshShape(job.mesh()), StepProgress(job), job.message()});
+  }
+  return table.Render();
+}
+
+std::string FormatJobDetails(const v1::Job& job) {
+  const v1::JobSpec& spec = job.spec();
+  const v1::Progress& progress = job.progress();
+  std::string out;
+  AddLine(&out, "Job", job.job_id());
+  AddLine(&out, "Name", spec.name());
+  AddLine(&out, "State", JobStateName(job.state()));
+  AddLine(&out, "Message", OrDash(job.message()));
+  AddLine(&out, "Generation", absl::StrCat(job.generation()));
+  AddLine(&out, "Created", FormatTime(job.create_time()));
+  AddLine(&out, "Updated", FormatTime(job.update_time()));
+  if (progress.step() == 0) {
+    AddLine(&out, "Progress", absl::StrCat("step ", StepProgress(job)));
+  } else {
+    AddLine(&out, "Progress",
+            absl::StrFormat("step %s, loss %.4f, %.0f tokens/s, %.3f s/step", StepProgress(job),
+                            progress.loss(), progress.tokens_per_second(),
+                            progress.step_time_seconds()));
+  }
+  AddLine(&out, "Device", spec.device_kind() == v1::DEVICE_KIND_GPU ? "GPU" : "CPU");
+  AddLine(&out, "Model",
+          absl::StrFormat("%d layers, %d heads, width %d, vocab %d, context %d",
+                          spec.model().layers(), spec.model().heads(), spec.model().width(),
+                          spec.model().vocab_size(), spec.model().context_length()));
+  AddLine(&out, "Data", DescribeData(spec.data()));
+  AddLine(&out, "Optimizer",
+          absl::StrCat("lr ", Number(spec.optimizer().learning_rate()), " -> ",
+                       Number(spec.optimizer().min_learning_rate()), ", warmup ",
+                       spec.optimizer().warmup_steps(), ", weight decay ",
+                       Number(spec.optimizer().weight_decay()), ", grad clip ",
+                       Number(spec.optimizer().grad_clip())));
+  AddLine(&out, "Batch",
+          absl::StrCat("global ", spec.batch().global_batch_size(), ", micro ",
+                       spec.batch().micro_batch_size()));
+  AddLine(&out, "Parallelism",
+          absl::StrCat("tensor ", spec.parallelism().tensor(), ", pipeline ",
+                       spec.parallelism().pipeline(), ", zero1 ",
+                       spec.parallelism().zero1() ? "on" : "off"));
+  AddLine(
+      &out, "Elastic",
+      absl::StrCat(spec.elastic().min_workers(), "..", spec.elastic().max_workers(), " workers"));
+  AddLine(&out, "Checkpoint",
+          spec.checkpoint().interval_steps() == 0
+              ? std::string("off")
+              : absl::StrCat("every ", spec.checkpoint().interval_steps(), " steps, keep last ",
+                             spec.checkpoint().keep_last()));
+  const v1::Mesh& mesh = job.mesh();
+  if (MeshShape(mesh) == "-") {
+    AddLine(&out, "Mesh", "none yet");
+    return out;
+  }
+  AddLine(&out, "Mesh",
+          absl::StrCat(MeshShape(mesh), " (data x tensor x pipeline), ", mesh.members_size(),
+                       " members, ", job.ready_workers(), " ready"));
+  TextTable table({"RANK", "WORKER", "HOST", "DEVICE", "DATA", "TENSOR", "PIPELINE"});
+  for (const v1::MeshMember& member : mesh.members()) {
+    const v1::MeshCoordinates& c = member.coordinates();
+    table.AddRow({absl::StrCat(c.rank()), member.worker_id(), member.host(),
+                  DeviceLabel(spec.device_kind(), member.device_index()), absl::StrCat(c.data()),
+                  absl::StrCat(c.tensor()), absl::StrCat(c.pipeline())});
+  }
+  absl::StrAppend(&out, "\n", table.Render());
+  return out;
+}
+
+std::string FormatWorkerTable(const v1::ListWorkersResponse& response) {
+  TextTable table({"WORKER", "HOST", "DEVICE", "STATE", "JOB", "RANK", "HEARTBEAT AGE", "METRICS"});
+  for (const v1::WorkerInfo& worker : response.workers()) {
+    const bool in_job = !worker.job_id().empty();
+    table.AddRow({worker.worker_id(), worker.host(),
+                  DeviceLabel(worker.device_kind(), worker.device_index()),
+                  WorkerStateName(worker.state()), in_job ? worker.job_id() : "-",
+                  in_job ? absl::StrCat(worker.coordinates().rank()) : "-",
+                  FormatAge(absl::Milliseconds(worker.last_heartbeat_age_ms())),
+                  OrDash(worker.metrics_address())});
+  }
+  return table.Render();
+}
+
+std::string FormatJobSummary(const v1::Job& job) {
+  std::string line = absl::StrCat(job.job_id(), " ", JobStateName(job.state()));
+  if (!job.message().empty()) {
+    absl::StrAppend(&line, " (", absl::StrReplaceAll(job.message(), {{"\n", " "}}), ")");
+  }
+  return line;
+}
+
+}  // namespace cohort::cohortctl

@@ -1,0 +1,152 @@
+// cohortctl: command-line client of the Cohort coordinator. Parses flags into
+// a CtlConfig and hands it to the cohort_ctl library; see `cohortctl help`.
+
+#include <sys/ioctl.h>
+#include <unistd.h>
+
+#include <cmath>
+#include <cstdlib>
+#include <iostream>
+#include <string>
+#include <vector>
+
+#include "absl/container/flat_hash_set.h"
+#include "absl/flags/flag.h"
+#include "absl/flags/reflection.h"
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "tools/cohortctl/cohortctl.h"
+#include "tools/cohortctl/command_line.h"
+
+// Each flag is documented in tools/cohortctl/command_line.cc (FlagDocs), which
+// `cohortctl help` prints. Only flags given on the command line are read, so
+// the defaults here are placeholders; the demo job's values come from
+// DemoJobSpec().
+ABSL_FLAG(std::string, coordinator, "", "see cohortctl help");
+ABSL_FLAG(std::string, output, "table", "see cohortctl help");
+ABSL_FLAG(double, timeout, 10.0, "see cohortctl help");
+ABSL_FLAG(bool, all, false, "see cohortctl help");
+ABSL_FLAG(bool, validate_only, false, "see cohortctl help");
+ABSL_FLAG(std::string, name, "", "see cohortctl help");
+ABSL_FLAG(std::string, device, "", "see cohortctl help");
+ABSL_FLAG(int32_t, layers, 0, "see cohortctl help");
+ABSL_FLAG(int32_t, heads, 0, "see cohortctl help");
+ABSL_FLAG(int32_t, width, 0, "see cohortctl help");
+ABSL_FLAG(int32_t, vocab, 0, "see cohortctl help");
+ABSL_FLAG(int32_t, context, 0, "see cohortctl help");
+ABSL_FLAG(uint64_t, seed, 0, "see cohortctl help");
+ABSL_FLAG(std::string, data_shards, "", "see cohortctl help");
+ABSL_FLAG(double, lr, 0, "see cohortctl help");
+ABSL_FLAG(double, min_lr, 0, "see cohortctl help");
+ABSL_FLAG(int32_t, warmup, 0, "see cohortctl help");
+ABSL_FLAG(double, weight_decay, 0, "see cohortctl help");
+ABSL_FLAG(double, grad_clip, 0, "see cohortctl help");
+ABSL_FLAG(int32_t, global_batch, 0, "see cohortctl help");
+ABSL_FLAG(int32_t, micro_batch, 0, "see cohortctl help");
+ABSL_FLAG(int32_t, tensor, 0, "see cohortctl help");
+ABSL_FLAG(int32_t, pipeline, 0, "see cohortctl help");
+ABSL_FLAG(bool, zero1, false, "see cohortctl help");
+ABSL_FLAG(int32_t, min_workers, 0, "see cohortctl help");
+ABSL_FLAG(int32_t, max_workers, 0, "see cohortctl help");
+ABSL_FLAG(int64_t, steps, 0, "see cohortctl help");
+ABSL_FLAG(int32_t, checkpoint_interval, 0, "see cohortctl help");
+ABSL_FLAG(int32_t, keep_last, 0, "see cohortctl help");
+
+namespace {
+
+using cohort::cohortctl::CtlConfig;
+
+int TerminalWidth() {
+  winsize size{};
+  if (ioctl(STDOUT_FILENO, TIOCGWINSZ, &size) == 0 && size.ws_col > 0) {
+    return size.ws_col;
+  }
+  int columns = 0;
+  if (const char* env = std::getenv("COLUMNS");
+      env != nullptr && absl::SimpleAtoi(env, &columns) && columns > 0) {
+    return columns;
+  }
+  return 80;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  namespace ctl = cohort::cohortctl;
+  const std::vector<std::string> args(argv + 1, argv + argc);
+  // Scanning first (instead of absl::ParseCommandLine) lets unknown flags and
+  // bad values exit with the usage status, and records which flags were given.
+  absl::StatusOr<ctl::ScannedCommandLine> scanned = ctl::ScanCommandLine(args);
+  if (!scanned.ok()) {
+    return ctl::ReportUsageError(scanned.status().message(), std::cerr);
+  }
+  if (scanned->help) {
+    std::cout << ctl::UsageText();
+    return ctl::kExitOk;
+  }
+  absl::flat_hash_set<std::string> given;
+  for (const auto& [name, value] : scanned->flags) {
+    absl::CommandLineFlag* flag = absl::FindCommandLineFlag(name);
+    if (flag == nullptr) {  // FlagDocs and the definitions above disagree
+      std::cerr << "cohortctl: internal error: flag --" << name
+                << " is documented but not defined\n";
+      return 70;  // EX_SOFTWARE
+    }
+    std::string error;
+    if (!flag->ParseFrom(value, &error)) {
+      return ctl::ReportUsageError(error, std::cerr);
+    }
+    given.insert(name);
+  }
+  auto set = [&given](const char* name) { return given.contains(name); };
+
+  CtlConfig config;
+  config.args = scanned->positional;
+  config.coordinator = ctl::ResolveCoordinatorAddress(
+      set("coordinator") ? std::optional(absl::GetFlag(FLAGS_coordinator)) : std::nullopt,
+      std::getenv("COHORT_COORDINATOR"));
+  absl::StatusOr<ctl::OutputFormat> output = ctl::ParseOutputFormat(absl::GetFlag(FLAGS_output));
+  if (!output.ok()) return ctl::ReportUsageError(output.status().message(), std::cerr);
+  config.output = *output;
+  const double timeout = absl::GetFlag(FLAGS_timeout);
+  if (!(timeout > 0) || !std::isfinite(timeout)) {
+    return ctl::ReportUsageError(
+        absl::StrCat("--timeout must be a positive number of seconds, not ", timeout), std::cerr);
+  }
+  config.timeout = absl::Seconds(timeout);
+  config.all = absl::GetFlag(FLAGS_all);
+  config.validate_only = absl::GetFlag(FLAGS_validate_only);
+
+  ctl::SpecFlags& spec = config.spec;
+#define COHORT_SPEC_FLAG(field, flag) \
+  if (set(#flag)) spec.field = absl::GetFlag(FLAGS_##flag)
+  COHORT_SPEC_FLAG(name, name);
+  COHORT_SPEC_FLAG(device, device);
+  COHORT_SPEC_FLAG(layers, layers);
+  COHORT_SPEC_FLAG(heads, heads);
+  COHORT_SPEC_FLAG(width, width);
+  COHORT_SPEC_FLAG(vocab, vocab);
+  COHORT_SPEC_FLAG(context, context);
+  COHORT_SPEC_FLAG(seed, seed);
+  COHORT_SPEC_FLAG(data_shards, data_shards);
+  COHORT_SPEC_FLAG(lr, lr);
+  COHORT_SPEC_FLAG(min_lr, min_lr);
+  COHORT_SPEC_FLAG(warmup, warmup);
+  COHORT_SPEC_FLAG(weight_decay, weight_decay);
+  COHORT_SPEC_FLAG(grad_clip, grad_clip);
+  COHORT_SPEC_FLAG(global_batch, global_batch);
+  COHORT_SPEC_FLAG(micro_batch, micro_batch);
+  COHORT_SPEC_FLAG(tensor, tensor);
+  COHORT_SPEC_FLAG(pipeline, pipeline);
+  COHORT_SPEC_FLAG(zero1, zero1);
+  COHORT_SPEC_FLAG(min_workers, min_workers);
+  COHORT_SPEC_FLAG(max_workers, max_workers);
+  COHORT_SPEC_FLAG(steps, steps);
+  COHORT_SPEC_FLAG(checkpoint_interval, checkpoint_interval);
+  COHORT_SPEC_FLAG(keep_last, keep_last);
+#undef COHORT_SPEC_FLAG
+
+  config.stdout_is_terminal = isatty(STDOUT_FILENO) == 1;
+  config.terminal_width = TerminalWidth();
+  return ctl::RunCohortctl(config, std::cout, std::cerr);
+}

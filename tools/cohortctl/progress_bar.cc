@@ -1,0 +1,102 @@
+#include "tools/cohortctl/progress_bar.h"
+
+#include <algorithm>
+#include <cmath>
+#include <string>
+
+#include "absl/strings/ascii.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "absl/strings/str_replace.h"
+#include "absl/strings/strip.h"
+#include "absl/time/time.h"
+#include "common/proto_time.h"
+#include "tools/cohortctl/job_format.h"
+
+namespace cohort::cohortctl {
+namespace {
+
+constexpr int kMaxBarCells = 40;
+constexpr int kMinBarCells = 5;
+constexpr int kDefaultWidth = 80;
+
+double Fraction(const v1::Job& job) {
+  const int64_t steps = job.spec().steps();
+  if (steps <= 0) return 0.0;
+  return std::clamp(static_cast<double>(job.progress().step()) / static_cast<double>(steps), 0.0,
+                    1.0);
+}
+
+std::string Loss(const v1::Job& job) {
+  // Before the first step there is no loss to show.
+  if (job.progress().step() == 0) return "-";
+  return absl::StrFormat("%.4f", job.progress().loss());
+}
+
+}  // namespace
+
+std::string FormatRate(double per_second) {
+  if (!std::isfinite(per_second) || per_second < 0) return "-";
+  if (per_second < 999.5) return absl::StrFormat("%.0f", per_second);
+  if (per_second < 99'950) return absl::StrFormat("%.1fk", per_second / 1e3);
+  if (per_second < 999'500) return absl::StrFormat("%.0fk", per_second / 1e3);
+  if (per_second < 99'950'000) return absl::StrFormat("%.2fM", per_second / 1e6);
+  return absl::StrFormat("%.0fM", per_second / 1e6);
+}
+
+std::string RenderProgressBar(const v1::Job& job, int width) {
+  if (width <= 0) width = kDefaultWidth;
+  const double fraction = Fraction(job);
+  // Fixed-width fields keep the bar from jumping as the numbers change.
+  const int step_width = 2 * static_cast<int>(absl::StrCat(job.spec().steps()).size()) + 1;
+  const std::string text = absl::StrFormat(
+      " %*s %3d%%  loss %7s  %5s tok/s  gen %d  %-13s", step_width, StepProgress(job),
+      static_cast<int>(std::floor(fraction * 100.0)), Loss(job),
+      FormatRate(job.progress().tokens_per_second()), job.generation(), JobStateName(job.state()));
+  const int limit = width - 1;  // writing the last column makes terminals wrap
+  const int cells = std::min(kMaxBarCells, limit - static_cast<int>(text.size()) - 2);
+  std::string line;
+  if (cells >= kMinBarCells) {
+    const int filled = static_cast<int>(std::floor(fraction * cells));
+    line = absl::StrCat("[", std::string(filled, '#'), std::string(cells - filled, '.'), "]", text);
+  } else {
+    line = std::string(absl::StripLeadingAsciiWhitespace(text));
+  }
+  if (static_cast<int>(line.size()) > limit) line.resize(std::max(limit, 0));
+  while (!line.empty() && line.back() == ' ') line.pop_back();
+  return line;
+}
+
+std::string RedrawProgressBar(const v1::Job& job, int width) {
+  return absl::StrCat("\r", RenderProgressBar(job, width), "\x1b[K");
+}
+
+std::string FormatEventLine(const v1::JobEvent& event) {
+  const v1::Job& job = event.job();
+  std::string time = "-";
+  if (event.has_time()) {
+    time =
+        absl::FormatTime("%Y-%m-%dT%H:%M:%E3SZ", FromProtoTime(event.time()), absl::UTCTimeZone());
+  }
+  std::string line = absl::StrFormat(
+      "%s %s job=%s state=%s gen=%d step=%s loss=%s tok/s=%.0f mesh=%s "
+      "workers=%d",
+      time, JobEventKindName(event.kind()), job.job_id(), JobStateName(job.state()),
+      job.generation(), StepProgress(job), Loss(job), job.progress().tokens_per_second(),
+      MeshShape(job.mesh()), job.mesh().members_size());
+  if (!job.message().empty()) {
+    absl::StrAppend(
+        &line, " message=\"",
+        absl::StrReplaceAll(job.message(), {{"\\", "\\\\"}, {"\"", "\\\""}, {"\n", " "}}), "\"");
+  }
+  return line;
+}
+
+std::string FormatFinalLine(const v1::Job& job) {
+  std::string line = absl::StrCat("job ", job.job_id(), " ", JobStateName(job.state()), " at step ",
+                                  StepProgress(job));
+  if (!job.message().empty()) absl::StrAppend(&line, ": ", job.message());
+  return line;
+}
+
+}  // namespace cohort::cohortctl

@@ -1,0 +1,35 @@
+#pragma once
+// Renderings of Jobs.Watch events: the one-line progress bar cohortctl
+// redraws in place on a terminal, and the plain line it prints per event
+// otherwise. Pure functions, thread-safe.
+
+#include <string>
+
+#include "cohort/v1/jobs.pb.h"
+
+namespace cohort::cohortctl {
+
+// "950", "12.3k", "4.56M": a rate in at most five characters.
+std::string FormatRate(double per_second);
+
+// The job's progress in at most `width` - 1 columns (so the terminal never
+// wraps), with no line ending:
+//   [#########.........] 120/200  60%  loss  3.2104  12.3k tok/s  gen 3  RUNNING
+// Fields have fixed widths so the bar does not move as numbers change; the
+// bar shrinks, then disappears, on narrow terminals.
+std::string RenderProgressBar(const v1::Job& job, int width);
+
+// What watch writes to a terminal for `job`: carriage return, the bar, and
+// "erase to end of line", so it overwrites the previous one.
+std::string RedrawProgressBar(const v1::Job& job, int width);
+
+// One line (no line ending) per event for pipes and logs:
+//   2024-05-01T10:00:00Z PROGRESS job=j1 state=RUNNING gen=3 step=120/200
+//   loss=3.2104 tok/s=12345 mesh=2x2x1 workers=4 message="..."
+std::string FormatEventLine(const v1::JobEvent& event);
+
+// The line watch ends with: "job j1 COMPLETED at step 200/200" or
+// "job j1 FAILED at step 120/200: <message>".
+std::string FormatFinalLine(const v1::Job& job);
+
+}  // namespace cohort::cohortctl

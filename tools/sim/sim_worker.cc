@@ -1,0 +1,248 @@
+#include "tools/sim/sim_worker.h"
+
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "common/log.h"
+
+namespace cohort::sim {
+
+SimWorker::SimWorker(Options options, const MeasurementWindow* window, SimCounters* counters)
+    : options_(std::move(options)), window_(window), counters_(counters) {}
+
+void SimWorker::Start(v1::Workers::Stub* stub) {
+  v1::WorkerMessage hello_message;
+  hello_message.set_incarnation(options_.incarnation);
+  v1::Hello* hello = hello_message.mutable_hello();
+  hello->set_worker_id(options_.worker_id);
+  hello->set_host(options_.host);
+  hello->set_device_kind(v1::DEVICE_KIND_CPU);
+  hello->set_device_index(options_.device_index);
+  hello->set_incarnation(options_.incarnation);
+  v1::Capabilities* caps = hello->mutable_capabilities();
+  caps->set_cpu_cores(1);
+  caps->set_memory_bytes(int64_t{1} << 30);
+  caps->set_device_name("cohort-sim");
+
+  stub->async()->Attach(&context_, this);
+  {
+    absl::MutexLock lock(&mu_);
+    CHECK(state_ == State::kNew) << "SimWorker::Start called twice";
+    state_ = State::kConnecting;
+    writing_ = true;
+    writing_message_ = std::move(hello_message);
+  }
+  // The hold keeps the call open while the scheduler thread starts writes.
+  AddHold();
+  StartWrite(&writing_message_);
+  StartRead(&incoming_);
+  StartCall();
+}
+
+void SimWorker::SendHeartbeat() {
+  Actions actions;
+  {
+    absl::MutexLock lock(&mu_);
+    if (state_ != State::kAttached) return;
+    const uint64_t sequence = next_sequence_++;
+    awaiting_ack_.push_back({sequence, MonotonicNanos()});
+    v1::WorkerMessage message;
+    message.set_incarnation(options_.incarnation);
+    message.mutable_heartbeat()->set_sequence(sequence);
+    Enqueue(std::move(message), &actions);
+  }
+  Act(actions);
+}
+
+void SimWorker::Close() {
+  Actions actions;
+  {
+    absl::MutexLock lock(&mu_);
+    if (state_ == State::kNew) {
+      state_ = State::kDone;  // never started: nothing to close
+      return;
+    }
+    if (state_ == State::kClosing || state_ == State::kDone || hold_released_) return;
+    state_ = State::kClosing;
+    outbox_.clear();
+    if (!writing_) NextWriteLocked(&actions);
+  }
+  Act(actions);
+}
+
+void SimWorker::Cancel() { context_.TryCancel(); }
+
+bool SimWorker::attached() const {
+  absl::MutexLock lock(&mu_);
+  return state_ == State::kAttached;
+}
+
+bool SimWorker::done() const {
+  absl::MutexLock lock(&mu_);
+  return state_ == State::kDone;
+}
+
+std::string SimWorker::error() const {
+  absl::MutexLock lock(&mu_);
+  return error_;
+}
+
+int64_t SimWorker::PendingInWindow() const {
+  absl::MutexLock lock(&mu_);
+  int64_t pending = 0;
+  for (const SentHeartbeat& sent : awaiting_ack_) pending += window_->Contains(sent.sent_ns);
+  return pending;
+}
+
+SimWorker::Results SimWorker::TakeResults() {
+  absl::MutexLock lock(&mu_);
+  Results results;
+  results.rtt_ms = std::move(rtt_ms_);
+  rtt_ms_.clear();
+  results.unacked = unacked_;
+  for (const SentHeartbeat& sent : awaiting_ack_)
+    results.unacked += window_->Contains(sent.sent_ns);
+  awaiting_ack_.clear();
+  unacked_ = 0;
+  results.error = error_;
+  return results;
+}
+
+void SimWorker::OnReadDone(bool ok) {
+  const int64_t now_ns = MonotonicNanos();
+  Actions actions;
+  {
+    absl::MutexLock lock(&mu_);
+    if (!ok) {
+      // The coordinator finished the call: expected after our Close, a
+      // failure otherwise (OnDone carries the status).
+      if (state_ != State::kClosing) failed_ = true;
+      outbox_.clear();
+      ReleaseHoldLocked(&actions);
+    } else {
+      switch (incoming_.kind_case()) {
+        case v1::CoordinatorMessage::kWelcome:
+          if (state_ == State::kConnecting) {
+            state_ = State::kAttached;
+            counters_->attached.fetch_add(1);
+            counters_->last_welcome_ns.store(now_ns);
+            counters_->heartbeat_timeout_ms.store(incoming_.welcome().heartbeat_timeout_ms());
+          }
+          break;
+        case v1::CoordinatorMessage::kHeartbeatAck:
+          HandleAck(incoming_.heartbeat_ack().sequence(), now_ns);
+          break;
+        case v1::CoordinatorMessage::kAssign:
+          ReplyStatus(incoming_.assign().job_id(), incoming_.assign().generation(),
+                      v1::ASSIGNMENT_STATE_READY, &actions);
+          break;
+        case v1::CoordinatorMessage::kReconfigure:
+          ReplyStatus(incoming_.reconfigure().job_id(), incoming_.reconfigure().generation(),
+                      v1::ASSIGNMENT_STATE_READY, &actions);
+          break;
+        case v1::CoordinatorMessage::kStop:
+          ReplyStatus(incoming_.stop().job_id(), incoming_.stop().generation(),
+                      v1::ASSIGNMENT_STATE_RELEASED, &actions);
+          break;
+        case v1::CoordinatorMessage::kDrain:
+        case v1::CoordinatorMessage::KIND_NOT_SET:
+          break;
+      }
+    }
+  }
+  Act(actions);
+  if (ok) StartRead(&incoming_);
+}
+
+void SimWorker::OnWriteDone(bool ok) {
+  Actions actions;
+  {
+    absl::MutexLock lock(&mu_);
+    writing_ = false;
+    if (!ok) {
+      // The stream broke; the failed read reports it and releases the hold.
+      outbox_.clear();
+      return;
+    }
+    NextWriteLocked(&actions);
+  }
+  Act(actions);
+}
+
+void SimWorker::OnWritesDoneDone(bool ok) {}
+
+void SimWorker::OnDone(const grpc::Status& status) {
+  absl::MutexLock lock(&mu_);
+  const bool was_attached = state_ == State::kAttached || state_ == State::kClosing;
+  // Without a Welcome the worker never attached, whatever the reason.
+  if (state_ == State::kConnecting) {
+    counters_->failed_attach.fetch_add(1);
+    failed_ = true;
+  }
+  if (!status.ok() || failed_) {
+    counters_->stream_errors.fetch_add(1);
+    error_ = absl::StrCat(options_.worker_id, ": stream ended",
+                          was_attached ? "" : " before the Welcome", ": code ",
+                          static_cast<int>(status.error_code()), " ", status.error_message());
+  }
+  state_ = State::kDone;
+  counters_->done.fetch_add(1);
+}
+
+void SimWorker::Enqueue(v1::WorkerMessage message, Actions* actions) {
+  outbox_.push_back(std::move(message));
+  if (!writing_) NextWriteLocked(actions);
+}
+
+void SimWorker::NextWriteLocked(Actions* actions) {
+  if (!outbox_.empty()) {
+    writing_ = true;
+    writing_message_ = std::move(outbox_.front());
+    outbox_.pop_front();
+    actions->write = true;
+  } else if (state_ == State::kClosing && !writes_done_started_ && !hold_released_) {
+    writes_done_started_ = true;
+    actions->writes_done = true;
+    ReleaseHoldLocked(actions);
+  }
+}
+
+void SimWorker::ReleaseHoldLocked(Actions* actions) {
+  if (hold_released_) return;
+  hold_released_ = true;
+  actions->release_hold = true;
+}
+
+void SimWorker::Act(const Actions& actions) {
+  if (actions.write) StartWrite(&writing_message_);
+  if (actions.writes_done) StartWritesDone();
+  // Last: after it, OnDone may run (and the simulator may drop this object).
+  if (actions.release_hold) RemoveHold();
+}
+
+void SimWorker::HandleAck(uint64_t sequence, int64_t now_ns) {
+  // Acks come in order; older heartbeats still waiting were skipped.
+  while (!awaiting_ack_.empty() && awaiting_ack_.front().sequence < sequence) {
+    unacked_ += window_->Contains(awaiting_ack_.front().sent_ns);
+    awaiting_ack_.pop_front();
+  }
+  if (awaiting_ack_.empty() || awaiting_ack_.front().sequence != sequence) return;
+  const int64_t sent_ns = awaiting_ack_.front().sent_ns;
+  awaiting_ack_.pop_front();
+  if (window_->Contains(sent_ns)) rtt_ms_.push_back(static_cast<double>(now_ns - sent_ns) / 1e6);
+}
+
+void SimWorker::ReplyStatus(const std::string& job_id, uint64_t generation,
+                            v1::AssignmentState state, Actions* actions) {
+  if (state_ != State::kAttached) return;
+  v1::WorkerMessage message;
+  message.set_incarnation(options_.incarnation);
+  v1::AssignmentStatus* status = message.mutable_status();
+  status->set_job_id(job_id);
+  status->set_generation(generation);
+  status->set_state(state);
+  Enqueue(std::move(message), actions);
+  counters_->assignments.fetch_add(1);
+}
+
+}  // namespace cohort::sim

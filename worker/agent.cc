@@ -1,0 +1,581 @@
+#include "worker/agent.h"
+
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "common/log.h"
+#include "common/process_info.h"
+
+namespace cohort::worker {
+namespace {
+
+std::string CoordinatesString(const v1::MeshCoordinates& c) {
+  return absl::StrCat("rank ", c.rank(), " (data ", c.data(), ", tensor ", c.tensor(),
+                      ", pipeline ", c.pipeline(), ")");
+}
+
+std::string MeshString(const v1::Mesh& mesh) {
+  return absl::StrCat(mesh.data_parallel(), "x", mesh.tensor_parallel(), "x",
+                      mesh.pipeline_parallel(), " (data x tensor x pipeline)");
+}
+
+v1::Progress ToProto(const TrainingProgress& progress) {
+  v1::Progress proto;
+  proto.set_step(progress.step.value());
+  if (progress.loss.has_value()) proto.set_loss(*progress.loss);
+  proto.set_tokens_per_second(progress.tokens_per_second);
+  proto.set_step_time_seconds(progress.step_time_seconds);
+  return proto;
+}
+
+}  // namespace
+
+WorkerAgent::WorkerAgent(std::unique_ptr<v1::Workers::StubInterface> stub, Trainer* trainer,
+                         const Clock* clock, std::shared_ptr<prometheus::Registry> registry,
+                         WorkerAgentOptions options)
+    : stub_(std::move(stub)),
+      trainer_(trainer),
+      clock_(clock),
+      metrics_(std::move(registry)),
+      options_(std::move(options)) {
+  CHECK(options_.incarnation.value() != 0) << "incarnation must be non-zero";
+}
+
+WorkerAgent::~WorkerAgent() = default;
+
+void WorkerAgent::Shutdown() {
+  absl::MutexLock lock(&mu_);
+  if (!shutdown_requested_) LOG(INFO) << "shutdown requested";
+  shutdown_requested_ = true;
+  cv_.SignalAll();
+}
+
+std::optional<Assignment> WorkerAgent::held() const {
+  absl::MutexLock lock(&mu_);
+  return held_;
+}
+
+absl::Status WorkerAgent::Run() {
+  {
+    absl::MutexLock lock(&mu_);
+    if (running_) return absl::FailedPreconditionError("WorkerAgent::Run called twice");
+    running_ = true;
+  }
+  std::thread command_thread([this] { CommandLoop(); });
+  Backoff backoff(options_.backoff);
+  int failed_attempts = 0;  // since the last Welcome
+  bool first_attempt = true;
+  while (true) {
+    {
+      absl::MutexLock lock(&mu_);
+      if (StoppingLocked()) break;
+    }
+    if (!first_attempt) metrics_.reconnects.Increment();
+    first_attempt = false;
+    const SessionResult result = RunSession();
+    if (result.welcomed) {
+      backoff.Reset();
+      failed_attempts = 0;
+    }
+    const absl::Duration delay = backoff.Next();
+    absl::MutexLock lock(&mu_);
+    if (StoppingLocked()) break;
+    LogReconnectLocked(delay, ++failed_attempts, result.status);
+    const absl::Time deadline = absl::Now() + delay;
+    while (!StoppingLocked() && !cv_.WaitWithDeadline(&mu_, deadline)) {
+    }
+  }
+  {
+    absl::MutexLock lock(&mu_);
+    command_thread_exit_ = true;
+    cv_.SignalAll();
+  }
+  // Stop before joining so a Prepare in flight gives up; again after, in case
+  // the command thread started one in between.
+  trainer_->Stop();
+  command_thread.join();
+  trainer_->Stop();
+  absl::MutexLock lock(&mu_);
+  LOG(INFO) << (drain_requested_ ? "drained; leaving" : "shut down; leaving");
+  return absl::OkStatus();
+}
+
+WorkerAgent::SessionResult WorkerAgent::RunSession() {
+  auto stream = std::make_shared<AttachStream>(stub_.get());
+  v1::WorkerMessage hello_message = NewMessage();
+  v1::Hello* hello = hello_message.mutable_hello();
+  const WorkerIdentity& id = options_.identity;
+  hello->set_worker_id(id.worker_id);
+  hello->set_host(id.host);
+  hello->set_device_kind(id.device_kind);
+  hello->set_device_index(id.device_index);
+  *hello->mutable_capabilities() = id.capabilities;
+  hello->set_incarnation(options_.incarnation.value());
+  hello->set_metrics_address(id.metrics_address);
+  {
+    absl::MutexLock lock(&mu_);
+    session_ended_ = false;
+    session_welcome_.reset();
+    last_received_ = clock_->Now();
+    if (held_.has_value()) {
+      v1::HeldAssignment* held = hello->mutable_held();
+      held->set_job_id(held_->job_id.value());
+      held->set_generation(held_->generation.value());
+      *held->mutable_coordinates() = held_->coordinates;
+    }
+  }
+  LOG(DEBUG) << "attaching: " << hello->ShortDebugString();
+  // A failed write means the stream is already broken; the reader sees that.
+  stream->Write(hello_message);
+  std::thread reader([this, stream] { ReadLoop(stream); });
+
+  std::optional<v1::Welcome> welcome;
+  bool ended = false;
+  bool stopping = false;
+  {
+    absl::MutexLock lock(&mu_);
+    const absl::Time deadline = absl::Now() + options_.welcome_timeout;
+    while (!session_ended_ && !session_welcome_.has_value() && !StoppingLocked() &&
+           !cv_.WaitWithDeadline(&mu_, deadline)) {
+    }
+    welcome = session_welcome_;
+  }
+  if (welcome.has_value()) {
+    const absl::Duration interval = welcome->heartbeat_interval_ms() > 0
+                                        ? absl::Milliseconds(welcome->heartbeat_interval_ms())
+                                        : options_.default_heartbeat_interval;
+    const absl::Duration timeout = welcome->heartbeat_timeout_ms() > 0
+                                       ? absl::Milliseconds(welcome->heartbeat_timeout_ms())
+                                       : absl::InfiniteDuration();
+    HeartbeatLoop(stream, interval, timeout);
+  }
+  {
+    absl::MutexLock lock(&mu_);
+    ended = session_ended_;
+    stopping = StoppingLocked();
+  }
+  if (!ended) {
+    if (stopping) {
+      CloseStream(stream);
+    } else {
+      if (!welcome.has_value()) {
+        LOG(WARNING) << "no Welcome from the coordinator within " << options_.welcome_timeout
+                     << "; abandoning this stream";
+      }
+      stream->Cancel();
+    }
+  }
+  reader.join();
+  SessionResult result{welcome.has_value(), stream->Finish()};
+  {
+    absl::MutexLock lock(&mu_);
+    if (welcomed_stream_ == stream) welcomed_stream_.reset();
+    heartbeat_sent_at_.clear();
+    stopping = StoppingLocked();
+  }
+  metrics_.attached.Set(0);
+  if (welcome.has_value() && !stopping) {
+    LOG(WARNING) << "stream to coordinator " << welcome->coordinator_id()
+                 << " ended: " << result.status << "; keeping the assignment and re-attaching";
+  }
+  if (result.status.ok() && !stopping) {
+    // The coordinator closed the stream without a Drain: still a reason to
+    // come back, but it is not an error to report.
+    result.status = absl::UnavailableError("coordinator closed the stream");
+  }
+  return result;
+}
+
+void WorkerAgent::ReadLoop(std::shared_ptr<AttachStream> stream) {
+  v1::CoordinatorMessage message;
+  while (stream->Read(&message)) {
+    {
+      absl::MutexLock lock(&mu_);
+      last_received_ = clock_->Now();
+    }
+    switch (message.kind_case()) {
+      case v1::CoordinatorMessage::kWelcome:
+        HandleWelcome(stream, message.welcome());
+        break;
+      case v1::CoordinatorMessage::kHeartbeatAck:
+        HandleAck(message.heartbeat_ack());
+        break;
+      case v1::CoordinatorMessage::kAssign:
+      case v1::CoordinatorMessage::kReconfigure:
+      case v1::CoordinatorMessage::kStop:
+      case v1::CoordinatorMessage::kDrain: {
+        absl::MutexLock lock(&mu_);
+        commands_.push_back(message);
+        cv_.SignalAll();
+        break;
+      }
+      case v1::CoordinatorMessage::KIND_NOT_SET:
+        LOG(WARNING) << "ignoring an empty message from the coordinator";
+        break;
+    }
+  }
+  absl::MutexLock lock(&mu_);
+  session_ended_ = true;
+  if (welcomed_stream_ == stream) welcomed_stream_.reset();
+  cv_.SignalAll();
+}
+
+void WorkerAgent::HandleWelcome(const std::shared_ptr<AttachStream>& stream,
+                                const v1::Welcome& welcome) {
+  std::optional<Assignment> held;
+  metrics_.attached.Set(1);
+  {
+    absl::MutexLock lock(&mu_);
+    session_welcome_ = welcome;
+    welcomed_stream_ = stream;
+    held = held_;
+    cv_.SignalAll();
+  }
+  LOG(INFO) << "attached to coordinator " << welcome.coordinator_id() << " as "
+            << options_.identity.worker_id << " (incarnation " << options_.incarnation
+            << ", heartbeat every " << welcome.heartbeat_interval_ms() << " ms, timeout "
+            << welcome.heartbeat_timeout_ms() << " ms"
+            << (held ? absl::StrCat(", holding job ", held->job_id.value(), " generation ",
+                                    held->generation.value())
+                     : std::string())
+            << ")";
+  FlushPendingStatuses(stream);
+}
+
+void WorkerAgent::HandleAck(const v1::HeartbeatAck& ack) {
+  std::optional<absl::Duration> rtt;
+  {
+    absl::MutexLock lock(&mu_);
+    auto it = heartbeat_sent_at_.find(ack.sequence());
+    if (it != heartbeat_sent_at_.end()) rtt = clock_->Now() - it->second;
+    // Acks come in order: anything at or before this sequence is answered or lost.
+    absl::erase_if(heartbeat_sent_at_,
+                   [&](const auto& entry) { return entry.first <= ack.sequence(); });
+  }
+  if (rtt.has_value()) metrics_.heartbeat_rtt.Observe(absl::ToDoubleSeconds(*rtt));
+}
+
+void WorkerAgent::HeartbeatLoop(const std::shared_ptr<AttachStream>& stream,
+                                absl::Duration interval, absl::Duration timeout) {
+  absl::Time next = absl::Now();
+  while (true) {
+    {
+      absl::MutexLock lock(&mu_);
+      while (!session_ended_ && !StoppingLocked() && !cv_.WaitWithDeadline(&mu_, next)) {
+      }
+      if (session_ended_ || StoppingLocked()) return;
+      const absl::Duration silence = clock_->Now() - last_received_;
+      if (silence > timeout) {
+        LOG(WARNING) << "nothing from the coordinator for " << silence << " (heartbeat timeout "
+                     << timeout << "); abandoning this stream";
+        stream->Cancel();
+        return;
+      }
+    }
+    SendHeartbeat(stream);
+    const absl::Time now = absl::Now();
+    next += interval;
+    // After a stall, resume the cadence instead of sending a burst.
+    if (next < now) next = now + interval;
+  }
+}
+
+void WorkerAgent::SendHeartbeat(const std::shared_ptr<AttachStream>& stream) {
+  const TrainingProgress progress = trainer_->progress();
+  v1::WorkerMessage message = NewMessage();
+  v1::Heartbeat* heartbeat = message.mutable_heartbeat();
+  *heartbeat->mutable_progress() = ToProto(progress);
+  uint64_t sequence = 0;
+  {
+    absl::MutexLock lock(&mu_);
+    sequence = next_heartbeat_sequence_++;
+    heartbeat->set_sequence(sequence);
+    if (held_.has_value()) {
+      heartbeat->set_job_id(held_->job_id.value());
+      heartbeat->set_generation(held_->generation.value());
+    }
+    // Recorded before the write: the ack may arrive before Write returns.
+    heartbeat_sent_at_[sequence] = clock_->Now();
+  }
+  metrics_.resident_memory.Set(static_cast<double>(ResidentMemoryBytes()));
+  metrics_.step.Set(static_cast<double>(progress.step.value()));
+  if (stream->Write(message)) {
+    metrics_.heartbeats_sent.Increment();
+  } else {
+    absl::MutexLock lock(&mu_);
+    heartbeat_sent_at_.erase(sequence);
+  }
+}
+
+void WorkerAgent::CloseStream(const std::shared_ptr<AttachStream>& stream) {
+  stream->WritesDone();
+  absl::MutexLock lock(&mu_);
+  const absl::Time deadline = absl::Now() + options_.close_timeout;
+  while (!session_ended_ && !cv_.WaitWithDeadline(&mu_, deadline)) {
+  }
+  if (!session_ended_) {
+    LOG(WARNING) << "coordinator did not close the stream within " << options_.close_timeout
+                 << "; cancelling it";
+    stream->Cancel();
+  }
+}
+
+void WorkerAgent::CommandLoop() {
+  while (true) {
+    v1::CoordinatorMessage command;
+    {
+      absl::MutexLock lock(&mu_);
+      while (commands_.empty() && !command_thread_exit_) cv_.Wait(&mu_);
+      if (command_thread_exit_) return;
+      command = std::move(commands_.front());
+      commands_.pop_front();
+    }
+    switch (command.kind_case()) {
+      case v1::CoordinatorMessage::kAssign:
+        ExecuteAssign(command.assign());
+        break;
+      case v1::CoordinatorMessage::kReconfigure:
+        ExecuteReconfigure(command.reconfigure());
+        break;
+      case v1::CoordinatorMessage::kStop:
+        ExecuteStop(command.stop());
+        break;
+      case v1::CoordinatorMessage::kDrain:
+        ExecuteDrain(command.drain());
+        return;  // nothing after a Drain is executed
+      default:
+        break;
+    }
+  }
+}
+
+void WorkerAgent::ExecuteAssign(const v1::Assign& assign) {
+  const JobId job(assign.job_id());
+  const Generation generation(assign.generation());
+  std::optional<v1::AssignmentState> repeat_state;
+  std::optional<JobId> replaced;
+  {
+    absl::MutexLock lock(&mu_);
+    if (held_.has_value() && held_->job_id == job) {
+      if (generation < held_->generation) {
+        LOG(INFO) << "ignoring stale Assign of job " << job << " generation " << generation
+                  << " (holding generation " << held_->generation << ")";
+        return;
+      }
+      if (generation == held_->generation) repeat_state = held_state_;
+    } else if (held_.has_value()) {
+      replaced = held_->job_id;
+    }
+  }
+  if (repeat_state.has_value()) {
+    LOG(INFO) << "repeated Assign of job " << job << " generation " << generation
+              << "; answering with the held state";
+    SendStatus(job, generation, *repeat_state, "");
+    return;
+  }
+  if (replaced.has_value()) {
+    LOG(WARNING) << "Assign of job " << job << " replaces held job " << *replaced
+                 << " (no Stop came first)";
+    trainer_->Stop();
+  }
+  LOG(INFO) << "assigned job " << job << " generation " << generation << " at "
+            << CoordinatesString(assign.coordinates()) << " of mesh " << MeshString(assign.mesh());
+  PrepareAndReport(Assignment{job, generation, assign.spec(), assign.mesh(), assign.coordinates()});
+}
+
+void WorkerAgent::ExecuteReconfigure(const v1::Reconfigure& reconfigure) {
+  const JobId job(reconfigure.job_id());
+  const Generation generation(reconfigure.generation());
+  std::optional<Assignment> next;
+  std::optional<v1::AssignmentState> repeat_state;
+  {
+    absl::MutexLock lock(&mu_);
+    if (!held_.has_value() || held_->job_id != job) {
+      // Fall through to FAILED below: without the Assign there is no spec.
+    } else if (generation < held_->generation) {
+      LOG(INFO) << "ignoring stale Reconfigure of job " << job << " generation " << generation
+                << " (holding generation " << held_->generation << ")";
+      return;
+    } else if (generation == held_->generation) {
+      repeat_state = held_state_;
+    } else {
+      next = *held_;
+    }
+  }
+  if (repeat_state.has_value()) {
+    LOG(INFO) << "repeated Reconfigure of job " << job << " generation " << generation
+              << "; answering with the held state";
+    SendStatus(job, generation, *repeat_state, "");
+    return;
+  }
+  if (!next.has_value()) {
+    LOG(WARNING) << "Reconfigure of job " << job << " which this worker does not hold";
+    SendStatus(job, generation, v1::ASSIGNMENT_STATE_FAILED,
+               absl::StrCat("worker ", options_.identity.worker_id, " does not hold job ",
+                            job.value(), "; it needs an Assign"));
+    return;
+  }
+  LOG(INFO) << "reconfigure job " << job << " generation " << next->generation << " -> "
+            << generation << " (" << reconfigure.reason() << "): now at "
+            << CoordinatesString(reconfigure.coordinates()) << " of mesh "
+            << MeshString(reconfigure.mesh());
+  next->generation = generation;
+  next->mesh = reconfigure.mesh();
+  next->coordinates = reconfigure.coordinates();
+  PrepareAndReport(std::move(*next));
+}
+
+void WorkerAgent::ExecuteStop(const v1::Stop& stop) {
+  const JobId job(stop.job_id());
+  const Generation generation(stop.generation());
+  bool holds = false;
+  {
+    absl::MutexLock lock(&mu_);
+    holds = held_.has_value() && held_->job_id == job;
+    if (holds && generation < held_->generation) {
+      LOG(INFO) << "ignoring stale Stop of job " << job << " generation " << generation
+                << " (holding generation " << held_->generation << ")";
+      return;
+    }
+  }
+  if (holds) {
+    LOG(INFO) << "stopping job " << job << " generation " << generation << ": " << stop.reason();
+    trainer_->Stop();
+    absl::MutexLock lock(&mu_);
+    held_.reset();
+    held_state_ = v1::ASSIGNMENT_STATE_UNSPECIFIED;
+  } else {
+    LOG(INFO) << "Stop of job " << job << " which this worker does not hold; answering RELEASED";
+  }
+  metrics_.assignment_generation.Set(0);
+  SendStatus(job, generation, v1::ASSIGNMENT_STATE_RELEASED, "");
+}
+
+void WorkerAgent::ExecuteDrain(const v1::Drain& drain) {
+  LOG(INFO) << "draining: " << drain.reason();
+  trainer_->Stop();
+  std::optional<Assignment> released;
+  {
+    absl::MutexLock lock(&mu_);
+    released = std::move(held_);
+    held_.reset();
+    held_state_ = v1::ASSIGNMENT_STATE_UNSPECIFIED;
+  }
+  metrics_.assignment_generation.Set(0);
+  if (released.has_value()) {
+    SendStatus(released->job_id, released->generation, v1::ASSIGNMENT_STATE_RELEASED,
+               absl::StrCat("drained: ", drain.reason()));
+  }
+  // Set after the status is written, so the half-close follows it.
+  absl::MutexLock lock(&mu_);
+  drain_requested_ = true;
+  cv_.SignalAll();
+}
+
+void WorkerAgent::PrepareAndReport(Assignment assignment) {
+  const JobId job = assignment.job_id;
+  const Generation generation = assignment.generation;
+  {
+    absl::MutexLock lock(&mu_);
+    held_ = assignment;
+    held_state_ = v1::ASSIGNMENT_STATE_UNSPECIFIED;
+  }
+  metrics_.assignment_generation.Set(static_cast<double>(generation.value()));
+  const absl::Status prepared = trainer_->Prepare(assignment);
+  if (prepared.ok()) {
+    {
+      absl::MutexLock lock(&mu_);
+      if (held_.has_value() && held_->job_id == job && held_->generation == generation) {
+        held_state_ = v1::ASSIGNMENT_STATE_READY;
+      }
+    }
+    LOG(INFO) << "ready for job " << job << " generation " << generation;
+    SendStatus(job, generation, v1::ASSIGNMENT_STATE_READY, "");
+    return;
+  }
+  LOG(ERROR) << "cannot run job " << job << " generation " << generation << ": " << prepared;
+  trainer_->Stop();
+  {
+    absl::MutexLock lock(&mu_);
+    held_.reset();
+    held_state_ = v1::ASSIGNMENT_STATE_UNSPECIFIED;
+  }
+  metrics_.assignment_generation.Set(0);
+  SendStatus(job, generation, v1::ASSIGNMENT_STATE_FAILED, prepared.ToString());
+}
+
+void WorkerAgent::SendStatus(const JobId& job, Generation generation, v1::AssignmentState state,
+                             const std::string& message) {
+  v1::AssignmentStatus status;
+  status.set_job_id(job.value());
+  status.set_generation(generation.value());
+  status.set_state(state);
+  status.set_message(message);
+  *status.mutable_progress() = ToProto(trainer_->progress());
+  std::shared_ptr<AttachStream> stream;
+  {
+    absl::MutexLock lock(&mu_);
+    if (pending_statuses_.size() >= kMaxPendingStatuses) {
+      LOG(WARNING) << "dropping undelivered status of job " << pending_statuses_.front().job_id()
+                   << " generation " << pending_statuses_.front().generation();
+      pending_statuses_.pop_front();
+    }
+    pending_statuses_.push_back(std::move(status));
+    stream = welcomed_stream_;
+  }
+  if (stream == nullptr) {
+    LOG(INFO) << "coordinator away; the status of job " << job << " generation " << generation
+              << " goes out after the next attach";
+    return;
+  }
+  FlushPendingStatuses(stream);
+}
+
+void WorkerAgent::FlushPendingStatuses(const std::shared_ptr<AttachStream>& stream) {
+  // One flusher at a time, so a status is neither reordered nor sent twice.
+  absl::MutexLock flush_lock(&flush_mu_);
+  while (true) {
+    v1::WorkerMessage message = NewMessage();
+    {
+      absl::MutexLock lock(&mu_);
+      if (pending_statuses_.empty()) return;
+      *message.mutable_status() = pending_statuses_.front();
+    }
+    if (!stream->Write(message)) return;  // kept for the next stream
+    absl::MutexLock lock(&mu_);
+    pending_statuses_.pop_front();
+  }
+}
+
+v1::WorkerMessage WorkerAgent::NewMessage() const {
+  v1::WorkerMessage message;
+  message.set_incarnation(options_.incarnation.value());
+  return message;
+}
+
+void WorkerAgent::LogReconnectLocked(absl::Duration delay, int attempt,
+                                     const absl::Status& last_error) {
+  const absl::Time now = clock_->Now();
+  if (now - last_reconnect_log_ < options_.reconnect_log_interval) {
+    ++suppressed_reconnect_logs_;
+    return;
+  }
+  const std::string suppressed =
+      suppressed_reconnect_logs_ > 0
+          ? absl::StrCat(" (", suppressed_reconnect_logs_, " similar lines suppressed)")
+          : std::string();
+  // Unavailable is the coordinator being away; anything else (AlreadyExists,
+  // InvalidArgument, ...) is a refusal an operator may need to see.
+  if (absl::IsUnavailable(last_error) || absl::IsCancelled(last_error) ||
+      absl::IsDeadlineExceeded(last_error)) {
+    LOG(INFO) << "coordinator unreachable (" << last_error << "); re-attach attempt " << attempt
+              << " in " << delay << suppressed;
+  } else {
+    LOG(WARNING) << "coordinator refused the attach (" << last_error << "); retry " << attempt
+                 << " in " << delay << suppressed;
+  }
+  last_reconnect_log_ = now;
+  suppressed_reconnect_logs_ = 0;
+}
+
+}  // namespace cohort::worker

@@ -1,0 +1,39 @@
+#include "worker/attach_stream.h"
+
+#include "grpcpp/create_channel.h"
+#include "grpcpp/security/credentials.h"
+#include "grpcpp/support/channel_arguments.h"
+
+namespace cohort::worker {
+
+AttachStream::AttachStream(v1::Workers::StubInterface* stub) : rw_(stub->Attach(&context_)) {}
+
+bool AttachStream::Write(const v1::WorkerMessage& message) {
+  absl::MutexLock lock(&write_mu_);
+  if (writes_done_) return false;
+  return rw_->Write(message);
+}
+
+void AttachStream::WritesDone() {
+  absl::MutexLock lock(&write_mu_);
+  if (writes_done_) return;
+  writes_done_ = true;
+  rw_->WritesDone();
+}
+
+absl::Status AttachStream::Finish() {
+  const grpc::Status status = rw_->Finish();
+  if (status.ok()) return absl::OkStatus();
+  // gRPC and Abseil share the canonical code numbering.
+  return absl::Status(static_cast<absl::StatusCode>(status.error_code()), status.error_message());
+}
+
+std::shared_ptr<grpc::Channel> NewCoordinatorChannel(const std::string& target) {
+  grpc::ChannelArguments args;
+  args.SetInt(GRPC_ARG_INITIAL_RECONNECT_BACKOFF_MS, 100);
+  args.SetInt(GRPC_ARG_MIN_RECONNECT_BACKOFF_MS, 100);
+  args.SetInt(GRPC_ARG_MAX_RECONNECT_BACKOFF_MS, 5000);
+  return grpc::CreateCustomChannel(target, grpc::InsecureChannelCredentials(), args);
+}
+
+}  // namespace cohort::worker

@@ -1,0 +1,32 @@
+#pragma once
+// IdleTrainer: accepts assignments, reports them ready and does no work.
+// Training lands with the GPT engine issue; until then this is the only
+// Trainer, so a worker joins meshes and follows commands but its step stays 0
+// and it reports no loss.
+
+#include <optional>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/synchronization/mutex.h"
+#include "worker/trainer.h"
+
+namespace cohort::worker {
+
+// Thread-safe.
+class IdleTrainer : public Trainer {
+ public:
+  // Always OK: there is nothing to set up.
+  absl::Status Prepare(const Assignment& assignment) override;
+  void Stop() override;
+  // Always step 0, no loss.
+  TrainingProgress progress() const override { return TrainingProgress{}; }
+
+  // The assignment accepted by the last Prepare, until Stop.
+  std::optional<Assignment> current() const;
+
+ private:
+  mutable absl::Mutex mu_;
+  std::optional<Assignment> current_ ABSL_GUARDED_BY(mu_);
+};
+
+}  // namespace cohort::worker

@@ -1,0 +1,121 @@
+// cohort-worker: one worker daemon per device. Flags -> WorkerConfig -> run.
+// Exits 0 after a Drain or SIGINT/SIGTERM, 1 if the worker cannot start
+// (bad flags, unusable device, metrics port taken).
+
+#include <pthread.h>
+#include <signal.h>
+
+#include <atomic>
+#include <iostream>
+#include <string>
+#include <thread>
+
+#include "absl/flags/flag.h"
+#include "absl/flags/parse.h"
+#include "absl/flags/usage.h"
+#include "absl/strings/ascii.h"
+#include "common/log.h"
+#include "worker/worker_daemon.h"
+
+ABSL_FLAG(std::string, coordinator, "localhost:7070",
+          "Coordinator gRPC address, host:port. The worker keeps retrying (with backoff) "
+          "while it is unreachable.");
+ABSL_FLAG(std::string, worker_id, "",
+          "Stable worker name; a restart with the same name replaces the old process. "
+          "Default: <host>-<device>-<device_index>.");
+ABSL_FLAG(std::string, host, "",
+          "Host name announced to the coordinator, which keeps tensor groups on one host. "
+          "Default: this machine's hostname. Tests pass 127.0.0.1 or fake names.");
+ABSL_FLAG(std::string, device, "cpu",
+          "Device to train on: cpu or gpu. gpu needs a CUDA build and a working GPU "
+          "(a self-test kernel runs at startup).");
+ABSL_FLAG(int, device_index, 0,
+          "CUDA device ordinal for --device gpu; for --device cpu, the slot number of "
+          "this worker on its host.");
+ABSL_FLAG(std::string, metrics_address, "127.0.0.1:0",
+          "host:port to serve Prometheus /metrics on; port 0 picks a free port "
+          "(logged, and announced to the coordinator).");
+ABSL_FLAG(std::string, log_level, "info", "Minimum log level: debug, info, warning or error.");
+
+namespace {
+
+bool ParseLogLevel(const std::string& text, cohort::log::Level* level) {
+  const std::string v = absl::AsciiStrToLower(text);
+  if (v == "debug")
+    *level = cohort::log::Level::kDebug;
+  else if (v == "info")
+    *level = cohort::log::Level::kInfo;
+  else if (v == "warning")
+    *level = cohort::log::Level::kWarning;
+  else if (v == "error")
+    *level = cohort::log::Level::kError;
+  else
+    return false;
+  return true;
+}
+
+int Fail(const std::string& message) {
+  std::cerr << "cohort-worker: " << message << std::endl;
+  return 1;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  absl::SetProgramUsageMessage(
+      "Cohort worker daemon: attaches to the coordinator and trains on one device.\n"
+      "  cohort-worker --coordinator=host:7070 --device=cpu");
+  absl::ParseCommandLine(argc, argv);
+
+  cohort::log::Level level;
+  if (!ParseLogLevel(absl::GetFlag(FLAGS_log_level), &level)) {
+    return Fail("--log_level must be debug, info, warning or error");
+  }
+  cohort::log::SetMinLevel(level);
+
+  cohort::worker::WorkerConfig config;
+  config.coordinator = absl::GetFlag(FLAGS_coordinator);
+  config.worker_id = absl::GetFlag(FLAGS_worker_id);
+  config.host = absl::GetFlag(FLAGS_host);
+  const std::string device = absl::AsciiStrToLower(absl::GetFlag(FLAGS_device));
+  if (device == "cpu") {
+    config.device_kind = cohort::v1::DEVICE_KIND_CPU;
+  } else if (device == "gpu") {
+    config.device_kind = cohort::v1::DEVICE_KIND_GPU;
+  } else {
+    return Fail("--device must be cpu or gpu, got '" + device + "'");
+  }
+  config.device_index = absl::GetFlag(FLAGS_device_index);
+  config.metrics_address = absl::GetFlag(FLAGS_metrics_address);
+  cohort::log::SetProcessTag("worker");
+
+  // Block SIGINT/SIGTERM in every thread (threads inherit the mask, so this
+  // comes before any is started); one thread takes them with sigwait and asks
+  // the agent to shut down, which a signal handler could not do safely.
+  sigset_t signals;
+  sigemptyset(&signals);
+  sigaddset(&signals, SIGINT);
+  sigaddset(&signals, SIGTERM);
+  pthread_sigmask(SIG_BLOCK, &signals, nullptr);
+
+  auto daemon = cohort::worker::WorkerDaemon::Create(config);
+  if (!daemon.ok()) return Fail(daemon.status().ToString());
+  cohort::log::SetProcessTag("worker " + (*daemon)->agent().identity().worker_id);
+
+  std::atomic<bool> finished{false};
+  std::thread signal_thread([&] {
+    while (true) {
+      int signal = 0;
+      if (sigwait(&signals, &signal) != 0) return;
+      if (finished.load()) return;  // woken by main to exit
+      LOG(INFO) << "received " << (signal == SIGINT ? "SIGINT" : "SIGTERM");
+      (*daemon)->Shutdown();
+    }
+  });
+  const absl::Status status = (*daemon)->Run();
+  finished.store(true);
+  pthread_kill(signal_thread.native_handle(), SIGTERM);
+  signal_thread.join();
+  if (!status.ok()) return Fail(status.ToString());
+  return 0;
+}

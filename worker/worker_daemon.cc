@@ -1,0 +1,55 @@
+#include "worker/worker_daemon.h"
+
+#include "absl/strings/str_cat.h"
+#include "common/clock.h"
+#include "common/log.h"
+#include "common/process_info.h"
+#include "common/status_macros.h"
+#include "worker/device/device_discovery.h"
+
+namespace cohort::worker {
+
+std::string DefaultWorkerId(const std::string& host, v1::DeviceKind kind, int index) {
+  return absl::StrCat(host, "-", DeviceKindName(kind), "-", index);
+}
+
+absl::StatusOr<std::unique_ptr<WorkerDaemon>> WorkerDaemon::Create(const WorkerConfig& config) {
+  auto daemon = std::unique_ptr<WorkerDaemon>(new WorkerDaemon());
+  ASSIGN_OR_RETURN(daemon->device_, DiscoverDevice(config.device_kind, config.device_index));
+  const DeviceInfo& device = daemon->device_;
+  LOG(INFO) << "device " << DeviceKindName(device.kind) << " " << device.index << ": "
+            << device.name << ", " << device.cores
+            << (device.kind == v1::DEVICE_KIND_GPU ? " SMs" : " cores") << ", "
+            << device.memory_bytes / (1 << 20) << " MiB"
+            << (device.kind == v1::DEVICE_KIND_GPU
+                    ? absl::StrCat(", compute capability ", device.compute_capability,
+                                   ", self-test passed")
+                    : std::string());
+
+  auto registry = std::make_shared<prometheus::Registry>();
+  ASSIGN_OR_RETURN(daemon->metrics_server_,
+                   MetricsServer::Create(config.metrics_address, registry));
+  LOG(INFO) << "serving metrics at http://" << daemon->metrics_server_->address() << "/metrics";
+
+  WorkerAgentOptions options;
+  options.identity.host = config.host.empty() ? HostName() : config.host;
+  options.identity.worker_id =
+      config.worker_id.empty()
+          ? DefaultWorkerId(options.identity.host, config.device_kind, config.device_index)
+          : config.worker_id;
+  options.identity.device_kind = config.device_kind;
+  options.identity.device_index = config.device_index;
+  options.identity.capabilities = CapabilitiesFor(device);
+  options.identity.metrics_address = daemon->metrics_server_->address();
+  daemon->incarnation_ = NewIncarnation();
+  options.incarnation = daemon->incarnation_;
+  options.backoff = config.backoff;
+  LOG(INFO) << "worker " << options.identity.worker_id << " on host " << options.identity.host
+            << ", incarnation " << options.incarnation << ", coordinator " << config.coordinator;
+  daemon->agent_ = std::make_unique<WorkerAgent>(
+      v1::Workers::NewStub(NewCoordinatorChannel(config.coordinator)), &daemon->trainer_,
+      RealClock::Get(), std::move(registry), std::move(options));
+  return daemon;
+}
+
+}  // namespace cohort::worker

@@ -1,0 +1,62 @@
+#pragma once
+// WorkerDaemon: one cohort-worker process. Discovers (and for a GPU,
+// self-tests) its device, serves /metrics, and runs the WorkerAgent against
+// the coordinator with the trainer.
+
+#include <memory>
+#include <string>
+
+#include "absl/status/statusor.h"
+#include "cohort/v1/job.pb.h"
+#include "common/ids.h"
+#include "common/metrics_server.h"
+#include "worker/agent.h"
+#include "worker/backoff.h"
+#include "worker/device/device_info.h"
+#include "worker/idle_trainer.h"
+
+namespace cohort::worker {
+
+// Built by main.cc from flags; see the flag help strings there.
+struct WorkerConfig {
+  std::string coordinator = "localhost:7070";  // gRPC target host:port
+  std::string worker_id;  // empty: DefaultWorkerId(host, device_kind, device_index)
+  std::string host;       // empty: this machine's hostname
+  v1::DeviceKind device_kind = v1::DEVICE_KIND_CPU;
+  int device_index = 0;
+  std::string metrics_address = "127.0.0.1:0";  // port 0: any free port
+  BackoffOptions backoff;
+};
+
+// "<host>-<cpu|gpu>-<index>".
+std::string DefaultWorkerId(const std::string& host, v1::DeviceKind kind, int index);
+
+// Thread-safe: Run() from one thread, Shutdown() from any.
+class WorkerDaemon {
+ public:
+  // Fails with the device discovery errors (device_discovery.h: Unimplemented
+  // for a GPU in a build without CUDA, FailedPrecondition without a usable
+  // GPU, Internal for a failed self-test) or Unavailable when the metrics
+  // address cannot be bound. Nothing is contacted yet.
+  static absl::StatusOr<std::unique_ptr<WorkerDaemon>> Create(const WorkerConfig& config);
+
+  // Runs the agent until Drain or Shutdown; OK in both cases.
+  absl::Status Run() { return agent_->Run(); }
+  void Shutdown() { agent_->Shutdown(); }
+
+  const DeviceInfo& device() const { return device_; }
+  const std::string& metrics_address() const { return metrics_server_->address(); }
+  Incarnation incarnation() const { return incarnation_; }
+  const WorkerAgent& agent() const { return *agent_; }
+
+ private:
+  WorkerDaemon() = default;
+
+  DeviceInfo device_;
+  Incarnation incarnation_;
+  std::unique_ptr<MetricsServer> metrics_server_;
+  IdleTrainer trainer_;
+  std::unique_ptr<WorkerAgent> agent_;  // declared last: destroyed first
+};
+
+}  // namespace cohort::worker

@@ -1,0 +1,45 @@
+#include "worker/worker_metrics.h"
+
+namespace cohort::worker {
+namespace {
+
+prometheus::Gauge& NewGauge(prometheus::Registry& registry, const char* name, const char* help) {
+  return prometheus::BuildGauge().Name(name).Help(help).Register(registry).Add({});
+}
+
+prometheus::Counter& NewCounter(prometheus::Registry& registry, const char* name,
+                                const char* help) {
+  return prometheus::BuildCounter().Name(name).Help(help).Register(registry).Add({});
+}
+
+// Loopback round trips take well under a millisecond; a loaded coordinator
+// across a network can take seconds. 0.25 ms .. ~4 s in factors of 2.
+prometheus::Histogram::BucketBoundaries RttBuckets() {
+  prometheus::Histogram::BucketBoundaries bounds;
+  for (double b = 0.00025; b < 5.0; b *= 2) bounds.push_back(b);
+  return bounds;
+}
+
+}  // namespace
+
+WorkerMetrics::WorkerMetrics(std::shared_ptr<prometheus::Registry> registry)
+    : attached(NewGauge(*registry, "cohort_worker_attached",
+                        "1 while the worker holds a welcomed Attach stream to the coordinator")),
+      heartbeats_sent(NewCounter(*registry, "cohort_worker_heartbeats_sent_total",
+                                 "Heartbeats sent to the coordinator")),
+      heartbeat_rtt(prometheus::BuildHistogram()
+                        .Name("cohort_worker_heartbeat_rtt_seconds")
+                        .Help("Time from sending a heartbeat to receiving its ack")
+                        .Register(*registry)
+                        .Add({}, RttBuckets())),
+      reconnects(NewCounter(*registry, "cohort_worker_reconnects_total",
+                            "Attach attempts after the first (stream broken or refused)")),
+      assignment_generation(NewGauge(*registry, "cohort_worker_assignment_generation",
+                                     "Generation of the held assignment, 0 when none")),
+      resident_memory(NewGauge(*registry, "cohort_worker_resident_memory_bytes",
+                               "Resident set size of the worker process")),
+      step(NewGauge(*registry, "cohort_worker_step",
+                    "Optimizer steps completed in the held assignment")),
+      registry_(std::move(registry)) {}
+
+}  // namespace cohort::worker

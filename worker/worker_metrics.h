@@ -1,0 +1,32 @@
+#pragma once
+// The worker's Prometheus metrics (cohort_worker_*), registered once in a
+// registry that the daemon serves at /metrics.
+
+#include <memory>
+
+#include "prometheus/counter.h"
+#include "prometheus/gauge.h"
+#include "prometheus/histogram.h"
+#include "prometheus/registry.h"
+
+namespace cohort::worker {
+
+// Thread-safe (prometheus-cpp metrics are). The referenced metrics live as
+// long as the registry, which this object keeps alive.
+class WorkerMetrics {
+ public:
+  explicit WorkerMetrics(std::shared_ptr<prometheus::Registry> registry);
+
+  prometheus::Gauge& attached;               // 1 while a Welcomed stream is open
+  prometheus::Counter& heartbeats_sent;      // heartbeats written to a stream
+  prometheus::Histogram& heartbeat_rtt;      // heartbeat -> ack, seconds
+  prometheus::Counter& reconnects;           // attach attempts after the first
+  prometheus::Gauge& assignment_generation;  // held generation, 0 when none
+  prometheus::Gauge& resident_memory;        // RSS bytes, refreshed per heartbeat
+  prometheus::Gauge& step;                   // trainer's step of the held job
+
+ private:
+  std::shared_ptr<prometheus::Registry> registry_;
+};
+
+}  // namespace cohort::worker
