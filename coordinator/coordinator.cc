@@ -116,7 +116,6 @@ void Coordinator::Collect(Effects effects, Deliveries* out) {
       }
     }
   }
-  UpdateGauges();
 }
 
 void Coordinator::UpdateGauges() {
@@ -421,6 +420,8 @@ void Coordinator::Tick() {
     jobs_.Tick(now, &effects);
     deliveries.kv = kv_.Expire(now);
     Collect(std::move(effects), &deliveries);
+    // Gauges scan every worker, so they refresh on the tick, not per message.
+    UpdateGauges();
   }
   deliveries.Run();
 }

@@ -118,32 +118,32 @@ int main(int argc, char** argv) {
   config.validate_only = absl::GetFlag(FLAGS_validate_only);
 
   ctl::SpecFlags& spec = config.spec;
-#define COHORT_SPEC_FLAG(field, flag) \
-  if (set(#flag)) spec.field = absl::GetFlag(FLAGS_##flag)
-  COHORT_SPEC_FLAG(name, name);
-  COHORT_SPEC_FLAG(device, device);
-  COHORT_SPEC_FLAG(layers, layers);
-  COHORT_SPEC_FLAG(heads, heads);
-  COHORT_SPEC_FLAG(width, width);
-  COHORT_SPEC_FLAG(vocab, vocab);
-  COHORT_SPEC_FLAG(context, context);
-  COHORT_SPEC_FLAG(seed, seed);
-  COHORT_SPEC_FLAG(data_shards, data_shards);
-  COHORT_SPEC_FLAG(lr, lr);
-  COHORT_SPEC_FLAG(min_lr, min_lr);
-  COHORT_SPEC_FLAG(warmup, warmup);
-  COHORT_SPEC_FLAG(weight_decay, weight_decay);
-  COHORT_SPEC_FLAG(grad_clip, grad_clip);
-  COHORT_SPEC_FLAG(global_batch, global_batch);
-  COHORT_SPEC_FLAG(micro_batch, micro_batch);
-  COHORT_SPEC_FLAG(tensor, tensor);
-  COHORT_SPEC_FLAG(pipeline, pipeline);
-  COHORT_SPEC_FLAG(zero1, zero1);
-  COHORT_SPEC_FLAG(min_workers, min_workers);
-  COHORT_SPEC_FLAG(max_workers, max_workers);
-  COHORT_SPEC_FLAG(steps, steps);
-  COHORT_SPEC_FLAG(checkpoint_interval, checkpoint_interval);
-  COHORT_SPEC_FLAG(keep_last, keep_last);
+#define COHORT_SPEC_FLAG(flag) \
+  if (set(#flag)) spec.flag = absl::GetFlag(FLAGS_##flag)
+  COHORT_SPEC_FLAG(name);
+  COHORT_SPEC_FLAG(device);
+  COHORT_SPEC_FLAG(layers);
+  COHORT_SPEC_FLAG(heads);
+  COHORT_SPEC_FLAG(width);
+  COHORT_SPEC_FLAG(vocab);
+  COHORT_SPEC_FLAG(context);
+  COHORT_SPEC_FLAG(seed);
+  COHORT_SPEC_FLAG(data_shards);
+  COHORT_SPEC_FLAG(lr);
+  COHORT_SPEC_FLAG(min_lr);
+  COHORT_SPEC_FLAG(warmup);
+  COHORT_SPEC_FLAG(weight_decay);
+  COHORT_SPEC_FLAG(grad_clip);
+  COHORT_SPEC_FLAG(global_batch);
+  COHORT_SPEC_FLAG(micro_batch);
+  COHORT_SPEC_FLAG(tensor);
+  COHORT_SPEC_FLAG(pipeline);
+  COHORT_SPEC_FLAG(zero1);
+  COHORT_SPEC_FLAG(min_workers);
+  COHORT_SPEC_FLAG(max_workers);
+  COHORT_SPEC_FLAG(steps);
+  COHORT_SPEC_FLAG(checkpoint_interval);
+  COHORT_SPEC_FLAG(keep_last);
 #undef COHORT_SPEC_FLAG
 
   config.stdout_is_terminal = isatty(STDOUT_FILENO) == 1;
