@@ -17,12 +17,9 @@ namespace {
 
 Level LevelFromEnv() {
   const char* env = std::getenv("COHORT_LOG_LEVEL");
-  if (env == nullptr) return Level::kInfo;
-  std::string v = absl::AsciiStrToLower(env);
-  if (v == "debug") return Level::kDebug;
-  if (v == "warning") return Level::kWarning;
-  if (v == "error") return Level::kError;
-  return Level::kInfo;
+  Level level = Level::kInfo;
+  if (env != nullptr) ParseLevel(env, &level);
+  return level;
 }
 
 std::atomic<Level>& MinLevelStorage() {
@@ -54,6 +51,30 @@ char LevelLetter(Level level) {
 }  // namespace
 
 void SetMinLevel(Level level) { MinLevelStorage().store(level); }
+
+bool ParseLevel(std::string_view name, Level* level) {
+  const std::string v = absl::AsciiStrToLower(absl::string_view(name.data(), name.size()));
+  if (v == "debug") {
+    *level = Level::kDebug;
+  } else if (v == "info") {
+    *level = Level::kInfo;
+  } else if (v == "warning") {
+    *level = Level::kWarning;
+  } else if (v == "error") {
+    *level = Level::kError;
+  } else {
+    return false;
+  }
+  return true;
+}
+
+bool ApplyLevelFlag(std::string_view flag_value) {
+  if (flag_value.empty()) return true;
+  Level level;
+  if (!ParseLevel(flag_value, &level)) return false;
+  SetMinLevel(level);
+  return true;
+}
 Level MinLevel() { return MinLevelStorage().load(std::memory_order_relaxed); }
 
 void SetProcessTag(std::string_view tag) {

@@ -14,6 +14,11 @@ enum class Level { kDebug = 0, kInfo = 1, kWarning = 2, kError = 3, kFatal = 4 }
 
 // Lines below this level are dropped. Default kInfo; COHORT_LOG_LEVEL=debug|info|warning|error.
 void SetMinLevel(Level level);
+// "debug", "info", "warning", "error" (any case) -> level; false otherwise.
+bool ParseLevel(std::string_view name, Level* level);
+// Applies a --log_level flag value: empty keeps $COHORT_LOG_LEVEL (or info).
+// False (and nothing changed) for an unknown name.
+bool ApplyLevelFlag(std::string_view flag_value);
 Level MinLevel();
 // Sets a short tag printed on every line (e.g. "coordinator", "worker w0").
 void SetProcessTag(std::string_view tag);

@@ -39,6 +39,20 @@ void Coordinator::Deliveries::Run() {
   for (KvCompletion& completion : kv) completion.Run();
 }
 
+template <typename F>
+auto Coordinator::WithEffects(F&& f) -> decltype(f(std::declval<Effects*>())) {
+  Deliveries deliveries;
+  decltype(f(std::declval<Effects*>())) result;
+  {
+    absl::MutexLock lock(&mu_);
+    Effects effects;
+    result = f(&effects);
+    Collect(std::move(effects), &deliveries);
+  }
+  deliveries.Run();
+  return result;
+}
+
 Coordinator::Coordinator(Options options, std::unique_ptr<JobStore> store, const Clock* clock,
                          CoordinatorMetrics* metrics)
     : options_(std::move(options)),
@@ -73,6 +87,9 @@ absl::StatusOr<std::unique_ptr<Coordinator>> Coordinator::Create(Options options
 }
 
 void Coordinator::Collect(Effects effects, Deliveries* out) {
+  for (const LostWorker& worker : effects.lost) {
+    metrics_->FailureDetected(worker.reason, worker.silence);
+  }
   for (const auto& change : effects.generation_changes) {
     metrics_->GenerationChanged();
     for (KvCompletion& c :
@@ -132,10 +149,15 @@ void Coordinator::UpdateGauges() {
 void Coordinator::HandleLost(const std::vector<LostWorker>& lost, Effects* effects) {
   if (lost.empty()) return;
   for (const LostWorker& worker : lost) {
-    metrics_->FailureDetected(worker.reason, worker.silence);
-    LOG(WARNING) << "worker " << worker.id << " lost (" << LossReasonName(worker.reason)
-                 << ", silent " << absl::FormatDuration(worker.silence) << ")"
-                 << (worker.job ? " from job " + worker.job->value() : std::string());
+    const std::string from_job = worker.job ? " from job " + worker.job->value() : std::string();
+    if (worker.reason == LossReason::kLeft) {
+      metrics_->WorkerLeft();
+      LOG(INFO) << "worker " << worker.id << " left" << from_job;
+    } else {
+      metrics_->FailureDetected(worker.reason, worker.silence);
+      LOG(WARNING) << "worker " << worker.id << " lost (" << LossReasonName(worker.reason)
+                   << ", silent " << absl::FormatDuration(worker.silence) << ")" << from_job;
+    }
     auto it = sinks_.find(worker.id);
     if (it != sinks_.end() && it->second.incarnation == worker.incarnation) sinks_.erase(it);
   }
@@ -214,6 +236,12 @@ absl::Status Coordinator::OnWorkerMessage(const WorkerId& worker,
         RETURN_IF_ERROR(membership_.Heartbeat(worker, Incarnation(message.incarnation()), now));
         result = jobs_.OnAssignmentStatus(worker, message.status(), now, &effects);
         break;
+      case v1::WorkerMessage::kLeave: {
+        std::optional<LostWorker> left = membership_.MarkLost(
+            worker, Incarnation(message.incarnation()), LossReason::kLeft, now);
+        if (left.has_value()) HandleLost({*left}, &effects);
+        break;
+      }
       case v1::WorkerMessage::kHello:
         return absl::FailedPreconditionError("Hello may only be the first message of a stream");
       default:
@@ -275,16 +303,9 @@ std::vector<v1::WorkerInfo> Coordinator::ListWorkers() const {
 }
 
 absl::StatusOr<v1::Job> Coordinator::Submit(const v1::SubmitJobRequest& request) {
-  Deliveries deliveries;
-  absl::StatusOr<v1::Job> job;
-  {
-    absl::MutexLock lock(&mu_);
-    Effects effects;
-    job = jobs_.Submit(request.spec(), request.validate_only(), clock_->Now(), &effects);
-    Collect(std::move(effects), &deliveries);
-  }
-  deliveries.Run();
-  return job;
+  return WithEffects([&](Effects* effects) {
+    return jobs_.Submit(request.spec(), request.validate_only(), clock_->Now(), effects);
+  });
 }
 
 absl::StatusOr<v1::Job> Coordinator::GetJob(const JobId& id) const {
@@ -298,30 +319,14 @@ std::vector<v1::Job> Coordinator::ListJobs(bool include_finished) const {
 }
 
 absl::StatusOr<v1::Job> Coordinator::Cancel(const JobId& id) {
-  Deliveries deliveries;
-  absl::StatusOr<v1::Job> job;
-  {
-    absl::MutexLock lock(&mu_);
-    Effects effects;
-    job = jobs_.Cancel(id, clock_->Now(), &effects);
-    Collect(std::move(effects), &deliveries);
-  }
-  deliveries.Run();
-  return job;
+  return WithEffects([&](Effects* effects) { return jobs_.Cancel(id, clock_->Now(), effects); });
 }
 
 absl::StatusOr<v1::Job> Coordinator::Scale(const v1::ScaleJobRequest& request) {
-  Deliveries deliveries;
-  absl::StatusOr<v1::Job> job;
-  {
-    absl::MutexLock lock(&mu_);
-    Effects effects;
-    job = jobs_.Scale(JobId(request.job_id()), request.min_workers(), request.max_workers(),
-                      clock_->Now(), &effects);
-    Collect(std::move(effects), &deliveries);
-  }
-  deliveries.Run();
-  return job;
+  return WithEffects([&](Effects* effects) {
+    return jobs_.Scale(JobId(request.job_id()), request.min_workers(), request.max_workers(),
+                       clock_->Now(), effects);
+  });
 }
 
 absl::StatusOr<uint64_t> Coordinator::Watch(const JobId& id, std::shared_ptr<JobEventSink> sink) {

@@ -120,6 +120,10 @@ class Coordinator {
     void Run();
   };
   void Collect(Effects effects, Deliveries* out) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Runs `f(&effects)` under the lock, then delivers what it produced after
+  // unlocking, and returns f's result.
+  template <typename F>
+  auto WithEffects(F&& f) -> decltype(f(std::declval<Effects*>()));
   absl::Status CheckKvScope(const KvScope& scope) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void HandleLost(const std::vector<LostWorker>& lost, Effects* effects)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);

@@ -49,6 +49,12 @@ CoordinatorMetrics::CoordinatorMetrics(std::shared_ptr<prometheus::Registry> reg
                              .Help("Mesh changes (new job generations) across all jobs.")
                              .Register(*registry_)
                              .Add({});
+  departures_ = &prometheus::BuildCounter()
+                     .Name("cohort_worker_departures_total")
+                     .Help("Workers that left on purpose (shutdown or drain), not counted as "
+                           "failures.")
+                     .Register(*registry_)
+                     .Add({});
   workers_ = &prometheus::BuildGauge()
                   .Name("cohort_workers")
                   .Help("Known workers by state.")

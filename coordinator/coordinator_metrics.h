@@ -27,6 +27,8 @@ class CoordinatorMetrics {
   // `silence` is how long the worker had been quiet when the loss was detected.
   void FailureDetected(LossReason reason, absl::Duration silence);
   void GenerationChanged() { generation_changes_->Increment(); }
+  // A worker announced its departure (Leave): not a failure.
+  void WorkerLeft() { departures_->Increment(); }
   void SetWorkerCounts(const std::map<WorkerState, int>& counts);
   void SetJobCounts(const std::map<v1::JobState, int>& counts);
   // Latency of a unary RPC by method and gRPC status code name.
@@ -40,6 +42,7 @@ class CoordinatorMetrics {
   prometheus::Family<prometheus::Counter>* failures_;
   prometheus::Family<prometheus::Histogram>* detection_silence_;
   prometheus::Counter* generation_changes_;
+  prometheus::Counter* departures_;
   prometheus::Family<prometheus::Gauge>* workers_;
   prometheus::Family<prometheus::Gauge>* jobs_;
   prometheus::Family<prometheus::Histogram>* rpc_latency_;

@@ -1,7 +1,6 @@
 #include "coordinator/job_manager.h"
 
 #include <algorithm>
-#include <set>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
@@ -81,6 +80,14 @@ absl::Status JobManager::Restore(absl::Time now) {
     entry.job = std::move(job);
     order_.push_back(id);
     if (IsTerminal(entry.job.state())) continue;
+    // READY reports are not persisted one by one: a fully ready mesh was
+    // persisted as such; otherwise the count restarts and re-adopted workers
+    // are asked again.
+    if (entry.job.ready_workers() == entry.job.mesh().members_size()) {
+      for (const auto& member : entry.job.mesh().members()) entry.ready[member.worker_id()] = true;
+    } else {
+      entry.job.set_ready_workers(0);
+    }
     for (const auto& member : entry.job.mesh().members()) {
       awaiting_[WorkerId(member.worker_id())] = Awaited{id, now + options_.readopt_grace};
     }
@@ -193,14 +200,26 @@ void JobManager::OnWorkerJoined(const v1::Hello& hello, absl::Time now, Effects*
       if (same_process && same_place && membership_->AssignToJob(id, job_id).ok()) {
         LOG(INFO) << "worker " << id << " re-adopted into job " << job_id << " generation "
                   << entry->job.generation();
+        if (!entry->ready.contains(id.value())) {
+          v1::CoordinatorMessage message;
+          v1::Reconfigure* reconfigure = message.mutable_reconfigure();
+          reconfigure->set_job_id(job_id.value());
+          reconfigure->set_generation(entry->job.generation());
+          *reconfigure->mutable_mesh() = entry->job.mesh();
+          *reconfigure->mutable_coordinates() = member->coordinates();
+          reconfigure->set_reason("coordinator restarted; confirm readiness");
+          effects->messages.push_back(
+              Effects::Message{id, Incarnation(hello.incarnation()), std::move(message)});
+        }
         Schedule(now, effects);
         return;
       }
       LOG(INFO) << "worker " << id << " came back without its place in job " << job_id
                 << "; treating its old self as lost";
-      OnWorkersLost({LostWorker{id, Incarnation(member ? member->incarnation() : 0), job_id,
-                                LossReason::kReplaced, absl::ZeroDuration()}},
-                    now, effects);
+      LostWorker lost{id, Incarnation(member ? member->incarnation() : 0), job_id,
+                      LossReason::kReplaced, absl::ZeroDuration()};
+      effects->lost.push_back(lost);
+      OnWorkersLost({lost}, now, effects);
     }
   }
   if (!held_job.value().empty()) {
@@ -218,19 +237,19 @@ void JobManager::OnWorkerJoined(const v1::Hello& hello, absl::Time now, Effects*
 
 void JobManager::OnWorkersLost(const std::vector<LostWorker>& lost, absl::Time now,
                                Effects* effects) {
-  std::set<JobId> affected;
-  std::string reason;
+  // Each affected job is re-planned once, with the losses that concern it.
+  std::map<JobId, std::string> reasons;
   for (const LostWorker& worker : lost) {
     if (!worker.job.has_value()) continue;
     JobEntry* entry = FindEntry(*worker.job);
     if (entry == nullptr || !IsMember(*entry, worker.id)) continue;
     RemoveMember(*entry, worker.id);
-    affected.insert(*worker.job);
+    std::string& reason = reasons[*worker.job];
     if (!reason.empty()) reason += ", ";
     absl::StrAppend(&reason, "worker ", worker.id.value(), " lost (", LossReasonName(worker.reason),
                     ")");
   }
-  for (const JobId& job_id : affected) {
+  for (const auto& [job_id, reason] : reasons) {
     Replan(*FindEntry(job_id), reason, /*only_if_larger=*/false, now, effects);
   }
   Schedule(now, effects);
@@ -322,6 +341,7 @@ void JobManager::Tick(absl::Time now, Effects* effects) {
   }
   if (!expired.empty()) {
     LOG(WARNING) << expired.size() << " workers did not re-attach within the grace period";
+    effects->lost.insert(effects->lost.end(), expired.begin(), expired.end());
     OnWorkersLost(expired, now, effects);
   }
   for (auto& [id, entry] : jobs_) {

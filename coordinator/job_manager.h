@@ -15,7 +15,7 @@
 //   RUNNING/RECONFIGURING --(a member reports FAILED)--> FAILED
 //
 // The generation is bumped on every mesh change and carried by every
-// Assign/Reconfigure/Stop; statuses of older generations are refused
+// Assign/Reconfigure/Stop; statuses naming any other generation are refused
 // (Aborted). When a job loses members and the survivors plus idle workers
 // cannot form a mesh of at least min_workers, it stays RECONFIGURING with a
 // message saying what it waits for; survivors stay reserved to it.
@@ -27,7 +27,9 @@
 // After a coordinator restart (Restore), members of RUNNING/RECONFIGURING
 // jobs are awaited for `readopt_grace`: a worker re-attaching with the same
 // incarnation, job, generation and coordinates is re-adopted without a
-// re-plan; members still missing when the grace ends are treated as lost.
+// re-plan (a re-adopted worker whose READY the old coordinator may not have
+// recorded is sent its Reconfigure again, which it answers with its state);
+// members still missing when the grace ends are treated as lost.
 
 #include <map>
 #include <optional>
@@ -65,6 +67,9 @@ struct Effects {
   std::vector<GenerationChange> generation_changes;
   // Jobs that reached a terminal state (their KV scopes can be dropped).
   std::vector<JobId> finished_jobs;
+  // Members the manager itself declared lost (not back within the restart
+  // grace, or back as a different process), for failure metrics and logs.
+  std::vector<LostWorker> lost;
 };
 
 class JobManager {
@@ -80,7 +85,7 @@ class JobManager {
   absl::Status Restore(absl::Time now);
 
   // Validates the spec (NormalizeJobSpec) and creates a PENDING job, then
-  // schedules. InvalidArgument for a bad spec; Unavailable/Internal if it
+  // schedules. InvalidArgument for a bad spec; the JobStore's error if it
   // cannot be persisted (nothing is created then). With validate_only the
   // normalized job is returned and nothing is stored.
   absl::StatusOr<v1::Job> Submit(const v1::JobSpec& spec, bool validate_only, absl::Time now,

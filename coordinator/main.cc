@@ -25,7 +25,8 @@ ABSL_FLAG(absl::Duration, heartbeat_timeout, absl::Seconds(3),
 ABSL_FLAG(absl::Duration, readopt_grace, absl::Seconds(10),
           "after a restart, how long members of running jobs may take to re-attach before they "
           "are treated as lost and their jobs re-planned");
-ABSL_FLAG(std::string, log_level, "info", "debug, info, warning or error");
+ABSL_FLAG(std::string, log_level, "",
+          "debug, info, warning or error; empty means $COHORT_LOG_LEVEL, else info");
 
 namespace {
 
@@ -38,13 +39,6 @@ sigset_t BlockTerminationSignals() {
   return signals;
 }
 
-cohort::log::Level ParseLevel(const std::string& name) {
-  if (name == "debug") return cohort::log::Level::kDebug;
-  if (name == "warning") return cohort::log::Level::kWarning;
-  if (name == "error") return cohort::log::Level::kError;
-  return cohort::log::Level::kInfo;
-}
-
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -55,7 +49,10 @@ int main(int argc, char** argv) {
   // Block before any thread starts so every thread inherits the mask and
   // the signal waiter below receives them.
   sigset_t signals = BlockTerminationSignals();
-  cohort::log::SetMinLevel(ParseLevel(absl::GetFlag(FLAGS_log_level)));
+  if (!cohort::log::ApplyLevelFlag(absl::GetFlag(FLAGS_log_level))) {
+    std::cerr << "cohort-coordinator: --log_level must be debug, info, warning or error\n";
+    return 64;
+  }
   cohort::log::SetProcessTag("coordinator");
 
   cohort::coordinator::CoordinatorServerConfig config;

@@ -31,7 +31,8 @@
 namespace cohort::coordinator {
 
 enum class WorkerState { kIdle, kAssigned, kLost, kDraining };
-enum class LossReason { kStreamBroken, kHeartbeatTimeout, kReplaced };
+// kLeft: the worker said it was leaving (shutdown or drain); not a failure.
+enum class LossReason { kStreamBroken, kHeartbeatTimeout, kReplaced, kLeft };
 
 const char* WorkerStateName(WorkerState state);  // "idle", "assigned", ...
 const char* LossReasonName(LossReason reason);   // "stream_broken", ...

@@ -308,6 +308,11 @@ void WorkerAgent::SendHeartbeat(const std::shared_ptr<AttachStream>& stream) {
 }
 
 void WorkerAgent::CloseStream(const std::shared_ptr<AttachStream>& stream) {
+  // Say goodbye first so the coordinator does not count this as a failure.
+  v1::WorkerMessage leave;
+  leave.set_incarnation(options_.incarnation.value());
+  leave.mutable_leave()->set_reason("worker shutting down");
+  stream->Write(leave);
   stream->WritesDone();
   absl::MutexLock lock(&mu_);
   const absl::Time deadline = absl::Now() + options_.close_timeout;

@@ -12,11 +12,11 @@
 //                                      <-- Stop
 //   trainer.Stop, AssignmentStatus{RELEASED} -->
 //                                      <-- Drain
-//   trainer.Stop, RELEASED for the held assignment, half-close; Run() returns OK.
+//   trainer.Stop, RELEASED for the held assignment, Leave, half-close; Run() returns OK.
 // Every WorkerMessage carries the process incarnation.
 //
 // The coordinator being away is not a failure of the worker: when the stream
-// breaks, Attach is refused, no Welcome comes, or acks stop for longer than
+// breaks, Attach is refused, no Welcome comes, or nothing arrives for longer than
 // the Welcome's heartbeat timeout, the agent keeps its assignment and trainer
 // running and re-attaches with exponential backoff, sending the held
 // (job, generation, coordinates) in its Hello. A status that could not be
@@ -125,7 +125,7 @@ class WorkerAgent {
   void HandleWelcome(const std::shared_ptr<AttachStream>& stream, const v1::Welcome& welcome);
   void HandleAck(const v1::HeartbeatAck& ack);
   // Heartbeats every interval until the stream ends or the agent stops;
-  // cancels the stream when acks stop for longer than `timeout`.
+  // cancels the stream when nothing has arrived for longer than `timeout`.
   void HeartbeatLoop(const std::shared_ptr<AttachStream>& stream, absl::Duration interval,
                      absl::Duration timeout);
   void SendHeartbeat(const std::shared_ptr<AttachStream>& stream);

@@ -35,24 +35,12 @@ ABSL_FLAG(int, device_index, 0,
 ABSL_FLAG(std::string, metrics_address, "127.0.0.1:0",
           "host:port to serve Prometheus /metrics on; port 0 picks a free port "
           "(logged, and announced to the coordinator).");
-ABSL_FLAG(std::string, log_level, "info", "Minimum log level: debug, info, warning or error.");
+ABSL_FLAG(std::string, log_level, "",
+          "Minimum log level: debug, info, warning or error; empty means $COHORT_LOG_LEVEL, "
+          "else info.");
 
 namespace {
 
-bool ParseLogLevel(const std::string& text, cohort::log::Level* level) {
-  const std::string v = absl::AsciiStrToLower(text);
-  if (v == "debug")
-    *level = cohort::log::Level::kDebug;
-  else if (v == "info")
-    *level = cohort::log::Level::kInfo;
-  else if (v == "warning")
-    *level = cohort::log::Level::kWarning;
-  else if (v == "error")
-    *level = cohort::log::Level::kError;
-  else
-    return false;
-  return true;
-}
 
 int Fail(const std::string& message) {
   std::cerr << "cohort-worker: " << message << std::endl;
@@ -67,11 +55,9 @@ int main(int argc, char** argv) {
       "  cohort-worker --coordinator=host:7070 --device=cpu");
   absl::ParseCommandLine(argc, argv);
 
-  cohort::log::Level level;
-  if (!ParseLogLevel(absl::GetFlag(FLAGS_log_level), &level)) {
+  if (!cohort::log::ApplyLevelFlag(absl::GetFlag(FLAGS_log_level))) {
     return Fail("--log_level must be debug, info, warning or error");
   }
-  cohort::log::SetMinLevel(level);
 
   cohort::worker::WorkerConfig config;
   config.coordinator = absl::GetFlag(FLAGS_coordinator);

@@ -72,6 +72,8 @@ void CoordinatorServer::Wait() { stop_.WaitForNotification(); }
 
 void CoordinatorServer::Shutdown() {
   if (shut_down_.exchange(true)) return;
+  // Start() may have failed part way: only stop what exists.
+  if (server_ == nullptr) return;
   LOG(INFO) << "coordinator shutting down";
   stop_.Notify();
   if (ticker_.joinable()) ticker_.join();
@@ -82,7 +84,7 @@ void CoordinatorServer::Shutdown() {
 
 CoordinatorServer::~CoordinatorServer() {
   Shutdown();
-  server_->Wait();
+  if (server_ != nullptr) server_->Wait();
 }
 
 }  // namespace cohort::coordinator

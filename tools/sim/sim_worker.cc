@@ -65,6 +65,11 @@ void SimWorker::Close() {
     if (state_ == State::kClosing || state_ == State::kDone || hold_released_) return;
     state_ = State::kClosing;
     outbox_.clear();
+    // A simulated worker that stops says so, like cohort-worker does.
+    v1::WorkerMessage leave;
+    leave.set_incarnation(options_.incarnation);
+    leave.mutable_leave()->set_reason("cohort-sim finished");
+    outbox_.push_back(std::move(leave));
     if (!writing_) NextWriteLocked(&actions);
   }
   Act(actions);

@@ -22,7 +22,8 @@ bool BuildHasCuda();
 //   Internal            the GPU self-test failed
 absl::StatusOr<DeviceInfo> DiscoverDevice(v1::DeviceKind kind, int index);
 
-// "ucx" always (host memory, any device), plus "nccl" for a GPU.
+// The collective transports this build implements for the device (none yet:
+// "ucx" and "nccl" arrive with the collectives layer).
 std::vector<std::string> TransportsFor(const DeviceInfo& device);
 
 // What the worker announces in its Hello.

@@ -6,6 +6,7 @@
 #include "absl/strings/str_cat.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "tests/testing/job_specs.h"
 
 namespace cohort::coordinator {
 namespace {
@@ -15,22 +16,7 @@ using ::testing::HasSubstr;
 const absl::Time kT0 = absl::FromUnixSeconds(1'700'000'000);
 
 v1::JobSpec Spec(int tensor, int min_workers, int max_workers) {
-  v1::JobSpec spec;
-  spec.set_name("train");
-  spec.mutable_model()->set_layers(2);
-  spec.mutable_model()->set_heads(4);
-  spec.mutable_model()->set_width(64);
-  spec.mutable_model()->set_vocab_size(256);
-  spec.mutable_model()->set_context_length(64);
-  spec.mutable_data()->mutable_synthetic()->set_seed(1);
-  spec.mutable_optimizer()->set_learning_rate(1e-3);
-  spec.mutable_batch()->set_global_batch_size(16);
-  spec.mutable_batch()->set_micro_batch_size(2);  // 8 micro-batches per step
-  spec.mutable_parallelism()->set_tensor(tensor);
-  spec.mutable_elastic()->set_min_workers(min_workers);
-  spec.mutable_elastic()->set_max_workers(max_workers);
-  spec.set_steps(100);
-  return spec;
+  return testing::SmallJobSpec("train", tensor, min_workers, max_workers);
 }
 
 v1::Hello Hello(const std::string& id, const std::string& host, int index, uint64_t incarnation) {
@@ -393,6 +379,37 @@ TEST_F(JobManagerTest, RestartReadoptsReturningWorkersWithoutReplan) {
   EXPECT_EQ(jobs_->awaiting_readoption(), 0u);
   EXPECT_EQ(Get(job).state(), v1::JOB_STATE_RECONFIGURING);
   EXPECT_THAT(Get(job).message(), HasSubstr(job.mesh().members(3).worker_id()));
+}
+
+TEST_F(JobManagerTest, RestartReasksReadoptedWorkersWhoseReadinessWasNotRecorded) {
+  for (int i = 0; i < 4; ++i) Join(absl::StrCat("w", i), "h", i);
+  v1::Job job = Submit(Spec(2, 2, 4));
+  Lose(Get(job).mesh().members(3).worker_id());
+  v1::Job reconfiguring = Get(job);
+  ASSERT_EQ(reconfiguring.state(), v1::JOB_STATE_RECONFIGURING);
+  ASSERT_EQ(reconfiguring.mesh().members_size(), 2);
+  // One READY reaches the old coordinator; the other dies with it.
+  ASSERT_TRUE(Report(reconfiguring.mesh().members(0).worker_id(), reconfiguring,
+                     v1::ASSIGNMENT_STATE_READY)
+                  .ok());
+
+  Reset();
+  ASSERT_TRUE(jobs_->Restore(now_).ok());
+  for (const auto& member : reconfiguring.mesh().members()) {
+    v1::Hello hello = Hello(member.worker_id(), member.host(), member.device_index(),
+                            member.incarnation());
+    hello.mutable_held()->set_job_id(job.job_id());
+    hello.mutable_held()->set_generation(reconfiguring.generation());
+    *hello.mutable_held()->mutable_coordinates() = member.coordinates();
+    Effects effects = JoinHello(hello);
+    auto reconf = MessagesTo(effects, member.worker_id(), v1::CoordinatorMessage::kReconfigure);
+    ASSERT_EQ(reconf.size(), 1u) << member.worker_id();
+    EXPECT_EQ(reconf[0].reconfigure().generation(), reconfiguring.generation());
+    EXPECT_EQ(reconf[0].reconfigure().coordinates().rank(), member.coordinates().rank());
+  }
+  EXPECT_EQ(Get(job).generation(), reconfiguring.generation());
+  ReportAll(Get(job), v1::ASSIGNMENT_STATE_READY);
+  EXPECT_EQ(Get(job).state(), v1::JOB_STATE_RUNNING);
 }
 
 TEST_F(JobManagerTest, RestartedWorkerProcessIsNotReadopted) {

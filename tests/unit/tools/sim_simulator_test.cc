@@ -28,6 +28,7 @@ struct ServerLog {
   std::vector<v1::AssignmentStatus> statuses;
   int heartbeats = 0;
   int half_closed = 0;
+  int leaves = 0;
 };
 
 class FakeAttach : public grpc::ServerBidiReactor<v1::WorkerMessage, v1::CoordinatorMessage> {
@@ -72,6 +73,9 @@ class FakeAttach : public grpc::ServerBidiReactor<v1::WorkerMessage, v1::Coordin
           Send(stop);
         }
       }
+    } else if (in_.has_leave()) {
+      absl::MutexLock lock(&log_->mu);
+      ++log_->leaves;
     } else if (in_.has_heartbeat()) {
       {
         absl::MutexLock lock(&log_->mu);
@@ -200,6 +204,8 @@ TEST_F(SimulatorTest, AttachesHeartbeatsAnswersAssignmentsAndClosesCleanly) {
   EXPECT_GE(log_.heartbeats, report->heartbeat.count);
   // Every stream was half-closed by the simulator (WritesDone).
   EXPECT_EQ(log_.half_closed, 40);
+  // ...after saying it was leaving.
+  EXPECT_EQ(log_.leaves, 40);
 }
 
 TEST_F(SimulatorTest, RefusedHelloFailsTheRun) {

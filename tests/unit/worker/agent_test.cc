@@ -563,9 +563,10 @@ TEST_F(AgentTest, DrainReleasesClosesTheStreamAndRunReturnsOk) {
   EXPECT_EQ(seen.Statuses()[1].job_id(), "job-1");
   EXPECT_EQ(seen.Statuses()[1].generation(), 3u);
   EXPECT_EQ(seen.Statuses()[1].state(), v1::ASSIGNMENT_STATE_RELEASED);
-  // The worker half-closed; nothing was cancelled.
+  // The worker announced its departure, then half-closed; nothing was cancelled.
   ASSERT_TRUE(fake_->WaitFor([](const Seen& s) { return s.ended.at(0); }));
   EXPECT_FALSE(fake_->seen().cancelled.at(0));
+  EXPECT_EQ(fake_->seen().Of(WorkerMessage::kLeave).size(), 1u);
   EXPECT_EQ(seen.connections, 1);
   EXPECT_FALSE(trainer_.current().has_value());
 }
@@ -578,6 +579,11 @@ TEST_F(AgentTest, ShutdownClosesTheStreamAndRunReturnsOk) {
   EXPECT_TRUE(WaitForRun().ok());
   ASSERT_TRUE(fake_->WaitFor([](const Seen& s) { return s.ended.at(0); }));
   EXPECT_FALSE(fake_->seen().cancelled.at(0));
+  // The last message announced the departure, so it is not taken for a failure.
+  const Seen seen = fake_->seen();  // complete: the stream has ended
+  ASSERT_FALSE(seen.messages.empty());
+  EXPECT_TRUE(seen.messages.back().message.has_leave());
+  EXPECT_EQ(seen.Of(WorkerMessage::kLeave).size(), 1u);
 }
 
 TEST_F(AgentTest, ShutdownWhileTheCoordinatorIsAwayReturnsOk) {

@@ -1,0 +1,258 @@
+#include "coordinator/coordinator.h"
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/synchronization/mutex.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "tests/testing/job_specs.h"
+
+namespace cohort::coordinator {
+namespace {
+
+using ::testing::HasSubstr;
+
+class RecordingSink : public WorkerSink {
+ public:
+  void Send(const v1::CoordinatorMessage& message) override {
+    absl::MutexLock lock(&mu_);
+    messages_.push_back(message);
+  }
+  std::vector<v1::CoordinatorMessage> Take() {
+    absl::MutexLock lock(&mu_);
+    return std::exchange(messages_, {});
+  }
+
+ private:
+  absl::Mutex mu_;
+  std::vector<v1::CoordinatorMessage> messages_ ABSL_GUARDED_BY(mu_);
+};
+
+class RecordingWatch : public JobEventSink {
+ public:
+  void OnEvent(const v1::JobEvent& event) override {
+    absl::MutexLock lock(&mu_);
+    events_.push_back(event);
+  }
+  void OnFinished() override {
+    absl::MutexLock lock(&mu_);
+    finished_ = true;
+  }
+  std::vector<v1::JobEvent> events() {
+    absl::MutexLock lock(&mu_);
+    return events_;
+  }
+  bool finished() {
+    absl::MutexLock lock(&mu_);
+    return finished_;
+  }
+
+ private:
+  absl::Mutex mu_;
+  std::vector<v1::JobEvent> events_ ABSL_GUARDED_BY(mu_);
+  bool finished_ ABSL_GUARDED_BY(mu_) = false;
+};
+
+class CoordinatorTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    Coordinator::Options options;
+    options.heartbeat_interval = absl::Milliseconds(500);
+    options.heartbeat_timeout = absl::Seconds(3);
+    options.max_kv_wait = absl::Seconds(60);
+    auto coordinator = Coordinator::Create(options, std::make_unique<InMemoryJobStore>(), &clock_,
+                                           &metrics_);
+    ASSERT_TRUE(coordinator.ok()) << coordinator.status();
+    coordinator_ = *std::move(coordinator);
+  }
+
+  std::shared_ptr<RecordingSink> Attach(const std::string& id, uint64_t incarnation) {
+    auto sink = std::make_shared<RecordingSink>();
+    v1::Hello hello;
+    hello.set_worker_id(id);
+    hello.set_host("h");
+    hello.set_device_kind(v1::DEVICE_KIND_CPU);
+    hello.set_incarnation(incarnation);
+    auto welcome = coordinator_->Attach(hello, sink);
+    EXPECT_TRUE(welcome.ok()) << welcome.status();
+    return sink;
+  }
+
+  absl::Status Heartbeat(const std::string& id, uint64_t incarnation) {
+    v1::WorkerMessage message;
+    message.set_incarnation(incarnation);
+    message.mutable_heartbeat()->set_sequence(1);
+    return coordinator_->OnWorkerMessage(WorkerId(id), message);
+  }
+
+  v1::Job SubmitRunningJob() {
+    v1::SubmitJobRequest request;
+    *request.mutable_spec() = testing::SmallJobSpec("kv", 2, 2, 2);
+    auto job = coordinator_->Submit(request);
+    EXPECT_TRUE(job.ok()) << job.status();
+    EXPECT_EQ(job->state(), v1::JOB_STATE_RUNNING);
+    return *job;
+  }
+
+  FakeClock clock_;
+  CoordinatorMetrics metrics_{std::make_shared<prometheus::Registry>()};
+  std::unique_ptr<Coordinator> coordinator_;
+};
+
+TEST_F(CoordinatorTest, RejectsInconsistentHeartbeatOptions) {
+  Coordinator::Options options;
+  options.heartbeat_interval = absl::Seconds(3);
+  options.heartbeat_timeout = absl::Seconds(1);
+  auto coordinator =
+      Coordinator::Create(options, std::make_unique<InMemoryJobStore>(), &clock_, &metrics_);
+  EXPECT_EQ(coordinator.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(coordinator.status().message(), HasSubstr("heartbeat_timeout"));
+}
+
+TEST_F(CoordinatorTest, WelcomeComesFirstAndHeartbeatsAreAcked) {
+  auto sink = Attach("w0", 11);
+  auto messages = sink->Take();
+  ASSERT_EQ(messages.size(), 1u);
+  ASSERT_TRUE(messages[0].has_welcome());
+  EXPECT_EQ(messages[0].welcome().heartbeat_interval_ms(), 500u);
+  EXPECT_EQ(messages[0].welcome().heartbeat_timeout_ms(), 3000u);
+  ASSERT_TRUE(Heartbeat("w0", 11).ok());
+  messages = sink->Take();
+  ASSERT_EQ(messages.size(), 1u);
+  EXPECT_EQ(messages[0].heartbeat_ack().sequence(), 1u);
+  // A message from another incarnation of w0 is fenced off.
+  EXPECT_EQ(Heartbeat("w0", 12).code(), absl::StatusCode::kAborted);
+  EXPECT_EQ(Heartbeat("nobody", 1).code(), absl::StatusCode::kFailedPrecondition);
+}
+
+TEST_F(CoordinatorTest, MissedHeartbeatsLoseTheWorkerAndReplanItsJob) {
+  auto s0 = Attach("w0", 1);
+  auto s1 = Attach("w1", 2);
+  auto s2 = Attach("w2", 3);
+  v1::SubmitJobRequest request;
+  *request.mutable_spec() = testing::SmallJobSpec("hb", 1, 2, 2);
+  auto job = coordinator_->Submit(request);
+  ASSERT_TRUE(job.ok());
+  ASSERT_EQ(job->mesh().members_size(), 2);
+  s0->Take();
+  s1->Take();
+  s2->Take();
+  // w0 and w2 keep heartbeating; w1 goes silent. The job holds two of the three.
+  for (int i = 0; i < 7; ++i) {
+    clock_.Advance(absl::Milliseconds(500));
+    ASSERT_TRUE(Heartbeat("w0", 1).ok());
+    ASSERT_TRUE(Heartbeat("w2", 3).ok());
+    coordinator_->Tick();
+  }
+  auto workers = coordinator_->ListWorkers();
+  for (const auto& w : workers) {
+    EXPECT_EQ(w.state() == v1::WORKER_STATE_LOST, w.worker_id() == "w1") << w.worker_id();
+  }
+  auto after = coordinator_->GetJob(JobId(job->job_id()));
+  ASSERT_TRUE(after.ok());
+  EXPECT_EQ(after->generation(), 2u);
+  for (const auto& m : after->mesh().members()) EXPECT_NE(m.worker_id(), "w1");
+}
+
+// Value of a counter without labels in the coordinator's registry.
+double CounterValue(const CoordinatorMetrics& metrics, const std::string& name) {
+  for (const auto& family : metrics.registry()->Collect()) {
+    if (family.name == name && !family.metric.empty()) return family.metric[0].counter.value;
+  }
+  return -1;
+}
+
+TEST_F(CoordinatorTest, AWorkerThatLeavesIsNotCountedAsAFailure) {
+  Attach("w0", 1);
+  v1::WorkerMessage leave;
+  leave.set_incarnation(1);
+  leave.mutable_leave()->set_reason("shutting down");
+  ASSERT_TRUE(coordinator_->OnWorkerMessage(WorkerId("w0"), leave).ok());
+  auto workers = coordinator_->ListWorkers();
+  ASSERT_EQ(workers.size(), 1u);
+  EXPECT_EQ(workers[0].state(), v1::WORKER_STATE_LOST);
+  EXPECT_EQ(CounterValue(metrics_, "cohort_worker_departures_total"), 1);
+  // The stream closing afterwards changes nothing.
+  coordinator_->Detach(WorkerId("w0"), Incarnation(1));
+  for (const auto& family : metrics_.registry()->Collect()) {
+    if (family.name != "cohort_worker_failures_detected_total") continue;
+    for (const auto& metric : family.metric) EXPECT_EQ(metric.counter.value, 0);
+  }
+}
+
+TEST_F(CoordinatorTest, KeyValueIsFencedByGeneration) {
+  Attach("w0", 1);
+  Attach("w1", 2);
+  Attach("w2", 3);  // idle spare: replaces w1 below, forming generation 2
+  v1::Job job = SubmitRunningJob();
+  const KvScope current{JobId(job.job_id()), Generation(job.generation())};
+  ASSERT_TRUE(coordinator_->KvSet(current, "ucx/0", "addr0").ok());
+  EXPECT_EQ(*coordinator_->KvGet(current, "ucx/0"), "addr0");
+  EXPECT_EQ(coordinator_->KvGet(current, "ucx/1").status().code(), absl::StatusCode::kNotFound);
+
+  const KvScope future{JobId(job.job_id()), Generation(job.generation() + 1)};
+  EXPECT_EQ(coordinator_->KvSet(future, "k", "v").code(), absl::StatusCode::kFailedPrecondition);
+  const KvScope unknown{JobId("nope-9"), Generation(1)};
+  EXPECT_EQ(coordinator_->KvSet(unknown, "k", "v").code(), absl::StatusCode::kNotFound);
+
+  // A waiter on generation 1 is aborted when the job moves to generation 2.
+  absl::StatusOr<std::string> waited = absl::UnknownError("not called");
+  coordinator_->KvWaitFor(current, "ucx/1", absl::Seconds(30),
+                          [&](absl::StatusOr<std::string> v) { waited = std::move(v); });
+  EXPECT_EQ(waited.status().code(), absl::StatusCode::kUnknown);  // still parked
+  coordinator_->Detach(WorkerId("w1"), Incarnation(2));
+  ASSERT_EQ(coordinator_->GetJob(JobId(job.job_id()))->generation(), job.generation() + 1);
+  EXPECT_EQ(waited.status().code(), absl::StatusCode::kAborted);
+  EXPECT_EQ(coordinator_->KvGet(current, "ucx/0").status().code(), absl::StatusCode::kAborted);
+}
+
+TEST_F(CoordinatorTest, WaitForCompletesOnSetOrTimesOutOnTheClock) {
+  Attach("w0", 1);
+  Attach("w1", 2);
+  v1::Job job = SubmitRunningJob();
+  const KvScope scope{JobId(job.job_id()), Generation(job.generation())};
+  absl::StatusOr<std::string> got = absl::UnknownError("not called");
+  coordinator_->KvWaitFor(scope, "id", absl::Seconds(5),
+                          [&](absl::StatusOr<std::string> v) { got = std::move(v); });
+  ASSERT_TRUE(coordinator_->KvSet(scope, "id", "nccl-unique-id").ok());
+  ASSERT_TRUE(got.ok()) << got.status();
+  EXPECT_EQ(*got, "nccl-unique-id");
+
+  absl::StatusOr<std::string> timed_out = absl::UnknownError("not called");
+  coordinator_->KvWaitFor(scope, "never", absl::Seconds(5),
+                          [&](absl::StatusOr<std::string> v) { timed_out = std::move(v); });
+  clock_.Advance(absl::Seconds(4));
+  coordinator_->Tick();
+  EXPECT_EQ(timed_out.status().code(), absl::StatusCode::kUnknown);
+  clock_.Advance(absl::Seconds(1));
+  coordinator_->Tick();
+  EXPECT_EQ(timed_out.status().code(), absl::StatusCode::kDeadlineExceeded);
+}
+
+TEST_F(CoordinatorTest, WatchStreamsSnapshotThenChangesUntilTheJobEnds) {
+  v1::SubmitJobRequest request;
+  *request.mutable_spec() = testing::SmallJobSpec("watched", 2, 2, 2);
+  auto job = coordinator_->Submit(request);
+  ASSERT_TRUE(job.ok());
+  auto watch = std::make_shared<RecordingWatch>();
+  ASSERT_TRUE(coordinator_->Watch(JobId(job->job_id()), watch).ok());
+  Attach("w0", 1);
+  Attach("w1", 2);
+  ASSERT_TRUE(coordinator_->Cancel(JobId(job->job_id())).ok());
+  auto events = watch->events();
+  ASSERT_GE(events.size(), 3u);
+  EXPECT_EQ(events.front().kind(), v1::JOB_EVENT_KIND_SNAPSHOT);
+  EXPECT_EQ(events.front().job().state(), v1::JOB_STATE_PENDING);
+  bool saw_mesh = false;
+  for (const auto& e : events) saw_mesh |= e.kind() == v1::JOB_EVENT_KIND_MESH_CHANGED;
+  EXPECT_TRUE(saw_mesh);
+  EXPECT_EQ(events.back().job().state(), v1::JOB_STATE_CANCELLED);
+  EXPECT_TRUE(watch->finished());
+  EXPECT_EQ(coordinator_->Watch(JobId("nope-1"), watch).status().code(),
+            absl::StatusCode::kNotFound);
+}
+
+}  // namespace
+}  // namespace cohort::coordinator
