@@ -1,0 +1,425 @@
+#include "tests/comm_rank/comm_rank_scenarios.h"
+
+#include <cfloat>
+#include <cmath>
+#include <cstdio>
+#include <cstring>
+#include <memory>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "absl/strings/str_cat.h"
+#include "absl/time/clock.h"
+#include "worker/comm/reduce.h"
+#include "worker/comm/ucx_communicator.h"
+#include "worker/comm/ucx_context.h"
+
+namespace cohort::comm_rank {
+namespace {
+
+using comm::DataType;
+using comm::ReduceOp;
+using comm::UcxCommunicator;
+using comm::UcxContext;
+
+// Every rank can compute every rank's input: element i of rank r's input
+// for test `salt` is a hash of (seed, r, salt, i).
+uint64_t Mix(uint64_t x) {
+  x += 0x9e3779b97f4a7c15ull;
+  x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ull;
+  x = (x ^ (x >> 27)) * 0x94d049bb133111ebull;
+  return x ^ (x >> 31);
+}
+
+uint64_t Draw(const RankConfig& c, int rank, uint64_t salt, size_t i) {
+  return Mix(c.seed * 0x100000001b3ull ^ Mix(static_cast<uint64_t>(rank) * 1000003u + salt) ^
+             (static_cast<uint64_t>(i) * 0x2545f4914f6cdd1dull));
+}
+
+// Uniform in [-1, 1).
+float Uniform(const RankConfig& c, int rank, uint64_t salt, size_t i) {
+  return static_cast<float>(Draw(c, rank, salt, i) >> 40) * (2.0f / 16777216.0f) - 1.0f;
+}
+
+uint64_t Fnv(const void* data, size_t bytes) {
+  uint64_t h = 0xcbf29ce484222325ull;
+  const auto* p = static_cast<const uint8_t*>(data);
+  for (size_t i = 0; i < bytes; ++i) h = (h ^ p[i]) * 0x100000001b3ull;
+  return h;
+}
+
+int Fail(const absl::Status& status, const std::string& what) {
+  std::fprintf(stderr, "COMM_ERROR %s: %s\n", what.c_str(), status.ToString().c_str());
+  if (absl::IsUnavailable(status) || absl::IsDeadlineExceeded(status)) return kCommError;
+  return kOtherError;
+}
+
+int Mismatch(const std::string& what) {
+  std::fprintf(stderr, "MISMATCH %s\n", what.c_str());
+  return kMismatch;
+}
+
+#define RUN_OR_FAIL(expr, what)                  \
+  do {                                           \
+    absl::Status status_ = (expr);               \
+    if (!status_.ok()) return Fail(status_, what); \
+  } while (false)
+
+#define CHECK_STEP(expr)      \
+  do {                        \
+    int code_ = (expr);       \
+    if (code_ != kOk) return code_; \
+  } while (false)
+
+struct Session {
+  std::unique_ptr<comm::KvClient> kv;
+  std::unique_ptr<UcxContext> context;
+  std::unique_ptr<UcxCommunicator> world;
+};
+
+absl::StatusOr<Session> Connect(const RankConfig& c, uint64_t generation) {
+  Session session;
+  if (c.size > 1) {
+    session.kv = comm::NewCoordinatorKvClient(c.kv_target, comm::KvScopeRef{c.job, generation});
+  }
+  comm::UcxContextOptions options;
+  options.rank = c.rank;
+  options.size = c.size;
+  options.kv = session.kv.get();
+  options.bootstrap_timeout = absl::Seconds(30);
+  absl::StatusOr<std::unique_ptr<UcxContext>> context = UcxContext::Create(options);
+  if (!context.ok()) return context.status();
+  session.context = std::move(*context);
+  absl::StatusOr<std::unique_ptr<UcxCommunicator>> world =
+      UcxCommunicator::Create(session.context.get(), comm::UcxCommunicatorOptions{.comm_id = 1});
+  if (!world.ok()) return world.status();
+  session.world = std::move(*world);
+  return session;
+}
+
+class Checker {
+ public:
+  Checker(const RankConfig& config, UcxCommunicator* comm)
+      : c_(config), comm_(comm), timeout_(absl::Milliseconds(config.timeout_ms)) {}
+
+  // Every rank must hold the same bits: gather a hash from each and compare.
+  int SameEverywhere(const void* data, size_t bytes, const std::string& what) {
+    const int64_t mine = static_cast<int64_t>(Fnv(data, bytes));
+    std::vector<int64_t> all(static_cast<size_t>(c_.size));
+    RUN_OR_FAIL(comm_->AllGather(&mine, all.data(), 1, DataType::kInt64, timeout_),
+                what + " hash allgather");
+    for (int r = 0; r < c_.size; ++r) {
+      if (all[r] != mine) return Mismatch(absl::StrCat(what, ": rank ", r, " has other bits"));
+    }
+    return kOk;
+  }
+
+  int AllReduceFloat(size_t count, ReduceOp op, uint64_t salt, bool timed) {
+    const std::string what = absl::StrCat("allreduce float32 ",
+                                          op == ReduceOp::kSum ? "sum" : "max", " n=", count);
+    std::vector<float> data(count);
+    for (size_t i = 0; i < count; ++i) data[i] = Uniform(c_, c_.rank, salt, i);
+    const absl::Time start = absl::Now();
+    RUN_OR_FAIL(comm_->AllReduce(data.data(), count, DataType::kFloat32, op, timeout_), what);
+    const absl::Duration took = absl::Now() - start;
+    for (size_t i = 0; i < count; ++i) {
+      double reference = op == ReduceOp::kSum ? 0.0 : -INFINITY;
+      double magnitude = 0.0;
+      for (int r = 0; r < c_.size; ++r) {
+        const float x = Uniform(c_, r, salt, i);
+        reference = op == ReduceOp::kSum ? reference + x : std::max<double>(reference, x);
+        magnitude += std::fabs(x);
+      }
+      const double bound = op == ReduceOp::kSum ? c_.size * FLT_EPSILON * magnitude : 0.0;
+      if (std::fabs(data[i] - reference) > bound) {
+        return Mismatch(absl::StrCat(what, " element ", i, ": got ", data[i], " want ", reference,
+                                     " bound ", bound));
+      }
+    }
+    CHECK_STEP(SameEverywhere(data.data(), count * sizeof(float), what));
+    if (timed && c_.size > 1) {
+      // A few more timed rounds on the same buffer for a bandwidth figure.
+      constexpr int kRounds = 3;
+      const absl::Time t0 = absl::Now();
+      for (int i = 0; i < kRounds; ++i) {
+        RUN_OR_FAIL(comm_->AllReduce(data.data(), count, DataType::kFloat32, op, timeout_), what);
+      }
+      const double seconds = absl::ToDoubleSeconds(absl::Now() - t0) / kRounds;
+      const double algbw = static_cast<double>(count * sizeof(float)) / seconds / 1e9;
+      std::fprintf(stderr,
+                   "BANDWIDTH rank %d %s: first %.1f ms, steady %.1f ms, algbw %.2f GB/s, "
+                   "busbw %.2f GB/s\n",
+                   c_.rank, what.c_str(), absl::ToDoubleMilliseconds(took), seconds * 1e3, algbw,
+                   algbw * 2.0 * (c_.size - 1) / c_.size);
+    }
+    return kOk;
+  }
+
+  // bf16 / fp16: inputs are exactly representable; each ring step rounds.
+  int AllReduceHalf(size_t count, DataType type, ReduceOp op, uint64_t salt) {
+    const bool bf16 = type == DataType::kBFloat16;
+    const std::string what = absl::StrCat("allreduce ", comm::DataTypeName(type),
+                                          op == ReduceOp::kSum ? " sum" : " max", " n=", count);
+    auto to_half = [&](float x) { return bf16 ? comm::FloatToBFloat16(x) : comm::FloatToHalf(x); };
+    auto to_float = [&](uint16_t h) {
+      return bf16 ? comm::BFloat16ToFloat(h) : comm::HalfToFloat(h);
+    };
+    std::vector<uint16_t> data(count);
+    for (size_t i = 0; i < count; ++i) data[i] = to_half(Uniform(c_, c_.rank, salt, i));
+    RUN_OR_FAIL(comm_->AllReduce(data.data(), count, type, op, timeout_), what);
+    const double unit = bf16 ? std::ldexp(1.0, -8) : std::ldexp(1.0, -11);
+    for (size_t i = 0; i < count; ++i) {
+      double reference = op == ReduceOp::kSum ? 0.0 : -INFINITY;
+      double magnitude = 0.0;
+      for (int r = 0; r < c_.size; ++r) {
+        const double x = to_float(to_half(Uniform(c_, r, salt, i)));
+        reference = op == ReduceOp::kSum ? reference + x : std::max(reference, x);
+        magnitude += std::fabs(x);
+      }
+      const double bound =
+          op == ReduceOp::kSum ? c_.size * unit * magnitude + c_.size * std::ldexp(1.0, -24) : 0;
+      if (std::fabs(to_float(data[i]) - reference) > bound) {
+        return Mismatch(absl::StrCat(what, " element ", i, ": got ", to_float(data[i]), " want ",
+                                     reference));
+      }
+    }
+    return SameEverywhere(data.data(), count * 2, what);
+  }
+
+  template <typename T>
+  int AllReduceInt(size_t count, DataType type, ReduceOp op, uint64_t salt) {
+    const std::string what = absl::StrCat("allreduce ", comm::DataTypeName(type),
+                                          op == ReduceOp::kSum ? " sum" : " max", " n=", count);
+    auto value = [&](int r, size_t i) { return static_cast<T>(Draw(c_, r, salt, i)); };
+    std::vector<T> data(count);
+    for (size_t i = 0; i < count; ++i) data[i] = value(c_.rank, i);
+    RUN_OR_FAIL(comm_->AllReduce(data.data(), count, type, op, timeout_), what);
+    for (size_t i = 0; i < count; ++i) {
+      // Sums wrap: compute them in the unsigned type of the same width.
+      using U = std::make_unsigned_t<T>;
+      U sum = 0;
+      T max = value(0, i);
+      for (int r = 0; r < c_.size; ++r) {
+        sum = static_cast<U>(sum + static_cast<U>(value(r, i)));
+        max = std::max(max, value(r, i));
+      }
+      const T want = op == ReduceOp::kSum ? static_cast<T>(sum) : max;
+      if (data[i] != want) return Mismatch(absl::StrCat(what, " element ", i));
+    }
+    return kOk;
+  }
+
+  int ReduceScatter(size_t per_rank, uint64_t salt) {
+    const std::string what = absl::StrCat("reduce_scatter float32 sum per_rank=", per_rank);
+    const size_t n = static_cast<size_t>(c_.size);
+    std::vector<float> input(per_rank * n);
+    for (size_t i = 0; i < input.size(); ++i) input[i] = Uniform(c_, c_.rank, salt, i);
+    std::vector<float> output(per_rank);
+    RUN_OR_FAIL(comm_->ReduceScatter(input.data(), output.data(), per_rank, DataType::kFloat32,
+                                     ReduceOp::kSum, timeout_),
+                what);
+    for (size_t j = 0; j < per_rank; ++j) {
+      const size_t i = static_cast<size_t>(c_.rank) * per_rank + j;
+      double reference = 0, magnitude = 0;
+      for (int r = 0; r < c_.size; ++r) {
+        reference += Uniform(c_, r, salt, i);
+        magnitude += std::fabs(Uniform(c_, r, salt, i));
+      }
+      if (std::fabs(output[j] - reference) > c_.size * FLT_EPSILON * magnitude) {
+        return Mismatch(absl::StrCat(what, " element ", j));
+      }
+    }
+    return kOk;
+  }
+
+  int AllGather(size_t per_rank, uint64_t salt) {
+    const std::string what = absl::StrCat("allgather per_rank=", per_rank);
+    std::vector<float> input(per_rank);
+    for (size_t i = 0; i < per_rank; ++i) input[i] = Uniform(c_, c_.rank, salt, i);
+    std::vector<float> output(per_rank * static_cast<size_t>(c_.size));
+    RUN_OR_FAIL(
+        comm_->AllGather(input.data(), output.data(), per_rank, DataType::kFloat32, timeout_),
+        what);
+    for (int r = 0; r < c_.size; ++r) {
+      for (size_t i = 0; i < per_rank; ++i) {
+        if (output[r * per_rank + i] != Uniform(c_, r, salt, i)) {
+          return Mismatch(absl::StrCat(what, " block ", r, " element ", i));
+        }
+      }
+    }
+    return kOk;
+  }
+
+  int Broadcast(size_t count, uint64_t salt) {
+    const int root = static_cast<int>(count % static_cast<size_t>(c_.size));
+    const std::string what = absl::StrCat("broadcast n=", count, " root=", root);
+    std::vector<float> data(count);
+    for (size_t i = 0; i < count; ++i) data[i] = Uniform(c_, c_.rank, salt, i);
+    RUN_OR_FAIL(comm_->Broadcast(data.data(), count, DataType::kFloat32, root, timeout_), what);
+    for (size_t i = 0; i < count; ++i) {
+      if (data[i] != Uniform(c_, root, salt, i)) {
+        return Mismatch(absl::StrCat(what, " element ", i));
+      }
+    }
+    return kOk;
+  }
+
+ private:
+  const RankConfig& c_;
+  UcxCommunicator* comm_;
+  const absl::Duration timeout_;
+};
+
+}  // namespace
+
+int RunCollectives(const RankConfig& config) {
+  absl::StatusOr<Session> session = Connect(config, config.generation);
+  if (!session.ok()) {
+    Fail(session.status(), "setup");
+    return kSetupFailed;
+  }
+  Checker check(config, session->world.get());
+  const size_t kMedium = (size_t{1} << 20) + 3;
+  std::vector<size_t> sizes = {0, 1, 7, 1023};
+  if (config.max_elements >= kMedium) sizes.push_back(kMedium);
+  if (config.max_elements > kMedium) sizes.push_back(config.max_elements);
+  uint64_t salt = 0;
+  for (size_t count : sizes) {
+    const bool large = count > kMedium;
+    CHECK_STEP(check.AllReduceFloat(count, ReduceOp::kSum, ++salt, /*timed=*/large));
+    if (large) continue;  // the largest size: float sum only, to bound test time
+    CHECK_STEP(check.AllReduceFloat(count, ReduceOp::kMax, ++salt, false));
+    CHECK_STEP(check.AllReduceHalf(count, DataType::kBFloat16, ReduceOp::kSum, ++salt));
+    CHECK_STEP(check.AllReduceHalf(count, DataType::kFloat16, ReduceOp::kSum, ++salt));
+    CHECK_STEP(check.AllReduceHalf(count, DataType::kBFloat16, ReduceOp::kMax, ++salt));
+    CHECK_STEP(check.AllReduceInt<int32_t>(count, DataType::kInt32, ReduceOp::kSum, ++salt));
+    CHECK_STEP(check.AllReduceInt<int64_t>(count, DataType::kInt64, ReduceOp::kSum, ++salt));
+    CHECK_STEP(check.AllReduceInt<int64_t>(count, DataType::kInt64, ReduceOp::kMax, ++salt));
+    CHECK_STEP(check.AllReduceInt<uint8_t>(count, DataType::kUInt8, ReduceOp::kSum, ++salt));
+    CHECK_STEP(check.ReduceScatter(count, ++salt));
+    CHECK_STEP(check.AllGather(count, ++salt));
+    CHECK_STEP(check.Broadcast(count, ++salt));
+  }
+  RUN_OR_FAIL(session->world->Barrier(absl::Milliseconds(config.timeout_ms)), "barrier");
+  std::fprintf(stderr, "rank %d: collectives ok\n", config.rank);
+  return kOk;
+}
+
+int RunPointToPoint(const RankConfig& config) {
+  absl::StatusOr<Session> session = Connect(config, config.generation);
+  if (!session.ok()) {
+    Fail(session.status(), "setup");
+    return kSetupFailed;
+  }
+  // A second group over the same context: the world in reverse rank order.
+  comm::UcxCommunicatorOptions reversed_options{.comm_id = 2};
+  for (int r = config.size - 1; r >= 0; --r) reversed_options.group.push_back(r);
+  absl::StatusOr<std::unique_ptr<UcxCommunicator>> reversed =
+      UcxCommunicator::Create(session->context.get(), reversed_options);
+  if (!reversed.ok()) {
+    Fail(reversed.status(), "second communicator");
+    return kSetupFailed;
+  }
+  UcxCommunicator& a = *session->world;
+  UcxCommunicator& b = **reversed;
+  const absl::Duration timeout = absl::Milliseconds(config.timeout_ms);
+  const int partner = config.rank ^ 1;
+  if (partner < config.size) {
+    // Ordering: 200 messages with one tag, sizes varying, arrive in order.
+    constexpr int kMessages = 200;
+    constexpr uint32_t kTag = 7;
+    for (int i = 0; i < kMessages; ++i) {
+      std::vector<uint32_t> message(static_cast<size_t>(1 + i % 5), static_cast<uint32_t>(i));
+      if (config.rank % 2 == 0) {
+        RUN_OR_FAIL(a.Send(message.data(), message.size() * 4, partner, kTag, timeout), "send");
+      } else {
+        std::vector<uint32_t> got(message.size(), ~0u);
+        RUN_OR_FAIL(a.Recv(got.data(), got.size() * 4, partner, kTag, timeout), "recv");
+        if (got != message) return Mismatch(absl::StrCat("message ", i, " out of order"));
+      }
+    }
+    // Isolation: the same user tag on both communicators; the sender sends
+    // on b first, the receiver receives on a first. Payloads tell them apart.
+    const int b_partner = config.size - 1 - partner;  // partner's rank in b
+    constexpr uint32_t kSharedTag = 42;
+    if (config.rank % 2 == 0) {
+      const uint64_t on_b = 0xbbbbbbbbull, on_a = 0xaaaaaaaaull;
+      RUN_OR_FAIL(b.Send(&on_b, 8, b_partner, kSharedTag, timeout), "send b");
+      RUN_OR_FAIL(a.Send(&on_a, 8, partner, kSharedTag, timeout), "send a");
+    } else {
+      uint64_t got_a = 0, got_b = 0;
+      RUN_OR_FAIL(a.Recv(&got_a, 8, partner, kSharedTag, timeout), "recv a");
+      RUN_OR_FAIL(b.Recv(&got_b, 8, b_partner, kSharedTag, timeout), "recv b");
+      if (got_a != 0xaaaaaaaaull || got_b != 0xbbbbbbbbull) {
+        return Mismatch("messages crossed between communicators");
+      }
+    }
+    // A Recv of the wrong size is InvalidArgument and leaves the
+    // communicator usable.
+    if (config.rank % 2 == 0) {
+      const uint64_t big[2] = {1, 2};
+      RUN_OR_FAIL(a.Send(big, 16, partner, 9, timeout), "send 16");
+      RUN_OR_FAIL(a.Send(big, 8, partner, 10, timeout), "send 8");
+    } else {
+      uint64_t small = 0;
+      absl::Status wrong = a.Recv(&small, 8, partner, 9, timeout);
+      if (!absl::IsInvalidArgument(wrong)) {
+        return Mismatch("wrong-size recv returned " + wrong.ToString());
+      }
+      RUN_OR_FAIL(a.Recv(&small, 8, partner, 10, timeout), "recv after wrong size");
+      if (small != 1) return Mismatch("recv after wrong size");
+    }
+  }
+  // Both groups still work as collectives, concurrently tagged.
+  float x = static_cast<float>(config.rank + 1);
+  RUN_OR_FAIL(b.AllReduce(&x, 1, DataType::kFloat32, ReduceOp::kSum, timeout), "b allreduce");
+  const float want = static_cast<float>(config.size * (config.size + 1) / 2);
+  if (x != want) return Mismatch("b allreduce");
+  RUN_OR_FAIL(a.Barrier(timeout), "barrier");
+  std::fprintf(stderr, "rank %d: p2p ok\n", config.rank);
+  return kOk;
+}
+
+int RunKillLoop(const RankConfig& config) {
+  absl::StatusOr<Session> session = Connect(config, config.generation);
+  if (!session.ok()) {
+    Fail(session.status(), "setup");
+    return kSetupFailed;
+  }
+  std::vector<float> data(config.max_elements, 1.0f);
+  const absl::Duration timeout = absl::Milliseconds(config.timeout_ms);
+  for (int i = 0; i < config.iterations; ++i) {
+    const absl::Time start = absl::Now();
+    absl::Status status =
+        session->world->AllReduce(data.data(), data.size(), DataType::kFloat32, ReduceOp::kSum,
+                                  timeout);
+    if (!status.ok()) {
+      std::fprintf(stderr, "ERROR_AFTER_MS %.1f\n", absl::ToDoubleMilliseconds(absl::Now() - start));
+      // Later calls fail at once with the same error.
+      absl::Status again = session->world->Barrier(timeout);
+      if (again.code() != status.code()) return Mismatch("later call: " + again.ToString());
+      return Fail(status, absl::StrCat("allreduce ", i));
+    }
+    if (i == 0) std::fprintf(stderr, "rank %d: entered allreduce loop\n", config.rank);
+    std::fill(data.begin(), data.end(), 1.0f);
+  }
+  return kOk;
+}
+
+int RunGenerations(const RankConfig& config) {
+  for (uint64_t g = config.generation; g < config.generation + 2; ++g) {
+    absl::StatusOr<Session> session = Connect(config, g);
+    if (!session.ok()) {
+    Fail(session.status(), "setup");
+    return kSetupFailed;
+  }
+    Checker check(config, session->world.get());
+    CHECK_STEP(check.AllReduceFloat(4099, ReduceOp::kSum, g, false));
+    RUN_OR_FAIL(session->world->Barrier(absl::Milliseconds(config.timeout_ms)), "barrier");
+    std::fprintf(stderr, "rank %d: generation %llu ok\n", config.rank,
+                 static_cast<unsigned long long>(g));
+  }
+  return kOk;
+}
+
+}  // namespace cohort::comm_rank

@@ -1,0 +1,76 @@
+#pragma once
+// Communicator: collective and point-to-point communication among the ranks
+// of one group (a whole job, or one mesh axis: a tensor group, a data group,
+// pipeline neighbours). Implementations: UcxCommunicator (host memory) and
+// NcclCommunicator (device memory).
+//
+// Thread-safety: one collective or point-to-point call at a time per
+// communicator, from any thread; Abort() may be called from any thread at
+// any time.
+//
+// Errors, the same for every call:
+//   InvalidArgument     bad arguments (peer or root out of range, null buffer
+//                       with count > 0, unsupported type or op for the backend)
+//   DeadlineExceeded    `timeout` passed before the call completed
+//   Unavailable         a peer died or became unreachable during the call
+//   Aborted             Abort() was called (before or during the call); every
+//                       later call fails the same way
+// After any error but InvalidArgument the communicator is unusable: the
+// group's generation is over and a new communicator must be built.
+//
+// Results: every rank of an AllReduce gets bitwise identical results, and for
+// a given group size the reduction order is fixed (the determinism contract),
+// so repeated runs are bitwise reproducible.
+
+#include <cstddef>
+#include <cstdint>
+
+#include "absl/status/status.h"
+#include "absl/time/time.h"
+
+namespace cohort::comm {
+
+enum class DataType { kFloat32, kBFloat16, kFloat16, kInt32, kInt64, kUInt8 };
+enum class ReduceOp { kSum, kMax };
+
+size_t DataTypeSize(DataType type);
+const char* DataTypeName(DataType type);
+
+class Communicator {
+ public:
+  virtual ~Communicator() = default;
+
+  virtual int rank() const = 0;
+  virtual int size() const = 0;
+
+  // In place: `data` holds `count` elements on entry and their reduction over
+  // all ranks on return.
+  virtual absl::Status AllReduce(void* data, size_t count, DataType type, ReduceOp op,
+                                 absl::Duration timeout) = 0;
+  // `input` holds size() * count_per_rank elements; `output` receives the
+  // reduction of block rank() (count_per_rank elements). May not overlap.
+  virtual absl::Status ReduceScatter(const void* input, void* output, size_t count_per_rank,
+                                     DataType type, ReduceOp op, absl::Duration timeout) = 0;
+  // `input` holds count_per_rank elements; `output` receives size() blocks,
+  // rank r's at offset r * count_per_rank. `input` may alias its own block.
+  virtual absl::Status AllGather(const void* input, void* output, size_t count_per_rank,
+                                 DataType type, absl::Duration timeout) = 0;
+  // Root's `data` is copied to every rank's `data`.
+  virtual absl::Status Broadcast(void* data, size_t count, DataType type, int root,
+                                 absl::Duration timeout) = 0;
+  // Point to point. Messages between a pair of ranks with the same tag arrive
+  // in the order sent; different tags (and different communicators) never
+  // match each other. Recv needs exactly `bytes` bytes (InvalidArgument for a
+  // message of another size).
+  virtual absl::Status Send(const void* data, size_t bytes, int peer, uint32_t tag,
+                            absl::Duration timeout) = 0;
+  virtual absl::Status Recv(void* data, size_t bytes, int peer, uint32_t tag,
+                            absl::Duration timeout) = 0;
+  virtual absl::Status Barrier(absl::Duration timeout) = 0;
+
+  // Makes every in-flight and later call return Aborted (with `reason` in its
+  // message) promptly. Idempotent.
+  virtual void Abort(const absl::Status& reason) = 0;
+};
+
+}  // namespace cohort::comm

@@ -1,0 +1,80 @@
+#pragma once
+// Collective algorithms over a UcxChannel, as plain functions (Gloo style:
+// the algorithm is separate from the transport and from the setup).
+//
+// Ring (bandwidth-optimal): the buffer is split into size() chunks, each
+// chunk into segments of kRingSegmentBytes. Reduce-scatter then allgather
+// run as one pipeline of 2(n-1) steps x segments: up to kRingRecvWindow
+// receives are posted ahead into scratch slots and up to kRingSendWindow
+// sends are in flight, so transfer and reduction overlap. Each rank sends
+// and receives 2(n-1)/n of the buffer. The partial sum of chunk c starts at
+// rank c+1 and accumulates in ring order, so results are deterministic for a
+// given (size, count), and the allgather only copies, so every rank gets the
+// same bits.
+//
+// Direct (latency-optimal for small messages): every rank sends its input to
+// every other rank in one round, then each reduces all inputs in rank order
+// 0..n-1 (deterministic, bitwise identical everywhere). Chosen when
+// count * size() * element size <= kDirectMaxBytes.
+//
+// Every function: OK, or the channel's errors (Aborted, Unavailable,
+// DeadlineExceeded); on error outstanding requests are left for the caller's
+// UcxChannel::ReleaseAll().
+
+#include <cstddef>
+#include <cstdint>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "worker/comm/communicator.h"
+#include "worker/comm/ucx_channel.h"
+
+namespace cohort::comm {
+
+inline constexpr size_t kRingSegmentBytes = 512 * 1024;
+inline constexpr int kRingRecvWindow = 4;
+inline constexpr int kRingSendWindow = 8;
+// Bytes exchanged by a direct algorithm (input size times group size) at or
+// below which it beats the ring: one round of latency instead of 2(n-1).
+inline constexpr size_t kDirectMaxBytes = 256 * 1024;
+
+// Scratch memory reused across calls: grows to the largest need, never
+// shrinks, so steady state allocates nothing.
+class ScratchBuffer {
+ public:
+  uint8_t* Get(size_t bytes) {
+    if (buffer_.size() < bytes) buffer_.resize(bytes);
+    return buffer_.data();
+  }
+
+ private:
+  std::vector<uint8_t> buffer_;
+};
+
+// Whether the direct algorithms fit the request table for this group.
+bool DirectFits(const UcxChannel& channel);
+
+absl::Status RingAllReduce(UcxChannel& channel, void* data, size_t count, DataType type,
+                           ReduceOp op, ScratchBuffer& scratch);
+absl::Status DirectAllReduce(UcxChannel& channel, void* data, size_t count, DataType type,
+                             ReduceOp op, ScratchBuffer& scratch);
+
+// Rank r ends with the reduction of block r. `work` holds size() blocks.
+absl::Status RingReduceScatter(UcxChannel& channel, const void* input, void* output,
+                               size_t count_per_rank, DataType type, ReduceOp op,
+                               ScratchBuffer& scratch, ScratchBuffer& work);
+absl::Status DirectReduceScatter(UcxChannel& channel, const void* input, void* output,
+                                 size_t count_per_rank, DataType type, ReduceOp op,
+                                 ScratchBuffer& scratch);
+
+// `output` already holds this rank's block at rank() * bytes_per_rank.
+absl::Status RingAllGather(UcxChannel& channel, void* output, size_t bytes_per_rank);
+absl::Status DirectAllGather(UcxChannel& channel, void* output, size_t bytes_per_rank);
+
+// Small: the root sends to every rank. Large: a pipelined chain from the root.
+absl::Status Broadcast(UcxChannel& channel, void* data, size_t bytes, int root);
+
+// Dissemination barrier: ceil(log2 n) rounds of one-byte messages.
+absl::Status DisseminationBarrier(UcxChannel& channel);
+
+}  // namespace cohort::comm

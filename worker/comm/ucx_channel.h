@@ -1,0 +1,117 @@
+#pragma once
+// UcxChannel: the messaging engine under one UcxCommunicator. It posts
+// tagged sends and receives to group peers over the shared UcxContext,
+// tracks them in a fixed table of request slots (no allocation per call),
+// and drives progress while checking, on every poll, the abort flag, the
+// call's deadline and whether a group peer died. The algorithms in
+// ring_algorithms.h are written against it.
+//
+// Thread-safety: one call at a time (the communicator's contract); Abort()
+// and aborted() may be called from any thread at any time.
+
+#include <array>
+#include <atomic>
+#include <cstddef>
+#include <cstdint>
+#include <vector>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/synchronization/mutex.h"
+#include "absl/time/time.h"
+#include "worker/comm/ucx_context.h"
+#include "worker/comm/ucx_tags.h"
+
+namespace cohort::comm {
+
+class UcxChannel {
+ public:
+  // Most requests one call keeps outstanding; algorithms size their windows
+  // (and choose direct algorithms only when they fit) by this.
+  static constexpr int kMaxRequests = 256;
+  using Handle = int;
+  // A handle that is already complete (immediate completion, empty message).
+  static constexpr Handle kDone = -1;
+
+  // `group` lists world ranks in group-rank order; `index` is this
+  // process's position in it.
+  UcxChannel(UcxContext* context, uint16_t comm_id, std::vector<int> group, int index);
+
+  int rank() const { return index_; }
+  int size() const { return static_cast<int>(group_.size()); }
+  uint16_t comm_id() const { return comm_id_; }
+
+  // Starts a call: every Poll() after this fails with DeadlineExceeded once
+  // `timeout` has passed.
+  void BeginCall(absl::Duration timeout);
+  // Advances the collective sequence number carried in collective tags.
+  void NextSequence() { ++sequence_; }
+
+  uint64_t CollectiveTag(int source, uint32_t message) const {
+    return MakeTag(comm_id_, TagKind::kCollective, source, CollectiveLow(sequence_, message));
+  }
+  uint64_t PointToPointTag(int source, uint32_t user_tag) const {
+    return MakeTag(comm_id_, TagKind::kPointToPoint, source, user_tag);
+  }
+
+  // Post a send to / receive from group rank `peer`. The buffer must stay
+  // valid until the handle completes (or ReleaseAll()). A receive completes
+  // with InvalidArgument if the message is not exactly `bytes` long.
+  // Errors: Unavailable (peer dead), ResourceExhausted (no free slot: an
+  // algorithm bug), Internal.
+  absl::StatusOr<Handle> PostSend(int peer, uint64_t tag, const void* data, size_t bytes);
+  absl::StatusOr<Handle> PostRecv(int peer, uint64_t tag, void* data, size_t bytes);
+
+  // One progress step, then the checks. Errors: Aborted, Unavailable (a
+  // group peer died), DeadlineExceeded.
+  absl::Status Poll();
+  // Whether *handle completed (then it is set to kDone and its slot freed).
+  // Does not progress. Errors: the operation's own failure.
+  absl::StatusOr<bool> Test(Handle* handle);
+  // Polls until *handle completes.
+  absl::Status Wait(Handle* handle);
+
+  // After a failed call: cancels outstanding receives, waits briefly for
+  // them, and frees every outstanding request.
+  void ReleaseAll();
+
+  void Abort(const absl::Status& reason);
+  bool aborted() const { return aborted_.load(std::memory_order_acquire); }
+  // Aborted, with the reason given to Abort().
+  absl::Status AbortStatus() const;
+
+ private:
+  struct Slot {
+    void* request = nullptr;
+    bool is_recv = false;
+    size_t bytes = 0;
+    int peer = 0;
+  };
+
+  absl::StatusOr<Handle> Track(void* request, bool is_recv, size_t bytes, int peer);
+  absl::Status CheckPeers();
+
+  UcxContext* const context_;
+  ucp_worker_h const worker_;
+  const uint16_t comm_id_;
+  const std::vector<int> group_;
+  const int index_;
+
+  uint32_t sequence_ = 0;
+  absl::Time deadline_ = absl::InfiniteFuture();
+  uint64_t seen_dead_epoch_ = 0;
+  bool group_has_dead_ = false;
+  uint32_t polls_ = 0;
+  uint32_t idle_polls_ = 0;
+
+  std::array<Slot, kMaxRequests> slots_{};
+  std::array<int, kMaxRequests> free_{};
+  int free_count_ = 0;
+
+  std::atomic<bool> aborted_{false};
+  mutable absl::Mutex mu_;
+  absl::Status abort_reason_ ABSL_GUARDED_BY(mu_);
+};
+
+}  // namespace cohort::comm

@@ -1,0 +1,191 @@
+#include "worker/comm/ucx_communicator.h"
+
+#include <algorithm>
+#include <cstring>
+#include <utility>
+
+#include "absl/container/flat_hash_set.h"
+#include "absl/strings/str_cat.h"
+
+namespace cohort::comm {
+namespace {
+
+absl::Status CheckBuffer(const void* data, size_t count, const char* what) {
+  if (data == nullptr && count > 0) {
+    return absl::InvalidArgumentError(absl::StrCat(what, ": null buffer with count ", count));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status CheckType(DataType type) {
+  if (DataTypeSize(type) == 0) return absl::InvalidArgumentError("unsupported data type");
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+absl::StatusOr<std::unique_ptr<UcxCommunicator>> UcxCommunicator::Create(
+    UcxContext* context, UcxCommunicatorOptions options) {
+  if (context == nullptr) return absl::InvalidArgumentError("ucx communicator: null context");
+  std::vector<int> group = std::move(options.group);
+  if (group.empty()) {
+    for (int r = 0; r < context->size(); ++r) group.push_back(r);
+  }
+  absl::flat_hash_set<int> seen;
+  int index = -1;
+  for (size_t i = 0; i < group.size(); ++i) {
+    const int r = group[i];
+    if (r < 0 || r >= context->size()) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("ucx communicator: world rank ", r, " out of range"));
+    }
+    if (!seen.insert(r).second) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("ucx communicator: world rank ", r, " listed twice"));
+    }
+    if (r == context->rank()) index = static_cast<int>(i);
+  }
+  if (index < 0) {
+    return absl::InvalidArgumentError(absl::StrCat("ucx communicator: group does not contain rank ",
+                                                   context->rank()));
+  }
+  absl::Status claimed = context->ClaimCommId(options.comm_id);
+  if (!claimed.ok()) return claimed;
+  return std::unique_ptr<UcxCommunicator>(
+      new UcxCommunicator(context, options.comm_id, std::move(group), index));
+}
+
+UcxCommunicator::UcxCommunicator(UcxContext* context, uint16_t comm_id, std::vector<int> group,
+                                 int index)
+    : context_(context), channel_(context, comm_id, std::move(group), index) {}
+
+UcxCommunicator::~UcxCommunicator() {
+  channel_.ReleaseAll();
+  context_->ReleaseCommId(channel_.comm_id());
+}
+
+absl::Status UcxCommunicator::Run(absl::Duration timeout, CallOptions options,
+                                  absl::FunctionRef<absl::Status()> body) {
+  if (channel_.aborted()) return channel_.AbortStatus();
+  {
+    absl::MutexLock lock(&mu_);
+    if (!broken_.ok()) return broken_;
+  }
+  channel_.BeginCall(timeout);
+  if (options.collective) channel_.NextSequence();
+  absl::Status status = body();
+  if (status.ok()) return status;
+  // An abort that raced with another failure still reads as Aborted.
+  if (channel_.aborted()) status = channel_.AbortStatus();
+  channel_.ReleaseAll();
+  if (!(absl::IsInvalidArgument(status) && !options.collective)) {
+    absl::MutexLock lock(&mu_);
+    if (broken_.ok()) broken_ = status;
+  }
+  return status;
+}
+
+absl::Status UcxCommunicator::AllReduce(void* data, size_t count, DataType type, ReduceOp op,
+                                        absl::Duration timeout) {
+  if (absl::Status s = CheckBuffer(data, count, "AllReduce"); !s.ok()) return s;
+  if (absl::Status s = CheckType(type); !s.ok()) return s;
+  return Run(timeout, CallOptions{}, [&]() -> absl::Status {
+    if (size() == 1 || count == 0) return absl::OkStatus();
+    const size_t exchanged = count * DataTypeSize(type) * static_cast<size_t>(size());
+    if (exchanged <= kDirectMaxBytes && DirectFits(channel_)) {
+      return DirectAllReduce(channel_, data, count, type, op, scratch_);
+    }
+    return RingAllReduce(channel_, data, count, type, op, scratch_);
+  });
+}
+
+absl::Status UcxCommunicator::ReduceScatter(const void* input, void* output,
+                                            size_t count_per_rank, DataType type, ReduceOp op,
+                                            absl::Duration timeout) {
+  if (absl::Status s = CheckBuffer(input, count_per_rank, "ReduceScatter"); !s.ok()) return s;
+  if (absl::Status s = CheckBuffer(output, count_per_rank, "ReduceScatter"); !s.ok()) return s;
+  if (absl::Status s = CheckType(type); !s.ok()) return s;
+  return Run(timeout, CallOptions{}, [&]() -> absl::Status {
+    if (count_per_rank == 0) return absl::OkStatus();
+    const size_t bytes = count_per_rank * DataTypeSize(type);
+    if (size() == 1) {
+      std::memmove(output, input, bytes);
+      return absl::OkStatus();
+    }
+    if (bytes * static_cast<size_t>(size()) <= kDirectMaxBytes && DirectFits(channel_)) {
+      return DirectReduceScatter(channel_, input, output, count_per_rank, type, op, scratch_);
+    }
+    return RingReduceScatter(channel_, input, output, count_per_rank, type, op, scratch_, work_);
+  });
+}
+
+absl::Status UcxCommunicator::AllGather(const void* input, void* output, size_t count_per_rank,
+                                        DataType type, absl::Duration timeout) {
+  if (absl::Status s = CheckBuffer(input, count_per_rank, "AllGather"); !s.ok()) return s;
+  if (absl::Status s = CheckBuffer(output, count_per_rank, "AllGather"); !s.ok()) return s;
+  if (absl::Status s = CheckType(type); !s.ok()) return s;
+  return Run(timeout, CallOptions{}, [&]() -> absl::Status {
+    if (count_per_rank == 0) return absl::OkStatus();
+    const size_t bytes = count_per_rank * DataTypeSize(type);
+    auto* own = static_cast<uint8_t*>(output) + bytes * static_cast<size_t>(rank());
+    if (own != input) std::memmove(own, input, bytes);
+    if (size() == 1) return absl::OkStatus();
+    if (bytes * static_cast<size_t>(size()) <= kDirectMaxBytes && DirectFits(channel_)) {
+      return DirectAllGather(channel_, output, bytes);
+    }
+    return RingAllGather(channel_, output, bytes);
+  });
+}
+
+absl::Status UcxCommunicator::Broadcast(void* data, size_t count, DataType type, int root,
+                                        absl::Duration timeout) {
+  if (absl::Status s = CheckBuffer(data, count, "Broadcast"); !s.ok()) return s;
+  if (absl::Status s = CheckType(type); !s.ok()) return s;
+  if (root < 0 || root >= size()) {
+    return absl::InvalidArgumentError(absl::StrCat("Broadcast: root ", root, " not in [0, ",
+                                                   size(), ")"));
+  }
+  return Run(timeout, CallOptions{}, [&]() -> absl::Status {
+    if (size() == 1 || count == 0) return absl::OkStatus();
+    return cohort::comm::Broadcast(channel_, data, count * DataTypeSize(type), root);
+  });
+}
+
+absl::Status UcxCommunicator::Send(const void* data, size_t bytes, int peer, uint32_t tag,
+                                   absl::Duration timeout) {
+  if (absl::Status s = CheckBuffer(data, bytes, "Send"); !s.ok()) return s;
+  if (peer < 0 || peer >= size() || peer == rank()) {
+    return absl::InvalidArgumentError(absl::StrCat("Send: peer ", peer, " invalid for rank ",
+                                                   rank(), " of ", size()));
+  }
+  return Run(timeout, CallOptions{.collective = false}, [&]() -> absl::Status {
+    absl::StatusOr<UcxChannel::Handle> h =
+        channel_.PostSend(peer, channel_.PointToPointTag(rank(), tag), data, bytes);
+    if (!h.ok()) return h.status();
+    return channel_.Wait(&*h);
+  });
+}
+
+absl::Status UcxCommunicator::Recv(void* data, size_t bytes, int peer, uint32_t tag,
+                                   absl::Duration timeout) {
+  if (absl::Status s = CheckBuffer(data, bytes, "Recv"); !s.ok()) return s;
+  if (peer < 0 || peer >= size() || peer == rank()) {
+    return absl::InvalidArgumentError(absl::StrCat("Recv: peer ", peer, " invalid for rank ",
+                                                   rank(), " of ", size()));
+  }
+  return Run(timeout, CallOptions{.collective = false}, [&]() -> absl::Status {
+    absl::StatusOr<UcxChannel::Handle> h =
+        channel_.PostRecv(peer, channel_.PointToPointTag(peer, tag), data, bytes);
+    if (!h.ok()) return h.status();
+    return channel_.Wait(&*h);
+  });
+}
+
+absl::Status UcxCommunicator::Barrier(absl::Duration timeout) {
+  return Run(timeout, CallOptions{}, [&]() -> absl::Status {
+    if (size() == 1) return absl::OkStatus();
+    return DisseminationBarrier(channel_);
+  });
+}
+
+}  // namespace cohort::comm

@@ -1,0 +1,246 @@
+#include "worker/comm/ucx_context.h"
+
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "absl/time/clock.h"
+#include "common/log.h"
+#include "worker/comm/ucx_tags.h"
+
+namespace cohort::comm {
+namespace {
+
+// Reserved for context-level control traffic (warm-up).
+constexpr uint16_t kControlCommId = 0xffff;
+
+struct ConfigDeleter {
+  void operator()(ucp_config_t* config) const { ucp_config_release(config); }
+};
+
+// Progresses the worker until `request` completes or `deadline` passes;
+// frees the request either way. Returns the completion status (UCS_INPROGRESS
+// on timeout). `request` may be null (done) or an error pointer.
+ucs_status_t WaitRequest(ucp_worker_h worker, void* request, absl::Time deadline) {
+  if (request == nullptr) return UCS_OK;
+  if (UCS_PTR_IS_ERR(request)) return UCS_PTR_STATUS(request);
+  ucs_status_t status = UCS_INPROGRESS;
+  while ((status = ucp_request_check_status(request)) == UCS_INPROGRESS) {
+    if (ucp_worker_progress(worker) == 0 && absl::Now() > deadline) break;
+  }
+  if (status == UCS_INPROGRESS) ucp_request_cancel(worker, request);
+  ucp_request_free(request);
+  return status;
+}
+
+}  // namespace
+
+absl::Status UcxStatusToStatus(ucs_status_t status, const std::string& what) {
+  const std::string message = absl::StrCat(what, ": ", ucs_status_string(status));
+  switch (status) {
+    case UCS_OK: return absl::OkStatus();
+    case UCS_ERR_CONNECTION_RESET:
+    case UCS_ERR_ENDPOINT_TIMEOUT:
+    case UCS_ERR_UNREACHABLE:
+    case UCS_ERR_REJECTED:
+    case UCS_ERR_IO_ERROR:
+    case UCS_ERR_CANCELED:
+    case UCS_ERR_NOT_CONNECTED:
+      return absl::UnavailableError(message);
+    case UCS_ERR_TIMED_OUT: return absl::DeadlineExceededError(message);
+    case UCS_ERR_MESSAGE_TRUNCATED: return absl::InvalidArgumentError(message);
+    default: return absl::InternalError(message);
+  }
+}
+
+UcxContext::UcxContext(int rank, int size) : rank_(rank), size_(size) {}
+
+absl::StatusOr<std::unique_ptr<UcxContext>> UcxContext::Create(const UcxContextOptions& options) {
+  if (options.size < 1 || options.size > kMaxRanks) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("ucx context: size ", options.size, " not in [1, ", kMaxRanks, "]"));
+  }
+  if (options.rank < 0 || options.rank >= options.size) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("ucx context: rank ", options.rank, " not in [0, ", options.size, ")"));
+  }
+  if (options.kv == nullptr && options.size > 1) {
+    return absl::InvalidArgumentError("ucx context: a KvClient is required for size > 1");
+  }
+  std::unique_ptr<UcxContext> context(new UcxContext(options.rank, options.size));
+  absl::Status status = context->Init(options);
+  if (!status.ok()) return status;  // the destructor undoes partial setup
+  return context;
+}
+
+absl::Status UcxContext::Init(const UcxContextOptions& options) {
+  close_timeout_ = options.close_timeout;
+  const absl::Time deadline = absl::Now() + options.bootstrap_timeout;
+  ucp_config_t* raw_config = nullptr;
+  ucs_status_t st = ucp_config_read(nullptr, nullptr, &raw_config);
+  if (st != UCS_OK) return UcxStatusToStatus(st, "ucp_config_read");
+  std::unique_ptr<ucp_config_t, ConfigDeleter> config(raw_config);
+
+  ucp_params_t params{};
+  params.field_mask = UCP_PARAM_FIELD_FEATURES | UCP_PARAM_FIELD_ESTIMATED_NUM_EPS |
+                      UCP_PARAM_FIELD_MT_WORKERS_SHARED;
+  params.features = UCP_FEATURE_TAG;
+  params.estimated_num_eps = static_cast<size_t>(size_);
+  params.mt_workers_shared = 0;
+  st = ucp_init(&params, config.get(), &context_);
+  if (st != UCS_OK) {
+    context_ = nullptr;
+    return UcxStatusToStatus(st, "ucp_init");
+  }
+
+  ucp_worker_params_t worker_params{};
+  worker_params.field_mask = UCP_WORKER_PARAM_FIELD_THREAD_MODE;
+  worker_params.thread_mode = UCS_THREAD_MODE_MULTI;
+  st = ucp_worker_create(context_, &worker_params, &worker_);
+  if (st != UCS_OK) {
+    worker_ = nullptr;
+    return UcxStatusToStatus(st, "ucp_worker_create");
+  }
+  st = ucp_worker_get_address(worker_, &address_, &address_length_);
+  if (st != UCS_OK) {
+    address_ = nullptr;
+    return UcxStatusToStatus(st, "ucp_worker_get_address");
+  }
+
+  peers_.reserve(static_cast<size_t>(size_));
+  for (int r = 0; r < size_; ++r) {
+    auto peer = std::make_unique<Peer>();
+    peer->context = this;
+    peer->rank = r;
+    peers_.push_back(std::move(peer));
+  }
+  if (size_ == 1) return absl::OkStatus();
+
+  const std::string blob(reinterpret_cast<const char*>(address_), address_length_);
+  absl::Status status = options.kv->Set(absl::StrCat(options.key_prefix, rank_), blob);
+  if (!status.ok()) return status;
+
+  for (int r = 0; r < size_; ++r) {
+    if (r == rank_) continue;
+    absl::StatusOr<std::string> remote =
+        options.kv->WaitFor(absl::StrCat(options.key_prefix, r),
+                            std::max(deadline - absl::Now(), absl::ZeroDuration()));
+    if (!remote.ok()) {
+      return absl::Status(remote.status().code(),
+                          absl::StrCat("ucx address of rank ", r, ": ", remote.status().message()));
+    }
+    ucp_ep_params_t ep_params{};
+    ep_params.field_mask = UCP_EP_PARAM_FIELD_REMOTE_ADDRESS | UCP_EP_PARAM_FIELD_ERR_HANDLING_MODE |
+                           UCP_EP_PARAM_FIELD_ERR_HANDLER;
+    ep_params.address = reinterpret_cast<const ucp_address_t*>(remote->data());
+    ep_params.err_mode = UCP_ERR_HANDLING_MODE_PEER;
+    ep_params.err_handler.cb = &UcxContext::OnPeerError;
+    ep_params.err_handler.arg = peers_[r].get();
+    st = ucp_ep_create(worker_, &ep_params, &peers_[r]->ep);
+    if (st == UCS_ERR_UNREACHABLE) {
+      // UCX 1.13's shared-memory transports have no peer failure handler,
+      // so they refuse PEER mode. Fall back to no error handling: a dead
+      // peer then surfaces as DeadlineExceeded at the call's timeout.
+      LOG(WARNING) << "ucx: no transport to rank " << r
+                   << " supports peer failure detection; dead peers will time out";
+      ep_params.field_mask &= ~static_cast<uint64_t>(UCP_EP_PARAM_FIELD_ERR_HANDLER);
+      ep_params.err_mode = UCP_ERR_HANDLING_MODE_NONE;
+      st = ucp_ep_create(worker_, &ep_params, &peers_[r]->ep);
+    }
+    if (st != UCS_OK) {
+      peers_[r]->ep = nullptr;
+      return UcxStatusToStatus(st, absl::StrCat("ucp_ep_create to rank ", r));
+    }
+  }
+  if (options.warm_up) return WarmUp(deadline);
+  return absl::OkStatus();
+}
+
+absl::Status UcxContext::WarmUp(absl::Time deadline) {
+  // Every rank sends one byte to and receives one byte from every peer. The
+  // buffers are per peer so receives can all be posted first.
+  std::vector<uint8_t> in(static_cast<size_t>(size_), 0);
+  const uint8_t out = 1;
+  std::vector<void*> recvs(static_cast<size_t>(size_), nullptr);
+  std::vector<void*> sends(static_cast<size_t>(size_), nullptr);
+  ucp_request_param_t param{};
+  for (int r = 0; r < size_; ++r) {
+    if (r == rank_) continue;
+    recvs[r] = ucp_tag_recv_nbx(worker_, &in[r], 1,
+                                MakeTag(kControlCommId, TagKind::kControl, r, 0), kFullTagMask,
+                                &param);
+  }
+  for (int r = 0; r < size_; ++r) {
+    if (r == rank_) continue;
+    sends[r] = ucp_tag_send_nbx(peers_[r]->ep, &out, 1,
+                                MakeTag(kControlCommId, TagKind::kControl, rank_, 0), &param);
+  }
+  absl::Status result;
+  for (int r = 0; r < size_; ++r) {
+    if (r == rank_) continue;
+    for (void* request : {recvs[r], sends[r]}) {
+      const ucs_status_t st = WaitRequest(worker_, request, deadline);
+      if (st == UCS_INPROGRESS && result.ok()) {
+        result = absl::DeadlineExceededError(absl::StrCat("ucx warm-up with rank ", r));
+      } else if (st != UCS_OK && st != UCS_INPROGRESS && result.ok()) {
+        result = UcxStatusToStatus(st, absl::StrCat("ucx warm-up with rank ", r));
+      }
+    }
+  }
+  return result;
+}
+
+void UcxContext::OnPeerError(void* arg, ucp_ep_h /*ep*/, ucs_status_t status) {
+  auto* peer = static_cast<Peer*>(arg);
+  if (!peer->dead.exchange(true, std::memory_order_acq_rel)) {
+    peer->context->dead_epoch_.fetch_add(1, std::memory_order_acq_rel);
+    LOG(WARNING) << "ucx: peer rank " << peer->rank << " failed: " << ucs_status_string(status);
+  }
+}
+
+absl::Status UcxContext::ClaimCommId(uint16_t id) {
+  if (id == kControlCommId) {
+    return absl::InvalidArgumentError("ucx communicator id 0xffff is reserved");
+  }
+  absl::MutexLock lock(&mu_);
+  if (!comm_ids_.insert(id).second) {
+    return absl::AlreadyExistsError(absl::StrCat("ucx communicator id ", id, " is in use"));
+  }
+  return absl::OkStatus();
+}
+
+void UcxContext::ReleaseCommId(uint16_t id) {
+  absl::MutexLock lock(&mu_);
+  comm_ids_.erase(id);
+}
+
+void UcxContext::CloseEndpoints(absl::Duration timeout) {
+  std::vector<void*> pending;
+  for (auto& peer : peers_) {
+    if (peer->ep == nullptr) continue;
+    ucp_request_param_t param{};
+    param.op_attr_mask = UCP_OP_ATTR_FIELD_FLAGS;
+    // A flush close delivers what is still queued to live peers; a dead
+    // peer's endpoint can only be force-closed.
+    param.flags = peer->dead.load() ? UCP_EP_CLOSE_FLAG_FORCE : 0;
+    void* request = ucp_ep_close_nbx(peer->ep, &param);
+    peer->ep = nullptr;
+    if (request != nullptr && !UCS_PTR_IS_ERR(request)) pending.push_back(request);
+  }
+  const absl::Time deadline = absl::Now() + timeout;
+  for (void* request : pending) {
+    while (ucp_request_check_status(request) == UCS_INPROGRESS && absl::Now() < deadline) {
+      ucp_worker_progress(worker_);
+    }
+    // Releasing an unfinished close lets UCX finish or drop it with the worker.
+    ucp_request_free(request);
+  }
+}
+
+UcxContext::~UcxContext() {
+  if (worker_ != nullptr) CloseEndpoints(close_timeout_);
+  if (address_ != nullptr) ucp_worker_release_address(worker_, address_);
+  if (worker_ != nullptr) ucp_worker_destroy(worker_);
+  if (context_ != nullptr) ucp_cleanup(context_);
+}
+
+}  // namespace cohort::comm

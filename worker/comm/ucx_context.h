@@ -1,0 +1,124 @@
+#pragma once
+// UcxContext: one UCP context and worker per process (per generation), with
+// an endpoint to every other rank of the world. Communicators for the whole
+// world and for its sub-groups (mesh axes) share one context and tell their
+// messages apart by a 16-bit communicator id in the tag (ucx_tags.h).
+//
+// Bootstrap (Create): publish this worker's address under
+// "<key_prefix><rank>" through the KvClient, fetch every peer's, create
+// endpoints with peer error handling, and optionally exchange a small
+// warm-up message with every peer so wire-up cost and unreachable peers show
+// up here rather than in the first collective.
+//
+// Peer failure: UCX calls the endpoint's error handler (from inside
+// ucp_worker_progress) when a peer dies or becomes unreachable; the context
+// marks that peer dead and communicators waiting on it return Unavailable.
+//
+// Teardown (destructor): closes every endpoint (flush mode for live peers,
+// force mode for dead ones) waiting at most `close_timeout`, then releases
+// the address and destroys the worker and context. Never hangs on gone peers.
+//
+// Thread-safety: the worker runs in UCS_THREAD_MODE_MULTI, so communicators
+// over one context may be used from different threads at once. All methods
+// are thread-safe. The context must outlive its communicators.
+
+#include <ucp/api/ucp.h>
+
+#include <atomic>
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/container/flat_hash_set.h"
+#include "absl/status/statusor.h"
+#include "absl/synchronization/mutex.h"
+#include "absl/time/time.h"
+#include "worker/comm/kv_client.h"
+
+namespace cohort::comm {
+
+struct UcxContextOptions {
+  int rank = 0;
+  int size = 1;
+  // Bootstrap channel; used only during Create (not retained).
+  KvClient* kv = nullptr;
+  // Worker addresses live under "<key_prefix><rank>".
+  std::string key_prefix = "ucx/";
+  // Bounds the whole bootstrap (address exchange and warm-up).
+  absl::Duration bootstrap_timeout = absl::Seconds(60);
+  // Exchange one small message with every peer during Create.
+  bool warm_up = true;
+  // Bound on closing endpoints at destruction.
+  absl::Duration close_timeout = absl::Seconds(2);
+};
+
+class UcxContext {
+ public:
+  // World sizes are limited by the 14-bit source field of the tag.
+  static constexpr int kMaxRanks = 1 << 14;
+
+  // Errors: InvalidArgument (rank/size out of range, no kv), Internal (UCX
+  // setup failed), the KvClient's errors for the address exchange
+  // (DeadlineExceeded when a peer never publishes), Unavailable (a peer is
+  // unreachable during warm-up), DeadlineExceeded (warm-up timed out).
+  static absl::StatusOr<std::unique_ptr<UcxContext>> Create(const UcxContextOptions& options);
+
+  ~UcxContext();
+  UcxContext(const UcxContext&) = delete;
+  UcxContext& operator=(const UcxContext&) = delete;
+
+  int rank() const { return rank_; }
+  int size() const { return size_; }
+  ucp_worker_h worker() const { return worker_; }
+  // The endpoint to world rank `peer`; null for this rank itself.
+  ucp_ep_h endpoint(int peer) const { return peers_[peer]->ep; }
+
+  // Whether UCX reported `peer` dead or unreachable.
+  bool peer_dead(int peer) const {
+    return peers_[peer]->dead.load(std::memory_order_acquire);
+  }
+  // Incremented each time a peer is marked dead: a cheap "anything new?"
+  // check for progress loops.
+  uint64_t dead_epoch() const { return dead_epoch_.load(std::memory_order_acquire); }
+
+  // Claims a communicator id; AlreadyExists if a live communicator holds it.
+  absl::Status ClaimCommId(uint16_t id);
+  void ReleaseCommId(uint16_t id);
+
+ private:
+  struct Peer {
+    UcxContext* context = nullptr;
+    int rank = 0;
+    ucp_ep_h ep = nullptr;
+    std::atomic<bool> dead{false};
+  };
+
+  UcxContext(int rank, int size);
+  absl::Status Init(const UcxContextOptions& options);
+  absl::Status WarmUp(absl::Time deadline);
+  void CloseEndpoints(absl::Duration timeout);
+  static void OnPeerError(void* arg, ucp_ep_h ep, ucs_status_t status);
+
+  const int rank_;
+  const int size_;
+  ucp_context_h context_ = nullptr;
+  ucp_worker_h worker_ = nullptr;
+  ucp_address_t* address_ = nullptr;
+  size_t address_length_ = 0;
+  absl::Duration close_timeout_ = absl::Seconds(2);
+  // Stable addresses: the error handler gets a Peer* as its argument.
+  std::vector<std::unique_ptr<Peer>> peers_;
+  std::atomic<uint64_t> dead_epoch_{0};
+
+  absl::Mutex mu_;
+  absl::flat_hash_set<uint16_t> comm_ids_ ABSL_GUARDED_BY(mu_);
+};
+
+// Converts a UCX status to the project's codes: peer and transport failures
+// become Unavailable, timeouts DeadlineExceeded, truncation InvalidArgument,
+// anything else Internal. `what` prefixes the message.
+absl::Status UcxStatusToStatus(ucs_status_t status, const std::string& what);
+
+}  // namespace cohort::comm
