@@ -25,6 +25,10 @@ std::vector<std::pair<std::string, std::string>> TransportEnv(const std::string&
   if (transport == "tcp") {
     env.push_back({"UCX_TLS", "tcp"});
     env.push_back({"UCX_NET_DEVICES", "lo"});
+  } else if (transport == "default") {
+    // Cohort's own choice with UCX_TLS unset: every transport but cma, with
+    // same-host peers on shared memory watched through /proc. (A UCX_TLS in
+    // the test's own environment would be inherited and override this.)
   } else {
     // posix shared memory without CMA: UCX 1.13's shared-memory transports
     // have no peer failure handler, and with error handling off a CMA copy
@@ -95,7 +99,7 @@ TEST_P(UcxCollectivesTest, AllSizesMatchReferenceAndAgreeBitwise) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Transports, UcxCollectivesTest,
-                         ::testing::Combine(::testing::Values("tcp", "sm"),
+                         ::testing::Combine(::testing::Values("tcp", "sm", "default"),
                                             ::testing::Values(1, 2, 3, 4)),
                          [](const ::testing::TestParamInfo<Params>& info) {
                            return absl::StrCat(std::get<0>(info.param), "_",
@@ -145,7 +149,8 @@ TEST_P(UcxTransportTest, KilledRankTurnsIntoErrorOnSurvivors) {
   EXPECT_EQ(group.Wait(kVictim, absl::Seconds(5), 128 + SIGKILL), 128 + SIGKILL);
 }
 
-INSTANTIATE_TEST_SUITE_P(Transports, UcxTransportTest, ::testing::Values("tcp", "sm"));
+INSTANTIATE_TEST_SUITE_P(Transports, UcxTransportTest,
+                         ::testing::Values("tcp", "sm", "default"));
 
 }  // namespace
 }  // namespace cohort::testing

@@ -81,6 +81,8 @@ absl::Status UcxCommunicator::Run(absl::Duration timeout, CallOptions options,
   if (!(absl::IsInvalidArgument(status) && !options.collective)) {
     absl::MutexLock lock(&mu_);
     if (broken_.ok()) broken_ = status;
+    // Sends of the failed call may still be queued on live endpoints.
+    context_->NoteFailedCall();
   }
   return status;
 }

@@ -1,5 +1,6 @@
 #include "worker/comm/ucx_context.h"
 
+#include <cstdlib>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
@@ -79,6 +80,14 @@ absl::Status UcxContext::Init(const UcxContextOptions& options) {
   ucs_status_t st = ucp_config_read(nullptr, nullptr, &raw_config);
   if (st != UCS_OK) return UcxStatusToStatus(st, "ucp_config_read");
   std::unique_ptr<ucp_config_t, ConfigDeleter> config(raw_config);
+  const bool default_transports = std::getenv("UCX_TLS") == nullptr;
+  if (default_transports) {
+    // CMA reads a peer's memory with process_vm_readv; when that peer has
+    // been killed, UCX 1.13 treats the failure as fatal and aborts this
+    // process. The shared-memory FIFOs (posix, sysv) carry the data instead.
+    st = ucp_config_modify(config.get(), "TLS", "^cma");
+    if (st != UCS_OK) LOG(WARNING) << "ucx: cannot exclude cma: " << ucs_status_string(st);
+  }
 
   ucp_params_t params{};
   params.field_mask = UCP_PARAM_FIELD_FEATURES | UCP_PARAM_FIELD_ESTIMATED_NUM_EPS |
@@ -115,7 +124,9 @@ absl::Status UcxContext::Init(const UcxContextOptions& options) {
   }
   if (size_ == 1) return absl::OkStatus();
 
-  const std::string blob(reinterpret_cast<const char*>(address_), address_length_);
+  const ProcessIdentity self = SelfIdentity();
+  const std::string blob = EncodePeerAddress(
+      self, std::string_view(reinterpret_cast<const char*>(address_), address_length_));
   absl::Status status = options.kv->Set(absl::StrCat(options.key_prefix, rank_), blob);
   if (!status.ok()) return status;
 
@@ -128,23 +139,47 @@ absl::Status UcxContext::Init(const UcxContextOptions& options) {
       return absl::Status(remote.status().code(),
                           absl::StrCat("ucx address of rank ", r, ": ", remote.status().message()));
     }
+    absl::StatusOr<std::pair<ProcessIdentity, std::string>> decoded = DecodePeerAddress(*remote);
+    if (!decoded.ok()) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("ucx address of rank ", r, ": ", decoded.status().message()));
+    }
+    const std::string& address = decoded->second;
+    Peer& peer = *peers_[r];
+    peer.process = decoded->first;
     ucp_ep_params_t ep_params{};
     ep_params.field_mask = UCP_EP_PARAM_FIELD_REMOTE_ADDRESS | UCP_EP_PARAM_FIELD_ERR_HANDLING_MODE |
                            UCP_EP_PARAM_FIELD_ERR_HANDLER;
-    ep_params.address = reinterpret_cast<const ucp_address_t*>(remote->data());
+    ep_params.address = reinterpret_cast<const ucp_address_t*>(address.data());
     ep_params.err_mode = UCP_ERR_HANDLING_MODE_PEER;
     ep_params.err_handler.cb = &UcxContext::OnPeerError;
-    ep_params.err_handler.arg = peers_[r].get();
+    ep_params.err_handler.arg = &peer;
+    // Only under our own transport choice (UCX_TLS unset: everything but
+    // cma), which includes shared memory; a user's explicit UCX_TLS keeps
+    // UCX's failure handling wherever it is available.
+    if (options.shared_memory_for_local_peers && default_transports &&
+        peer.process.host == self.host) {
+      // Without failure handling UCX may choose shared memory; liveness
+      // comes from CheckLocalPeers instead.
+      ep_params.field_mask &= ~static_cast<uint64_t>(UCP_EP_PARAM_FIELD_ERR_HANDLER);
+      ep_params.err_mode = UCP_ERR_HANDLING_MODE_NONE;
+      peer.watched_locally = true;
+      has_local_peers_ = true;
+    }
     st = ucp_ep_create(worker_, &ep_params, &peers_[r]->ep);
-    if (st == UCS_ERR_UNREACHABLE) {
+    if (st == UCS_ERR_UNREACHABLE && ep_params.err_mode == UCP_ERR_HANDLING_MODE_PEER) {
       // UCX 1.13's shared-memory transports have no peer failure handler,
-      // so they refuse PEER mode. Fall back to no error handling: a dead
-      // peer then surfaces as DeadlineExceeded at the call's timeout.
-      LOG(WARNING) << "ucx: no transport to rank " << r
-                   << " supports peer failure detection; dead peers will time out";
+      // so they refuse PEER mode (e.g. with UCX_TLS=sm). Fall back to no
+      // error handling: a dead peer on this host is then noticed through
+      // /proc, a remote one only at the call's timeout.
+      LOG(WARNING) << "ucx: no transport to rank " << r << " supports peer failure detection";
       ep_params.field_mask &= ~static_cast<uint64_t>(UCP_EP_PARAM_FIELD_ERR_HANDLER);
       ep_params.err_mode = UCP_ERR_HANDLING_MODE_NONE;
       st = ucp_ep_create(worker_, &ep_params, &peers_[r]->ep);
+      if (peer.process.host == self.host) {
+        peer.watched_locally = true;
+        has_local_peers_ = true;
+      }
     }
     if (st != UCS_OK) {
       peers_[r]->ep = nullptr;
@@ -189,11 +224,32 @@ absl::Status UcxContext::WarmUp(absl::Time deadline) {
   return result;
 }
 
+void UcxContext::MarkDead(Peer& peer, const std::string& why) {
+  if (!peer.dead.exchange(true, std::memory_order_acq_rel)) {
+    dead_epoch_.fetch_add(1, std::memory_order_acq_rel);
+    LOG(WARNING) << "ucx: peer rank " << peer.rank << " failed: " << why;
+  }
+}
+
 void UcxContext::OnPeerError(void* arg, ucp_ep_h /*ep*/, ucs_status_t status) {
   auto* peer = static_cast<Peer*>(arg);
-  if (!peer->dead.exchange(true, std::memory_order_acq_rel)) {
-    peer->context->dead_epoch_.fetch_add(1, std::memory_order_acq_rel);
-    LOG(WARNING) << "ucx: peer rank " << peer->rank << " failed: " << ucs_status_string(status);
+  peer->context->MarkDead(*peer, ucs_status_string(status));
+}
+
+void UcxContext::CheckLocalPeers() {
+  if (!has_local_peers_) return;
+  const int64_t now = absl::GetCurrentTimeNanos();
+  int64_t next = next_local_check_nanos_.load(std::memory_order_relaxed);
+  // One caller at a time does the check, at most every 5 ms.
+  if (now < next || !next_local_check_nanos_.compare_exchange_strong(
+                        next, now + absl::ToInt64Nanoseconds(absl::Milliseconds(5)))) {
+    return;
+  }
+  for (const std::unique_ptr<Peer>& peer : peers_) {
+    if (peer->watched_locally && !peer->dead.load(std::memory_order_acquire) &&
+        ProcessGone(peer->process)) {
+      MarkDead(*peer, absl::StrCat("process ", peer->process.pid, " on this host is gone"));
+    }
   }
 }
 
@@ -215,13 +271,16 @@ void UcxContext::ReleaseCommId(uint16_t id) {
 
 void UcxContext::CloseEndpoints(absl::Duration timeout) {
   std::vector<void*> pending;
+  // After a failure, force-close everything: force purges queued requests.
+  const bool force_all = failed_call_.load(std::memory_order_acquire) ||
+                         dead_epoch_.load(std::memory_order_acquire) > 0;
   for (auto& peer : peers_) {
     if (peer->ep == nullptr) continue;
     ucp_request_param_t param{};
     param.op_attr_mask = UCP_OP_ATTR_FIELD_FLAGS;
     // A flush close delivers what is still queued to live peers; a dead
     // peer's endpoint can only be force-closed.
-    param.flags = peer->dead.load() ? UCP_EP_CLOSE_FLAG_FORCE : 0;
+    param.flags = force_all || peer->dead.load() ? UCP_EP_CLOSE_FLAG_FORCE : 0;
     void* request = ucp_ep_close_nbx(peer->ep, &param);
     peer->ep = nullptr;
     if (request != nullptr && !UCS_PTR_IS_ERR(request)) pending.push_back(request);

@@ -36,6 +36,7 @@
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
 #include "worker/comm/kv_client.h"
+#include "worker/comm/local_peer.h"
 
 namespace cohort::comm {
 
@@ -52,6 +53,12 @@ struct UcxContextOptions {
   bool warm_up = true;
   // Bound on closing endpoints at destruction.
   absl::Duration close_timeout = absl::Seconds(2);
+  // With UCX_TLS unset, peers on this host (same kernel and pid namespace)
+  // get endpoints without UCX peer-failure handling, which UCX's
+  // shared-memory transports lack: otherwise UCX would route them over TCP.
+  // Their liveness is then watched through /proc (CheckLocalPeers). An
+  // explicit UCX_TLS keeps failure handling wherever a transport offers it.
+  bool shared_memory_for_local_peers = true;
 };
 
 class UcxContext {
@@ -82,6 +89,14 @@ class UcxContext {
   // Incremented each time a peer is marked dead: a cheap "anything new?"
   // check for progress loops.
   uint64_t dead_epoch() const { return dead_epoch_.load(std::memory_order_acquire); }
+  // Records that a call failed with operations possibly still queued on
+  // endpoints: teardown then force-closes every endpoint instead of flushing
+  // (a flush could wait for peers that abandoned the same call, and UCX
+  // asserts if a worker is destroyed with requests still on an endpoint).
+  void NoteFailedCall() { failed_call_.store(true, std::memory_order_release); }
+  // Marks dead every same-host peer whose process is gone. Progress loops
+  // call it while waiting; it does real work at most every 5 ms.
+  void CheckLocalPeers();
 
   // Claims a communicator id; AlreadyExists if a live communicator holds it.
   absl::Status ClaimCommId(uint16_t id);
@@ -93,7 +108,11 @@ class UcxContext {
     int rank = 0;
     ucp_ep_h ep = nullptr;
     std::atomic<bool> dead{false};
+    // Set for same-host peers reached without UCX failure handling.
+    bool watched_locally = false;
+    ProcessIdentity process;
   };
+  void MarkDead(Peer& peer, const std::string& why);
 
   UcxContext(int rank, int size);
   absl::Status Init(const UcxContextOptions& options);
@@ -111,6 +130,9 @@ class UcxContext {
   // Stable addresses: the error handler gets a Peer* as its argument.
   std::vector<std::unique_ptr<Peer>> peers_;
   std::atomic<uint64_t> dead_epoch_{0};
+  bool has_local_peers_ = false;
+  std::atomic<bool> failed_call_{false};
+  std::atomic<int64_t> next_local_check_nanos_{0};
 
   absl::Mutex mu_;
   absl::flat_hash_set<uint16_t> comm_ids_ ABSL_GUARDED_BY(mu_);
