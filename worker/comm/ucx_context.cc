@@ -81,12 +81,21 @@ absl::Status UcxContext::Init(const UcxContextOptions& options) {
   if (st != UCS_OK) return UcxStatusToStatus(st, "ucp_config_read");
   std::unique_ptr<ucp_config_t, ConfigDeleter> config(raw_config);
   const bool default_transports = std::getenv("UCX_TLS") == nullptr;
+  const ProcessIdentity self = SelfIdentity();
   if (default_transports) {
-    // CMA reads a peer's memory with process_vm_readv; when that peer has
-    // been killed, UCX 1.13 treats the failure as fatal and aborts this
-    // process. The shared-memory FIFOs (posix, sysv) carry the data instead.
-    st = ucp_config_modify(config.get(), "TLS", "^cma");
-    if (st != UCS_OK) LOG(WARNING) << "ucx: cannot exclude cma: " << ucs_status_string(st);
+    absl::StatusOr<bool> single_host = AllRanksOnThisHost(options, self, deadline);
+    if (!single_host.ok()) return single_host.status();
+    // Never cma: it reads a peer's memory with process_vm_readv, and when
+    // that peer has been killed UCX 1.13 treats the failure as fatal and
+    // aborts this process. A group on one host uses the shared-memory FIFOs
+    // only: with tcp also enabled, UCX sends large messages over tcp
+    // rendezvous lanes and every progress call polls tcp too.
+    const char* transports = *single_host ? "posix,sysv,self" : "^cma";
+    st = ucp_config_modify(config.get(), "TLS", transports);
+    if (st != UCS_OK) {
+      LOG(WARNING) << "ucx: cannot set transports " << transports << ": "
+                   << ucs_status_string(st);
+    }
   }
 
   ucp_params_t params{};
@@ -124,7 +133,6 @@ absl::Status UcxContext::Init(const UcxContextOptions& options) {
   }
   if (size_ == 1) return absl::OkStatus();
 
-  const ProcessIdentity self = SelfIdentity();
   const std::string blob = EncodePeerAddress(
       self, std::string_view(reinterpret_cast<const char*>(address_), address_length_));
   absl::Status status = options.kv->Set(absl::StrCat(options.key_prefix, rank_), blob);
@@ -222,6 +230,29 @@ absl::Status UcxContext::WarmUp(absl::Time deadline) {
     }
   }
   return result;
+}
+
+absl::StatusOr<bool> UcxContext::AllRanksOnThisHost(const UcxContextOptions& options,
+                                                    const ProcessIdentity& self,
+                                                    absl::Time deadline) {
+  if (size_ == 1) return true;
+  // A first, tiny exchange: transports must be chosen before the UCP
+  // context exists, and so before there is an address to publish.
+  const std::string prefix = absl::StrCat(options.key_prefix, "host/");
+  absl::Status status = options.kv->Set(absl::StrCat(prefix, rank_), self.host);
+  if (!status.ok()) return status;
+  bool all_local = true;
+  for (int r = 0; r < size_; ++r) {
+    if (r == rank_) continue;
+    absl::StatusOr<std::string> host = options.kv->WaitFor(
+        absl::StrCat(prefix, r), std::max(deadline - absl::Now(), absl::ZeroDuration()));
+    if (!host.ok()) {
+      return absl::Status(host.status().code(),
+                          absl::StrCat("ucx host of rank ", r, ": ", host.status().message()));
+    }
+    all_local = all_local && *host == self.host;
+  }
+  return all_local;
 }
 
 void UcxContext::MarkDead(Peer& peer, const std::string& why) {

@@ -45,7 +45,8 @@ struct UcxContextOptions {
   int size = 1;
   // Bootstrap channel; used only during Create (not retained).
   KvClient* kv = nullptr;
-  // Worker addresses live under "<key_prefix><rank>".
+  // Worker addresses live under "<key_prefix><rank>", host identities (used
+  // to choose transports when UCX_TLS is unset) under "<key_prefix>host/<rank>".
   std::string key_prefix = "ucx/";
   // Bounds the whole bootstrap (address exchange and warm-up).
   absl::Duration bootstrap_timeout = absl::Seconds(60);
@@ -113,6 +114,9 @@ class UcxContext {
     ProcessIdentity process;
   };
   void MarkDead(Peer& peer, const std::string& why);
+  // Publishes this rank's host and reads every peer's (before UCP exists).
+  absl::StatusOr<bool> AllRanksOnThisHost(const UcxContextOptions& options,
+                                          const ProcessIdentity& self, absl::Time deadline);
 
   UcxContext(int rank, int size);
   absl::Status Init(const UcxContextOptions& options);
