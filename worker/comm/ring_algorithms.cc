@@ -5,18 +5,13 @@
 #include <cstring>
 
 #include "absl/functional/function_ref.h"
+#include "common/status_macros.h"
 #include "worker/comm/reduce.h"
 
 namespace cohort::comm {
 namespace {
 
 using Handle = UcxChannel::Handle;
-
-#define COHORT_RETURN_IF_ERROR(expr)        \
-  do {                                      \
-    absl::Status status_ = (expr);          \
-    if (!status_.ok()) return status_;      \
-  } while (false)
 
 int Mod(int a, int n) { return ((a % n) + n) % n; }
 
@@ -30,7 +25,8 @@ struct RingGeometry {
   size_t segment = 0;
   int segments = 0;
 
-  RingGeometry(size_t count_in, size_t chunk_in, size_t element) : count(count_in), chunk(chunk_in) {
+  RingGeometry(size_t count_in, size_t chunk_in, size_t element)
+      : count(count_in), chunk(chunk_in) {
     segment = std::max<size_t>(1, std::min(chunk, kRingSegmentBytes / element));
     segments = static_cast<int>((chunk + segment - 1) / segment);
   }
@@ -123,14 +119,14 @@ absl::Status RunRing(UcxChannel& channel, const RingPlan& plan) {
       ++next_done;
       advanced = true;
     }
-    if (!advanced) COHORT_RETURN_IF_ERROR(channel.Poll());
+    if (!advanced) RETURN_IF_ERROR(channel.Poll());
   }
   return absl::OkStatus();
 }
 
 // Waits for every handle in `handles` (kDone entries are skipped).
 absl::Status WaitAll(UcxChannel& channel, Handle* handles, int count) {
-  for (int i = 0; i < count; ++i) COHORT_RETURN_IF_ERROR(channel.Wait(&handles[i]));
+  for (int i = 0; i < count; ++i) RETURN_IF_ERROR(channel.Wait(&handles[i]));
   return absl::OkStatus();
 }
 
@@ -182,6 +178,44 @@ absl::Status RingAllReduce(UcxChannel& channel, void* data, size_t count, DataTy
   return RunRing(channel, RingPlan{2 * (n - 1), geometry.segments, describe, received});
 }
 
+namespace {
+
+// One round of the direct algorithms: receives peer p's `bytes` into
+// `blocks + bytes * p` and sends `send_for(p)` (`bytes` long) to every peer p.
+template <typename SendFor>
+absl::Status ExchangeWithEveryPeer(UcxChannel& channel, uint8_t* blocks, size_t bytes,
+                                   SendFor send_for) {
+  const int n = channel.size();
+  const int me = channel.rank();
+  std::array<Handle, UcxChannel::kMaxRequests> handles;
+  int posted = 0;
+  for (int p = 0; p < n; ++p) {
+    if (p == me) continue;
+    absl::StatusOr<Handle> h =
+        channel.PostRecv(p, channel.CollectiveTag(p, 0), blocks + bytes * p, bytes);
+    if (!h.ok()) return h.status();
+    handles[posted++] = *h;
+  }
+  for (int p = 0; p < n; ++p) {
+    if (p == me) continue;
+    absl::StatusOr<Handle> h =
+        channel.PostSend(p, channel.CollectiveTag(me, 0), send_for(p), bytes);
+    if (!h.ok()) return h.status();
+    handles[posted++] = *h;
+  }
+  return WaitAll(channel, handles.data(), posted);
+}
+
+// output = blocks[0] op blocks[1] op ... op blocks[n-1], in rank order so
+// every rank computes the same bits. Needs n >= 2.
+void ReduceBlocksInRankOrder(DataType type, ReduceOp op, const uint8_t* blocks, int n, size_t bytes,
+                             void* output, size_t count) {
+  ReduceInto(type, op, blocks, blocks + bytes, output, count);
+  for (int p = 2; p < n; ++p) ReduceInto(type, op, output, blocks + bytes * p, output, count);
+}
+
+}  // namespace
+
 absl::Status DirectAllReduce(UcxChannel& channel, void* data, size_t count, DataType type,
                              ReduceOp op, ScratchBuffer& scratch) {
   const int n = channel.size();
@@ -189,25 +223,9 @@ absl::Status DirectAllReduce(UcxChannel& channel, void* data, size_t count, Data
   const size_t bytes = count * DataTypeSize(type);
   uint8_t* inputs = scratch.Get(bytes * static_cast<size_t>(n));
   std::memcpy(inputs + bytes * me, data, bytes);
-  std::array<Handle, UcxChannel::kMaxRequests> handles;
-  int posted = 0;
-  for (int p = 0; p < n; ++p) {
-    if (p == me) continue;
-    absl::StatusOr<Handle> h =
-        channel.PostRecv(p, channel.CollectiveTag(p, 0), inputs + bytes * p, bytes);
-    if (!h.ok()) return h.status();
-    handles[posted++] = *h;
-  }
-  for (int p = 0; p < n; ++p) {
-    if (p == me) continue;
-    absl::StatusOr<Handle> h =
-        channel.PostSend(p, channel.CollectiveTag(me, 0), inputs + bytes * me, bytes);
-    if (!h.ok()) return h.status();
-    handles[posted++] = *h;
-  }
-  COHORT_RETURN_IF_ERROR(WaitAll(channel, handles.data(), posted));
-  ReduceInto(type, op, inputs, inputs + bytes, data, count);
-  for (int p = 2; p < n; ++p) ReduceInto(type, op, data, inputs + bytes * p, data, count);
+  RETURN_IF_ERROR(
+      ExchangeWithEveryPeer(channel, inputs, bytes, [&](int) { return inputs + bytes * me; }));
+  ReduceBlocksInRankOrder(type, op, inputs, n, bytes, data, count);
   return absl::OkStatus();
 }
 
@@ -259,25 +277,9 @@ absl::Status DirectReduceScatter(UcxChannel& channel, const void* input, void* o
   const auto* in = static_cast<const uint8_t*>(input);
   uint8_t* blocks = scratch.Get(bytes * static_cast<size_t>(n));
   std::memcpy(blocks + bytes * me, in + bytes * me, bytes);
-  std::array<Handle, UcxChannel::kMaxRequests> handles;
-  int posted = 0;
-  for (int p = 0; p < n; ++p) {
-    if (p == me) continue;
-    absl::StatusOr<Handle> h =
-        channel.PostRecv(p, channel.CollectiveTag(p, 0), blocks + bytes * p, bytes);
-    if (!h.ok()) return h.status();
-    handles[posted++] = *h;
-  }
-  for (int p = 0; p < n; ++p) {
-    if (p == me) continue;
-    absl::StatusOr<Handle> h =
-        channel.PostSend(p, channel.CollectiveTag(me, 0), in + bytes * p, bytes);
-    if (!h.ok()) return h.status();
-    handles[posted++] = *h;
-  }
-  COHORT_RETURN_IF_ERROR(WaitAll(channel, handles.data(), posted));
-  ReduceInto(type, op, blocks, blocks + bytes, output, count_per_rank);
-  for (int p = 2; p < n; ++p) ReduceInto(type, op, output, blocks + bytes * p, output, count_per_rank);
+  RETURN_IF_ERROR(
+      ExchangeWithEveryPeer(channel, blocks, bytes, [&](int p) { return in + bytes * p; }));
+  ReduceBlocksInRankOrder(type, op, blocks, n, bytes, output, count_per_rank);
   return absl::OkStatus();
 }
 
@@ -304,26 +306,10 @@ absl::Status RingAllGather(UcxChannel& channel, void* output, size_t bytes_per_r
 }
 
 absl::Status DirectAllGather(UcxChannel& channel, void* output, size_t bytes_per_rank) {
-  const int n = channel.size();
-  const int me = channel.rank();
   auto* out = static_cast<uint8_t*>(output);
-  std::array<Handle, UcxChannel::kMaxRequests> handles;
-  int posted = 0;
-  for (int p = 0; p < n; ++p) {
-    if (p == me) continue;
-    absl::StatusOr<Handle> h = channel.PostRecv(p, channel.CollectiveTag(p, 0),
-                                                out + bytes_per_rank * p, bytes_per_rank);
-    if (!h.ok()) return h.status();
-    handles[posted++] = *h;
-  }
-  for (int p = 0; p < n; ++p) {
-    if (p == me) continue;
-    absl::StatusOr<Handle> h = channel.PostSend(p, channel.CollectiveTag(me, 0),
-                                                out + bytes_per_rank * me, bytes_per_rank);
-    if (!h.ok()) return h.status();
-    handles[posted++] = *h;
-  }
-  return WaitAll(channel, handles.data(), posted);
+  const int me = channel.rank();
+  return ExchangeWithEveryPeer(channel, out, bytes_per_rank,
+                               [&](int) { return out + bytes_per_rank * me; });
 }
 
 absl::Status Broadcast(UcxChannel& channel, void* data, size_t bytes, int root) {
@@ -332,7 +318,8 @@ absl::Status Broadcast(UcxChannel& channel, void* data, size_t bytes, int root) 
   auto* buffer = static_cast<uint8_t*>(data);
   if (bytes * static_cast<size_t>(n) <= kDirectMaxBytes && DirectFits(channel)) {
     if (me != root) {
-      absl::StatusOr<Handle> h = channel.PostRecv(root, channel.CollectiveTag(root, 0), data, bytes);
+      absl::StatusOr<Handle> h =
+          channel.PostRecv(root, channel.CollectiveTag(root, 0), data, bytes);
       if (!h.ok()) return h.status();
       return channel.Wait(&*h);
     }
@@ -368,9 +355,9 @@ absl::Status Broadcast(UcxChannel& channel, void* data, size_t bytes, int root) 
     while (next_recv < segments && next_recv < next_done + kRingRecvWindow) {
       size_t begin;
       const size_t length = range(next_recv, &begin);
-      absl::StatusOr<Handle> h = channel.PostRecv(
-          left, channel.CollectiveTag(left, static_cast<uint32_t>(next_recv)), buffer + begin,
-          length);
+      absl::StatusOr<Handle> h =
+          channel.PostRecv(left, channel.CollectiveTag(left, static_cast<uint32_t>(next_recv)),
+                           buffer + begin, length);
       if (!h.ok()) return h.status();
       recvs[next_recv % kRingRecvWindow] = *h;
       ++next_recv;
@@ -386,9 +373,9 @@ absl::Status Broadcast(UcxChannel& channel, void* data, size_t bytes, int root) 
            (!receives || next_send < next_done)) {
       size_t begin;
       const size_t length = range(next_send, &begin);
-      absl::StatusOr<Handle> h = channel.PostSend(
-          right, channel.CollectiveTag(me, static_cast<uint32_t>(next_send)), buffer + begin,
-          length);
+      absl::StatusOr<Handle> h =
+          channel.PostSend(right, channel.CollectiveTag(me, static_cast<uint32_t>(next_send)),
+                           buffer + begin, length);
       if (!h.ok()) return h.status();
       sends[(send_head + send_count) % kRingSendWindow] = *h;
       ++send_count;
@@ -402,7 +389,7 @@ absl::Status Broadcast(UcxChannel& channel, void* data, size_t bytes, int root) 
       ++next_done;
       advanced = true;
     }
-    if (!advanced) COHORT_RETURN_IF_ERROR(channel.Poll());
+    if (!advanced) RETURN_IF_ERROR(channel.Poll());
   }
   return absl::OkStatus();
 }
@@ -416,12 +403,14 @@ absl::Status DisseminationBarrier(UcxChannel& channel) {
   for (int distance = 1; distance < n; distance *= 2, ++round) {
     const int to = Mod(me + distance, n);
     const int from = Mod(me - distance, n);
-    absl::StatusOr<Handle> recv = channel.PostRecv(from, channel.CollectiveTag(from, round), &sink, 1);
+    absl::StatusOr<Handle> recv =
+        channel.PostRecv(from, channel.CollectiveTag(from, round), &sink, 1);
     if (!recv.ok()) return recv.status();
-    absl::StatusOr<Handle> send = channel.PostSend(to, channel.CollectiveTag(me, round), &kToken, 1);
+    absl::StatusOr<Handle> send =
+        channel.PostSend(to, channel.CollectiveTag(me, round), &kToken, 1);
     if (!send.ok()) return send.status();
-    COHORT_RETURN_IF_ERROR(channel.Wait(&*recv));
-    COHORT_RETURN_IF_ERROR(channel.Wait(&*send));
+    RETURN_IF_ERROR(channel.Wait(&*recv));
+    RETURN_IF_ERROR(channel.Wait(&*send));
   }
   return absl::OkStatus();
 }
