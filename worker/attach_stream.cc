@@ -1,5 +1,6 @@
 #include "worker/attach_stream.h"
 
+#include "common/grpc_status.h"
 #include "grpcpp/create_channel.h"
 #include "grpcpp/security/credentials.h"
 #include "grpcpp/support/channel_arguments.h"
@@ -22,10 +23,7 @@ void AttachStream::WritesDone() {
 }
 
 absl::Status AttachStream::Finish() {
-  const grpc::Status status = rw_->Finish();
-  if (status.ok()) return absl::OkStatus();
-  // gRPC and Abseil share the canonical code numbering.
-  return absl::Status(static_cast<absl::StatusCode>(status.error_code()), status.error_message());
+  return FromGrpcStatus(rw_->Finish());
 }
 
 std::shared_ptr<grpc::Channel> NewCoordinatorChannel(const std::string& target) {

@@ -1,7 +1,7 @@
 #include "coordinator/service/kv_service.h"
 
 #include "absl/strings/str_cat.h"
-#include "coordinator/service/grpc_status.h"
+#include "common/grpc_status.h"
 
 namespace cohort::coordinator {
 namespace {

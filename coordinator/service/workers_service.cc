@@ -7,7 +7,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/mutex.h"
 #include "common/log.h"
-#include "coordinator/service/grpc_status.h"
+#include "common/grpc_status.h"
 
 namespace cohort::coordinator {
 namespace {

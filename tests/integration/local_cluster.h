@@ -11,6 +11,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/time/time.h"
 #include "cohort/v1/jobs.grpc.pb.h"
+#include "common/grpc_status.h"
 #include "cohort/v1/workers.grpc.pb.h"
 #include "grpcpp/create_channel.h"
 #include "grpcpp/security/credentials.h"
@@ -79,7 +80,7 @@ class LocalCluster {
     *request.mutable_spec() = spec;
     v1::Job job;
     grpc::Status status = jobs_->Submit(&context, request, &job);
-    if (!status.ok()) return ToAbsl(status);
+    if (!status.ok()) return FromGrpcStatus(status);
     return job;
   }
 
@@ -90,7 +91,7 @@ class LocalCluster {
     request.set_job_id(job_id);
     v1::Job job;
     grpc::Status status = jobs_->Get(&context, request, &job);
-    if (!status.ok()) return ToAbsl(status);
+    if (!status.ok()) return FromGrpcStatus(status);
     return job;
   }
 
@@ -99,7 +100,7 @@ class LocalCluster {
     context.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(10));
     v1::ListWorkersResponse response;
     grpc::Status status = workers_->List(&context, v1::ListWorkersRequest(), &response);
-    if (!status.ok()) return ToAbsl(status);
+    if (!status.ok()) return FromGrpcStatus(status);
     return std::vector<v1::WorkerInfo>(response.workers().begin(), response.workers().end());
   }
 
@@ -149,11 +150,6 @@ class LocalCluster {
   }
 
  private:
-  static absl::Status ToAbsl(const grpc::Status& status) {
-    return absl::Status(static_cast<absl::StatusCode>(status.error_code()),
-                        status.error_message());
-  }
-
   std::string dir_;
   int port_;
   int coordinator_starts_ = 0;

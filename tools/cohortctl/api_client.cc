@@ -5,6 +5,7 @@
 #include "absl/strings/cord.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "common/grpc_status.h"
 #include "grpcpp/client_context.h"
 #include "grpcpp/create_channel.h"
 #include "grpcpp/security/credentials.h"
@@ -14,11 +15,6 @@ namespace {
 
 // Payload that marks a status as "no connection" rather than a reply.
 constexpr char kUnreachablePayload[] = "type.cohort.dev/cohortctl.Unreachable";
-
-absl::StatusCode CodeFromGrpc(grpc::StatusCode code) {
-  // gRPC and absl share the canonical code numbers.
-  return static_cast<absl::StatusCode>(static_cast<int>(code));
-}
 
 std::string Seconds(absl::Duration d) { return absl::StrFormat("%gs", absl::ToDoubleSeconds(d)); }
 
@@ -57,7 +53,7 @@ absl::Status ApiClient::FromGrpc(const grpc::Status& status) const {
                            ? absl::StrCat("no connection within ", Seconds(options_.timeout))
                            : status.error_message());
   }
-  return absl::Status(CodeFromGrpc(code), status.error_message());
+  return FromGrpcStatus(status);
 }
 
 template <typename Response, typename Call>

@@ -7,6 +7,8 @@
 // server's 60 s cap, so callers may wait longer than one request can.
 #include "worker/comm/kv_client.h"
 
+#include "common/grpc_status.h"
+
 #include <algorithm>
 #include <chrono>
 #include <memory>
@@ -35,12 +37,6 @@ constexpr absl::Duration kMaxBackoff = absl::Seconds(1);
 constexpr absl::Duration kSetRetryBudget = absl::Seconds(10);
 // The deadline of one Set request.
 constexpr absl::Duration kSetRequestTimeout = absl::Seconds(5);
-
-absl::Status FromGrpc(const grpc::Status& status, const std::string& what) {
-  if (status.ok()) return absl::OkStatus();
-  return absl::Status(static_cast<absl::StatusCode>(status.error_code()),
-                      absl::StrCat(what, ": ", status.error_message()));
-}
 
 std::chrono::system_clock::time_point ToChrono(absl::Time t) { return absl::ToChronoTime(t); }
 
@@ -87,7 +83,7 @@ class CoordinatorKvClient final : public KvClient {
       context.set_deadline(ToChrono(absl::Now() + kSetRequestTimeout));
       v1::SetResponse response;
       absl::Status status =
-          FromGrpc(stub_->Set(&context, request, &response), Describe("Set", key));
+          FromGrpcStatus(stub_->Set(&context, request, &response), Describe("Set", key));
       if (status.code() != absl::StatusCode::kUnavailable || absl::Now() >= give_up) {
         return status;
       }
@@ -112,7 +108,7 @@ class CoordinatorKvClient final : public KvClient {
       context.set_deadline(ToChrono(absl::Now() + absl::Milliseconds(wait_ms) + kDeadlineSlack));
       v1::GetResponse response;
       absl::Status status =
-          FromGrpc(stub_->WaitFor(&context, request, &response), Describe("WaitFor", key));
+          FromGrpcStatus(stub_->WaitFor(&context, request, &response), Describe("WaitFor", key));
       if (status.ok()) return std::move(*response.mutable_value());
       const bool time_left = absl::Now() < deadline;
       if (status.code() == absl::StatusCode::kDeadlineExceeded) {
