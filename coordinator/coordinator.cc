@@ -275,6 +275,9 @@ std::vector<v1::WorkerInfo> Coordinator::ListWorkers() const {
   absl::MutexLock lock(&mu_);
   const absl::Time now = clock_->Now();
   std::vector<v1::WorkerInfo> out;
+  // Each job's mesh is read once per call, not once per member.
+  absl::flat_hash_map<std::string, v1::MeshCoordinates> coordinates;
+  absl::flat_hash_map<JobId, bool> jobs_seen;
   for (const WorkerRecord* record : membership_.List()) {
     v1::WorkerInfo info;
     info.set_worker_id(record->id.value());
@@ -285,14 +288,16 @@ std::vector<v1::WorkerInfo> Coordinator::ListWorkers() const {
     info.set_state(ToProtoState(record->state));
     if (record->job.has_value()) {
       info.set_job_id(record->job->value());
-      absl::StatusOr<v1::Job> job = jobs_.Get(*record->job);
-      if (job.ok()) {
-        for (const auto& member : job->mesh().members()) {
-          if (member.worker_id() == record->id.value()) {
-            *info.mutable_coordinates() = member.coordinates();
+      if (jobs_seen.emplace(*record->job, true).second) {
+        absl::StatusOr<v1::Job> job = jobs_.Get(*record->job);
+        if (job.ok()) {
+          for (const auto& member : job->mesh().members()) {
+            coordinates[member.worker_id()] = member.coordinates();
           }
         }
       }
+      auto it = coordinates.find(record->id.value());
+      if (it != coordinates.end()) *info.mutable_coordinates() = it->second;
     }
     info.set_metrics_address(record->metrics_address);
     info.set_last_heartbeat_age_ms(absl::ToInt64Milliseconds(now - record->last_heartbeat));

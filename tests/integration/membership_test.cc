@@ -53,6 +53,11 @@ TEST(MembershipIntegrationTest, FourWorkersGetATwoByTwoMeshWithMegatronRanks) {
     EXPECT_EQ(w.state(), v1::WORKER_STATE_ASSIGNED) << w.worker_id();
     EXPECT_EQ(w.job_id(), job.job_id());
     EXPECT_FALSE(w.metrics_address().empty());
+    for (const v1::MeshMember& member : job.mesh().members()) {
+      if (member.worker_id() != w.worker_id()) continue;
+      EXPECT_EQ(w.coordinates().SerializeAsString(), member.coordinates().SerializeAsString())
+          << w.worker_id();
+    }
   }
 }
 
