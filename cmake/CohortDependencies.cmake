@@ -7,7 +7,12 @@ find_package(RocksDB CONFIG REQUIRED)
 find_package(prometheus-cpp CONFIG REQUIRED)
 find_package(yaml-cpp CONFIG REQUIRED)
 find_package(ucx CONFIG REQUIRED)
-find_package(OpenBLAS CONFIG QUIET)
+find_package(OpenBLAS CONFIG REQUIRED)
+find_package(OpenMP REQUIRED COMPONENTS CXX)
+# Debian's OpenBLAS config sets variables, not a target.
+add_library(cohort_openblas INTERFACE)
+target_include_directories(cohort_openblas INTERFACE ${OpenBLAS_INCLUDE_DIRS})
+target_link_libraries(cohort_openblas INTERFACE ${OpenBLAS_LIBRARIES})
 find_package(GTest CONFIG REQUIRED)
 
 find_program(GRPC_CPP_PLUGIN grpc_cpp_plugin REQUIRED)

@@ -121,6 +121,17 @@ absl::Status UcxChannel::Poll() {
   return absl::OkStatus();
 }
 
+absl::Status UcxChannel::CheckWaiting(int peer) {
+  if (aborted()) return AbortStatus();
+  context_->CheckLocalPeers();
+  if (context_->peer_dead(group_[peer])) {
+    return absl::UnavailableError(absl::StrCat("shm: peer rank ", peer, " (world rank ",
+                                               group_[peer], ") failed"));
+  }
+  if (absl::Now() > deadline_) return absl::DeadlineExceededError("shm: timed out waiting for peers");
+  return absl::OkStatus();
+}
+
 absl::StatusOr<bool> UcxChannel::Test(Handle* handle) {
   if (*handle == kDone) return true;
   Slot& slot = slots_[*handle];

@@ -66,6 +66,10 @@ class UcxChannel {
   // One progress step, then the checks. Errors: Aborted, Unavailable (a
   // group peer died), DeadlineExceeded.
   absl::Status Poll();
+  // For waits on group rank `peer` outside UCX (the shared-memory
+  // collectives): abort, that peer's death, the deadline. Same errors as
+  // Poll().
+  absl::Status CheckWaiting(int peer);
   // Whether *handle completed (then it is set to kDone and its slot freed).
   // Does not progress. Errors: the operation's own failure.
   absl::StatusOr<bool> Test(Handle* handle);

@@ -51,8 +51,19 @@ absl::StatusOr<std::unique_ptr<UcxCommunicator>> UcxCommunicator::Create(
   }
   absl::Status claimed = context->ClaimCommId(options.comm_id);
   if (!claimed.ok()) return claimed;
-  return std::unique_ptr<UcxCommunicator>(
-      new UcxCommunicator(context, options.comm_id, std::move(group), index));
+  std::unique_ptr<UcxCommunicator> communicator(
+      new UcxCommunicator(context, options.comm_id, group, index));
+  if (group.size() > 1 && context->SharedMemoryGroup(group)) {
+    ShmCollectivesOptions shm;
+    shm.rank = index;
+    shm.size = static_cast<int>(group.size());
+    for (int r : group) shm.segment_names.push_back(context->SegmentName(r, options.comm_id));
+    absl::StatusOr<std::unique_ptr<ShmCollectives>> created = ShmCollectives::Create(shm);
+    // The destructor releases the claimed id.
+    if (!created.ok()) return created.status();
+    communicator->shm_ = std::move(*created);
+  }
+  return communicator;
 }
 
 UcxCommunicator::UcxCommunicator(UcxContext* context, uint16_t comm_id, std::vector<int> group,
@@ -94,6 +105,10 @@ absl::Status UcxCommunicator::AllReduce(void* data, size_t count, DataType type,
   return Run(timeout, CallOptions{}, [&]() -> absl::Status {
     if (size() == 1 || count == 0) return absl::OkStatus();
     const size_t exchanged = count * DataTypeSize(type) * static_cast<size_t>(size());
+    if (UseSharedMemory(exchanged)) {
+      auto check = [this](int peer) { return channel_.CheckWaiting(peer); };
+      return shm_->AllReduce(data, count, type, op, check);
+    }
     if (exchanged <= kDirectMaxBytes && DirectFits(channel_)) {
       return DirectAllReduce(channel_, data, count, type, op, scratch_);
     }
@@ -114,6 +129,10 @@ absl::Status UcxCommunicator::ReduceScatter(const void* input, void* output,
       std::memmove(output, input, bytes);
       return absl::OkStatus();
     }
+    if (UseSharedMemory(bytes * static_cast<size_t>(size()))) {
+      auto check = [this](int peer) { return channel_.CheckWaiting(peer); };
+      return shm_->ReduceScatter(input, output, count_per_rank, type, op, check);
+    }
     if (bytes * static_cast<size_t>(size()) <= kDirectMaxBytes && DirectFits(channel_)) {
       return DirectReduceScatter(channel_, input, output, count_per_rank, type, op, scratch_);
     }
@@ -132,6 +151,10 @@ absl::Status UcxCommunicator::AllGather(const void* input, void* output, size_t 
     auto* own = static_cast<uint8_t*>(output) + bytes * static_cast<size_t>(rank());
     if (own != input) std::memmove(own, input, bytes);
     if (size() == 1) return absl::OkStatus();
+    if (UseSharedMemory(bytes * static_cast<size_t>(size()))) {
+      auto check = [this](int peer) { return channel_.CheckWaiting(peer); };
+      return shm_->AllGather(output, count_per_rank, type, check);
+    }
     if (bytes * static_cast<size_t>(size()) <= kDirectMaxBytes && DirectFits(channel_)) {
       return DirectAllGather(channel_, output, bytes);
     }

@@ -4,7 +4,10 @@
 // UcxContext (one UCP worker per process) and are kept apart by a 16-bit
 // communicator id carried in every tag (ucx_tags.h).
 //
-// Algorithms (ring_algorithms.h): AllReduce uses a pipelined ring
+// Algorithms: when every rank of the group runs on this host (and UCX_TLS is
+// unset), AllReduce, ReduceScatter and AllGather above kDirectMaxBytes go
+// through shared memory (shm_collectives.h). Otherwise (ring_algorithms.h)
+// AllReduce uses a pipelined ring
 // (reduce-scatter then allgather) above kDirectMaxBytes of exchanged data
 // and a one-round direct exchange below it; ReduceScatter and AllGather
 // likewise; Broadcast a direct send below and a pipelined chain above.
@@ -29,6 +32,7 @@
 #include "absl/synchronization/mutex.h"
 #include "worker/comm/communicator.h"
 #include "worker/comm/ring_algorithms.h"
+#include "worker/comm/shm_collectives.h"
 #include "worker/comm/ucx_channel.h"
 #include "worker/comm/ucx_context.h"
 
@@ -46,7 +50,8 @@ struct UcxCommunicatorOptions {
 class UcxCommunicator : public Communicator {
  public:
   // Errors: InvalidArgument (bad group: duplicates, out of range, or missing
-  // this rank; reserved id), AlreadyExists (comm_id in use on this context).
+  // this rank; reserved id), AlreadyExists (comm_id in use on this context),
+  // Internal (the shared-memory segment could not be created).
   static absl::StatusOr<std::unique_ptr<UcxCommunicator>> Create(UcxContext* context,
                                                                  UcxCommunicatorOptions options);
   ~UcxCommunicator() override;
@@ -76,6 +81,9 @@ class UcxCommunicator : public Communicator {
 
   UcxCommunicator(UcxContext* context, uint16_t comm_id, std::vector<int> group, int index);
 
+  // Whether a call exchanging `bytes` in total goes through shared memory.
+  bool UseSharedMemory(size_t bytes) const { return shm_ != nullptr && bytes > kDirectMaxBytes; }
+
   // Checks abort and earlier errors, runs `body`, and on failure releases
   // outstanding requests and (except InvalidArgument from point-to-point
   // calls) marks the communicator broken.
@@ -86,6 +94,7 @@ class UcxCommunicator : public Communicator {
   UcxChannel channel_;
   ScratchBuffer scratch_;
   ScratchBuffer work_;
+  std::unique_ptr<ShmCollectives> shm_;  // null unless the group is on this host
 
   mutable absl::Mutex mu_;
   absl::Status broken_ ABSL_GUARDED_BY(mu_);

@@ -6,10 +6,19 @@
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
 #include "common/log.h"
+#include "worker/comm/shm_segment.h"
 #include "worker/comm/ucx_tags.h"
 
 namespace cohort::comm {
 namespace {
+
+// Short hex digest of the bootstrap key prefix, which names the job and
+// generation: FNV-1a, stable across processes and builds.
+std::string InstanceTag(const std::string& key_prefix) {
+  uint64_t h = 0xcbf29ce484222325ull;
+  for (unsigned char c : key_prefix) h = (h ^ c) * 0x100000001b3ull;
+  return absl::StrCat(absl::Hex(h >> 32));
+}
 
 // Reserved for context-level control traffic (warm-up).
 constexpr uint16_t kControlCommId = 0xffff;
@@ -73,6 +82,19 @@ absl::StatusOr<std::unique_ptr<UcxContext>> UcxContext::Create(const UcxContextO
   return context;
 }
 
+bool UcxContext::SharedMemoryGroup(const std::vector<int>& group) const {
+  if (!shared_memory_collectives_) return false;
+  const std::string& host = peers_[rank_]->process.host;
+  for (int r : group) {
+    if (peers_[r]->process.host != host || host.empty()) return false;
+  }
+  return true;
+}
+
+std::string UcxContext::SegmentName(int world_rank, uint16_t comm_id) const {
+  return ShmSegment::Name(peers_[world_rank]->process, absl::StrCat(instance_tag_, "-", comm_id, "-", world_rank));
+}
+
 absl::Status UcxContext::Init(const UcxContextOptions& options) {
   close_timeout_ = options.close_timeout;
   const absl::Time deadline = absl::Now() + options.bootstrap_timeout;
@@ -131,6 +153,9 @@ absl::Status UcxContext::Init(const UcxContextOptions& options) {
     peer->rank = r;
     peers_.push_back(std::move(peer));
   }
+  peers_[rank_]->process = self;
+  shared_memory_collectives_ = options.shared_memory_collectives && default_transports;
+  instance_tag_ = InstanceTag(options.key_prefix);
   if (size_ == 1) return absl::OkStatus();
 
   const std::string blob = EncodePeerAddress(

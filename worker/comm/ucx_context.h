@@ -60,6 +60,10 @@ struct UcxContextOptions {
   // Their liveness is then watched through /proc (CheckLocalPeers). An
   // explicit UCX_TLS keeps failure handling wherever a transport offers it.
   bool shared_memory_for_local_peers = true;
+  // With UCX_TLS unset, large collectives of a group whose ranks all run on
+  // this host bypass UCX and go through Cohort's own shared-memory segments
+  // (shm_collectives.h): one copy per byte instead of UCX's two.
+  bool shared_memory_collectives = true;
 };
 
 class UcxContext {
@@ -99,6 +103,13 @@ class UcxContext {
   // call it while waiting; it does real work at most every 5 ms.
   void CheckLocalPeers();
 
+  // Whether `group` (world ranks) should use the shared-memory collectives:
+  // enabled by the options and every member on this host.
+  bool SharedMemoryGroup(const std::vector<int>& group) const;
+  // The shared-memory segment name of world rank `world_rank`'s communicator
+  // `comm_id` in this context (unique per process, generation, id and rank).
+  std::string SegmentName(int world_rank, uint16_t comm_id) const;
+
   // Claims a communicator id; AlreadyExists if a live communicator holds it.
   absl::Status ClaimCommId(uint16_t id);
   void ReleaseCommId(uint16_t id);
@@ -135,6 +146,9 @@ class UcxContext {
   std::vector<std::unique_ptr<Peer>> peers_;
   std::atomic<uint64_t> dead_epoch_{0};
   bool has_local_peers_ = false;
+  bool shared_memory_collectives_ = false;
+  // Distinguishes this context's segments from another generation's.
+  std::string instance_tag_;
   std::atomic<bool> failed_call_{false};
   std::atomic<int64_t> next_local_check_nanos_{0};
 
