@@ -1,5 +1,6 @@
 #include "coordinator/job_spec_validator.h"
 
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <string>
@@ -24,6 +25,9 @@ constexpr int kMaxNameLength = 63;
 
 constexpr int32_t kDefaultKeepLast = 3;
 constexpr int32_t kDefaultBranching = 4;
+constexpr int32_t kDefaultAlphabet = 16;
+constexpr int64_t kDefaultSyntheticTokens = 1000000;
+constexpr int64_t kMaxSyntheticTokens = int64_t{1} << 30;
 constexpr double kDefaultBeta1 = 0.9;
 constexpr double kDefaultBeta2 = 0.95;
 constexpr double kDefaultEpsilon = 1e-8;
@@ -185,13 +189,34 @@ void CheckData(v1::DataConfig& data, const v1::ModelConfig& model, bool vocab_ok
     case v1::DataConfig::kSynthetic: {
       v1::SyntheticSource& synthetic = *data.mutable_synthetic();
       if (synthetic.branching() == 0) synthetic.set_branching(kDefaultBranching);
+      if (synthetic.alphabet_size() == 0 && vocab_ok) {
+        synthetic.set_alphabet_size(std::min(kDefaultAlphabet, model.vocab_size()));
+      }
+      if (synthetic.tokens() == 0) synthetic.set_tokens(kDefaultSyntheticTokens);
+      if (synthetic.alphabet_size() < 0) {
+        errors.Add("data.synthetic.alphabet_size",
+                   absl::StrCat("must be >= 1, got ", synthetic.alphabet_size()));
+      } else if (vocab_ok && synthetic.alphabet_size() > model.vocab_size()) {
+        errors.Add("data.synthetic.alphabet_size",
+                   absl::StrCat(synthetic.alphabet_size(), " symbols exceed model.vocab_size ",
+                                model.vocab_size()));
+      }
       if (synthetic.branching() < 0) {
         errors.Add("data.synthetic.branching",
                    absl::StrCat("must be >= 1, got ", synthetic.branching()));
-      } else if (vocab_ok && synthetic.branching() > model.vocab_size()) {
+      } else if (synthetic.alphabet_size() > 0 &&
+                 synthetic.branching() > synthetic.alphabet_size()) {
         errors.Add("data.synthetic.branching",
-                   absl::StrCat(synthetic.branching(), " successors per context exceed vocab_size ",
-                                model.vocab_size(), " (model.vocab_size)"));
+                   absl::StrCat(synthetic.branching(), " successors per context exceed ",
+                                synthetic.alphabet_size(), " symbols (data.synthetic.alphabet_size)"));
+      }
+      if (synthetic.tokens() < 0 || synthetic.tokens() > kMaxSyntheticTokens) {
+        errors.Add("data.synthetic.tokens", absl::StrCat("must be in [1, ", kMaxSyntheticTokens,
+                                                         "], got ", synthetic.tokens()));
+      } else if (model.context_length() > 0 && synthetic.tokens() <= model.context_length()) {
+        errors.Add("data.synthetic.tokens",
+                   absl::StrCat(synthetic.tokens(), " tokens hold no sample of context_length+1 = ",
+                                model.context_length() + 1, " tokens"));
       }
       break;
     }

@@ -52,6 +52,8 @@ TEST(JobSpecValidatorTest, ValidSpecGetsDefaults) {
   expected.mutable_elastic()->set_max_workers(2);
   expected.mutable_checkpoint()->set_keep_last(3);
   expected.mutable_data()->mutable_synthetic()->set_branching(4);
+  expected.mutable_data()->mutable_synthetic()->set_alphabet_size(16);
+  expected.mutable_data()->mutable_synthetic()->set_tokens(1000000);
   std::string diff;
   google::protobuf::util::MessageDifferencer differencer;
   differencer.ReportDifferencesToString(&diff);
@@ -76,6 +78,8 @@ TEST(JobSpecValidatorTest, ExplicitValuesAreKept) {
   spec.mutable_checkpoint()->set_keep_last(7);
   spec.mutable_checkpoint()->set_keep_every(1000);
   spec.mutable_data()->mutable_synthetic()->set_branching(2);
+  spec.mutable_data()->mutable_synthetic()->set_alphabet_size(8);
+  spec.mutable_data()->mutable_synthetic()->set_tokens(5000);
   absl::StatusOr<v1::JobSpec> normalized = NormalizeJobSpec(spec);
   ASSERT_TRUE(normalized.ok()) << normalized.status();
   EXPECT_TRUE(google::protobuf::util::MessageDifferencer::Equals(*normalized, spec));
@@ -200,11 +204,19 @@ INSTANTIATE_TEST_SUITE_P(
                   s.mutable_data()->mutable_synthetic()->set_branching(-2);
                 },
                 "data.synthetic.branching: must be >= 1, got -2"},
-        BadCase{"BranchingAboveVocab",
+        BadCase{"BranchingAboveAlphabet",
                 [](v1::JobSpec& s) {
-                  s.mutable_data()->mutable_synthetic()->set_branching(300);
+                  s.mutable_data()->mutable_synthetic()->set_branching(17);
                 },
-                "data.synthetic.branching: 300 successors per context exceed vocab_size 256"},
+                "data.synthetic.branching: 17 successors per context exceed 16 symbols"},
+        BadCase{"AlphabetAboveVocab",
+                [](v1::JobSpec& s) {
+                  s.mutable_data()->mutable_synthetic()->set_alphabet_size(300);
+                },
+                "data.synthetic.alphabet_size: 300 symbols exceed model.vocab_size 256"},
+        BadCase{"TooFewSyntheticTokens",
+                [](v1::JobSpec& s) { s.mutable_data()->mutable_synthetic()->set_tokens(10); },
+                "data.synthetic.tokens: 10 tokens hold no sample"},
         BadCase{"MinBelowReplica",
                 [](v1::JobSpec& s) { s.mutable_elastic()->set_min_workers(1); },
                 "elastic.min_workers: 1 is fewer than the 2 workers of one model replica"},
