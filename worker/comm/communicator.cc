@@ -5,6 +5,7 @@ namespace cohort::comm {
 size_t DataTypeSize(DataType type) {
   switch (type) {
     case DataType::kFloat32: return 4;
+    case DataType::kFloat64: return 8;
     case DataType::kBFloat16: return 2;
     case DataType::kFloat16: return 2;
     case DataType::kInt32: return 4;
@@ -17,6 +18,7 @@ size_t DataTypeSize(DataType type) {
 const char* DataTypeName(DataType type) {
   switch (type) {
     case DataType::kFloat32: return "float32";
+    case DataType::kFloat64: return "float64";
     case DataType::kBFloat16: return "bfloat16";
     case DataType::kFloat16: return "float16";
     case DataType::kInt32: return "int32";

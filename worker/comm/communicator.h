@@ -30,7 +30,7 @@
 
 namespace cohort::comm {
 
-enum class DataType { kFloat32, kBFloat16, kFloat16, kInt32, kInt64, kUInt8 };
+enum class DataType { kFloat32, kFloat64, kBFloat16, kFloat16, kInt32, kInt64, kUInt8 };
 enum class ReduceOp { kSum, kMax };
 
 size_t DataTypeSize(DataType type);

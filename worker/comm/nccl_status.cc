@@ -51,6 +51,8 @@ absl::StatusOr<ncclDataType_t> ToNcclDataType(DataType type) {
   switch (type) {
     case DataType::kFloat32:
       return ncclFloat32;
+    case DataType::kFloat64:
+      return ncclFloat64;
     case DataType::kBFloat16:
       return ncclBfloat16;
     case DataType::kFloat16:

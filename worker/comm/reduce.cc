@@ -38,10 +38,11 @@ void IntMaxLoop(const T* a, const T* b, T* out, size_t count) {
   for (size_t i = 0; i < count; ++i) out[i] = a[i] > b[i] ? a[i] : b[i];
 }
 
-void FloatMaxLoop(const float* a, const float* b, float* out, size_t count) {
+template <typename T>
+void FloatMaxLoop(const T* a, const T* b, T* out, size_t count) {
   for (size_t i = 0; i < count; ++i) {
-    const float x = a[i];
-    const float y = b[i];
+    const T x = a[i];
+    const T y = b[i];
     // If y is NaN, x > y is false and y is taken; if x is NaN, x != x.
     out[i] = (x > y || x != x) ? x : y;
   }
@@ -123,6 +124,13 @@ void ReduceInto(DataType type, ReduceOp op, const void* a, const void* b, void* 
       auto* fb = static_cast<const float*>(b);
       auto* fo = static_cast<float*>(out);
       sum ? SumLoop(fa, fb, fo, count) : FloatMaxLoop(fa, fb, fo, count);
+      return;
+    }
+    case DataType::kFloat64: {
+      auto* da = static_cast<const double*>(a);
+      auto* db = static_cast<const double*>(b);
+      auto* dout = static_cast<double*>(out);
+      sum ? SumLoop(da, db, dout, count) : FloatMaxLoop(da, db, dout, count);
       return;
     }
     case DataType::kBFloat16:

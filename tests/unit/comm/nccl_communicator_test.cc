@@ -106,7 +106,8 @@ TEST(NcclStatusTest, EveryDataTypeAndOpHasAnNcclEquivalent) {
     DataType type;
     ncclDataType_t nccl;
   } types[] = {
-      {DataType::kFloat32, ncclFloat32}, {DataType::kBFloat16, ncclBfloat16},
+      {DataType::kFloat32, ncclFloat32}, {DataType::kFloat64, ncclFloat64},
+      {DataType::kBFloat16, ncclBfloat16},
       {DataType::kFloat16, ncclFloat16}, {DataType::kInt32, ncclInt32},
       {DataType::kInt64, ncclInt64},     {DataType::kUInt8, ncclUint8},
   };
@@ -184,6 +185,9 @@ std::vector<uint8_t> Encode(DataType type, const std::vector<double>& values) {
         std::memcpy(out, &f, sizeof(f));
         break;
       }
+      case DataType::kFloat64:
+        std::memcpy(out, &v, sizeof(v));
+        break;
       case DataType::kBFloat16: {
         const __nv_bfloat16 h = __float2bfloat16(static_cast<float>(v));
         std::memcpy(out, &h, sizeof(h));
@@ -221,6 +225,9 @@ std::vector<double> InputValues(DataType type, size_t count, int seed) {
     switch (type) {
       case DataType::kFloat32:
         v = static_cast<float>(std::uniform_real_distribution<double>(-1, 1)(rng));
+        break;
+      case DataType::kFloat64:
+        v = std::uniform_real_distribution<double>(-1, 1)(rng);
         break;
       case DataType::kBFloat16:
       case DataType::kFloat16:
@@ -288,8 +295,9 @@ NcclCommunicatorOptions TestOptions() {
   return options;
 }
 
-const DataType kAllTypes[] = {DataType::kFloat32, DataType::kBFloat16, DataType::kFloat16,
-                              DataType::kInt32,   DataType::kInt64,    DataType::kUInt8};
+const DataType kAllTypes[] = {DataType::kFloat32, DataType::kFloat64, DataType::kBFloat16,
+                              DataType::kFloat16, DataType::kInt32,   DataType::kInt64,
+                              DataType::kUInt8};
 
 // ---------------------------------------------------------------------------
 // Create: argument checks need no device.

@@ -22,6 +22,17 @@ TEST(ReduceTest, Float32SumAndMaxElementwise) {
   EXPECT_EQ(out[2], 3.5f);
 }
 
+TEST(ReduceTest, Float64SumAndMax) {
+  const std::vector<double> a = {1e300, -2.0, 0.1};
+  const std::vector<double> b = {1e300, 4.0, 0.2};
+  std::vector<double> out(3);
+  ReduceInto(DataType::kFloat64, ReduceOp::kSum, a.data(), b.data(), out.data(), 3);
+  EXPECT_EQ(out, (std::vector<double>{2e300, 2.0, 0.1 + 0.2}));
+  ReduceInto(DataType::kFloat64, ReduceOp::kMax, a.data(), b.data(), out.data(), 3);
+  EXPECT_EQ(out, (std::vector<double>{1e300, 4.0, 0.2}));
+  EXPECT_EQ(DataTypeSize(DataType::kFloat64), 8u);
+}
+
 TEST(ReduceTest, InPlaceAliasingOutput) {
   std::vector<float> a(1000), b(1000);
   for (int i = 0; i < 1000; ++i) {

@@ -1,0 +1,68 @@
+#include "worker/compute/backend.h"
+
+#include <utility>
+
+#include "common/log.h"
+
+namespace cohort::compute {
+
+size_t DTypeSize(DType dtype) {
+  switch (dtype) {
+    case DType::kFloat32:
+      return 4;
+    case DType::kBFloat16:
+      return 2;
+    case DType::kInt32:
+      return 4;
+  }
+  return 0;
+}
+
+const char* DTypeName(DType dtype) {
+  switch (dtype) {
+    case DType::kFloat32:
+      return "float32";
+    case DType::kBFloat16:
+      return "bfloat16";
+    case DType::kInt32:
+      return "int32";
+  }
+  return "unknown";
+}
+
+TensorSpan TensorSpan::Slice(size_t offset, size_t count) const {
+  CHECK(offset <= numel && count <= numel - offset)
+      << "slice [" << offset << ", " << offset + count << ") of a span of " << numel;
+  auto* base = static_cast<char*>(data);
+  return TensorSpan{base == nullptr ? nullptr : base + offset * DTypeSize(dtype), dtype, count};
+}
+
+Buffer::Buffer(void* data, DType dtype, size_t numel, std::function<void(void*)> release)
+    : data_(data), dtype_(dtype), numel_(numel), release_(std::move(release)) {}
+
+Buffer::~Buffer() { Release(); }
+
+Buffer::Buffer(Buffer&& other) noexcept
+    : data_(std::exchange(other.data_, nullptr)),
+      dtype_(other.dtype_),
+      numel_(std::exchange(other.numel_, 0)),
+      release_(std::move(other.release_)) {}
+
+Buffer& Buffer::operator=(Buffer&& other) noexcept {
+  if (this != &other) {
+    Release();
+    data_ = std::exchange(other.data_, nullptr);
+    dtype_ = other.dtype_;
+    numel_ = std::exchange(other.numel_, 0);
+    release_ = std::move(other.release_);
+  }
+  return *this;
+}
+
+void Buffer::Release() {
+  if (data_ != nullptr && release_) release_(data_);
+  data_ = nullptr;
+  numel_ = 0;
+}
+
+}  // namespace cohort::compute

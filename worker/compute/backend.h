@@ -1,0 +1,180 @@
+#pragma once
+// Backend: the layer kernels one GPT training step needs, forward beside
+// backward (the llm.c set: encoder, layernorm, matmul, attention, GELU,
+// residual, softmax + cross-entropy), plus the little memory management the
+// model needs around them. Implementations: CpuBackend (fp32, OpenBLAS and
+// OpenMP); a CUDA backend (device memory, bf16 activations) can implement the
+// same interface later.
+//
+// Memory. Every tensor argument is a TensorSpan: a typed, non-owning view of
+// backend memory (host memory for CpuBackend, device memory for a GPU
+// backend), obtained from a Buffer that Allocate() returned. The model never
+// dereferences spans of a backend it does not know to be host-resident; it
+// moves data with CopyFromHost / CopyToHost. Ops are asynchronous with
+// respect to the host on a device backend: Synchronize() waits for them and
+// reports the first failure. Shape or dtype mismatches are programmer errors
+// (CHECK), never a Status.
+//
+// Shapes use llm.c's letters: B batch, T time, C channels, NH heads,
+// OC output channels, N = B*T rows, V real vocab, Vp padded vocab.
+// Weights are stored (OC, C) as in llm.c and PyTorch's nn.Linear: y = x W^T + b.
+//
+// Gradients ACCUMULATE: every backward op adds into its d* outputs (dinp,
+// dweight, dbias ...), so the caller zeroes them first where it wants a plain
+// result; the exceptions are the outputs that only make sense written
+// (CrossEntropyBackward's dlogits). An empty span (data == nullptr) marks an
+// optional output or input as absent where noted.
+//
+// Determinism: for a given backend and options, every op is bitwise
+// reproducible run to run. CpuBackend is additionally bitwise independent of
+// its thread count.
+//
+// Thread-safety: thread-compatible. One backend per worker, called from one
+// thread at a time; it may keep scratch memory between calls.
+
+#include <cstddef>
+#include <cstdint>
+#include <functional>
+#include <string_view>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+
+namespace cohort::compute {
+
+enum class DType : uint8_t { kFloat32, kBFloat16, kInt32 };
+
+size_t DTypeSize(DType dtype);
+const char* DTypeName(DType dtype);
+
+// `numel` elements of `dtype` at `data` in backend memory. Copyable; does not
+// own the memory. A default-constructed span is empty (data == nullptr).
+struct TensorSpan {
+  void* data = nullptr;
+  DType dtype = DType::kFloat32;
+  size_t numel = 0;
+
+  bool empty() const { return data == nullptr; }
+  size_t bytes() const { return numel * DTypeSize(dtype); }
+  // Elements [offset, offset + count). CHECKs that they lie inside this span.
+  TensorSpan Slice(size_t offset, size_t count) const;
+};
+
+// Owning handle to backend memory; frees it through the function the backend
+// supplied. Move-only.
+class Buffer {
+ public:
+  Buffer() = default;
+  Buffer(void* data, DType dtype, size_t numel, std::function<void(void*)> release);
+  ~Buffer();
+  Buffer(Buffer&& other) noexcept;
+  Buffer& operator=(Buffer&& other) noexcept;
+  Buffer(const Buffer&) = delete;
+  Buffer& operator=(const Buffer&) = delete;
+
+  TensorSpan span() const { return TensorSpan{data_, dtype_, numel_}; }
+  TensorSpan Slice(size_t offset, size_t count) const { return span().Slice(offset, count); }
+  void* data() const { return data_; }
+  DType dtype() const { return dtype_; }
+  size_t numel() const { return numel_; }
+
+ private:
+  void Release();
+
+  void* data_ = nullptr;
+  DType dtype_ = DType::kFloat32;
+  size_t numel_ = 0;
+  std::function<void(void*)> release_;
+};
+
+class Backend {
+ public:
+  virtual ~Backend() = default;
+
+  // "cpu", "cuda", ...: for logs and metrics.
+  virtual std::string_view name() const = 0;
+  // The dtype the backend wants for activations (fp32 on the CPU, bf16 on a
+  // mixed-precision GPU backend). Parameters and gradients handed to ops are
+  // of this dtype too; master weights and optimizer state stay fp32.
+  virtual DType activation_dtype() const = 0;
+
+  // ---- Memory -------------------------------------------------------------
+  // A zero-filled buffer of `numel` elements. ResourceExhausted when the
+  // memory is not available.
+  virtual absl::StatusOr<Buffer> Allocate(DType dtype, size_t numel) = 0;
+  // dst[:] = 0.
+  virtual void Zero(TensorSpan dst) = 0;
+  // dst[:] = src[0 .. dst.numel) (host memory, same dtype).
+  virtual void CopyFromHost(TensorSpan dst, const void* src) = 0;
+  // dst[0 .. src.numel) = src[:] (host memory, same dtype).
+  virtual void CopyToHost(void* dst, TensorSpan src) = 0;
+  // Waits for every op issued so far; the first failure since the last call
+  // (Internal for device faults). Always OK on the CPU.
+  virtual absl::Status Synchronize() = 0;
+
+  // ---- Encoder ------------------------------------------------------------
+  // out (B,T,C) = wte[inp[b,t], :] + wpe[t, :].   inp (B,T) int32, every id
+  // < Vp (the caller validates); wte (Vp,C); wpe (maxT,C), T <= maxT.
+  virtual void EncoderForward(TensorSpan out, TensorSpan inp, TensorSpan wte, TensorSpan wpe, int B,
+                              int T, int C) = 0;
+  // dwte[inp[b,t], :] += dout[b,t,:];  dwpe[t,:] += sum_b dout[b,t,:].
+  virtual void EncoderBackward(TensorSpan dwte, TensorSpan dwpe, TensorSpan dout, TensorSpan inp,
+                               int B, int T, int C) = 0;
+
+  // ---- LayerNorm over the last dim (eps 1e-5) -----------------------------
+  // out (N,C) = (inp - mean) * rstd * weight + bias; saves mean (N), rstd (N).
+  virtual void LayerNormForward(TensorSpan out, TensorSpan mean, TensorSpan rstd, TensorSpan inp,
+                                TensorSpan weight, TensorSpan bias, int N, int C) = 0;
+  // dinp (N,C) += ..., dweight (C) += ..., dbias (C) += ...
+  virtual void LayerNormBackward(TensorSpan dinp, TensorSpan dweight, TensorSpan dbias,
+                                 TensorSpan dout, TensorSpan inp, TensorSpan weight,
+                                 TensorSpan mean, TensorSpan rstd, int N, int C) = 0;
+
+  // ---- Linear -------------------------------------------------------------
+  // out (N,OC) = inp (N,C) weight^T + bias.  weight (OC,C); bias (OC) or empty.
+  virtual void MatmulForward(TensorSpan out, TensorSpan inp, TensorSpan weight, TensorSpan bias,
+                             int N, int C, int OC) = 0;
+  // dinp (N,C) += dout weight (empty: not needed);  dweight (OC,C) += dout^T inp;
+  // dbias (OC) += sum_n dout[n,:] (empty when there is no bias).
+  virtual void MatmulBackward(TensorSpan dinp, TensorSpan dweight, TensorSpan dbias,
+                              TensorSpan dout, TensorSpan inp, TensorSpan weight, int N, int C,
+                              int OC) = 0;
+
+  // ---- Causal self-attention ----------------------------------------------
+  // Elements of the state AttentionForward saves for AttentionBackward
+  // (for CpuBackend the softmax probabilities, (B,NH,T,T)).
+  virtual size_t AttentionStateNumel(int B, int T, int NH) const = 0;
+  // qkv (B,T,3C) = [q | k | v], head h in channels [h*hs, (h+1)*hs) of each
+  // (hs = C/NH). out (B,T,C) = softmax(q k^T / sqrt(hs) + causal mask) v,
+  // heads concatenated. state: AttentionStateNumel(B,T,NH) elements.
+  virtual void AttentionForward(TensorSpan out, TensorSpan state, TensorSpan qkv, int B, int T,
+                                int C, int NH) = 0;
+  // dqkv (B,T,3C) += d(out)/d(qkv) applied to dout (B,T,C).
+  virtual void AttentionBackward(TensorSpan dqkv, TensorSpan dout, TensorSpan qkv, TensorSpan state,
+                                 int B, int T, int C, int NH) = 0;
+
+  // ---- Pointwise ----------------------------------------------------------
+  // out[i] = gelu(inp[i]), tanh approximation, for i < n.
+  virtual void GeluForward(TensorSpan out, TensorSpan inp, size_t n) = 0;
+  // dinp[i] += gelu'(inp[i]) * dout[i].
+  virtual void GeluBackward(TensorSpan dinp, TensorSpan inp, TensorSpan dout, size_t n) = 0;
+  // out[i] = inp1[i] + inp2[i].
+  virtual void ResidualForward(TensorSpan out, TensorSpan inp1, TensorSpan inp2, size_t n) = 0;
+  // dinp1[i] += dout[i]; dinp2[i] += dout[i].
+  virtual void ResidualBackward(TensorSpan dinp1, TensorSpan dinp2, TensorSpan dout, size_t n) = 0;
+
+  // ---- Softmax + cross-entropy over the first V of Vp columns -------------
+  // logits (N,Vp), targets (N) int32 < V. losses[n] = logsumexp(logits[n,:V])
+  // - logits[n, targets[n]]; lse (N) saves the logsumexp for the backward.
+  // Columns V..Vp-1 (vocab padding) take no part.
+  virtual void CrossEntropyForward(TensorSpan losses, TensorSpan lse, TensorSpan logits,
+                                   TensorSpan targets, int N, int V, int Vp) = 0;
+  // dlogits (N,Vp) = (softmax(logits[n,:V]) - onehot(targets[n])) * dlosses[n]
+  // in the first V columns, 0 in the padding. WRITES (no accumulation);
+  // dlogits may not alias logits. dlosses (N) fp32: the loss scale per position.
+  virtual void CrossEntropyBackward(TensorSpan dlogits, TensorSpan logits, TensorSpan lse,
+                                    TensorSpan targets, TensorSpan dlosses, int N, int V,
+                                    int Vp) = 0;
+};
+
+}  // namespace cohort::compute

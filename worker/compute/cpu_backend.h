@@ -1,0 +1,74 @@
+#pragma once
+// CpuBackend: the Backend on host memory in fp32. Matrix products (linear
+// layers and the attention score and value products) run through OpenBLAS's
+// cblas_sgemm, single-threaded per call, over fixed blocks of rows (linear) or
+// per (batch, head) (attention) spread across OpenMP threads; everything else
+// is OpenMP loops over independent outputs (see cpu_kernels.h). Results are
+// bitwise identical for any `num_threads`.
+//
+// Thread-safety: thread-compatible (one caller at a time); the attention
+// backward keeps scratch memory between calls.
+
+#include <string_view>
+#include <vector>
+
+#include "worker/compute/backend.h"
+
+namespace cohort::compute {
+
+struct CpuBackendOptions {
+  // OpenMP threads for every kernel, products included (each sgemm call runs
+  // with one OpenBLAS thread; the parallelism is over independent blocks).
+  // 0: omp_get_max_threads() (OMP_NUM_THREADS, else the number of cores).
+  int num_threads = 0;
+};
+
+class CpuBackend final : public Backend {
+ public:
+  explicit CpuBackend(const CpuBackendOptions& options = {});
+
+  int num_threads() const { return threads_; }
+
+  std::string_view name() const override { return "cpu"; }
+  DType activation_dtype() const override { return DType::kFloat32; }
+
+  absl::StatusOr<Buffer> Allocate(DType dtype, size_t numel) override;
+  void Zero(TensorSpan dst) override;
+  void CopyFromHost(TensorSpan dst, const void* src) override;
+  void CopyToHost(void* dst, TensorSpan src) override;
+  absl::Status Synchronize() override { return absl::OkStatus(); }
+
+  void EncoderForward(TensorSpan out, TensorSpan inp, TensorSpan wte, TensorSpan wpe, int B, int T,
+                      int C) override;
+  void EncoderBackward(TensorSpan dwte, TensorSpan dwpe, TensorSpan dout, TensorSpan inp, int B,
+                       int T, int C) override;
+  void LayerNormForward(TensorSpan out, TensorSpan mean, TensorSpan rstd, TensorSpan inp,
+                        TensorSpan weight, TensorSpan bias, int N, int C) override;
+  void LayerNormBackward(TensorSpan dinp, TensorSpan dweight, TensorSpan dbias, TensorSpan dout,
+                         TensorSpan inp, TensorSpan weight, TensorSpan mean, TensorSpan rstd, int N,
+                         int C) override;
+  void MatmulForward(TensorSpan out, TensorSpan inp, TensorSpan weight, TensorSpan bias, int N,
+                     int C, int OC) override;
+  void MatmulBackward(TensorSpan dinp, TensorSpan dweight, TensorSpan dbias, TensorSpan dout,
+                      TensorSpan inp, TensorSpan weight, int N, int C, int OC) override;
+  size_t AttentionStateNumel(int B, int T, int NH) const override;
+  void AttentionForward(TensorSpan out, TensorSpan state, TensorSpan qkv, int B, int T, int C,
+                        int NH) override;
+  void AttentionBackward(TensorSpan dqkv, TensorSpan dout, TensorSpan qkv, TensorSpan state, int B,
+                         int T, int C, int NH) override;
+  void GeluForward(TensorSpan out, TensorSpan inp, size_t n) override;
+  void GeluBackward(TensorSpan dinp, TensorSpan inp, TensorSpan dout, size_t n) override;
+  void ResidualForward(TensorSpan out, TensorSpan inp1, TensorSpan inp2, size_t n) override;
+  void ResidualBackward(TensorSpan dinp1, TensorSpan dinp2, TensorSpan dout, size_t n) override;
+  void CrossEntropyForward(TensorSpan losses, TensorSpan lse, TensorSpan logits, TensorSpan targets,
+                           int N, int V, int Vp) override;
+  void CrossEntropyBackward(TensorSpan dlogits, TensorSpan logits, TensorSpan lse,
+                            TensorSpan targets, TensorSpan dlosses, int N, int V, int Vp) override;
+
+ private:
+  const int threads_;
+  // AttentionBackward's per-thread (T,T) gradient of the probabilities.
+  std::vector<float> attention_scratch_;
+};
+
+}  // namespace cohort::compute

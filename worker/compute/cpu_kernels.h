@@ -1,0 +1,88 @@
+#pragma once
+// The fp32 CPU kernels behind CpuBackend, as plain functions over host
+// pointers (llm.c style: forward beside backward, shapes in comments). The
+// semantics of each are those of the Backend method of the same name
+// (worker/compute/backend.h); backward functions accumulate.
+//
+// Determinism across thread counts: OpenMP loops run only over independent
+// outputs. Every reduction (over B*T for bias and LayerNorm weight gradients,
+// over channels for LayerNorm statistics, over the vocabulary for the loss)
+// happens serially, in index order, inside one loop iteration, so the result
+// does not depend on `threads`. Matrix products go through cblas_sgemm, always
+// single-threaded inside OpenBLAS (its threaded driver rounds differently for
+// different thread counts), over blocks of output rows fixed by the shapes
+// and spread across OpenMP threads.
+//
+// Thread-safety: the functions are reentrant; calls must not overlap outputs.
+
+#include <algorithm>
+#include <cstddef>
+#include <cstdint>
+
+namespace cohort::compute::cpu {
+
+// Below this many element operations a loop runs on one thread: a fork/join
+// costs more than it saves, and far more on a loaded machine, where a
+// spinning thread waits for one that is not scheduled.
+inline constexpr int64_t kMinParallelWork = int64_t{1} << 16;
+
+// The OpenMP team for a loop of `iterations` independent iterations doing
+// `work` element operations in total. Never changes a result (iterations
+// are independent), only the speed.
+inline int TeamSize(int threads, int64_t iterations, int64_t work) {
+  if (work < kMinParallelWork) return 1;
+  return static_cast<int>(std::max<int64_t>(1, std::min<int64_t>(threads, iterations)));
+}
+
+// Sets OpenBLAS's thread count for the lifetime of the object and restores
+// the previous count afterwards. OpenBLAS keeps the count process-wide; the
+// kernels pin it to 1 around their sgemm calls.
+class ScopedBlasThreads {
+ public:
+  explicit ScopedBlasThreads(int threads);
+  ~ScopedBlasThreads();
+  ScopedBlasThreads(const ScopedBlasThreads&) = delete;
+  ScopedBlasThreads& operator=(const ScopedBlasThreads&) = delete;
+
+ private:
+  int previous_;
+};
+
+// ---- cpu_kernels_pointwise.cc ----------------------------------------------
+void EncoderForward(float* out, const int32_t* inp, const float* wte, const float* wpe, int B,
+                    int T, int C, int threads);
+void EncoderBackward(float* dwte, float* dwpe, const float* dout, const int32_t* inp, int B, int T,
+                     int C, int threads);
+void LayerNormForward(float* out, float* mean, float* rstd, const float* inp, const float* weight,
+                      const float* bias, int N, int C, int threads);
+void LayerNormBackward(float* dinp, float* dweight, float* dbias, const float* dout,
+                       const float* inp, const float* weight, const float* mean, const float* rstd,
+                       int N, int C, int threads);
+void GeluForward(float* out, const float* inp, size_t n, int threads);
+void GeluBackward(float* dinp, const float* inp, const float* dout, size_t n, int threads);
+void ResidualForward(float* out, const float* inp1, const float* inp2, size_t n, int threads);
+void ResidualBackward(float* dinp1, float* dinp2, const float* dout, size_t n, int threads);
+
+// ---- cpu_kernels_matmul.cc -------------------------------------------------
+// bias and dinp/dbias may be null.
+void MatmulForward(float* out, const float* inp, const float* weight, const float* bias, int N,
+                   int C, int OC, int threads);
+void MatmulBackward(float* dinp, float* dweight, float* dbias, const float* dout, const float* inp,
+                    const float* weight, int N, int C, int OC, int threads);
+
+// ---- cpu_kernels_attention.cc ----------------------------------------------
+// att (B,NH,T,T): softmax probabilities, zero above the diagonal.
+void AttentionForward(float* out, float* att, const float* qkv, int B, int T, int C, int NH,
+                      int threads);
+// scratch: threads * T * T floats.
+void AttentionBackward(float* dqkv, const float* dout, const float* qkv, const float* att,
+                       float* scratch, int B, int T, int C, int NH, int threads);
+
+// ---- cpu_kernels_loss.cc ---------------------------------------------------
+void CrossEntropyForward(float* losses, float* lse, const float* logits, const int32_t* targets,
+                         int N, int V, int Vp, int threads);
+void CrossEntropyBackward(float* dlogits, const float* logits, const float* lse,
+                          const int32_t* targets, const float* dlosses, int N, int V, int Vp,
+                          int threads);
+
+}  // namespace cohort::compute::cpu

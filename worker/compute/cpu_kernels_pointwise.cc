@@ -1,0 +1,191 @@
+// Encoder, LayerNorm, GELU and residual kernels (fp32, OpenMP). See
+// cpu_kernels.h for the determinism rules every loop here follows.
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+
+#include "worker/compute/cpu_kernels.h"
+
+namespace cohort::compute::cpu {
+namespace {
+
+// Channel gradients (dbias, LayerNorm dweight, dwte) are reduced over rows.
+// Threads own disjoint blocks of channels and walk the rows in order, so each
+// channel's sum is the same serial sum whatever the thread count.
+constexpr int kChannelBlock = 16;
+
+constexpr float kLayerNormEps = 1e-5f;
+// sqrt(2/pi), the GELU tanh-approximation constant.
+constexpr float kGeluScale = 0.7978845608028654f;
+constexpr float kGeluCubic = 0.044715f;
+
+}  // namespace
+
+void EncoderForward(float* out, const int32_t* inp, const float* wte, const float* wpe, int B,
+                    int T, int C, int threads) {
+  // out (B,T,C), inp (B,T), wte (Vp,C), wpe (maxT,C)
+  const int64_t rows = static_cast<int64_t>(B) * T;
+  const int team = TeamSize(threads, rows, rows * C);
+#pragma omp parallel for num_threads(team) schedule(static)
+  for (int64_t bt = 0; bt < rows; ++bt) {
+    const int t = static_cast<int>(bt % T);
+    float* out_bt = out + bt * C;
+    const float* wte_ix = wte + static_cast<int64_t>(inp[bt]) * C;
+    const float* wpe_t = wpe + static_cast<int64_t>(t) * C;
+    for (int c = 0; c < C; ++c) out_bt[c] = wte_ix[c] + wpe_t[c];
+  }
+}
+
+void EncoderBackward(float* dwte, float* dwpe, const float* dout, const int32_t* inp, int B, int T,
+                     int C, int threads) {
+  // dwpe (maxT,C): each (t, c) sums over b in order.
+  const int team = TeamSize(threads, T, int64_t{B} * T * C);
+#pragma omp parallel for num_threads(team) schedule(static)
+  for (int t = 0; t < T; ++t) {
+    float* dwpe_t = dwpe + static_cast<int64_t>(t) * C;
+    for (int b = 0; b < B; ++b) {
+      const float* dout_bt = dout + (static_cast<int64_t>(b) * T + t) * C;
+      for (int c = 0; c < C; ++c) dwpe_t[c] += dout_bt[c];
+    }
+  }
+  // dwte (Vp,C): a token may repeat, so rows collide; split channels instead
+  // and visit positions in order.
+  const int64_t rows = static_cast<int64_t>(B) * T;
+  const int blocks = (C + kChannelBlock - 1) / kChannelBlock;
+  const int team2 = TeamSize(threads, blocks, rows * C);
+#pragma omp parallel for num_threads(team2) schedule(static)
+  for (int blk = 0; blk < blocks; ++blk) {
+    const int c0 = blk * kChannelBlock;
+    const int c1 = std::min(C, c0 + kChannelBlock);
+    for (int64_t bt = 0; bt < rows; ++bt) {
+      const float* dout_bt = dout + bt * C;
+      float* dwte_ix = dwte + static_cast<int64_t>(inp[bt]) * C;
+      for (int c = c0; c < c1; ++c) dwte_ix[c] += dout_bt[c];
+    }
+  }
+}
+
+void LayerNormForward(float* out, float* mean, float* rstd, const float* inp, const float* weight,
+                      const float* bias, int N, int C, int threads) {
+  // out (N,C), mean (N), rstd (N), inp (N,C), weight (C), bias (C)
+  const int team = TeamSize(threads, N, int64_t{N} * C);
+#pragma omp parallel for num_threads(team) schedule(static)
+  for (int n = 0; n < N; ++n) {
+    const float* x = inp + static_cast<int64_t>(n) * C;
+    float sum = 0.0f;
+    for (int c = 0; c < C; ++c) sum += x[c];
+    const float m = sum / C;
+    float var = 0.0f;  // two-pass variance: no cancellation
+    for (int c = 0; c < C; ++c) {
+      const float d = x[c] - m;
+      var += d * d;
+    }
+    var /= C;
+    const float s = 1.0f / std::sqrt(var + kLayerNormEps);
+    float* y = out + static_cast<int64_t>(n) * C;
+    for (int c = 0; c < C; ++c) y[c] = (x[c] - m) * s * weight[c] + bias[c];
+    mean[n] = m;
+    rstd[n] = s;
+  }
+}
+
+void LayerNormBackward(float* dinp, float* dweight, float* dbias, const float* dout,
+                       const float* inp, const float* weight, const float* mean, const float* rstd,
+                       int N, int C, int threads) {
+  // dinp: rows are independent; the two row means are serial sums.
+  const int team = TeamSize(threads, N, int64_t{N} * C);
+#pragma omp parallel for num_threads(team) schedule(static)
+  for (int n = 0; n < N; ++n) {
+    const float* dy = dout + static_cast<int64_t>(n) * C;
+    const float* x = inp + static_cast<int64_t>(n) * C;
+    float* dx = dinp + static_cast<int64_t>(n) * C;
+    const float m = mean[n];
+    const float s = rstd[n];
+    float dnorm_mean = 0.0f;
+    float dnorm_norm_mean = 0.0f;
+    for (int c = 0; c < C; ++c) {
+      const float norm = (x[c] - m) * s;
+      const float dnorm = weight[c] * dy[c];
+      dnorm_mean += dnorm;
+      dnorm_norm_mean += dnorm * norm;
+    }
+    dnorm_mean /= C;
+    dnorm_norm_mean /= C;
+    for (int c = 0; c < C; ++c) {
+      const float norm = (x[c] - m) * s;
+      const float dnorm = weight[c] * dy[c];
+      dx[c] += (dnorm - dnorm_mean - norm * dnorm_norm_mean) * s;
+    }
+  }
+  // dweight, dbias: channel blocks, rows in order.
+  const int blocks = (C + kChannelBlock - 1) / kChannelBlock;
+  const int team2 = TeamSize(threads, blocks, int64_t{N} * C);
+#pragma omp parallel for num_threads(team2) schedule(static)
+  for (int blk = 0; blk < blocks; ++blk) {
+    const int c0 = blk * kChannelBlock;
+    const int width = std::min(C, c0 + kChannelBlock) - c0;
+    float acc_w[kChannelBlock] = {};
+    float acc_b[kChannelBlock] = {};
+    for (int n = 0; n < N; ++n) {
+      const float* dy = dout + static_cast<int64_t>(n) * C + c0;
+      const float* x = inp + static_cast<int64_t>(n) * C + c0;
+      const float m = mean[n];
+      const float s = rstd[n];
+      for (int j = 0; j < width; ++j) {
+        acc_w[j] += (x[j] - m) * s * dy[j];
+        acc_b[j] += dy[j];
+      }
+    }
+    for (int j = 0; j < width; ++j) {
+      dweight[c0 + j] += acc_w[j];
+      dbias[c0 + j] += acc_b[j];
+    }
+  }
+}
+
+void GeluForward(float* out, const float* inp, size_t n, int threads) {
+  const int64_t count = static_cast<int64_t>(n);
+  const int team = TeamSize(threads, count, count * 8);
+#pragma omp parallel for num_threads(team) schedule(static)
+  for (int64_t i = 0; i < count; ++i) {
+    const float x = inp[i];
+    const float cube = kGeluCubic * x * x * x;
+    out[i] = 0.5f * x * (1.0f + std::tanh(kGeluScale * (x + cube)));
+  }
+}
+
+void GeluBackward(float* dinp, const float* inp, const float* dout, size_t n, int threads) {
+  const int64_t count = static_cast<int64_t>(n);
+  const int team = TeamSize(threads, count, count * 8);
+#pragma omp parallel for num_threads(team) schedule(static)
+  for (int64_t i = 0; i < count; ++i) {
+    const float x = inp[i];
+    const float arg = kGeluScale * (x + kGeluCubic * x * x * x);
+    const float th = std::tanh(arg);
+    const float ch = std::cosh(arg);  // inf for large |arg|: sech^2 = 0, as it should be
+    const float sech2 = 1.0f / (ch * ch);
+    const float local =
+        0.5f * (1.0f + th) + x * 0.5f * sech2 * kGeluScale * (1.0f + 3.0f * kGeluCubic * x * x);
+    dinp[i] += local * dout[i];
+  }
+}
+
+void ResidualForward(float* out, const float* inp1, const float* inp2, size_t n, int threads) {
+  const int64_t count = static_cast<int64_t>(n);
+  const int team = TeamSize(threads, count, count);
+#pragma omp parallel for num_threads(team) schedule(static)
+  for (int64_t i = 0; i < count; ++i) out[i] = inp1[i] + inp2[i];
+}
+
+void ResidualBackward(float* dinp1, float* dinp2, const float* dout, size_t n, int threads) {
+  const int64_t count = static_cast<int64_t>(n);
+  const int team = TeamSize(threads, count, count);
+#pragma omp parallel for num_threads(team) schedule(static)
+  for (int64_t i = 0; i < count; ++i) {
+    dinp1[i] += dout[i];
+    dinp2[i] += dout[i];
+  }
+}
+
+}  // namespace cohort::compute::cpu

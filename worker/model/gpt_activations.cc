@@ -1,0 +1,103 @@
+#include "worker/model/gpt_activations.h"
+
+#include "common/log.h"
+
+namespace cohort::model {
+namespace {
+
+using compute::TensorSpan;
+
+// Hands out consecutive views of an arena; with an empty arena it only
+// counts, so sizing and carving share one description of the layout.
+class Carver {
+ public:
+  explicit Carver(TensorSpan arena) : arena_(arena) {}
+  TensorSpan Take(size_t numel) {
+    TensorSpan view;
+    if (!arena_.empty()) view = arena_.Slice(used_, numel);
+    used_ += numel;
+    return view;
+  }
+  size_t used() const { return used_; }
+
+ private:
+  TensorSpan arena_;
+  size_t used_ = 0;
+};
+
+GptActivations Carve(const GptConfig& config, const compute::Backend& backend, Carver& carver,
+                     int B, int T) {
+  const size_t bt = static_cast<size_t>(B) * T;
+  const size_t C = config.width;
+  GptActivations acts;
+  acts.encoded = carver.Take(bt * C);
+  acts.layers.resize(config.layers);
+  for (GptLayerActivations& l : acts.layers) {
+    l.ln1 = carver.Take(bt * C);
+    l.ln1_mean = carver.Take(bt);
+    l.ln1_rstd = carver.Take(bt);
+    l.qkv = carver.Take(bt * 3 * C);
+    l.atty = carver.Take(bt * C);
+    l.att = carver.Take(backend.AttentionStateNumel(B, T, config.heads));
+    l.attproj = carver.Take(bt * C);
+    l.residual2 = carver.Take(bt * C);
+    l.ln2 = carver.Take(bt * C);
+    l.ln2_mean = carver.Take(bt);
+    l.ln2_rstd = carver.Take(bt);
+    l.fch = carver.Take(bt * 4 * C);
+    l.fch_gelu = carver.Take(bt * 4 * C);
+    l.fcproj = carver.Take(bt * C);
+    l.residual3 = carver.Take(bt * C);
+  }
+  acts.lnf = carver.Take(bt * C);
+  acts.lnf_mean = carver.Take(bt);
+  acts.lnf_rstd = carver.Take(bt);
+  acts.logits = carver.Take(bt * config.PaddedVocab());
+  acts.losses = carver.Take(bt);
+  acts.lse = carver.Take(bt);
+  acts.dlosses = carver.Take(bt);
+  return acts;
+}
+
+GptActivationGrads CarveGrads(const GptConfig& config, Carver& carver, int B, int T) {
+  const size_t bt = static_cast<size_t>(B) * T;
+  const size_t C = config.width;
+  GptActivationGrads grads;
+  grads.dresidual = carver.Take(bt * C);
+  grads.dln = carver.Take(bt * C);
+  grads.datty = carver.Take(bt * C);
+  grads.dqkv = carver.Take(bt * 3 * C);
+  grads.dfch = carver.Take(bt * 4 * C);
+  grads.dfch_gelu = carver.Take(bt * 4 * C);
+  grads.dlogits = carver.Take(bt * config.PaddedVocab());
+  return grads;
+}
+
+}  // namespace
+
+size_t ActivationsNumel(const GptConfig& config, const compute::Backend& backend, int B, int T) {
+  Carver counter{TensorSpan{}};
+  Carve(config, backend, counter, B, T);
+  return counter.used();
+}
+
+size_t ActivationGradsNumel(const GptConfig& config, int B, int T) {
+  Carver counter{TensorSpan{}};
+  CarveGrads(config, counter, B, T);
+  return counter.used();
+}
+
+GptActivations LayOutActivations(const GptConfig& config, const compute::Backend& backend,
+                                 TensorSpan arena, int B, int T) {
+  CHECK(!arena.empty());
+  Carver carver(arena);
+  return Carve(config, backend, carver, B, T);
+}
+
+GptActivationGrads LayOutActivationGrads(const GptConfig& config, TensorSpan arena, int B, int T) {
+  CHECK(!arena.empty());
+  Carver carver(arena);
+  return CarveGrads(config, carver, B, T);
+}
+
+}  // namespace cohort::model

@@ -1,0 +1,70 @@
+#pragma once
+// The activation and activation-gradient tensors of one GPT micro-batch,
+// carved from two backend arenas (llm.c's ActivationTensors, minus the
+// per-layer gradient copies: the backward pass reuses one set of gradient
+// buffers for every layer). Internal to GptModel.
+//
+// Thread-safety: plain data.
+
+#include <cstddef>
+#include <vector>
+
+#include "worker/compute/backend.h"
+#include "worker/model/gpt_config.h"
+
+namespace cohort::model {
+
+struct GptLayerActivations {
+  compute::TensorSpan ln1;        // (B,T,C)
+  compute::TensorSpan ln1_mean;   // (B,T)
+  compute::TensorSpan ln1_rstd;   // (B,T)
+  compute::TensorSpan qkv;        // (B,T,3C)
+  compute::TensorSpan atty;       // (B,T,C)
+  compute::TensorSpan att;        // Backend::AttentionStateNumel(B,T,NH)
+  compute::TensorSpan attproj;    // (B,T,C)
+  compute::TensorSpan residual2;  // (B,T,C)
+  compute::TensorSpan ln2;        // (B,T,C)
+  compute::TensorSpan ln2_mean;   // (B,T)
+  compute::TensorSpan ln2_rstd;   // (B,T)
+  compute::TensorSpan fch;        // (B,T,4C)
+  compute::TensorSpan fch_gelu;   // (B,T,4C)
+  compute::TensorSpan fcproj;     // (B,T,C)
+  compute::TensorSpan residual3;  // (B,T,C)
+};
+
+struct GptActivations {
+  compute::TensorSpan encoded;  // (B,T,C)
+  std::vector<GptLayerActivations> layers;
+  compute::TensorSpan lnf;       // (B,T,C)
+  compute::TensorSpan lnf_mean;  // (B,T)
+  compute::TensorSpan lnf_rstd;  // (B,T)
+  compute::TensorSpan logits;    // (B,T,Vp)
+  compute::TensorSpan losses;    // (B,T)
+  compute::TensorSpan lse;       // (B,T)
+  compute::TensorSpan dlosses;   // (B,T)
+};
+
+// Gradient buffers, shared by all layers during the backward pass.
+struct GptActivationGrads {
+  compute::TensorSpan dresidual;  // (B,T,C) gradient of the residual stream
+  compute::TensorSpan dln;        // (B,T,C) gradient of a LayerNorm output
+  compute::TensorSpan datty;      // (B,T,C)
+  compute::TensorSpan dqkv;       // (B,T,3C)
+  compute::TensorSpan dfch;       // (B,T,4C)
+  compute::TensorSpan dfch_gelu;  // (B,T,4C)
+  compute::TensorSpan dlogits;    // (B,T,Vp)
+};
+
+// Elements the layouts below need for a (B,T) micro-batch; largest at the
+// largest B and T.
+size_t ActivationsNumel(const GptConfig& config, const compute::Backend& backend, int B, int T);
+size_t ActivationGradsNumel(const GptConfig& config, int B, int T);
+
+// Views packed for (B,T) at the start of `arena` (which holds at least the
+// Numel above).
+GptActivations LayOutActivations(const GptConfig& config, const compute::Backend& backend,
+                                 compute::TensorSpan arena, int B, int T);
+GptActivationGrads LayOutActivationGrads(const GptConfig& config, compute::TensorSpan arena, int B,
+                                         int T);
+
+}  // namespace cohort::model
