@@ -1,0 +1,94 @@
+#include "worker/train/data_parallel.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+
+#include "common/status_macros.h"
+
+namespace cohort::train {
+namespace {
+
+size_t RoundUp(size_t n, size_t multiple) { return (n + multiple - 1) / multiple * multiple; }
+
+}  // namespace
+
+DataParallel::DataParallel(comm::Communicator* group, size_t num_params,
+                           DataParallelOptions options)
+    : group_(group != nullptr && group->size() > 1 ? group : nullptr),
+      num_params_(num_params),
+      options_(options),
+      dp_(group_ == nullptr ? 1 : group_->size()),
+      rank_(group_ == nullptr ? 0 : group_->rank()) {
+  padded_ = RoundUp(std::max<size_t>(num_params_, 1), static_cast<size_t>(dp_) * kNormChunk);
+  shard_ = padded_ / static_cast<size_t>(dp_);
+  if (options_.zero1) {
+    update_begin_ = std::min(num_params_, shard_ * static_cast<size_t>(rank_));
+    update_end_ = std::min(num_params_, update_begin_ + shard_);
+    if (group_ != nullptr) {
+      padded_buffer_.assign(padded_, 0.0f);
+      shard_buffer_.assign(shard_, 0.0f);
+    }
+  } else {
+    update_begin_ = 0;
+    update_end_ = num_params_;
+  }
+  chunk_sums_.assign(padded_ / kNormChunk, 0.0);
+}
+
+absl::Status DataParallel::ReduceGradients(float* grads) {
+  if (group_ == nullptr) return absl::OkStatus();
+  if (!options_.zero1) {
+    return group_->AllReduce(grads, num_params_, comm::DataType::kFloat32, comm::ReduceOp::kSum,
+                             options_.timeout);
+  }
+  // The padding past num_params stays zero from construction.
+  std::memcpy(padded_buffer_.data(), grads, num_params_ * sizeof(float));
+  RETURN_IF_ERROR(group_->ReduceScatter(padded_buffer_.data(), shard_buffer_.data(), shard_,
+                                        comm::DataType::kFloat32, comm::ReduceOp::kSum,
+                                        options_.timeout));
+  std::memcpy(grads + update_begin_, shard_buffer_.data(),
+              (update_end_ - update_begin_) * sizeof(float));
+  return absl::OkStatus();
+}
+
+absl::StatusOr<double> DataParallel::GradNorm(const float* grads) {
+  // Chunks this rank sums: its shard's under ZeRO-1 (others' arrive by the
+  // all-gather), all of them otherwise. Chunks past num_params are zero.
+  const size_t chunks_per_shard = shard_ / kNormChunk;
+  const bool sharded = options_.zero1 && group_ != nullptr;
+  const size_t first = sharded ? chunks_per_shard * static_cast<size_t>(rank_) : 0;
+  const size_t last = sharded ? first + chunks_per_shard : chunk_sums_.size();
+  for (size_t c = first; c < last; ++c) {
+    const size_t begin = std::min(num_params_, c * kNormChunk);
+    const size_t end = std::min(num_params_, begin + kNormChunk);
+    chunk_sums_[c] = SumOfSquares(grads + begin, end - begin, options_.num_threads);
+  }
+  if (sharded) {
+    RETURN_IF_ERROR(group_->AllGather(chunk_sums_.data() + first, chunk_sums_.data(),
+                                      chunks_per_shard, comm::DataType::kFloat64,
+                                      options_.timeout));
+  }
+  double total = 0.0;
+  for (double s : chunk_sums_) total += s;
+  return std::sqrt(total);
+}
+
+absl::StatusOr<double> DataParallel::Sum(double value) {
+  if (group_ == nullptr) return value;
+  RETURN_IF_ERROR(group_->AllReduce(&value, 1, comm::DataType::kFloat64, comm::ReduceOp::kSum,
+                                    options_.timeout));
+  return value;
+}
+
+absl::Status DataParallel::GatherParameters(float* params) {
+  if (!options_.zero1 || group_ == nullptr) return absl::OkStatus();
+  float* own = padded_buffer_.data() + shard_ * static_cast<size_t>(rank_);
+  std::memcpy(own, params + update_begin_, (update_end_ - update_begin_) * sizeof(float));
+  RETURN_IF_ERROR(group_->AllGather(own, padded_buffer_.data(), shard_, comm::DataType::kFloat32,
+                                    options_.timeout));
+  std::memcpy(params, padded_buffer_.data(), num_params_ * sizeof(float));
+  return absl::OkStatus();
+}
+
+}  // namespace cohort::train

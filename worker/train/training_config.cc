@@ -1,0 +1,112 @@
+#include "worker/train/training_config.h"
+
+#include "absl/strings/str_cat.h"
+#include "common/status_macros.h"
+
+namespace cohort::train {
+namespace {
+
+// Defaults the coordinator fills in; repeated for specs built by hand
+// (tests, tools) that skipped normalisation.
+double OrDefault(double value, double fallback) { return value == 0.0 ? fallback : value; }
+
+}  // namespace
+
+absl::StatusOr<TrainingConfig> TrainingConfigFromSpec(const v1::JobSpec& spec, int dp) {
+  if (spec.device_kind() == v1::DEVICE_KIND_GPU) {
+    return absl::UnimplementedError(
+        "device_kind: GPU training is not implemented yet (CUDA backend lands with a later "
+        "release); submit the job with device_kind DEVICE_KIND_CPU");
+  }
+  if (spec.parallelism().tensor() > 1 || spec.parallelism().pipeline() > 1) {
+    return absl::UnimplementedError(absl::StrCat(
+        "parallelism: tensor ", spec.parallelism().tensor(), " x pipeline ",
+        spec.parallelism().pipeline(),
+        " is not implemented by this engine yet; only data parallelism (tensor 1, pipeline 1)"));
+  }
+  TrainingConfig config;
+  const v1::ModelConfig& m = spec.model();
+  config.model.layers = m.layers();
+  config.model.heads = m.heads();
+  config.model.width = m.width();
+  config.model.vocab_size = m.vocab_size();
+  config.model.context_length = m.context_length();
+  if (absl::Status s = config.model.Validate(); !s.ok()) {
+    return absl::InvalidArgumentError(absl::StrCat("model: ", s.message()));
+  }
+  config.init_seed = m.init_seed();
+
+  config.global_batch_size = spec.batch().global_batch_size();
+  config.micro_batch_size = spec.batch().micro_batch_size();
+  if (config.global_batch_size < 1 || config.micro_batch_size < 1 ||
+      config.global_batch_size % config.micro_batch_size != 0) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "batch: global_batch_size ", config.global_batch_size,
+        " must be a positive multiple of micro_batch_size ", config.micro_batch_size));
+  }
+  if (dp < 1 || config.micro_batches_per_step() % dp != 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("batch: ", config.micro_batches_per_step(),
+                     " micro-batches per step do not divide over data parallel degree ", dp));
+  }
+  config.steps = spec.steps();
+  if (config.steps < 1) {
+    return absl::InvalidArgumentError(absl::StrCat("steps: must be >= 1, got ", config.steps));
+  }
+
+  const v1::OptimizerConfig& o = spec.optimizer();
+  config.lr.max_lr = o.learning_rate();
+  config.lr.min_lr = o.min_learning_rate();
+  config.lr.warmup_steps = o.warmup_steps();
+  config.lr.total_steps = config.steps;
+  if (absl::Status s = ValidateLrSchedule(config.lr); !s.ok()) {
+    return absl::InvalidArgumentError(absl::StrCat("optimizer: ", s.message()));
+  }
+  config.adamw.beta1 = OrDefault(o.beta1(), 0.9);
+  config.adamw.beta2 = OrDefault(o.beta2(), 0.95);
+  config.adamw.eps = OrDefault(o.epsilon(), 1e-8);
+  config.adamw.weight_decay = o.weight_decay();
+  config.grad_clip = o.grad_clip();
+  config.zero1 = spec.parallelism().zero1();
+
+  const v1::DataConfig& d = spec.data();
+  config.data.sample_seed = d.seed();
+  switch (d.source_case()) {
+    case v1::DataConfig::kSynthetic: {
+      const v1::SyntheticSource& s = d.synthetic();
+      config.data.synthetic = true;
+      config.data.markov.seed = s.seed();
+      config.data.markov.vocab_size = m.vocab_size();
+      config.data.markov.alphabet_size =
+          s.alphabet_size() == 0 ? std::min(16, m.vocab_size()) : s.alphabet_size();
+      config.data.markov.branching = s.branching() == 0 ? 4 : s.branching();
+      config.data.synthetic_tokens = s.tokens() == 0 ? 1000000 : s.tokens();
+      break;
+    }
+    case v1::DataConfig::kShards:
+      config.data.pattern = d.shards().pattern();
+      if (config.data.pattern.empty()) {
+        return absl::InvalidArgumentError("data.shards.pattern: must not be empty");
+      }
+      break;
+    case v1::DataConfig::SOURCE_NOT_SET:
+      return absl::InvalidArgumentError("data: no source: set data.synthetic or data.shards");
+  }
+  return config;
+}
+
+absl::StatusOr<std::unique_ptr<data::TokenDataset>> LoadDataset(const DataSourceConfig& config) {
+  if (config.synthetic) {
+    absl::StatusOr<data::MarkovSource> source = data::MarkovSource::Create(config.markov);
+    if (!source.ok()) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("data.synthetic: ", source.status().message()));
+    }
+    return std::make_unique<data::TokenDataset>(data::TokenDataset::FromTokens(
+        source->Generate(config.synthetic_tokens, data::kTrainStream), "synthetic"));
+  }
+  ASSIGN_OR_RETURN(data::TokenDataset dataset, data::TokenDataset::OpenGlob(config.pattern));
+  return std::make_unique<data::TokenDataset>(std::move(dataset));
+}
+
+}  // namespace cohort::train

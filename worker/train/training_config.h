@@ -1,0 +1,61 @@
+#pragma once
+// TrainingConfig: what a worker needs from a JobSpec to train, in engine
+// types, plus the data source it names.
+//
+// The coordinator validates and normalises specs (coordinator/
+// job_spec_validator.h) before any worker sees them; the checks here guard
+// the engine's own assumptions and name the spec field when one fails.
+
+#include <cstdint>
+#include <memory>
+#include <string>
+
+#include "absl/status/statusor.h"
+#include "cohort/v1/job.pb.h"
+#include "worker/data/markov_source.h"
+#include "worker/data/token_dataset.h"
+#include "worker/model/gpt_config.h"
+#include "worker/train/adamw.h"
+#include "worker/train/lr_schedule.h"
+
+namespace cohort::train {
+
+struct DataSourceConfig {
+  bool synthetic = false;
+  data::MarkovSourceOptions markov;  // synthetic
+  int64_t synthetic_tokens = 0;      // synthetic
+  std::string pattern;               // shards: glob of llm.c .bin files
+  uint64_t sample_seed = 0;          // the determinism contract's seed
+};
+
+struct TrainingConfig {
+  model::GptConfig model;
+  uint64_t init_seed = 0;
+  int global_batch_size = 0;  // sequences per optimizer step
+  int micro_batch_size = 0;   // sequences per forward/backward
+  int64_t steps = 0;
+  LrScheduleOptions lr;
+  AdamWOptions adamw;
+  double grad_clip = 0.0;  // 0: no clipping
+  bool zero1 = false;
+  DataSourceConfig data;
+
+  int micro_batches_per_step() const { return global_batch_size / micro_batch_size; }
+};
+
+// The engine's view of `spec` for a data-parallel degree `dp`.
+// InvalidArgument naming the field: model sizes (model.*), batch sizes that
+// do not divide (batch.*, or dp not dividing the micro-batches), a
+// non-positive step count, an invalid schedule; Unimplemented for tensor or
+// pipeline parallelism above 1 and GPU jobs, which this engine does not run
+// yet.
+absl::StatusOr<TrainingConfig> TrainingConfigFromSpec(const v1::JobSpec& spec, int dp);
+
+// The tokens `config` trains on: the synthetic stream generated in memory
+// (identical on every worker), or the shards matching the pattern
+// (memory-mapped). Errors: InvalidArgument (bad synthetic options), the
+// shard errors of data/token_dataset.h (NotFound for no match, DataLoss for
+// a corrupt file).
+absl::StatusOr<std::unique_ptr<data::TokenDataset>> LoadDataset(const DataSourceConfig& config);
+
+}  // namespace cohort::train
