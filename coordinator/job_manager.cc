@@ -289,6 +289,10 @@ absl::Status JobManager::OnAssignmentStatus(const WorkerId& worker,
     }
     case v1::ASSIGNMENT_STATE_COMPLETED:
       entry->completed[worker.value()] = true;
+      // The final step's progress, which the last heartbeat may not carry.
+      if (status.has_progress() && status.progress().step() > entry->job.progress().step()) {
+        *entry->job.mutable_progress() = status.progress();
+      }
       if (static_cast<int>(entry->completed.size()) == entry->job.mesh().members_size()) {
         Finish(*entry, v1::JOB_STATE_COMPLETED, "", now, effects);
         Schedule(now, effects);

@@ -193,6 +193,10 @@ void CheckData(v1::DataConfig& data, const v1::ModelConfig& model, bool vocab_ok
         synthetic.set_alphabet_size(std::min(kDefaultAlphabet, model.vocab_size()));
       }
       if (synthetic.tokens() == 0) synthetic.set_tokens(kDefaultSyntheticTokens);
+      if (synthetic.order() == 0) synthetic.set_order(2);
+      if (synthetic.order() != 1 && synthetic.order() != 2) {
+        errors.Add("data.synthetic.order", absl::StrCat("must be 1 or 2, got ", synthetic.order()));
+      }
       if (synthetic.alphabet_size() < 0) {
         errors.Add("data.synthetic.alphabet_size",
                    absl::StrCat("must be >= 1, got ", synthetic.alphabet_size()));

@@ -299,6 +299,9 @@ void WorkerAgent::SendHeartbeat(const std::shared_ptr<AttachStream>& stream) {
   }
   metrics_.resident_memory.Set(static_cast<double>(ResidentMemoryBytes()));
   metrics_.step.Set(static_cast<double>(progress.step.value()));
+  if (progress.loss.has_value()) metrics_.loss.Set(*progress.loss);
+  metrics_.tokens_per_second.Set(progress.tokens_per_second);
+  metrics_.step_time.Set(progress.step_time_seconds);
   if (stream->Write(message)) {
     metrics_.heartbeats_sent.Increment();
   } else {
@@ -507,6 +510,27 @@ void WorkerAgent::PrepareAndReport(Assignment assignment) {
   }
   metrics_.assignment_generation.Set(0);
   SendStatus(job, generation, v1::ASSIGNMENT_STATE_FAILED, prepared.ToString());
+}
+
+void WorkerAgent::ReportTrainingFinished(const JobId& job, Generation generation,
+                                         const absl::Status& status) {
+  const v1::AssignmentState state =
+      status.ok() ? v1::ASSIGNMENT_STATE_COMPLETED : v1::ASSIGNMENT_STATE_FAILED;
+  {
+    absl::MutexLock lock(&mu_);
+    if (!held_.has_value() || held_->job_id != job || held_->generation != generation) {
+      LOG(INFO) << "training of job " << job << " generation " << generation
+                << " ended after the assignment changed; not reported";
+      return;
+    }
+    held_state_ = state;
+  }
+  if (status.ok()) {
+    LOG(INFO) << "job " << job << " generation " << generation << " completed";
+  } else {
+    LOG(ERROR) << "job " << job << " generation " << generation << " failed: " << status;
+  }
+  SendStatus(job, generation, state, status.ok() ? "" : status.ToString());
 }
 
 void WorkerAgent::SendStatus(const JobId& job, Generation generation, v1::AssignmentState state,

@@ -105,6 +105,12 @@ class WorkerAgent {
   // number of times, before or during Run (not from a signal handler).
   void Shutdown();
 
+  // Called by the trainer (from its own thread) when the held assignment's
+  // training ended by itself: OK = all steps done (reported COMPLETED),
+  // otherwise FAILED with the status as the message. Ignored when the
+  // assignment has since changed. Thread-safe.
+  void ReportTrainingFinished(const JobId& job, Generation generation, const absl::Status& status);
+
   // The assignment held now, if any.
   std::optional<Assignment> held() const;
   const WorkerMetrics& metrics() const { return metrics_; }

@@ -6,6 +6,8 @@
 #include "common/process_info.h"
 #include "common/status_macros.h"
 #include "worker/device/device_discovery.h"
+#include "worker/idle_trainer.h"
+#include "worker/train/engine_trainer.h"
 
 namespace cohort::worker {
 
@@ -14,6 +16,13 @@ std::string DefaultWorkerId(const std::string& host, v1::DeviceKind kind, int in
 }
 
 absl::StatusOr<std::unique_ptr<WorkerDaemon>> WorkerDaemon::Create(const WorkerConfig& config) {
+  if (config.trainer != "engine" && config.trainer != "idle") {
+    return absl::InvalidArgumentError(
+        absl::StrCat("trainer: must be engine or idle, got '", config.trainer, "'"));
+  }
+  if (config.threads < 0) {
+    return absl::InvalidArgumentError(absl::StrCat("threads: must be >= 0, got ", config.threads));
+  }
   auto daemon = std::unique_ptr<WorkerDaemon>(new WorkerDaemon());
   ASSIGN_OR_RETURN(daemon->device_, DiscoverDevice(config.device_kind, config.device_index));
   const DeviceInfo& device = daemon->device_;
@@ -46,8 +55,22 @@ absl::StatusOr<std::unique_ptr<WorkerDaemon>> WorkerDaemon::Create(const WorkerC
   options.backoff = config.backoff;
   LOG(INFO) << "worker " << options.identity.worker_id << " on host " << options.identity.host
             << ", incarnation " << options.incarnation << ", coordinator " << config.coordinator;
+  if (config.trainer == "idle") {
+    daemon->trainer_ = std::make_unique<IdleTrainer>();
+  } else {
+    train::EngineTrainerOptions engine;
+    engine.coordinator = config.coordinator;
+    engine.num_threads = config.threads;
+    // The agent exists before any Prepare can start training.
+    WorkerDaemon* self = daemon.get();
+    engine.on_finished = [self](const JobId& job, Generation generation,
+                                const absl::Status& status) {
+      self->agent_->ReportTrainingFinished(job, generation, status);
+    };
+    daemon->trainer_ = std::make_unique<train::EngineTrainer>(std::move(engine));
+  }
   daemon->agent_ = std::make_unique<WorkerAgent>(
-      v1::Workers::NewStub(NewCoordinatorChannel(config.coordinator)), &daemon->trainer_,
+      v1::Workers::NewStub(NewCoordinatorChannel(config.coordinator)), daemon->trainer_.get(),
       RealClock::Get(), std::move(registry), std::move(options));
   return daemon;
 }

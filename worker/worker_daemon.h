@@ -26,6 +26,10 @@ struct WorkerConfig {
   int device_index = 0;
   std::string metrics_address = "127.0.0.1:0";  // port 0: any free port
   BackoffOptions backoff;
+  // "engine": train assigned jobs (EngineTrainer). "idle": join meshes and
+  // follow commands without training (control-plane tests and drills).
+  std::string trainer = "engine";
+  int threads = 0;  // compute threads; 0 = all cores
 };
 
 // "<host>-<cpu|gpu>-<index>".
@@ -39,6 +43,11 @@ class WorkerDaemon {
   // GPU, Internal for a failed self-test) or Unavailable when the metrics
   // address cannot be bound. Nothing is contacted yet.
   static absl::StatusOr<std::unique_ptr<WorkerDaemon>> Create(const WorkerConfig& config);
+
+  // Stops training before the agent (which the trainer reports to) goes.
+  ~WorkerDaemon() {
+    if (trainer_ != nullptr) trainer_->Stop();
+  }
 
   // Runs the agent until Drain or Shutdown; OK in both cases.
   absl::Status Run() { return agent_->Run(); }
@@ -55,7 +64,7 @@ class WorkerDaemon {
   DeviceInfo device_;
   Incarnation incarnation_;
   std::unique_ptr<MetricsServer> metrics_server_;
-  IdleTrainer trainer_;
+  std::unique_ptr<Trainer> trainer_;
   std::unique_ptr<WorkerAgent> agent_;  // declared last: destroyed first
 };
 

@@ -40,6 +40,12 @@ WorkerMetrics::WorkerMetrics(std::shared_ptr<prometheus::Registry> registry)
                                "Resident set size of the worker process")),
       step(NewGauge(*registry, "cohort_worker_step",
                     "Optimizer steps completed in the held assignment")),
+      loss(NewGauge(*registry, "cohort_worker_loss",
+                    "Training loss of the last step (mean over the global batch's tokens)")),
+      tokens_per_second(NewGauge(*registry, "cohort_worker_tokens_per_second",
+                                 "Tokens of the global batch per second of the last step")),
+      step_time(NewGauge(*registry, "cohort_worker_step_seconds",
+                         "Wall time of the last optimizer step")),
       registry_(std::move(registry)) {}
 
 }  // namespace cohort::worker

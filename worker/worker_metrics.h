@@ -24,6 +24,9 @@ class WorkerMetrics {
   prometheus::Gauge& assignment_generation;  // held generation, 0 when none
   prometheus::Gauge& resident_memory;        // RSS bytes, refreshed per heartbeat
   prometheus::Gauge& step;                   // trainer's step of the held job
+  prometheus::Gauge& loss;                   // loss of the last step
+  prometheus::Gauge& tokens_per_second;      // global-batch tokens / step time
+  prometheus::Gauge& step_time;              // seconds of the last step
 
  private:
   std::shared_ptr<prometheus::Registry> registry_;

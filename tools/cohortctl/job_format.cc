@@ -42,8 +42,11 @@ void AddLine(std::string* out, absl::string_view key, absl::string_view value) {
 std::string DescribeData(const v1::DataConfig& data) {
   switch (data.source_case()) {
     case v1::DataConfig::kSynthetic:
-      return absl::StrCat("synthetic (source seed ", data.synthetic().seed(), ", branching ",
-                          data.synthetic().branching(), "), data seed ", data.seed());
+      return absl::StrCat("synthetic order-", data.synthetic().order(), " Markov (source seed ",
+                          data.synthetic().seed(), ", alphabet ", data.synthetic().alphabet_size(),
+                          ", branching ", data.synthetic().branching(), ", floor ",
+                          absl::StrFormat("%.3f", std::log(std::max(1, data.synthetic().branching()))),
+                          " nats), data seed ", data.seed());
     case v1::DataConfig::kShards:
       return absl::StrCat("shards ", data.shards().pattern(), ", data seed ", data.seed());
     default:

@@ -42,6 +42,10 @@ absl::Status ValidateSynthetic(const DataToolConfig& config) {
     return absl::InvalidArgumentError(absl::StrCat(
         "--alphabet must be in [1, --vocab_size=", config.vocab_size, "], got ", config.alphabet));
   }
+  if (config.order != 1 && config.order != 2) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--order must be 1 or 2, got ", config.order));
+  }
   if (config.branching < 1 || config.branching > config.alphabet) {
     return absl::InvalidArgumentError(absl::StrCat(
         "--branching must be in [1, --alphabet=", config.alphabet, "], got ", config.branching));
@@ -109,7 +113,8 @@ absl::Status RunDataTool(const DataToolConfig& config, std::ostream& out, std::o
       WriteSyntheticShards({.source = {.seed = config.seed,
                                        .vocab_size = config.vocab_size,
                                        .alphabet_size = config.alphabet,
-                                       .branching = config.branching},
+                                       .branching = config.branching,
+                                       .order = config.order},
                             .tokens = config.tokens,
                             .output_dir = config.output_dir,
                             .val_fraction = config.val_fraction,
@@ -117,7 +122,7 @@ absl::Status RunDataTool(const DataToolConfig& config, std::ostream& out, std::o
                             .replace_existing = config.overwrite,
                             .progress = progress});
   if (!summary.ok()) return summary.status();
-  out << "synthetic order-2 Markov source: seed " << config.seed << ", vocab_size "
+  out << "synthetic order-" << config.order << " Markov source: seed " << config.seed << ", vocab_size "
       << config.vocab_size << ", alphabet " << config.alphabet << ", branching " << config.branching
       << "\n";
   PrintSplit(summary->split, out);

@@ -29,6 +29,7 @@ struct DataToolConfig {
   int vocab_size = 256;
   int alphabet = 16;
   int branching = 4;
+  int order = 2;
   // Least time between two progress lines on `err`.
   absl::Duration progress_interval = absl::Seconds(2);
 };

@@ -32,6 +32,8 @@ ABSL_FLAG(uint64_t, seed, 1, "synthetic: seed of the chain and its token streams
 ABSL_FLAG(int64_t, tokens, 10'000'000, "synthetic: tokens to write, train plus val");
 ABSL_FLAG(int, vocab_size, 256, "synthetic: token ids are < vocab_size (<= 65536)");
 ABSL_FLAG(int, alphabet, 16, "synthetic: distinct symbols the chain uses, <= vocab_size");
+ABSL_FLAG(int, order, 2,
+          "synthetic: context length of the Markov chain, 1 (last token) or 2 (last two)");
 ABSL_FLAG(int, branching, 4,
           "synthetic: successors per two-token context, 1..alphabet; the entropy floor is "
           "ln(branching) nats/token");
@@ -49,7 +51,7 @@ int main(int argc, char** argv) {
       "  cohort-data text --input FILE[,FILE...] --output_dir DIR [--val_fraction 0.1]\n"
       "      [--shard_tokens N]   byte tokenizer (vocab 256)\n"
       "  cohort-data synthetic --seed S --tokens N --vocab_size V --alphabet A\n"
-      "      --branching K --output_dir DIR   order-2 Markov chain, prints its entropy floor");
+      "      --branching K --output_dir DIR   order-1 or -2 Markov chain, prints its entropy floor");
   std::vector<char*> positional = absl::ParseCommandLine(argc, argv);
   cohort::log::SetProcessTag("data");
   if (positional.size() != 2) {
@@ -69,6 +71,7 @@ int main(int argc, char** argv) {
   config.vocab_size = absl::GetFlag(FLAGS_vocab_size);
   config.alphabet = absl::GetFlag(FLAGS_alphabet);
   config.branching = absl::GetFlag(FLAGS_branching);
+  config.order = absl::GetFlag(FLAGS_order);
 
   const absl::Status status = cohort::datatool::RunDataTool(config, std::cout, std::cerr);
   if (!status.ok()) {

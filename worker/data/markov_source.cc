@@ -49,12 +49,17 @@ absl::StatusOr<MarkovSource> MarkovSource::Create(const MarkovSourceOptions& opt
       !s.ok()) {
     return s;
   }
+  if (options.order != 1 && options.order != 2) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("synthetic source: order must be 1 or 2, got ", options.order));
+  }
   const int64_t alphabet = options.alphabet_size;
-  const int64_t entries = alphabet * alphabet * options.branching;
+  const int64_t contexts = options.order == 2 ? alphabet * alphabet : alphabet;
+  const int64_t entries = contexts * options.branching;
   if (entries > kMaxTableEntries) {
     return absl::InvalidArgumentError(
         absl::StrCat("synthetic source: alphabet_size^2 * branching = ", entries,
-                     " transitions exceeds the limit ", kMaxTableEntries,
+                     " transitions (order 2) exceeds the limit ", kMaxTableEntries,
                      "; use a smaller alphabet_size or branching"));
   }
 
@@ -63,7 +68,7 @@ absl::StatusOr<MarkovSource> MarkovSource::Create(const MarkovSourceOptions& opt
       DrawDistinct(options.vocab_size, options.alphabet_size, &rng);
   std::vector<uint16_t> successors;
   successors.reserve(static_cast<size_t>(entries));
-  for (int64_t context = 0; context < alphabet * alphabet; ++context) {
+  for (int64_t context = 0; context < contexts; ++context) {
     const std::vector<uint16_t> next = DrawDistinct(options.alphabet_size, options.branching, &rng);
     successors.insert(successors.end(), next.begin(), next.end());
   }
@@ -73,7 +78,10 @@ absl::StatusOr<MarkovSource> MarkovSource::Create(const MarkovSourceOptions& opt
 std::span<const uint16_t> MarkovSource::Successors(int a, int b) const {
   const size_t k = static_cast<size_t>(options_.branching);
   const size_t context =
-      static_cast<size_t>(a) * static_cast<size_t>(options_.alphabet_size) + static_cast<size_t>(b);
+      options_.order == 1
+          ? static_cast<size_t>(b)
+          : static_cast<size_t>(a) * static_cast<size_t>(options_.alphabet_size) +
+                static_cast<size_t>(b);
   return std::span<const uint16_t>(successors_).subspan(context * k, k);
 }
 
@@ -92,6 +100,7 @@ double MarkovSource::EntropyFloorNats() const { return std::log(options_.branchi
 
 double MarkovSource::WindowEntropyFloorUpperBoundNats(int context_length) const {
   const double floor = EntropyFloorNats();
+  if (options_.order == 1) return floor;
   if (context_length <= 0) return std::log(options_.alphabet_size);
   return floor + (std::log(options_.alphabet_size) - floor) / context_length;
 }
@@ -101,13 +110,14 @@ void MarkovSource::Stream::Fill(std::span<uint16_t> out) {
   const uint64_t branching = static_cast<uint64_t>(source_->options_.branching);
   const uint16_t* successors = source_->successors_.data();
   const uint16_t* symbol_tokens = source_->symbol_tokens_.data();
+  const int order = source_->options_.order;
   for (uint16_t& token : out) {
     int symbol;
-    if (position_ < 2) {
+    if (position_ < order) {
       symbol = static_cast<int>(rng_.Below(alphabet));
     } else {
       const uint64_t context =
-          static_cast<uint64_t>(prev2_) * alphabet + static_cast<uint64_t>(prev1_);
+          (order == 2 ? static_cast<uint64_t>(prev2_) * alphabet : 0) + static_cast<uint64_t>(prev1_);
       symbol = successors[context * branching + rng_.Below(branching)];
     }
     prev2_ = prev1_;

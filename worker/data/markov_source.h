@@ -1,13 +1,16 @@
 #pragma once
-// MarkovSource: the synthetic training data, a seeded random sparse order-2
-// Markov chain whose entropy floor is known exactly.
+// MarkovSource: the synthetic training data, a seeded random sparse Markov
+// chain of order 2 (or 1) whose entropy floor is known exactly. (Order 1 is
+// learned within seconds by a tiny GPT; order 2 needs attention to the
+// previous position and an (a, b) lookup, which takes a tiny model far
+// longer.)
 //
 // Construction (all from the seed, with the splitmix64 generator of
 // counter_rng.h so every build produces the same chain):
 //   - `alphabet_size` distinct token ids are drawn from [0, vocab_size); symbol
 //     s is emitted as token id symbol_tokens()[s].
-//   - For every context (a, b) of two symbols, `branching` distinct successor
-//     symbols are drawn from the alphabet.
+//   - For every context (a, b) of two symbols (order 1: every symbol b),
+//     `branching` distinct successor symbols are drawn from the alphabet.
 // Generation: the first two symbols are uniform over the alphabet; then each
 // next symbol is uniform over the successors of the last two.
 //
@@ -41,8 +44,10 @@ struct MarkovSourceOptions {
   int vocab_size = 256;
   // Number of distinct symbols the chain uses, 1..vocab_size.
   int alphabet_size = 16;
-  // Successors per two-symbol context, 1..alphabet_size.
+  // Successors per context, 1..alphabet_size.
   int branching = 4;
+  // Symbols of context: 2 (pairs) or 1.
+  int order = 2;
 };
 
 // Streams of one source are independent sequences; cohort-data writes the
@@ -89,14 +94,16 @@ class MarkovSource {
   double EntropyFloorNats() const;
   // Upper bound on the best achievable mean loss over the targets of a window
   // of `context_length` tokens (the first target sees one token of context):
-  // ln(branching) + (ln(alphabet_size) - ln(branching)) / context_length.
+  // ln(branching) + (ln(alphabet_size) - ln(branching)) / context_length
+  // for order 2; ln(branching) for order 1.
   double WindowEntropyFloorUpperBoundNats(int context_length) const;
 
   const MarkovSourceOptions& options() const { return options_; }
   // Token id of each symbol; alphabet_size distinct ids < vocab_size.
   std::span<const uint16_t> symbol_tokens() const { return symbol_tokens_; }
-  // Successor symbols (indices into symbol_tokens()) of context (a, b), in
-  // the order drawn; `branching` distinct values.
+  // Successor symbols (indices into symbol_tokens()) of context (a, b) (for
+  // order 1, of b alone: a is ignored), in the order drawn; `branching`
+  // distinct values.
   std::span<const uint16_t> Successors(int a, int b) const;
 
  private:
@@ -108,7 +115,7 @@ class MarkovSource {
 
   MarkovSourceOptions options_;
   std::vector<uint16_t> symbol_tokens_;
-  // successors_[(a * alphabet_size + b) * branching + i].
+  // successors_[(a * alphabet_size + b) * branching + i]; order 1: a = 0.
   std::vector<uint16_t> successors_;
 };
 

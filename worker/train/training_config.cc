@@ -80,6 +80,7 @@ absl::StatusOr<TrainingConfig> TrainingConfigFromSpec(const v1::JobSpec& spec, i
       config.data.markov.alphabet_size =
           s.alphabet_size() == 0 ? std::min(16, m.vocab_size()) : s.alphabet_size();
       config.data.markov.branching = s.branching() == 0 ? 4 : s.branching();
+      config.data.markov.order = s.order() == 0 ? 2 : s.order();
       config.data.synthetic_tokens = s.tokens() == 0 ? 1000000 : s.tokens();
       break;
     }

@@ -33,23 +33,28 @@ void ExpectDemoSpec(const v1::JobSpec& spec) {
   EXPECT_EQ(spec.model().width(), 64);
   EXPECT_EQ(spec.model().vocab_size(), 256);
   EXPECT_EQ(spec.model().context_length(), 64);
+  EXPECT_EQ(spec.model().init_seed(), 42u);
   ASSERT_TRUE(spec.data().has_synthetic());
   EXPECT_EQ(spec.data().synthetic().seed(), 1u);
+  EXPECT_EQ(spec.data().synthetic().alphabet_size(), 16);
+  EXPECT_EQ(spec.data().synthetic().branching(), 4);
+  EXPECT_EQ(spec.data().synthetic().order(), 1);
+  EXPECT_EQ(spec.data().synthetic().tokens(), 1000000);
   EXPECT_EQ(spec.data().seed(), 1u);
-  EXPECT_DOUBLE_EQ(spec.optimizer().learning_rate(), 1e-3);
-  EXPECT_DOUBLE_EQ(spec.optimizer().min_learning_rate(), 1e-4);
-  EXPECT_EQ(spec.optimizer().warmup_steps(), 10);
+  EXPECT_DOUBLE_EQ(spec.optimizer().learning_rate(), 3e-3);
+  EXPECT_DOUBLE_EQ(spec.optimizer().min_learning_rate(), 3e-4);
+  EXPECT_EQ(spec.optimizer().warmup_steps(), 20);
   EXPECT_DOUBLE_EQ(spec.optimizer().weight_decay(), 0.1);
   EXPECT_DOUBLE_EQ(spec.optimizer().grad_clip(), 1.0);
   EXPECT_EQ(spec.batch().global_batch_size(), 16);
-  EXPECT_EQ(spec.batch().micro_batch_size(), 2);
-  EXPECT_EQ(spec.parallelism().tensor(), 2);
+  EXPECT_EQ(spec.batch().micro_batch_size(), 4);
+  EXPECT_EQ(spec.parallelism().tensor(), 1);
   EXPECT_EQ(spec.parallelism().pipeline(), 1);
+  EXPECT_TRUE(spec.parallelism().zero1());
   EXPECT_EQ(spec.elastic().min_workers(), 2);
   EXPECT_EQ(spec.elastic().max_workers(), 4);
-  EXPECT_EQ(spec.steps(), 200);
-  EXPECT_EQ(spec.checkpoint().interval_steps(), 50);
-  EXPECT_EQ(spec.checkpoint().keep_last(), 3);
+  EXPECT_EQ(spec.steps(), 500);
+  EXPECT_EQ(spec.checkpoint().interval_steps(), 0);
 }
 
 TEST(JobSpecIoTest, DemoYamlAndJsonDescribeTheSameJob) {

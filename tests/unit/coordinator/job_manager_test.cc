@@ -79,11 +79,12 @@ class JobManagerTest : public ::testing::Test {
   }
 
   absl::Status Report(const std::string& worker, const v1::Job& job, v1::AssignmentState state,
-                      Effects* effects = nullptr) {
+                      Effects* effects = nullptr, int64_t step = 0) {
     v1::AssignmentStatus status;
     status.set_job_id(job.job_id());
     status.set_generation(job.generation());
     status.set_state(state);
+    if (step > 0) status.mutable_progress()->set_step(step);
     Effects local;
     return jobs_->OnAssignmentStatus(WorkerId(worker), status, now_, effects ? effects : &local);
   }
@@ -285,9 +286,11 @@ TEST_F(JobManagerTest, AWorkerBelongsToAtMostOneJobAndLaterJobsBackfill) {
   Join("w3", "h", 3);
   Effects done;
   ASSERT_TRUE(Report(Get(small).mesh().members(0).worker_id(), Get(small),
-                     v1::ASSIGNMENT_STATE_COMPLETED, &done)
+                     v1::ASSIGNMENT_STATE_COMPLETED, &done, /*step=*/small_spec.steps())
                   .ok());
   EXPECT_EQ(Get(small).state(), v1::JOB_STATE_COMPLETED);
+  // The completion carries the final step, which heartbeats may have missed.
+  EXPECT_EQ(Get(small).progress().step(), small_spec.steps());
   EXPECT_EQ(Get(huge).state(), v1::JOB_STATE_RUNNING);
   EXPECT_EQ(Get(huge).mesh().members_size(), 4);
 }

@@ -54,6 +54,7 @@ TEST(JobSpecValidatorTest, ValidSpecGetsDefaults) {
   expected.mutable_data()->mutable_synthetic()->set_branching(4);
   expected.mutable_data()->mutable_synthetic()->set_alphabet_size(16);
   expected.mutable_data()->mutable_synthetic()->set_tokens(1000000);
+  expected.mutable_data()->mutable_synthetic()->set_order(2);
   std::string diff;
   google::protobuf::util::MessageDifferencer differencer;
   differencer.ReportDifferencesToString(&diff);
@@ -80,6 +81,7 @@ TEST(JobSpecValidatorTest, ExplicitValuesAreKept) {
   spec.mutable_data()->mutable_synthetic()->set_branching(2);
   spec.mutable_data()->mutable_synthetic()->set_alphabet_size(8);
   spec.mutable_data()->mutable_synthetic()->set_tokens(5000);
+  spec.mutable_data()->mutable_synthetic()->set_order(1);
   absl::StatusOr<v1::JobSpec> normalized = NormalizeJobSpec(spec);
   ASSERT_TRUE(normalized.ok()) << normalized.status();
   EXPECT_TRUE(google::protobuf::util::MessageDifferencer::Equals(*normalized, spec));
@@ -214,6 +216,9 @@ INSTANTIATE_TEST_SUITE_P(
                   s.mutable_data()->mutable_synthetic()->set_alphabet_size(300);
                 },
                 "data.synthetic.alphabet_size: 300 symbols exceed model.vocab_size 256"},
+        BadCase{"BadOrder",
+                [](v1::JobSpec& s) { s.mutable_data()->mutable_synthetic()->set_order(3); },
+                "data.synthetic.order: must be 1 or 2, got 3"},
         BadCase{"TooFewSyntheticTokens",
                 [](v1::JobSpec& s) { s.mutable_data()->mutable_synthetic()->set_tokens(10); },
                 "data.synthetic.tokens: 10 tokens hold no sample"},

@@ -95,6 +95,36 @@ TEST(MarkovSourceTest, FloorHoldsForOtherShapes) {
   EXPECT_EQ(measured.max_successors, 3);
 }
 
+TEST(MarkovSourceTest, OrderOneDependsOnTheLastTokenOnly) {
+  const MarkovSource source =
+      MakeSource({.seed = 9, .alphabet_size = 16, .branching = 4, .order = 1});
+  EXPECT_DOUBLE_EQ(source.EntropyFloorNats(), std::log(4.0));
+  EXPECT_DOUBLE_EQ(source.WindowEntropyFloorUpperBoundNats(64), std::log(4.0));
+  const std::vector<uint16_t> tokens = source.Generate(1'000'000);
+  std::vector<int> symbol_of(65536, -1);
+  for (size_t s = 0; s < source.symbol_tokens().size(); ++s) {
+    symbol_of[source.symbol_tokens()[s]] = static_cast<int>(s);
+  }
+  // H(c | b) from bigram counts equals ln 4: the previous token alone fixes
+  // the successor set.
+  std::vector<int64_t> pairs(16 * 16, 0);
+  for (size_t i = 1; i < tokens.size(); ++i) {
+    ++pairs[static_cast<size_t>(symbol_of[tokens[i - 1]]) * 16 + symbol_of[tokens[i]]];
+  }
+  double nats = 0;
+  for (int b = 0; b < 16; ++b) {
+    int64_t row = 0;
+    for (int c = 0; c < 16; ++c) row += pairs[b * 16 + c];
+    for (int c = 0; c < 16; ++c) {
+      const double n = static_cast<double>(pairs[b * 16 + c]);
+      if (n > 0) nats -= n / (tokens.size() - 1.0) * std::log(n / static_cast<double>(row));
+    }
+  }
+  EXPECT_NEAR(nats, std::log(4.0), 5e-3);
+  EXPECT_TRUE(absl::IsInvalidArgument(
+      MarkovSource::Create({.seed = 1, .order = 3}).status()));
+}
+
 TEST(MarkovSourceTest, BranchingOneIsDeterministicGivenTwoTokens) {
   const MarkovSource source = MakeSource({.seed = 5, .alphabet_size = 6, .branching = 1});
   EXPECT_DOUBLE_EQ(source.EntropyFloorNats(), 0.0);

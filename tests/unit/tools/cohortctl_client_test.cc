@@ -43,6 +43,7 @@ v1::Job MakeJob(const std::string& id, v1::JobState state, int64_t step) {
   v1::Job job;
   job.set_job_id(id);
   *job.mutable_spec() = DemoJobSpec();
+  job.mutable_spec()->set_steps(200);  // the scripted progress below runs to step 200
   job.set_state(state);
   job.mutable_progress()->set_step(step);
   return job;
