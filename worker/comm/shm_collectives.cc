@@ -37,10 +37,11 @@ struct SharedHeader {
 constexpr size_t kHeaderBytes = 4096;
 static_assert(sizeof(SharedHeader) <= kHeaderBytes);
 
-// How long a waiter spins before sleeping; sleeping (a futex wait and a wake
-// syscall on the other side) costs a few microseconds, a round of 256 KiB
-// pieces takes tens.
-constexpr std::chrono::microseconds kSpinBudget{50};
+// How long a waiter spins before sleeping (pause instructions: roughly
+// 10-50 us on current x86 cores); sleeping (a futex wait and a wake syscall
+// on the other side) costs a few microseconds, a round of 256 KiB pieces
+// takes tens.
+constexpr int kSpinIterations = 2000;
 // Longest futex sleep between checks: bounds how long Abort() or a dead
 // peer takes to be noticed.
 constexpr long kSleepSliceNanos = 200 * 1000;
@@ -115,15 +116,14 @@ class Waiter {
   absl::Status Wait(int peer, SharedHeader* owner, SharedCounter& counter, uint32_t target) {
     if (Reached(counter.value.load(std::memory_order_acquire), target)) return absl::OkStatus();
     if (spin_) {
-      const auto until = std::chrono::steady_clock::now() + kSpinBudget;
-      do {
-        for (int i = 0; i < 64; ++i) {
-          if (Reached(counter.value.load(std::memory_order_acquire), target)) {
-            return absl::OkStatus();
-          }
-          CpuRelax();
+      // Counted, not timed: reading the clock can be a system call (it is
+      // under some hypervisors), which would cost more than the wait.
+      for (int i = 0; i < kSpinIterations; ++i) {
+        if (Reached(counter.value.load(std::memory_order_acquire), target)) {
+          return absl::OkStatus();
         }
-      } while (std::chrono::steady_clock::now() < until);
+        CpuRelax();
+      }
     }
     for (;;) {
       RETURN_IF_ERROR(check_(peer));
@@ -174,6 +174,9 @@ ShmCollectives::ShmCollectives(ShmCollectivesOptions options)
     : options_(std::move(options)),
       slot_bytes_(options_.piece_bytes * static_cast<size_t>(options_.size)),
       segment_bytes_(kHeaderBytes + 2 * slot_bytes_),
+      // Spinning only pays when every rank can have a core; asked once, as
+      // it costs system calls.
+      spin_(static_cast<unsigned>(options_.size) <= std::thread::hardware_concurrency()),
       peers_(static_cast<size_t>(options_.size)) {}
 
 ShmCollectives::~ShmCollectives() = default;
@@ -211,7 +214,7 @@ absl::Status ShmCollectives::Run(const Plan& plan, Check check) {
   const int rank = options_.rank;
   const int size = options_.size;
   Peer& own = peers_[rank];
-  Waiter waiter(static_cast<unsigned>(size) <= std::thread::hardware_concurrency(), check);
+  Waiter waiter(spin_, check);
   const size_t piece_elements = options_.piece_bytes / plan.element_bytes;
   const size_t rounds = (plan.block_elements + piece_elements - 1) / piece_elements;
   auto piece_length = [&](int block, size_t begin) {

@@ -96,6 +96,7 @@ class ShmCollectives {
   const ShmCollectivesOptions options_;
   const size_t slot_bytes_;
   const size_t segment_bytes_;
+  const bool spin_;
   std::unique_ptr<ShmSegment> own_;
   std::vector<Peer> peers_;  // indexed by group rank; peers_[rank] is this rank
   bool connected_ = false;
