@@ -1,9 +1,29 @@
 #include "common/metrics_server.h"
 
+#include <dlfcn.h>
+#include <pthread.h>
+
+#include <cerrno>
 #include <exception>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
+
+// civetweb (under prometheus-cpp's Exposer) starts its threads with a small
+// explicit stack (a few times sizeof(mg_connection)), and glibc carves every
+// loaded library's static TLS out of that stack. A worker also loads
+// OpenBLAS, whose TLS is 60 KiB per thread, and the first /metrics request
+// then overflowed the remaining stack (SIGSEGV in vsnprintf). This
+// definition, in the object that every metrics-serving binary links,
+// interposes on the libc function for the whole process and raises explicit
+// stack sizes to at least kMinThreadStack; larger requests pass unchanged.
+extern "C" int pthread_attr_setstacksize(pthread_attr_t* attr, size_t size) {
+  using Real = int (*)(pthread_attr_t*, size_t);
+  static const Real real = reinterpret_cast<Real>(dlsym(RTLD_NEXT, "pthread_attr_setstacksize"));
+  constexpr size_t kMinThreadStack = size_t{1} << 20;
+  if (real == nullptr) return ENOSYS;
+  return real(attr, size < kMinThreadStack ? kMinThreadStack : size);
+}
 
 namespace cohort {
 

@@ -49,6 +49,24 @@ ABSL_FLAG(std::string, log_level, "",
 namespace {
 
 
+// Libraries start threads of their own before main() can block signals
+// (OpenBLAS creates its pool when it is loaded), and a SIGTERM delivered to
+// one of those would kill the process with the default action. This handler
+// runs on such a thread and forwards the signal to the signal thread, where
+// it is blocked and taken by sigwait; before that thread exists it is
+// remembered.
+std::atomic<unsigned long> signal_thread_id{0};
+volatile sig_atomic_t early_signal = 0;
+
+void ForwardSignal(int signal) {
+  const unsigned long target = signal_thread_id.load();
+  if (target == 0) {
+    early_signal = signal;
+    return;
+  }
+  pthread_kill(static_cast<pthread_t>(target), signal);
+}
+
 int Fail(const std::string& message) {
   std::cerr << "cohort-worker: " << message << std::endl;
   return 1;
@@ -97,6 +115,11 @@ int main(int argc, char** argv) {
   sigaddset(&signals, SIGINT);
   sigaddset(&signals, SIGTERM);
   pthread_sigmask(SIG_BLOCK, &signals, nullptr);
+  struct sigaction forward {};
+  forward.sa_handler = ForwardSignal;
+  sigemptyset(&forward.sa_mask);
+  sigaction(SIGINT, &forward, nullptr);
+  sigaction(SIGTERM, &forward, nullptr);
 
   auto daemon = cohort::worker::WorkerDaemon::Create(config);
   if (!daemon.ok()) return Fail(daemon.status().ToString());
@@ -104,6 +127,11 @@ int main(int argc, char** argv) {
 
   std::atomic<bool> finished{false};
   std::thread signal_thread([&] {
+    signal_thread_id.store(static_cast<unsigned long>(pthread_self()));
+    if (early_signal != 0) {
+      LOG(INFO) << "received a signal during start-up";
+      (*daemon)->Shutdown();
+    }
     while (true) {
       int signal = 0;
       if (sigwait(&signals, &signal) != 0) return;

@@ -23,7 +23,14 @@ using ::testing::StartsWith;
 v1::Job RunningJob() {
   v1::Job job;
   job.set_job_id("j-7f3a");
+  // The demo spec with the values these expectations were written for.
   *job.mutable_spec() = DemoJobSpec();
+  job.mutable_spec()->set_steps(200);
+  job.mutable_spec()->mutable_optimizer()->set_learning_rate(1e-3);
+  job.mutable_spec()->mutable_optimizer()->set_min_learning_rate(1e-4);
+  job.mutable_spec()->mutable_optimizer()->set_warmup_steps(10);
+  job.mutable_spec()->mutable_checkpoint()->set_interval_steps(50);
+  job.mutable_spec()->mutable_checkpoint()->set_keep_last(3);
   job.set_state(v1::JOB_STATE_RUNNING);
   job.set_generation(3);
   job.set_ready_workers(4);
