@@ -1,10 +1,12 @@
 #pragma once
 // CpuBackend: the Backend on host memory in fp32. Matrix products (linear
 // layers and the attention score and value products) run through OpenBLAS's
-// cblas_sgemm, single-threaded per call, over fixed blocks of rows (linear) or
-// per (batch, head) (attention) spread across OpenMP threads; everything else
-// is OpenMP loops over independent outputs (see cpu_kernels.h). Results are
-// bitwise identical for any `num_threads`.
+// cblas_sgemm, single-threaded per call, over output tiles fixed by the shape
+// (linear) or per (batch, head) (attention) spread across OpenMP threads;
+// everything else is OpenMP loops over independent outputs, the exp-heavy
+// ones (GELU, softmax, loss) vectorised with AVX2 where the CPU has it (see
+// cpu_kernels.h). Results are bitwise identical for any `num_threads` on a
+// given CPU.
 //
 // Thread-safety: thread-compatible (one caller at a time); the attention
 // backward keeps scratch memory between calls.

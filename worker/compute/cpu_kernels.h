@@ -6,12 +6,13 @@
 //
 // Determinism across thread counts: OpenMP loops run only over independent
 // outputs. Every reduction (over B*T for bias and LayerNorm weight gradients,
-// over channels for LayerNorm statistics, over the vocabulary for the loss)
-// happens serially, in index order, inside one loop iteration, so the result
-// does not depend on `threads`. Matrix products go through cblas_sgemm, always
-// single-threaded inside OpenBLAS (its threaded driver rounds differently for
-// different thread counts), over blocks of output rows fixed by the shapes
-// and spread across OpenMP threads.
+// over channels for LayerNorm statistics, over the vocabulary for the loss
+// and the attention softmax) happens inside one loop iteration in an order
+// fixed by the code (index order, or the fixed lanes of the vector
+// primitives below), so the result does not depend on `threads`. Matrix
+// products go through cblas_sgemm, always single-threaded inside OpenBLAS
+// (its threaded driver rounds differently for different thread counts), over
+// tiles of the output fixed by the shapes and spread across OpenMP threads.
 //
 // Thread-safety: the functions are reentrant; calls must not overlap outputs.
 
@@ -77,6 +78,22 @@ void AttentionForward(float* out, float* att, const float* qkv, int B, int T, in
 // scratch: threads * T * T floats.
 void AttentionBackward(float* dqkv, const float* dout, const float* qkv, const float* att,
                        float* scratch, int B, int T, int C, int NH, int threads);
+
+// ---- cpu_kernels_vector.cc: row primitives (AVX2 + FMA where the CPU has it) ----
+// Elementwise results do not depend on where a range is split; sums use a
+// fixed lane order. `out` may alias `x`.
+// out[i] = gelu(inp[i]) (tanh approximation), i < n.
+void GeluForwardSpan(float* out, const float* inp, int64_t n);
+// dinp[i] += gelu'(inp[i]) * dout[i], i < n.
+void GeluBackwardSpan(float* dinp, const float* inp, const float* dout, int64_t n);
+// max_i x[i], n >= 1 (NaNs are skipped).
+float MaxOf(const float* x, int64_t n);
+// out[i] = exp(x[i] - shift); returns the fp32 sum of the out[i].
+float ExpShiftedSum(float* out, const float* x, int64_t n, float shift);
+// sum_i exp(x[i] - shift), each term fp32, the sum in double.
+double SumExpShifted(const float* x, int64_t n, float shift);
+// out[i] = exp(x[i] - shift) * scale.
+void ScaledExpShifted(float* out, const float* x, int64_t n, float shift, float scale);
 
 // ---- cpu_kernels_loss.cc ---------------------------------------------------
 void CrossEntropyForward(float* losses, float* lse, const float* logits, const int32_t* targets,

@@ -2,8 +2,9 @@
 // llm.c's CPU attention, but with the score and value products done by
 // cblas_sgemm per (batch, head). OpenMP runs over the B*NH independent
 // (batch, head) pairs; inside, each sgemm runs single-threaded (a product's
-// result does not depend on its thread count anyway) and the softmax row
-// reductions are serial.
+// result does not depend on its thread count anyway) and each softmax row
+// is reduced by one thread (the forward's with the vector primitives of
+// cpu_kernels_vector.cc, the backward's serially).
 
 #include <cblas.h>
 #include <omp.h>
@@ -37,14 +38,8 @@ void AttentionForward(float* out, float* att, const float* qkv, int B, int T, in
     cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, T, T, hs, scale, q, C3, k, C3, 0.0f, a, T);
     for (int t = 0; t < T; ++t) {
       float* row = a + static_cast<int64_t>(t) * T;
-      float maxval = row[0];
-      for (int t2 = 1; t2 <= t; ++t2) maxval = std::max(maxval, row[t2]);
-      float sum = 0.0f;
-      for (int t2 = 0; t2 <= t; ++t2) {
-        row[t2] = std::exp(row[t2] - maxval);
-        sum += row[t2];
-      }
-      const float inv = 1.0f / sum;
+      const float maxval = MaxOf(row, t + 1);
+      const float inv = 1.0f / ExpShiftedSum(row, row, t + 1, maxval);
       for (int t2 = 0; t2 <= t; ++t2) row[t2] *= inv;
       for (int t2 = t + 1; t2 < T; ++t2) row[t2] = 0.0f;
     }

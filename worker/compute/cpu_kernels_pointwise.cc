@@ -16,9 +16,9 @@ namespace {
 constexpr int kChannelBlock = 16;
 
 constexpr float kLayerNormEps = 1e-5f;
-// sqrt(2/pi), the GELU tanh-approximation constant.
-constexpr float kGeluScale = 0.7978845608028654f;
-constexpr float kGeluCubic = 0.044715f;
+// GELU runs over fixed blocks of elements (a multiple of the vector width),
+// handed to the row primitives of cpu_kernels_vector.cc.
+constexpr int64_t kPointwiseBlock = 4096;
 
 }  // namespace
 
@@ -146,28 +146,23 @@ void LayerNormBackward(float* dinp, float* dweight, float* dbias, const float* d
 
 void GeluForward(float* out, const float* inp, size_t n, int threads) {
   const int64_t count = static_cast<int64_t>(n);
-  const int team = TeamSize(threads, count, count * 8);
+  const int64_t blocks = (count + kPointwiseBlock - 1) / kPointwiseBlock;
+  const int team = TeamSize(threads, blocks, count * 8);
 #pragma omp parallel for num_threads(team) schedule(static)
-  for (int64_t i = 0; i < count; ++i) {
-    const float x = inp[i];
-    const float cube = kGeluCubic * x * x * x;
-    out[i] = 0.5f * x * (1.0f + std::tanh(kGeluScale * (x + cube)));
+  for (int64_t blk = 0; blk < blocks; ++blk) {
+    const int64_t i0 = blk * kPointwiseBlock;
+    GeluForwardSpan(out + i0, inp + i0, std::min(kPointwiseBlock, count - i0));
   }
 }
 
 void GeluBackward(float* dinp, const float* inp, const float* dout, size_t n, int threads) {
   const int64_t count = static_cast<int64_t>(n);
-  const int team = TeamSize(threads, count, count * 8);
+  const int64_t blocks = (count + kPointwiseBlock - 1) / kPointwiseBlock;
+  const int team = TeamSize(threads, blocks, count * 8);
 #pragma omp parallel for num_threads(team) schedule(static)
-  for (int64_t i = 0; i < count; ++i) {
-    const float x = inp[i];
-    const float arg = kGeluScale * (x + kGeluCubic * x * x * x);
-    const float th = std::tanh(arg);
-    const float ch = std::cosh(arg);  // inf for large |arg|: sech^2 = 0, as it should be
-    const float sech2 = 1.0f / (ch * ch);
-    const float local =
-        0.5f * (1.0f + th) + x * 0.5f * sech2 * kGeluScale * (1.0f + 3.0f * kGeluCubic * x * x);
-    dinp[i] += local * dout[i];
+  for (int64_t blk = 0; blk < blocks; ++blk) {
+    const int64_t i0 = blk * kPointwiseBlock;
+    GeluBackwardSpan(dinp + i0, inp + i0, dout + i0, std::min(kPointwiseBlock, count - i0));
   }
 }
 
