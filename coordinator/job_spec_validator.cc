@@ -10,6 +10,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/string_view.h"
+#include "common/job_spec_defaults.h"
 
 namespace cohort::coordinator {
 namespace {
@@ -24,13 +25,7 @@ constexpr int32_t kMaxWorkers = 100000;
 constexpr int kMaxNameLength = 63;
 
 constexpr int32_t kDefaultKeepLast = 3;
-constexpr int32_t kDefaultBranching = 4;
-constexpr int32_t kDefaultAlphabet = 16;
-constexpr int64_t kDefaultSyntheticTokens = 1000000;
 constexpr int64_t kMaxSyntheticTokens = int64_t{1} << 30;
-constexpr double kDefaultBeta1 = 0.9;
-constexpr double kDefaultBeta2 = 0.95;
-constexpr double kDefaultEpsilon = 1e-8;
 
 // Collects "field: reason" messages.
 class Errors {
@@ -193,7 +188,7 @@ void CheckData(v1::DataConfig& data, const v1::ModelConfig& model, bool vocab_ok
         synthetic.set_alphabet_size(std::min(kDefaultAlphabet, model.vocab_size()));
       }
       if (synthetic.tokens() == 0) synthetic.set_tokens(kDefaultSyntheticTokens);
-      if (synthetic.order() == 0) synthetic.set_order(2);
+      if (synthetic.order() == 0) synthetic.set_order(kDefaultSyntheticOrder);
       if (synthetic.order() != 1 && synthetic.order() != 2) {
         errors.Add("data.synthetic.order", absl::StrCat("must be 1 or 2, got ", synthetic.order()));
       }

@@ -1,6 +1,9 @@
 #include "worker/train/training_config.h"
 
+#include <algorithm>
+
 #include "absl/strings/str_cat.h"
+#include "common/job_spec_defaults.h"
 #include "common/status_macros.h"
 
 namespace cohort::train {
@@ -62,9 +65,9 @@ absl::StatusOr<TrainingConfig> TrainingConfigFromSpec(const v1::JobSpec& spec, i
   if (absl::Status s = ValidateLrSchedule(config.lr); !s.ok()) {
     return absl::InvalidArgumentError(absl::StrCat("optimizer: ", s.message()));
   }
-  config.adamw.beta1 = OrDefault(o.beta1(), 0.9);
-  config.adamw.beta2 = OrDefault(o.beta2(), 0.95);
-  config.adamw.eps = OrDefault(o.epsilon(), 1e-8);
+  config.adamw.beta1 = OrDefault(o.beta1(), kDefaultBeta1);
+  config.adamw.beta2 = OrDefault(o.beta2(), kDefaultBeta2);
+  config.adamw.eps = OrDefault(o.epsilon(), kDefaultEpsilon);
   config.adamw.weight_decay = o.weight_decay();
   config.grad_clip = o.grad_clip();
   config.zero1 = spec.parallelism().zero1();
@@ -78,10 +81,10 @@ absl::StatusOr<TrainingConfig> TrainingConfigFromSpec(const v1::JobSpec& spec, i
       config.data.markov.seed = s.seed();
       config.data.markov.vocab_size = m.vocab_size();
       config.data.markov.alphabet_size =
-          s.alphabet_size() == 0 ? std::min(16, m.vocab_size()) : s.alphabet_size();
-      config.data.markov.branching = s.branching() == 0 ? 4 : s.branching();
-      config.data.markov.order = s.order() == 0 ? 2 : s.order();
-      config.data.synthetic_tokens = s.tokens() == 0 ? 1000000 : s.tokens();
+          s.alphabet_size() == 0 ? std::min(kDefaultAlphabet, m.vocab_size()) : s.alphabet_size();
+      config.data.markov.branching = s.branching() == 0 ? kDefaultBranching : s.branching();
+      config.data.markov.order = s.order() == 0 ? kDefaultSyntheticOrder : s.order();
+      config.data.synthetic_tokens = s.tokens() == 0 ? kDefaultSyntheticTokens : s.tokens();
       break;
     }
     case v1::DataConfig::kShards:

@@ -1,0 +1,21 @@
+#pragma once
+// The values that a 0 in a JobSpec field stands for (proto/cohort/v1/
+// job.proto). The coordinator fills them in when it normalises a spec
+// (coordinator/job_spec_validator.cc); the worker applies the same ones to
+// specs that skipped normalisation (worker/train/training_config.cc).
+
+#include <cstdint>
+
+namespace cohort {
+
+inline constexpr double kDefaultBeta1 = 0.9;
+inline constexpr double kDefaultBeta2 = 0.95;
+inline constexpr double kDefaultEpsilon = 1e-8;
+
+inline constexpr int32_t kDefaultBranching = 4;
+// The alphabet is min(kDefaultAlphabet, model.vocab_size).
+inline constexpr int32_t kDefaultAlphabet = 16;
+inline constexpr int64_t kDefaultSyntheticTokens = 1000000;
+inline constexpr int32_t kDefaultSyntheticOrder = 2;
+
+}  // namespace cohort
