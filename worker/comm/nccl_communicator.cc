@@ -62,6 +62,19 @@ absl::Status CheckCount(const void* ptr, size_t count, const char* name) {
   return absl::OkStatus();
 }
 
+// The argument checks ReduceScatter and AllGather share: size() blocks of
+// count_per_rank elements must be addressable, and neither buffer may be
+// null unless the blocks are empty.
+absl::Status CheckBlockBuffers(const void* input, const void* output, size_t count_per_rank,
+                               size_t element, int size) {
+  if (count_per_rank > std::numeric_limits<size_t>::max() / element / static_cast<size_t>(size)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("count_per_rank ", count_per_rank, " overflows size_t"));
+  }
+  RETURN_IF_ERROR(CheckCount(input, count_per_rank, "input"));
+  return CheckCount(output, count_per_rank, "output");
+}
+
 bool Overlap(const void* a, size_t a_bytes, const void* b, size_t b_bytes) {
   const auto a0 = reinterpret_cast<uintptr_t>(a);
   const auto b0 = reinterpret_cast<uintptr_t>(b);
@@ -357,12 +370,7 @@ absl::Status NcclCommunicator::ReduceScatter(const void* input, void* output, si
   ASSIGN_OR_RETURN(const ncclDataType_t nccl_type, ToNcclDataType(type));
   ASSIGN_OR_RETURN(const ncclRedOp_t nccl_op, ToNcclRedOp(op));
   const size_t element = DataTypeSize(type);
-  if (count_per_rank > std::numeric_limits<size_t>::max() / element / spec_.size) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("count_per_rank ", count_per_rank, " overflows size_t"));
-  }
-  RETURN_IF_ERROR(CheckCount(input, count_per_rank, "input"));
-  RETURN_IF_ERROR(CheckCount(output, count_per_rank, "output"));
+  RETURN_IF_ERROR(CheckBlockBuffers(input, output, count_per_rank, element, spec_.size));
   RETURN_IF_ERROR(UsableStatus());
   if (count_per_rank == 0) return absl::OkStatus();
   if (Overlap(input, count_per_rank * element * spec_.size, output, count_per_rank * element)) {
@@ -381,12 +389,7 @@ absl::Status NcclCommunicator::AllGather(const void* input, void* output, size_t
                                          DataType type, absl::Duration timeout) {
   ASSIGN_OR_RETURN(const ncclDataType_t nccl_type, ToNcclDataType(type));
   const size_t element = DataTypeSize(type);
-  if (count_per_rank > std::numeric_limits<size_t>::max() / element / spec_.size) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("count_per_rank ", count_per_rank, " overflows size_t"));
-  }
-  RETURN_IF_ERROR(CheckCount(input, count_per_rank, "input"));
-  RETURN_IF_ERROR(CheckCount(output, count_per_rank, "output"));
+  RETURN_IF_ERROR(CheckBlockBuffers(input, output, count_per_rank, element, spec_.size));
   RETURN_IF_ERROR(UsableStatus());
   if (count_per_rank == 0) return absl::OkStatus();
   const size_t block_bytes = count_per_rank * element;
