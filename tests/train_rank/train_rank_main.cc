@@ -1,35 +1,51 @@
-// cohort-train-test-rank: one rank of a multi-process data-parallel training
-// test (tests/integration/data_parallel_test.cc). Trains the tiny test model
-// on the synthetic source for --steps steps and writes, to --out:
+// cohort-train-test-rank: one rank of a multi-process training test
+// (tests/integration/data_parallel_test.cc, model_parallel_test.cc). Trains
+// the tiny or the small test model on the synthetic source for --steps steps
+// in a (dp, tp, pp) layout (Megatron rank order: rank = stage * dp * tp +
+// data * tp + tensor) and writes, to --out:
 //
 //   step <s> <loss as %a>          one line per step (hex float: exact bits)
-//   params <FNV-1a of the final parameters>
+//   params <FNV-1a of this rank's final parameters>
 //
-// and the raw final parameters to --out.params (rank 0 only).
+// the raw final parameters of this rank's shard to --out.params, and (with
+// --grads) the step-0 gradient after the data-parallel reduction, before
+// clipping, to --out.grads: uint64 begin, uint64 end (the valid local range:
+// the ZeRO-1 shard or everything), then the shard's num_params floats.
 // Ranks bootstrap their UCX context through a FileKvClient directory.
 // Exit codes: 0 ok, 2 setup failed, 3 a step failed.
 
+#include <cstdint>
 #include <cstdio>
 #include <fstream>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "absl/flags/flag.h"
 #include "absl/flags/parse.h"
 #include "absl/strings/str_cat.h"
 #include "common/log.h"
 #include "worker/comm/file_kv_client.h"
+#include "worker/comm/mesh_groups.h"
 #include "worker/comm/ucx_communicator.h"
 #include "worker/comm/ucx_context.h"
 #include "worker/train/training_session.h"
 
-ABSL_FLAG(int, rank, 0, "this process's data-parallel rank");
-ABSL_FLAG(int, size, 1, "data-parallel degree");
+ABSL_FLAG(int, rank, 0, "this process's rank (Megatron order)");
+ABSL_FLAG(int, size, 1, "world size: dp x tp x pp");
+ABSL_FLAG(int, tp, 1, "tensor-parallel degree");
+ABSL_FLAG(int, pp, 1, "pipeline-parallel degree");
+ABSL_FLAG(std::string, model, "tiny",
+          "tiny (L2 NH4 C64 V64 T32) or small (L4 NH4 C128 V512 T64)");
 ABSL_FLAG(std::string, kv_dir, "", "FileKvClient directory shared by the ranks (size > 1)");
 ABSL_FLAG(int, steps, 20, "optimizer steps");
 ABSL_FLAG(int, global_batch, 8, "sequences per step");
 ABSL_FLAG(int, micro_batch, 4, "sequences per micro-batch");
 ABSL_FLAG(bool, zero1, false, "shard optimizer state (ZeRO-1)");
+ABSL_FLAG(bool, tie_per_step, false,
+          "add the tied embedding's two gradient parts once per step (the pipeline's order) "
+          "even without pipeline parallelism");
+ABSL_FLAG(bool, grads, false, "write the step-0 reduced gradient to --out.grads");
 ABSL_FLAG(int, threads, 1, "OpenMP threads");
 ABSL_FLAG(std::string, out, "", "output file (losses, parameter hash)");
 
@@ -37,13 +53,14 @@ namespace {
 
 using cohort::train::TrainingConfig;
 
-TrainingConfig TinyConfig() {
+TrainingConfig TestConfig() {
   TrainingConfig c;
-  c.model.layers = 2;
+  const bool small = absl::GetFlag(FLAGS_model) == "small";
+  c.model.layers = small ? 4 : 2;
   c.model.heads = 4;
-  c.model.width = 64;
-  c.model.vocab_size = 64;
-  c.model.context_length = 32;
+  c.model.width = small ? 128 : 64;
+  c.model.vocab_size = small ? 512 : 64;
+  c.model.context_length = small ? 64 : 32;
   c.init_seed = 42;
   c.global_batch_size = absl::GetFlag(FLAGS_global_batch);
   c.micro_batch_size = absl::GetFlag(FLAGS_micro_batch);
@@ -57,8 +74,8 @@ TrainingConfig TinyConfig() {
   c.zero1 = absl::GetFlag(FLAGS_zero1);
   c.data.synthetic = true;
   c.data.markov.seed = 7;
-  c.data.markov.vocab_size = 64;
-  c.data.markov.alphabet_size = 16;
+  c.data.markov.vocab_size = c.model.vocab_size;
+  c.data.markov.alphabet_size = small ? 64 : 16;
   c.data.markov.branching = 4;
   c.data.synthetic_tokens = 200000;
   c.data.sample_seed = 11;
@@ -72,44 +89,108 @@ uint64_t Fnv(const void* data, size_t bytes) {
   return h;
 }
 
+// The mesh of a world of `size` ranks laid out as (dp, tp, pp).
+cohort::v1::Mesh MakeMesh(int size, int tp, int pp) {
+  cohort::v1::Mesh mesh;
+  const int dp = size / (tp * pp);
+  mesh.set_data_parallel(dp);
+  mesh.set_tensor_parallel(tp);
+  mesh.set_pipeline_parallel(pp);
+  for (int r = 0; r < size; ++r) {
+    cohort::v1::MeshMember* m = mesh.add_members();
+    m->set_worker_id(absl::StrCat("rank-", r));
+    m->mutable_coordinates()->set_rank(r);
+    m->mutable_coordinates()->set_tensor(r % tp);
+    m->mutable_coordinates()->set_data(r / tp % dp);
+    m->mutable_coordinates()->set_pipeline(r / (tp * dp));
+  }
+  return mesh;
+}
+
+struct Comms {
+  std::unique_ptr<cohort::comm::KvClient> kv;
+  std::unique_ptr<cohort::comm::UcxContext> context;
+  std::unique_ptr<cohort::comm::UcxCommunicator> data, tensor, pipeline;
+};
+
+absl::Status Connect(int rank, int size, const cohort::comm::MeshGroups& groups, Comms& comms) {
+  auto file_kv = cohort::comm::FileKvClient::Create(absl::GetFlag(FLAGS_kv_dir));
+  if (!file_kv.ok()) return file_kv.status();
+  comms.kv = std::move(*file_kv);
+  cohort::comm::UcxContextOptions options;
+  options.rank = rank;
+  options.size = size;
+  options.kv = comms.kv.get();
+  auto created = cohort::comm::UcxContext::Create(options);
+  if (!created.ok()) return created.status();
+  comms.context = std::move(*created);
+  for (auto [group, out] : {std::pair{&groups.data, &comms.data},
+                            std::pair{&groups.tensor, &comms.tensor},
+                            std::pair{&groups.pipeline, &comms.pipeline}}) {
+    if (group->size() <= 1) continue;
+    cohort::comm::UcxCommunicatorOptions c;
+    c.comm_id = group->communicator_id;
+    c.group = group->ranks;
+    auto communicator = cohort::comm::UcxCommunicator::Create(comms.context.get(), c);
+    if (!communicator.ok()) return communicator.status();
+    *out = std::move(*communicator);
+  }
+  return absl::OkStatus();
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
   absl::ParseCommandLine(argc, argv);
   const int rank = absl::GetFlag(FLAGS_rank);
   const int size = absl::GetFlag(FLAGS_size);
+  const int tp = absl::GetFlag(FLAGS_tp);
+  const int pp = absl::GetFlag(FLAGS_pp);
   cohort::log::SetProcessTag("rank " + std::to_string(rank));
-  std::unique_ptr<cohort::comm::KvClient> kv;
-  std::unique_ptr<cohort::comm::UcxContext> context;
-  std::unique_ptr<cohort::comm::UcxCommunicator> group;
-  if (size > 1) {
-    auto file_kv = cohort::comm::FileKvClient::Create(absl::GetFlag(FLAGS_kv_dir));
-    if (!file_kv.ok()) {
-      LOG(ERROR) << file_kv.status();
-      return 2;
-    }
-    kv = std::move(*file_kv);
-    cohort::comm::UcxContextOptions options;
-    options.rank = rank;
-    options.size = size;
-    options.kv = kv.get();
-    auto created = cohort::comm::UcxContext::Create(options);
-    if (!created.ok()) {
-      LOG(ERROR) << created.status();
-      return 2;
-    }
-    context = std::move(*created);
-    auto communicator = cohort::comm::UcxCommunicator::Create(context.get(), {});
-    if (!communicator.ok()) {
-      LOG(ERROR) << communicator.status();
-      return 2;
-    }
-    group = std::move(*communicator);
+  if (size % (tp * pp) != 0) {
+    LOG(ERROR) << "--size " << size << " is not a multiple of tp x pp = " << tp * pp;
+    return 2;
   }
+  const cohort::v1::Mesh mesh = MakeMesh(size, tp, pp);
+  auto groups = cohort::comm::ComputeMeshGroups(mesh, mesh.members(rank).coordinates());
+  if (!groups.ok()) {
+    LOG(ERROR) << groups.status();
+    return 2;
+  }
+  Comms comms;
+  if (size > 1) {
+    if (absl::Status s = Connect(rank, size, *groups, comms); !s.ok()) {
+      LOG(ERROR) << s;
+      return 2;
+    }
+  }
+  cohort::model::ModelLayout layout;
+  layout.tp = tp;
+  layout.tp_rank = mesh.members(rank).coordinates().tensor();
+  layout.pp = pp;
+  layout.stage = mesh.members(rank).coordinates().pipeline();
+  cohort::train::TrainingGroups training_groups;
+  training_groups.data = comms.data.get();
+  training_groups.tensor = comms.tensor.get();
+  training_groups.pipeline = comms.pipeline.get();
   cohort::train::TrainingSessionOptions options;
   options.num_threads = absl::GetFlag(FLAGS_threads);
   options.collective_timeout = absl::Seconds(60);
-  auto session = cohort::train::TrainingSession::Create(TinyConfig(), group.get(), options);
+  if (absl::GetFlag(FLAGS_tie_per_step)) options.tie_per_micro_batch = false;
+  const std::string out = absl::GetFlag(FLAGS_out);
+  if (absl::GetFlag(FLAGS_grads)) {
+    options.gradient_observer = [out](const float* grads, size_t n, size_t begin, size_t end,
+                                      cohort::Step step) {
+      if (step.value() != 0) return;
+      std::ofstream file(out + ".grads", std::ios::binary);
+      const uint64_t range[2] = {begin, end};
+      file.write(reinterpret_cast<const char*>(range), sizeof(range));
+      file.write(reinterpret_cast<const char*>(grads),
+                 static_cast<std::streamsize>(n * sizeof(float)));
+    };
+  }
+  auto session =
+      cohort::train::TrainingSession::Create(TestConfig(), layout, training_groups, options);
   if (!session.ok()) {
     LOG(ERROR) << session.status();
     return 2;
@@ -128,11 +209,8 @@ int main(int argc, char** argv) {
   cohort::model::GptModel& model = (*session)->model();
   const size_t bytes = model.num_params() * sizeof(float);
   absl::StrAppend(&report, "params ", Fnv(model.params(), bytes), "\n");
-  const std::string out = absl::GetFlag(FLAGS_out);
   std::ofstream(out) << report;
-  if (rank == 0) {
-    std::ofstream(out + ".params", std::ios::binary)
-        .write(reinterpret_cast<const char*>(model.params()), static_cast<std::streamsize>(bytes));
-  }
+  std::ofstream(out + ".params", std::ios::binary)
+      .write(reinterpret_cast<const char*>(model.params()), static_cast<std::streamsize>(bytes));
   return 0;
 }

@@ -163,6 +163,35 @@ class TimingBackend final : public cohort::compute::Backend {
     Time("CrossEntropyBackward",
          [&] { inner_->CrossEntropyBackward(dlogits, logits, lse, targets, dlosses, N, V, Vp); });
   }
+  void EncoderForwardShard(Span out, Span inp, Span wte, Span wpe, int start, int Vs, int B,
+                           int T, int C) override {
+    Time("EncoderForwardShard",
+         [&] { inner_->EncoderForwardShard(out, inp, wte, wpe, start, Vs, B, T, C); });
+  }
+  void EncoderBackwardShard(Span dwte, Span dwpe, Span dout, Span inp, int start, int Vs, int B,
+                            int T, int C) override {
+    Time("EncoderBackwardShard",
+         [&] { inner_->EncoderBackwardShard(dwte, dwpe, dout, inp, start, Vs, B, T, C); });
+  }
+  void CrossEntropyShardMax(Span row_max, Span logits, int N, int V, int Vs, int start) override {
+    Time("CrossEntropyShardMax",
+         [&] { inner_->CrossEntropyShardMax(row_max, logits, N, V, Vs, start); });
+  }
+  void CrossEntropyShardSums(Span sums, Span logits, Span row_max, Span targets, int N, int V,
+                             int Vs, int start) override {
+    Time("CrossEntropyShardSums",
+         [&] { inner_->CrossEntropyShardSums(sums, logits, row_max, targets, N, V, Vs, start); });
+  }
+  void CrossEntropyShardFinish(Span losses, Span lse, Span row_max, Span sums, int N) override {
+    Time("CrossEntropyShardFinish",
+         [&] { inner_->CrossEntropyShardFinish(losses, lse, row_max, sums, N); });
+  }
+  void CrossEntropyShardBackward(Span dlogits, Span logits, Span lse, Span targets, Span dlosses,
+                                 int N, int V, int Vs, int start) override {
+    Time("CrossEntropyShardBackward", [&] {
+      inner_->CrossEntropyShardBackward(dlogits, logits, lse, targets, dlosses, N, V, Vs, start);
+    });
+  }
 
  private:
   template <typename F>

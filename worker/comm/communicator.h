@@ -66,6 +66,13 @@ class Communicator {
                             absl::Duration timeout) = 0;
   virtual absl::Status Recv(void* data, size_t bytes, int peer, uint32_t tag,
                             absl::Duration timeout) = 0;
+  // A Send to `send_peer` and a Recv from `recv_peer` (possibly the same
+  // rank), both with `tag`, in flight together and complete when both are:
+  // two ranks that each send to the other at once cannot deadlock (pipeline
+  // stages handing activations forward while gradients come back).
+  virtual absl::Status SendRecv(const void* send_data, size_t send_bytes, int send_peer,
+                                void* recv_data, size_t recv_bytes, int recv_peer, uint32_t tag,
+                                absl::Duration timeout) = 0;
   virtual absl::Status Barrier(absl::Duration timeout) = 0;
 
   // Makes every in-flight and later call return Aborted (with `reason` in its

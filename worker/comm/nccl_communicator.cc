@@ -473,6 +473,32 @@ absl::Status NcclCommunicator::Recv(void* data, size_t bytes, int peer, uint32_t
   });
 }
 
+absl::Status NcclCommunicator::SendRecv(const void* send_data, size_t send_bytes, int send_peer,
+                                        void* recv_data, size_t recv_bytes, int recv_peer,
+                                        uint32_t tag, absl::Duration timeout) {
+  RETURN_IF_ERROR(CheckPeerAndTag(send_peer, tag, spec_.rank, spec_.size));
+  RETURN_IF_ERROR(CheckPeerAndTag(recv_peer, tag, spec_.rank, spec_.size));
+  RETURN_IF_ERROR(CheckCount(send_data, send_bytes, "send_data"));
+  RETURN_IF_ERROR(CheckCount(recv_data, recv_bytes, "recv_data"));
+  RETURN_IF_ERROR(UsableStatus());
+  ScopedDevice device(spec_.device);
+  RETURN_IF_ERROR(device.status());
+  if (send_bytes > 0) RETURN_IF_ERROR(CheckDeviceBuffer(send_data, "send_data"));
+  if (recv_bytes > 0) RETURN_IF_ERROR(CheckDeviceBuffer(recv_data, "recv_data"));
+  return Run("SendRecv", timeout, [&](ncclComm_t comm, cudaStream_t stream) {
+    // One group: NCCL progresses both together, so a pair of ranks sending
+    // to each other cannot deadlock.
+    ncclResult_t result = ncclGroupStart();
+    if (result != ncclSuccess) return result;
+    if (send_bytes > 0) result = ncclSend(send_data, send_bytes, ncclUint8, send_peer, comm, stream);
+    if (result == ncclSuccess && recv_bytes > 0) {
+      result = ncclRecv(recv_data, recv_bytes, ncclUint8, recv_peer, comm, stream);
+    }
+    const ncclResult_t ended = ncclGroupEnd();
+    return result != ncclSuccess ? result : ended;
+  });
+}
+
 absl::Status NcclCommunicator::Barrier(absl::Duration timeout) {
   RETURN_IF_ERROR(UsableStatus());
   ScopedDevice device(spec_.device);

@@ -123,6 +123,9 @@ class NcclCommunicator : public Communicator {
                     absl::Duration timeout) override;
   absl::Status Recv(void* data, size_t bytes, int peer, uint32_t tag,
                     absl::Duration timeout) override;
+  absl::Status SendRecv(const void* send_data, size_t send_bytes, int send_peer, void* recv_data,
+                        size_t recv_bytes, int recv_peer, uint32_t tag,
+                        absl::Duration timeout) override;
   // An AllReduce of one int32 on the device.
   absl::Status Barrier(absl::Duration timeout) override;
   // Marks the communicator aborted and calls ncclCommAbort, so a waiting call

@@ -206,6 +206,32 @@ absl::Status UcxCommunicator::Recv(void* data, size_t bytes, int peer, uint32_t 
   });
 }
 
+absl::Status UcxCommunicator::SendRecv(const void* send_data, size_t send_bytes, int send_peer,
+                                       void* recv_data, size_t recv_bytes, int recv_peer,
+                                       uint32_t tag, absl::Duration timeout) {
+  if (absl::Status s = CheckBuffer(send_data, send_bytes, "SendRecv"); !s.ok()) return s;
+  if (absl::Status s = CheckBuffer(recv_data, recv_bytes, "SendRecv"); !s.ok()) return s;
+  for (int peer : {send_peer, recv_peer}) {
+    if (peer < 0 || peer >= size() || peer == rank()) {
+      return absl::InvalidArgumentError(absl::StrCat("SendRecv: peer ", peer,
+                                                     " invalid for rank ", rank(), " of ",
+                                                     size()));
+    }
+  }
+  return Run(timeout, CallOptions{.collective = false}, [&]() -> absl::Status {
+    // The receive is posted first so the peer's send can match at once.
+    absl::StatusOr<UcxChannel::Handle> recv =
+        channel_.PostRecv(recv_peer, channel_.PointToPointTag(recv_peer, tag), recv_data,
+                          recv_bytes);
+    if (!recv.ok()) return recv.status();
+    absl::StatusOr<UcxChannel::Handle> send =
+        channel_.PostSend(send_peer, channel_.PointToPointTag(rank(), tag), send_data, send_bytes);
+    if (!send.ok()) return send.status();
+    if (absl::Status s = channel_.Wait(&*send); !s.ok()) return s;
+    return channel_.Wait(&*recv);
+  });
+}
+
 absl::Status UcxCommunicator::Barrier(absl::Duration timeout) {
   return Run(timeout, CallOptions{}, [&]() -> absl::Status {
     if (size() == 1) return absl::OkStatus();

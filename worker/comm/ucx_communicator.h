@@ -71,6 +71,9 @@ class UcxCommunicator : public Communicator {
                     absl::Duration timeout) override;
   absl::Status Recv(void* data, size_t bytes, int peer, uint32_t tag,
                     absl::Duration timeout) override;
+  absl::Status SendRecv(const void* send_data, size_t send_bytes, int send_peer, void* recv_data,
+                        size_t recv_bytes, int recv_peer, uint32_t tag,
+                        absl::Duration timeout) override;
   absl::Status Barrier(absl::Duration timeout) override;
   void Abort(const absl::Status& reason) override { channel_.Abort(reason); }
 

@@ -21,9 +21,10 @@
 //
 // Gradients ACCUMULATE: every backward op adds into its d* outputs (dinp,
 // dweight, dbias ...), so the caller zeroes them first where it wants a plain
-// result; the exceptions are the outputs that only make sense written
-// (CrossEntropyBackward's dlogits). An empty span (data == nullptr) marks an
-// optional output or input as absent where noted.
+// result; the exceptions are the outputs that only make sense written (the
+// dlogits of CrossEntropyBackward and CrossEntropyShardBackward). An empty
+// span (data == nullptr) marks an optional output or input as absent where
+// noted.
 //
 // Determinism: for a given backend and options, every op is bitwise
 // reproducible run to run. CpuBackend is additionally bitwise independent of
@@ -175,6 +176,55 @@ class Backend {
   virtual void CrossEntropyBackward(TensorSpan dlogits, TensorSpan logits, TensorSpan lse,
                                     TensorSpan targets, TensorSpan dlosses, int N, int V,
                                     int Vp) = 0;
+
+  // ---- Vocab-parallel embedding and cross-entropy -------------------------
+  // Tensor parallelism over the vocabulary (Megatron's VocabParallelEmbedding
+  // and vocab_parallel_cross_entropy): a rank holds rows [vocab_start,
+  // vocab_start + Vs) of wte and computes only those logit columns. The
+  // caller reduces over the tensor group between the steps.
+  //
+  // out (B,T,C) = (vocab_start <= inp[b,t] < vocab_start + Vs ? wte[inp[b,t] - vocab_start, :] : 0)
+  //             + (wpe empty ? 0 : wpe[t, :]).   wte (Vs,C); wpe (maxT,C) or empty.
+  // A term that is absent is written as -0.0f, IEEE's exact additive identity
+  // (x + -0 = x for every x, -0 included, where +0 would turn -0 into +0). So
+  // summing `out` over shards that together hold every row, one of them
+  // passing wpe, gives EncoderForward's result bitwise in any order: each
+  // element is wte + wpe (which commutes) plus identities.
+  virtual void EncoderForwardShard(TensorSpan out, TensorSpan inp, TensorSpan wte, TensorSpan wpe,
+                                   int vocab_start, int Vs, int B, int T, int C) = 0;
+  // dwte[inp[b,t] - vocab_start, :] += dout[b,t,:] for in-range tokens only;
+  // dwpe (empty: skipped) as EncoderBackward. With vocab_start 0 and Vs = Vp
+  // the same bits as EncoderBackward.
+  virtual void EncoderBackwardShard(TensorSpan dwte, TensorSpan dwpe, TensorSpan dout,
+                                    TensorSpan inp, int vocab_start, int Vs, int B, int T,
+                                    int C) = 0;
+  // Cross-entropy over a vocab shard in three steps. logits (N,Vs): column j
+  // is vocab id vocab_start + j; ids >= V are padding and take no part (a
+  // shard may be all padding). targets (N) int32 < V. All fp32; each shard's
+  // sum of exponentials is accumulated in double and rounded to fp32 for the
+  // group's reduction; Finish takes the log in double. Not bitwise equal to
+  // CrossEntropyForward, but deterministic like every op.
+  // 1. row_max (N): the max of the valid columns of row n (-infinity if the
+  //    shard has none). The caller then takes the max over the group.
+  virtual void CrossEntropyShardMax(TensorSpan row_max, TensorSpan logits, int N, int V, int Vs,
+                                    int vocab_start) = 0;
+  // 2. With row_max the max over all shards: sums (2N): sums[n] = sum over
+  //    the valid columns of exp(logits[n,j] - row_max[n]); sums[N + n] =
+  //    logits[n, targets[n] - vocab_start] if the target is in this shard,
+  //    else 0. The caller then sums `sums` over the group.
+  virtual void CrossEntropyShardSums(TensorSpan sums, TensorSpan logits, TensorSpan row_max,
+                                     TensorSpan targets, int N, int V, int Vs, int vocab_start) = 0;
+  // 3. With the group's sums: lse (N) = row_max + log(sums[n]);
+  //    losses (N) = lse - sums[N + n]. The same on every rank.
+  virtual void CrossEntropyShardFinish(TensorSpan losses, TensorSpan lse, TensorSpan row_max,
+                                       TensorSpan sums, int N) = 0;
+  // dlogits (N,Vs) = (exp(logits[n,j] - lse[n]) - [vocab_start + j == targets[n]]) * dlosses[n]
+  // on valid columns, 0 on padding columns. WRITES (no accumulation); may not
+  // alias logits. With vocab_start 0 and Vs = Vp the same bits as
+  // CrossEntropyBackward.
+  virtual void CrossEntropyShardBackward(TensorSpan dlogits, TensorSpan logits, TensorSpan lse,
+                                         TensorSpan targets, TensorSpan dlosses, int N, int V,
+                                         int Vs, int vocab_start) = 0;
 };
 
 }  // namespace cohort::compute

@@ -40,6 +40,11 @@ const int32_t* I32(TensorSpan span, size_t min_numel, const char* what) {
 
 size_t Mul(size_t a, size_t b) { return a * b; }
 
+// A vocab shard: rows (or logit columns) [vocab_start, vocab_start + Vs).
+void CheckShard(int vocab_start, int Vs) {
+  CHECK(vocab_start >= 0 && Vs > 0) << "vocab shard: vocab_start=" << vocab_start << " Vs=" << Vs;
+}
+
 }  // namespace
 
 CpuBackend::CpuBackend(const CpuBackendOptions& options)
@@ -85,19 +90,17 @@ void CpuBackend::CopyToHost(void* dst, TensorSpan src) {
   std::memcpy(dst, src.data, src.bytes());
 }
 
+// The unsharded encoder is the shard that holds the whole table.
 void CpuBackend::EncoderForward(TensorSpan out, TensorSpan inp, TensorSpan wte, TensorSpan wpe,
                                 int B, int T, int C) {
-  const size_t bt = Mul(B, T);
-  cpu::EncoderForward(F32(out, bt * C, "encoder out"), I32(inp, bt, "encoder inp"),
-                      F32(wte, C, "wte"), F32(wpe, Mul(T, C), "wpe"), B, T, C, threads_);
+  CHECK(C > 0 && !wpe.empty()) << "EncoderForward: C=" << C << ", wpe is required";
+  EncoderForwardShard(out, inp, wte, wpe, 0, static_cast<int>(wte.numel / C), B, T, C);
 }
 
 void CpuBackend::EncoderBackward(TensorSpan dwte, TensorSpan dwpe, TensorSpan dout, TensorSpan inp,
                                  int B, int T, int C) {
-  const size_t bt = Mul(B, T);
-  cpu::EncoderBackward(F32(dwte, C, "dwte"), F32(dwpe, Mul(T, C), "dwpe"),
-                       F32(dout, bt * C, "encoder dout"), I32(inp, bt, "encoder inp"), B, T, C,
-                       threads_);
+  CHECK(C > 0 && !dwpe.empty()) << "EncoderBackward: C=" << C << ", dwpe is required";
+  EncoderBackwardShard(dwte, dwpe, dout, inp, 0, static_cast<int>(dwte.numel / C), B, T, C);
 }
 
 void CpuBackend::LayerNormForward(TensorSpan out, TensorSpan mean, TensorSpan rstd, TensorSpan inp,
@@ -191,10 +194,61 @@ void CpuBackend::CrossEntropyBackward(TensorSpan dlogits, TensorSpan logits, Ten
                                       TensorSpan targets, TensorSpan dlosses, int N, int V,
                                       int Vp) {
   CHECK(V > 0 && V <= Vp) << "V=" << V << " Vp=" << Vp;
+  CrossEntropyShardBackward(dlogits, logits, lse, targets, dlosses, N, V, Vp, 0);
+}
+
+void CpuBackend::EncoderForwardShard(TensorSpan out, TensorSpan inp, TensorSpan wte, TensorSpan wpe,
+                                     int vocab_start, int Vs, int B, int T, int C) {
+  CheckShard(vocab_start, Vs);
+  const size_t bt = Mul(B, T);
+  cpu::EncoderForwardShard(F32(out, bt * C, "encoder out"), I32(inp, bt, "encoder inp"),
+                           F32(wte, Mul(Vs, C), "wte"), OptionalF32(wpe, Mul(T, C), "wpe"),
+                           vocab_start, Vs, B, T, C, threads_);
+}
+
+void CpuBackend::EncoderBackwardShard(TensorSpan dwte, TensorSpan dwpe, TensorSpan dout,
+                                      TensorSpan inp, int vocab_start, int Vs, int B, int T,
+                                      int C) {
+  CheckShard(vocab_start, Vs);
+  const size_t bt = Mul(B, T);
+  cpu::EncoderBackwardShard(F32(dwte, Mul(Vs, C), "dwte"), OptionalF32(dwpe, Mul(T, C), "dwpe"),
+                            F32(dout, bt * C, "encoder dout"), I32(inp, bt, "encoder inp"),
+                            vocab_start, Vs, B, T, C, threads_);
+}
+
+void CpuBackend::CrossEntropyShardMax(TensorSpan row_max, TensorSpan logits, int N, int V, int Vs,
+                                      int vocab_start) {
+  CheckShard(vocab_start, Vs);
+  CHECK(V > 0) << "V=" << V;
+  cpu::CrossEntropyShardMax(F32(row_max, N, "row_max"), F32(logits, Mul(N, Vs), "logits"), N, V, Vs,
+                            vocab_start, threads_);
+}
+
+void CpuBackend::CrossEntropyShardSums(TensorSpan sums, TensorSpan logits, TensorSpan row_max,
+                                       TensorSpan targets, int N, int V, int Vs, int vocab_start) {
+  CheckShard(vocab_start, Vs);
+  CHECK(V > 0) << "V=" << V;
+  cpu::CrossEntropyShardSums(F32(sums, Mul(2, N), "sums"), F32(logits, Mul(N, Vs), "logits"),
+                             F32(row_max, N, "row_max"), I32(targets, N, "targets"), N, V, Vs,
+                             vocab_start, threads_);
+}
+
+void CpuBackend::CrossEntropyShardFinish(TensorSpan losses, TensorSpan lse, TensorSpan row_max,
+                                         TensorSpan sums, int N) {
+  cpu::CrossEntropyShardFinish(F32(losses, N, "losses"), F32(lse, N, "lse"),
+                               F32(row_max, N, "row_max"), F32(sums, Mul(2, N), "sums"), N,
+                               threads_);
+}
+
+void CpuBackend::CrossEntropyShardBackward(TensorSpan dlogits, TensorSpan logits, TensorSpan lse,
+                                           TensorSpan targets, TensorSpan dlosses, int N, int V,
+                                           int Vs, int vocab_start) {
+  CheckShard(vocab_start, Vs);
+  CHECK(V > 0) << "V=" << V;
   CHECK(dlogits.data != logits.data) << "dlogits may not alias logits";
-  cpu::CrossEntropyBackward(F32(dlogits, Mul(N, Vp), "dlogits"), F32(logits, Mul(N, Vp), "logits"),
-                            F32(lse, N, "lse"), I32(targets, N, "targets"),
-                            F32(dlosses, N, "dlosses"), N, V, Vp, threads_);
+  cpu::CrossEntropyShardBackward(
+      F32(dlogits, Mul(N, Vs), "dlogits"), F32(logits, Mul(N, Vs), "logits"), F32(lse, N, "lse"),
+      I32(targets, N, "targets"), F32(dlosses, N, "dlosses"), N, V, Vs, vocab_start, threads_);
 }
 
 }  // namespace cohort::compute

@@ -66,6 +66,19 @@ class CpuBackend final : public Backend {
                            int N, int V, int Vp) override;
   void CrossEntropyBackward(TensorSpan dlogits, TensorSpan logits, TensorSpan lse,
                             TensorSpan targets, TensorSpan dlosses, int N, int V, int Vp) override;
+  void EncoderForwardShard(TensorSpan out, TensorSpan inp, TensorSpan wte, TensorSpan wpe,
+                           int vocab_start, int Vs, int B, int T, int C) override;
+  void EncoderBackwardShard(TensorSpan dwte, TensorSpan dwpe, TensorSpan dout, TensorSpan inp,
+                            int vocab_start, int Vs, int B, int T, int C) override;
+  void CrossEntropyShardMax(TensorSpan row_max, TensorSpan logits, int N, int V, int Vs,
+                            int vocab_start) override;
+  void CrossEntropyShardSums(TensorSpan sums, TensorSpan logits, TensorSpan row_max,
+                             TensorSpan targets, int N, int V, int Vs, int vocab_start) override;
+  void CrossEntropyShardFinish(TensorSpan losses, TensorSpan lse, TensorSpan row_max,
+                               TensorSpan sums, int N) override;
+  void CrossEntropyShardBackward(TensorSpan dlogits, TensorSpan logits, TensorSpan lse,
+                                 TensorSpan targets, TensorSpan dlosses, int N, int V, int Vs,
+                                 int vocab_start) override;
 
  private:
   const int threads_;

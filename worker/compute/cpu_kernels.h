@@ -50,10 +50,12 @@ class ScopedBlasThreads {
 };
 
 // ---- cpu_kernels_pointwise.cc ----------------------------------------------
-void EncoderForward(float* out, const int32_t* inp, const float* wte, const float* wpe, int B,
-                    int T, int C, int threads);
-void EncoderBackward(float* dwte, float* dwpe, const float* dout, const int32_t* inp, int B, int T,
-                     int C, int threads);
+// The encoder over a vocab shard; wpe and dwpe may be null (absent). Backend's
+// EncoderForward/Backward are the shard holding every row.
+void EncoderForwardShard(float* out, const int32_t* inp, const float* wte, const float* wpe,
+                         int vocab_start, int Vs, int B, int T, int C, int threads);
+void EncoderBackwardShard(float* dwte, float* dwpe, const float* dout, const int32_t* inp,
+                          int vocab_start, int Vs, int B, int T, int C, int threads);
 void LayerNormForward(float* out, float* mean, float* rstd, const float* inp, const float* weight,
                       const float* bias, int N, int C, int threads);
 void LayerNormBackward(float* dinp, float* dweight, float* dbias, const float* dout,
@@ -98,8 +100,16 @@ void ScaledExpShifted(float* out, const float* x, int64_t n, float shift, float 
 // ---- cpu_kernels_loss.cc ---------------------------------------------------
 void CrossEntropyForward(float* losses, float* lse, const float* logits, const int32_t* targets,
                          int N, int V, int Vp, int threads);
-void CrossEntropyBackward(float* dlogits, const float* logits, const float* lse,
-                          const int32_t* targets, const float* dlosses, int N, int V, int Vp,
-                          int threads);
+void CrossEntropyShardMax(float* row_max, const float* logits, int N, int V, int Vs,
+                          int vocab_start, int threads);
+void CrossEntropyShardSums(float* sums, const float* logits, const float* row_max,
+                           const int32_t* targets, int N, int V, int Vs, int vocab_start,
+                           int threads);
+void CrossEntropyShardFinish(float* losses, float* lse, const float* row_max, const float* sums,
+                             int N, int threads);
+// Backend's CrossEntropyBackward is the shard with vocab_start 0, Vs = Vp.
+void CrossEntropyShardBackward(float* dlogits, const float* logits, const float* lse,
+                               const int32_t* targets, const float* dlosses, int N, int V, int Vs,
+                               int vocab_start, int threads);
 
 }  // namespace cohort::compute::cpu

@@ -20,36 +20,54 @@ constexpr float kLayerNormEps = 1e-5f;
 // handed to the row primitives of cpu_kernels_vector.cc.
 constexpr int64_t kPointwiseBlock = 4096;
 
+// The row of token `ix` in a shard holding rows [vocab_start, vocab_start +
+// Vs) of a table, or -1 when the token lies outside the shard.
+int64_t ShardRow(int32_t ix, int vocab_start, int Vs) {
+  const int64_t row = int64_t{ix} - vocab_start;
+  return row >= 0 && row < Vs ? row : -1;
+}
+
 }  // namespace
 
-void EncoderForward(float* out, const int32_t* inp, const float* wte, const float* wpe, int B,
-                    int T, int C, int threads) {
-  // out (B,T,C), inp (B,T), wte (Vp,C), wpe (maxT,C)
+void EncoderForwardShard(float* out, const int32_t* inp, const float* wte, const float* wpe,
+                         int vocab_start, int Vs, int B, int T, int C, int threads) {
+  // out (B,T,C), inp (B,T), wte (Vs,C), wpe (maxT,C) or null
   const int64_t rows = static_cast<int64_t>(B) * T;
   const int team = TeamSize(threads, rows, rows * C);
 #pragma omp parallel for num_threads(team) schedule(static)
   for (int64_t bt = 0; bt < rows; ++bt) {
     const int t = static_cast<int>(bt % T);
     float* out_bt = out + bt * C;
-    const float* wte_ix = wte + static_cast<int64_t>(inp[bt]) * C;
-    const float* wpe_t = wpe + static_cast<int64_t>(t) * C;
-    for (int c = 0; c < C; ++c) out_bt[c] = wte_ix[c] + wpe_t[c];
+    const int64_t row = ShardRow(inp[bt], vocab_start, Vs);
+    const float* wte_ix = row < 0 ? nullptr : wte + row * C;
+    const float* wpe_t = wpe == nullptr ? nullptr : wpe + static_cast<int64_t>(t) * C;
+    if (wte_ix != nullptr && wpe_t != nullptr) {
+      for (int c = 0; c < C; ++c) out_bt[c] = wte_ix[c] + wpe_t[c];
+    } else if (wte_ix != nullptr || wpe_t != nullptr) {
+      std::copy_n(wte_ix != nullptr ? wte_ix : wpe_t, C, out_bt);
+    } else {
+      // -0 rather than +0: adding it to any x (a -0 sum included) gives x,
+      // so the group's sum of shard outputs is exact (backend.h).
+      std::fill_n(out_bt, C, -0.0f);
+    }
   }
 }
 
-void EncoderBackward(float* dwte, float* dwpe, const float* dout, const int32_t* inp, int B, int T,
-                     int C, int threads) {
-  // dwpe (maxT,C): each (t, c) sums over b in order.
-  const int team = TeamSize(threads, T, int64_t{B} * T * C);
+void EncoderBackwardShard(float* dwte, float* dwpe, const float* dout, const int32_t* inp,
+                          int vocab_start, int Vs, int B, int T, int C, int threads) {
+  // dwpe (maxT,C) or null: each (t, c) sums over b in order.
+  if (dwpe != nullptr) {
+    const int team = TeamSize(threads, T, int64_t{B} * T * C);
 #pragma omp parallel for num_threads(team) schedule(static)
-  for (int t = 0; t < T; ++t) {
-    float* dwpe_t = dwpe + static_cast<int64_t>(t) * C;
-    for (int b = 0; b < B; ++b) {
-      const float* dout_bt = dout + (static_cast<int64_t>(b) * T + t) * C;
-      for (int c = 0; c < C; ++c) dwpe_t[c] += dout_bt[c];
+    for (int t = 0; t < T; ++t) {
+      float* dwpe_t = dwpe + static_cast<int64_t>(t) * C;
+      for (int b = 0; b < B; ++b) {
+        const float* dout_bt = dout + (static_cast<int64_t>(b) * T + t) * C;
+        for (int c = 0; c < C; ++c) dwpe_t[c] += dout_bt[c];
+      }
     }
   }
-  // dwte (Vp,C): a token may repeat, so rows collide; split channels instead
+  // dwte (Vs,C): a token may repeat, so rows collide; split channels instead
   // and visit positions in order.
   const int64_t rows = static_cast<int64_t>(B) * T;
   const int blocks = (C + kChannelBlock - 1) / kChannelBlock;
@@ -59,8 +77,10 @@ void EncoderBackward(float* dwte, float* dwpe, const float* dout, const int32_t*
     const int c0 = blk * kChannelBlock;
     const int c1 = std::min(C, c0 + kChannelBlock);
     for (int64_t bt = 0; bt < rows; ++bt) {
+      const int64_t row = ShardRow(inp[bt], vocab_start, Vs);
+      if (row < 0) continue;
+      float* dwte_ix = dwte + row * C;
       const float* dout_bt = dout + bt * C;
-      float* dwte_ix = dwte + static_cast<int64_t>(inp[bt]) * C;
       for (int c = c0; c < c1; ++c) dwte_ix[c] += dout_bt[c];
     }
   }

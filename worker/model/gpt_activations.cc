@@ -25,79 +25,90 @@ class Carver {
   size_t used_ = 0;
 };
 
-GptActivations Carve(const GptConfig& config, const compute::Backend& backend, Carver& carver,
-                     int B, int T) {
+GptActivations Carve(const GptConfig& config, const ModelLayout& layout,
+                     const compute::Backend& backend, Carver& carver, int B, int T) {
   const size_t bt = static_cast<size_t>(B) * T;
   const size_t C = config.width;
+  const size_t Cl = C / layout.tp;  // this rank's share of the attention channels
   GptActivations acts;
   acts.encoded = carver.Take(bt * C);
-  acts.layers.resize(config.layers);
+  acts.layers.resize(layout.num_layers(config));
   for (GptLayerActivations& l : acts.layers) {
     l.ln1 = carver.Take(bt * C);
     l.ln1_mean = carver.Take(bt);
     l.ln1_rstd = carver.Take(bt);
-    l.qkv = carver.Take(bt * 3 * C);
-    l.atty = carver.Take(bt * C);
-    l.att = carver.Take(backend.AttentionStateNumel(B, T, config.heads));
+    l.qkv = carver.Take(bt * 3 * Cl);
+    l.atty = carver.Take(bt * Cl);
+    l.att = carver.Take(backend.AttentionStateNumel(B, T, config.heads / layout.tp));
     l.attproj = carver.Take(bt * C);
     l.residual2 = carver.Take(bt * C);
     l.ln2 = carver.Take(bt * C);
     l.ln2_mean = carver.Take(bt);
     l.ln2_rstd = carver.Take(bt);
-    l.fch = carver.Take(bt * 4 * C);
-    l.fch_gelu = carver.Take(bt * 4 * C);
+    l.fch = carver.Take(bt * 4 * Cl);
+    l.fch_gelu = carver.Take(bt * 4 * Cl);
     l.fcproj = carver.Take(bt * C);
     l.residual3 = carver.Take(bt * C);
   }
-  acts.lnf = carver.Take(bt * C);
-  acts.lnf_mean = carver.Take(bt);
-  acts.lnf_rstd = carver.Take(bt);
-  acts.logits = carver.Take(bt * config.PaddedVocab());
-  acts.losses = carver.Take(bt);
-  acts.lse = carver.Take(bt);
-  acts.dlosses = carver.Take(bt);
+  if (layout.has_head()) {
+    acts.lnf = carver.Take(bt * C);
+    acts.lnf_mean = carver.Take(bt);
+    acts.lnf_rstd = carver.Take(bt);
+    acts.logits = carver.Take(bt * layout.vocab_rows(config));
+    acts.losses = carver.Take(bt);
+    acts.lse = carver.Take(bt);
+    acts.dlosses = carver.Take(bt);
+    if (layout.tp > 1) {
+      acts.row_max = carver.Take(bt);
+      acts.ce_sums = carver.Take(2 * bt);
+    }
+  }
   return acts;
 }
 
-GptActivationGrads CarveGrads(const GptConfig& config, Carver& carver, int B, int T) {
+GptActivationGrads CarveGrads(const GptConfig& config, const ModelLayout& layout, Carver& carver,
+                              int B, int T) {
   const size_t bt = static_cast<size_t>(B) * T;
   const size_t C = config.width;
+  const size_t Cl = C / layout.tp;
   GptActivationGrads grads;
   grads.dresidual = carver.Take(bt * C);
   grads.dln = carver.Take(bt * C);
-  grads.datty = carver.Take(bt * C);
-  grads.dqkv = carver.Take(bt * 3 * C);
-  grads.dfch = carver.Take(bt * 4 * C);
-  grads.dfch_gelu = carver.Take(bt * 4 * C);
-  grads.dlogits = carver.Take(bt * config.PaddedVocab());
+  grads.datty = carver.Take(bt * Cl);
+  grads.dqkv = carver.Take(bt * 3 * Cl);
+  grads.dfch = carver.Take(bt * 4 * Cl);
+  grads.dfch_gelu = carver.Take(bt * 4 * Cl);
+  if (layout.has_head()) grads.dlogits = carver.Take(bt * layout.vocab_rows(config));
   return grads;
 }
 
 }  // namespace
 
-size_t ActivationsNumel(const GptConfig& config, const compute::Backend& backend, int B, int T) {
+size_t ActivationsNumel(const GptConfig& config, const ModelLayout& layout,
+                        const compute::Backend& backend, int B, int T) {
   Carver counter{TensorSpan{}};
-  Carve(config, backend, counter, B, T);
+  Carve(config, layout, backend, counter, B, T);
   return counter.used();
 }
 
-size_t ActivationGradsNumel(const GptConfig& config, int B, int T) {
+size_t ActivationGradsNumel(const GptConfig& config, const ModelLayout& layout, int B, int T) {
   Carver counter{TensorSpan{}};
-  CarveGrads(config, counter, B, T);
+  CarveGrads(config, layout, counter, B, T);
   return counter.used();
 }
 
-GptActivations LayOutActivations(const GptConfig& config, const compute::Backend& backend,
-                                 TensorSpan arena, int B, int T) {
+GptActivations LayOutActivations(const GptConfig& config, const ModelLayout& layout,
+                                 const compute::Backend& backend, TensorSpan arena, int B, int T) {
   CHECK(!arena.empty());
   Carver carver(arena);
-  return Carve(config, backend, carver, B, T);
+  return Carve(config, layout, backend, carver, B, T);
 }
 
-GptActivationGrads LayOutActivationGrads(const GptConfig& config, TensorSpan arena, int B, int T) {
+GptActivationGrads LayOutActivationGrads(const GptConfig& config, const ModelLayout& layout,
+                                         TensorSpan arena, int B, int T) {
   CHECK(!arena.empty());
   Carver carver(arena);
-  return CarveGrads(config, carver, B, T);
+  return CarveGrads(config, layout, carver, B, T);
 }
 
 }  // namespace cohort::model

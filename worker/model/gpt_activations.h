@@ -4,6 +4,12 @@
 // per-layer gradient copies: the backward pass reuses one set of gradient
 // buffers for every layer). Internal to GptModel.
 //
+// Sizes follow the rank's ModelLayout: only its stage's layers, tensor-
+// parallel widths (qkv 3C/tp, atty C/tp, fch 4C/tp, logits Vp/tp), the head
+// tensors only on the last stage. `encoded` is the stage's input: the
+// embedding output on the first stage, the previous stage's activations on
+// the others.
+//
 // Thread-safety: plain data.
 
 #include <cstddef>
@@ -11,6 +17,7 @@
 
 #include "worker/compute/backend.h"
 #include "worker/model/gpt_config.h"
+#include "worker/model/model_layout.h"
 
 namespace cohort::model {
 
@@ -35,13 +42,18 @@ struct GptLayerActivations {
 struct GptActivations {
   compute::TensorSpan encoded;  // (B,T,C)
   std::vector<GptLayerActivations> layers;
+  // Last stage only (empty elsewhere):
   compute::TensorSpan lnf;       // (B,T,C)
   compute::TensorSpan lnf_mean;  // (B,T)
   compute::TensorSpan lnf_rstd;  // (B,T)
-  compute::TensorSpan logits;    // (B,T,Vp)
+  compute::TensorSpan logits;    // (B,T,Vp/tp)
   compute::TensorSpan losses;    // (B,T)
   compute::TensorSpan lse;       // (B,T)
   compute::TensorSpan dlosses;   // (B,T)
+  // Vocab-parallel cross-entropy (tp > 1): row maxima, then the sums of
+  // exponentials and the target logits.
+  compute::TensorSpan row_max;  // (B,T)
+  compute::TensorSpan ce_sums;  // (2,B,T)
 };
 
 // Gradient buffers, shared by all layers during the backward pass.
@@ -52,19 +64,21 @@ struct GptActivationGrads {
   compute::TensorSpan dqkv;       // (B,T,3C)
   compute::TensorSpan dfch;       // (B,T,4C)
   compute::TensorSpan dfch_gelu;  // (B,T,4C)
-  compute::TensorSpan dlogits;    // (B,T,Vp)
+  compute::TensorSpan dlogits;    // (B,T,Vp/tp), last stage only
 };
 
 // Elements the layouts below need for a (B,T) micro-batch; largest at the
 // largest B and T.
-size_t ActivationsNumel(const GptConfig& config, const compute::Backend& backend, int B, int T);
-size_t ActivationGradsNumel(const GptConfig& config, int B, int T);
+size_t ActivationsNumel(const GptConfig& config, const ModelLayout& layout,
+                        const compute::Backend& backend, int B, int T);
+size_t ActivationGradsNumel(const GptConfig& config, const ModelLayout& layout, int B, int T);
 
 // Views packed for (B,T) at the start of `arena` (which holds at least the
 // Numel above).
-GptActivations LayOutActivations(const GptConfig& config, const compute::Backend& backend,
-                                 compute::TensorSpan arena, int B, int T);
-GptActivationGrads LayOutActivationGrads(const GptConfig& config, compute::TensorSpan arena, int B,
-                                         int T);
+GptActivations LayOutActivations(const GptConfig& config, const ModelLayout& layout,
+                                 const compute::Backend& backend, compute::TensorSpan arena, int B,
+                                 int T);
+GptActivationGrads LayOutActivationGrads(const GptConfig& config, const ModelLayout& layout,
+                                         compute::TensorSpan arena, int B, int T);
 
 }  // namespace cohort::model

@@ -15,16 +15,33 @@ using compute::DType;
 using compute::TensorSpan;
 
 GptModel::GptModel(const GptConfig& config, compute::Backend* backend, const ModelOptions& options)
-    : config_(config), table_(config), backend_(backend), options_(options) {}
+    : config_(config),
+      table_(config, options.layout),
+      backend_(backend),
+      options_(options),
+      tensor_group_(options.layout.tp > 1 ? options.tensor_group : nullptr) {}
 
 absl::StatusOr<std::unique_ptr<GptModel>> GptModel::Create(const GptConfig& config,
                                                            compute::Backend* backend,
                                                            const ModelOptions& options) {
   RETURN_IF_ERROR(config.Validate());
+  RETURN_IF_ERROR(options.layout.Validate(config));
   if (backend == nullptr) return absl::InvalidArgumentError("GptModel needs a backend");
   if (options.max_micro_batch < 1) {
     return absl::InvalidArgumentError(
         absl::StrCat("ModelOptions.max_micro_batch must be >= 1, got ", options.max_micro_batch));
+  }
+  if (options.activation_slots < 1) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "ModelOptions.activation_slots must be >= 1, got ", options.activation_slots));
+  }
+  const ModelLayout& layout = options.layout;
+  if (layout.tp > 1 &&
+      (options.tensor_group == nullptr || options.tensor_group->size() != layout.tp ||
+       options.tensor_group->rank() != layout.tp_rank)) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "ModelOptions.tensor_group must have tp=", layout.tp, " ranks with this rank at ",
+        layout.tp_rank, options.tensor_group == nullptr ? " (none given)" : ""));
   }
   if (backend->activation_dtype() != DType::kFloat32) {
     return absl::UnimplementedError(absl::StrCat("GptModel runs fp32 only; backend '",
@@ -34,16 +51,25 @@ absl::StatusOr<std::unique_ptr<GptModel>> GptModel::Create(const GptConfig& conf
   std::unique_ptr<GptModel> model(new GptModel(config, backend, options));
   const int max_b = options.max_micro_batch;
   const int max_t = config.context_length;
+  const int slots = options.activation_slots;
   const size_t n = model->table_.num_params();
   ASSIGN_OR_RETURN(model->params_, backend->Allocate(DType::kFloat32, n));
   ASSIGN_OR_RETURN(model->grads_, backend->Allocate(DType::kFloat32, n));
-  ASSIGN_OR_RETURN(
-      model->acts_,
-      backend->Allocate(DType::kFloat32, ActivationsNumel(config, *backend, max_b, max_t)));
+  if (layout.has_embedding()) {
+    ASSIGN_OR_RETURN(model->embedding_grad_,
+                     backend->Allocate(DType::kFloat32, model->table_[kWte].numel));
+  }
+  const size_t per_slot = ActivationsNumel(config, layout, *backend, max_b, max_t);
+  ASSIGN_OR_RETURN(model->acts_, backend->Allocate(DType::kFloat32, per_slot * slots));
   ASSIGN_OR_RETURN(model->grad_acts_,
-                   backend->Allocate(DType::kFloat32, ActivationGradsNumel(config, max_b, max_t)));
-  ASSIGN_OR_RETURN(model->tokens_,
-                   backend->Allocate(DType::kInt32, 2 * static_cast<size_t>(max_b) * max_t));
+                   backend->Allocate(DType::kFloat32,
+                                     ActivationGradsNumel(config, layout, max_b, max_t)));
+  const size_t tokens_per_slot = 2 * static_cast<size_t>(max_b) * max_t;
+  ASSIGN_OR_RETURN(model->tokens_, backend->Allocate(DType::kInt32, tokens_per_slot * slots));
+  model->slots_.resize(slots);
+  for (int s = 0; s < slots; ++s) {
+    model->slots_[s].arena = model->acts_.Slice(per_slot * s, per_slot);
+  }
   return model;
 }
 
@@ -59,15 +85,17 @@ TensorSpan GptModel::grad(ParamId id) const {
 
 TensorSpan GptModel::param(ParamId id, int layer) const {
   const ParameterInfo& info = table_[id];
-  CHECK(info.per_layer && layer >= 0 && layer < config_.layers) << info.name << " layer " << layer;
+  CHECK(info.per_layer && layer >= 0 && layer < info.shape[0]) << info.name << " layer " << layer;
   return params_.Slice(info.offset + layer * info.LayerNumel(), info.LayerNumel());
 }
 
 TensorSpan GptModel::grad(ParamId id, int layer) const {
   const ParameterInfo& info = table_[id];
-  CHECK(info.per_layer && layer >= 0 && layer < config_.layers) << info.name << " layer " << layer;
+  CHECK(info.per_layer && layer >= 0 && layer < info.shape[0]) << info.name << " layer " << layer;
   return grads_.Slice(info.offset + layer * info.LayerNumel(), info.LayerNumel());
 }
+
+TensorSpan GptModel::embedding_grad() const { return embedding_grad_.span(); }
 
 void GptModel::InitializeParameters(uint64_t seed) {
   // Generate on the host, then copy: the same path for any backend.
@@ -76,8 +104,47 @@ void GptModel::InitializeParameters(uint64_t seed) {
   backend_->CopyFromHost(params_.span(), host.data());
 }
 
+absl::Status GptModel::CheckTokens(const char* what, const int32_t* ids, int B, int T) const {
+  if (ids == nullptr) return absl::InvalidArgumentError(absl::StrCat("Forward needs ", what, "s"));
+  const int N = B * T;
+  for (int i = 0; i < N; ++i) {
+    if (ids[i] < 0 || ids[i] >= config_.vocab_size) {
+      return absl::InvalidArgumentError(absl::StrCat(what, " token ", ids[i], " at (b=", i / T,
+                                                     ", t=", i % T, ") outside [0, vocab_size=",
+                                                     config_.vocab_size, ")"));
+    }
+  }
+  return absl::OkStatus();
+}
+
+absl::Status GptModel::TensorAllReduce(TensorSpan span, comm::ReduceOp op) {
+  if (tensor_group_ == nullptr) return absl::OkStatus();
+  // The backend's queued ops must have produced `span` before it is sent.
+  RETURN_IF_ERROR(backend_->Synchronize());
+  return tensor_group_->AllReduce(span.data, span.numel, comm::DataType::kFloat32, op,
+                                  options_.collective_timeout);
+}
+
+TensorSpan GptModel::StageInput(int slot, int B, int T) {
+  CHECK(slot >= 0 && slot < static_cast<int>(slots_.size())) << "slot " << slot;
+  CHECK(B >= 1 && B <= options_.max_micro_batch && T >= 1 && T <= config_.context_length);
+  return LayOutActivations(config_, layout(), *backend_, slots_[slot].arena, B, T).encoded;
+}
+
 absl::StatusOr<double> GptModel::Forward(const int32_t* inputs, const int32_t* targets, int B,
                                          int T) {
+  if (layout().pp > 1) {
+    return absl::FailedPreconditionError("Forward runs a whole model; use ForwardStage");
+  }
+  return ForwardStage(0, inputs, targets, B, T);
+}
+
+absl::StatusOr<double> GptModel::ForwardStage(int slot_index, const int32_t* inputs,
+                                              const int32_t* targets, int B, int T) {
+  if (slot_index < 0 || slot_index >= static_cast<int>(slots_.size())) {
+    return absl::InvalidArgumentError(absl::StrCat("activation slot ", slot_index,
+                                                   " outside [0, ", slots_.size(), ")"));
+  }
   if (B < 1 || B > options_.max_micro_batch) {
     return absl::InvalidArgumentError(absl::StrCat(
         "batch size ", B, " outside [1, max_micro_batch=", options_.max_micro_batch, "]"));
@@ -86,142 +153,237 @@ absl::StatusOr<double> GptModel::Forward(const int32_t* inputs, const int32_t* t
     return absl::InvalidArgumentError(absl::StrCat(
         "sequence length ", T, " outside [1, context_length=", config_.context_length, "]"));
   }
-  if (inputs == nullptr || targets == nullptr) {
-    return absl::InvalidArgumentError("Forward needs inputs and targets");
-  }
+  const ModelLayout& lay = layout();
+  if (lay.has_embedding()) RETURN_IF_ERROR(CheckTokens("input", inputs, B, T));
+  if (lay.has_head()) RETURN_IF_ERROR(CheckTokens("target", targets, B, T));
+  // From here on the slot's previous state is overwritten.
+  Slot& slot = slots_[slot_index];
+  slot.B = 0;
   const int N = B * T;
-  for (const auto& [name, ids] : {std::pair{"input", inputs}, std::pair{"target", targets}}) {
-    for (int i = 0; i < N; ++i) {
-      if (ids[i] < 0 || ids[i] >= config_.vocab_size) {
-        return absl::InvalidArgumentError(
-            absl::StrCat(name, " token ", ids[i], " at (b=", i / T, ", t=", i % T,
-                         ") outside [0, vocab_size=", config_.vocab_size, ")"));
-      }
+  const int L = lay.num_layers(config_);
+  const int C = config_.width;
+  const int Cl = C / lay.tp;  // attention channels of this tensor rank
+  const int NHl = config_.heads / lay.tp;
+  const bool bias_here = lay.tp_rank == 0;  // row-parallel biases: added once
+  compute::Backend& be = *backend_;
+  const size_t tokens_per_slot = 2 * static_cast<size_t>(options_.max_micro_batch) *
+                                 config_.context_length;
+  slot.inputs = tokens_.Slice(tokens_per_slot * slot_index, N);
+  slot.targets = tokens_.Slice(tokens_per_slot * slot_index + N, N);
+  if (lay.has_embedding()) be.CopyFromHost(slot.inputs, inputs);
+  if (lay.has_head()) be.CopyFromHost(slot.targets, targets);
+  GptActivations a = LayOutActivations(config_, lay, be, slot.arena, B, T);
+
+  if (lay.has_embedding()) {
+    if (lay.tp == 1) {
+      be.EncoderForward(a.encoded, slot.inputs, param(kWte), param(kWpe), B, T, C);
+    } else {
+      // Each rank looks up the tokens of its vocabulary rows (zero for the
+      // rest); the sum over the group is the full lookup plus wpe, bitwise.
+      be.EncoderForwardShard(a.encoded, slot.inputs, param(kWte),
+                             bias_here ? param(kWpe) : TensorSpan{}, lay.vocab_start(config_),
+                             lay.vocab_rows(config_), B, T, C);
+      RETURN_IF_ERROR(TensorAllReduce(a.encoded, comm::ReduceOp::kSum));
     }
   }
-  // From here on the previous Forward's state is overwritten.
-  last_B_ = 0;
-  const int L = config_.layers;
-  const int C = config_.width;
-  const int NH = config_.heads;
-  const int V = config_.vocab_size;
-  const int Vp = config_.PaddedVocab();
-  compute::Backend& be = *backend_;
-  inputs_view_ = tokens_.Slice(0, N);
-  targets_view_ = tokens_.Slice(N, N);
-  be.CopyFromHost(inputs_view_, inputs);
-  be.CopyFromHost(targets_view_, targets);
-  GptActivations a = LayOutActivations(config_, be, acts_.span(), B, T);
-
-  be.EncoderForward(a.encoded, inputs_view_, param(kWte), param(kWpe), B, T, C);
   for (int l = 0; l < L; ++l) {
     GptLayerActivations& la = a.layers[l];
     const TensorSpan residual = l == 0 ? a.encoded : a.layers[l - 1].residual3;
     be.LayerNormForward(la.ln1, la.ln1_mean, la.ln1_rstd, residual, param(kLn1w, l),
                         param(kLn1b, l), N, C);
-    be.MatmulForward(la.qkv, la.ln1, param(kQkvw, l), param(kQkvb, l), N, C, 3 * C);
-    be.AttentionForward(la.atty, la.att, la.qkv, B, T, C, NH);
-    be.MatmulForward(la.attproj, la.atty, param(kAttprojw, l), param(kAttprojb, l), N, C, C);
+    be.MatmulForward(la.qkv, la.ln1, param(kQkvw, l), param(kQkvb, l), N, C, 3 * Cl);
+    be.AttentionForward(la.atty, la.att, la.qkv, B, T, Cl, NHl);
+    be.MatmulForward(la.attproj, la.atty, param(kAttprojw, l),
+                     bias_here ? param(kAttprojb, l) : TensorSpan{}, N, Cl, C);
+    RETURN_IF_ERROR(TensorAllReduce(la.attproj, comm::ReduceOp::kSum));
     be.ResidualForward(la.residual2, residual, la.attproj, static_cast<size_t>(N) * C);
     be.LayerNormForward(la.ln2, la.ln2_mean, la.ln2_rstd, la.residual2, param(kLn2w, l),
                         param(kLn2b, l), N, C);
-    be.MatmulForward(la.fch, la.ln2, param(kFcw, l), param(kFcb, l), N, C, 4 * C);
-    be.GeluForward(la.fch_gelu, la.fch, static_cast<size_t>(N) * 4 * C);
-    be.MatmulForward(la.fcproj, la.fch_gelu, param(kFcprojw, l), param(kFcprojb, l), N, 4 * C, C);
+    be.MatmulForward(la.fch, la.ln2, param(kFcw, l), param(kFcb, l), N, C, 4 * Cl);
+    be.GeluForward(la.fch_gelu, la.fch, static_cast<size_t>(N) * 4 * Cl);
+    be.MatmulForward(la.fcproj, la.fch_gelu, param(kFcprojw, l),
+                     bias_here ? param(kFcprojb, l) : TensorSpan{}, N, 4 * Cl, C);
+    RETURN_IF_ERROR(TensorAllReduce(la.fcproj, comm::ReduceOp::kSum));
     be.ResidualForward(la.residual3, la.residual2, la.fcproj, static_cast<size_t>(N) * C);
   }
-  be.LayerNormForward(a.lnf, a.lnf_mean, a.lnf_rstd, a.layers[L - 1].residual3, param(kLnfw),
-                      param(kLnfb), N, C);
-  // Tied LM head: logits = lnf wte^T over all Vp rows.
-  be.MatmulForward(a.logits, a.lnf, param(kWte), TensorSpan{}, N, C, Vp);
-  be.CrossEntropyForward(a.losses, a.lse, a.logits, targets_view_, N, V, Vp);
+  slot.acts = std::move(a);
+  double loss = 0.0;
+  if (lay.has_head()) {
+    slot.B = B;  // HeadForward reads the slot's shape
+    slot.T = T;
+    ASSIGN_OR_RETURN(loss, HeadForward(slot));
+  } else {
+    RETURN_IF_ERROR(be.Synchronize());
+  }
+  slot.B = B;
+  slot.T = T;
+  return loss;
+}
 
+absl::StatusOr<double> GptModel::HeadForward(Slot& slot) {
+  const ModelLayout& lay = layout();
+  compute::Backend& be = *backend_;
+  GptActivations& a = slot.acts;
+  const int N = slot.B * slot.T;
+  const int C = config_.width;
+  const int V = config_.vocab_size;
+  const int Vs = lay.vocab_rows(config_);
+  be.LayerNormForward(a.lnf, a.lnf_mean, a.lnf_rstd, a.layers.back().residual3, param(kLnfw),
+                      param(kLnfb), N, C);
+  // Tied LM head: logits = lnf wte^T over this rank's vocabulary rows.
+  be.MatmulForward(a.logits, a.lnf, param(kWte), TensorSpan{}, N, C, Vs);
+  if (lay.tp == 1) {
+    be.CrossEntropyForward(a.losses, a.lse, a.logits, slot.targets, N, V, Vs);
+  } else {
+    // Vocab-parallel: global row max, then the sums of exponentials and the
+    // target logits, each reduced over the tensor group.
+    const int start = lay.vocab_start(config_);
+    be.CrossEntropyShardMax(a.row_max, a.logits, N, V, Vs, start);
+    RETURN_IF_ERROR(TensorAllReduce(a.row_max, comm::ReduceOp::kMax));
+    be.CrossEntropyShardSums(a.ce_sums, a.logits, a.row_max, slot.targets, N, V, Vs, start);
+    RETURN_IF_ERROR(TensorAllReduce(a.ce_sums, comm::ReduceOp::kSum));
+    be.CrossEntropyShardFinish(a.losses, a.lse, a.row_max, a.ce_sums, N);
+  }
   host_losses_.resize(N);
   be.CopyToHost(host_losses_.data(), a.losses);
   RETURN_IF_ERROR(be.Synchronize());
   // Serial double sum: the same mean for any backend thread count.
   double sum = 0.0;
   for (float loss : host_losses_) sum += loss;
-  acts_view_ = std::move(a);
-  last_B_ = B;
-  last_T_ = T;
   return sum / N;
 }
 
-void GptModel::ZeroGrad() { backend_->Zero(grads_.span()); }
+TensorSpan GptModel::StageOutput(int slot) const {
+  CHECK(slot >= 0 && slot < static_cast<int>(slots_.size()) && slots_[slot].B > 0)
+      << "slot " << slot << " has no forward";
+  return slots_[slot].acts.layers.back().residual3;
+}
+
+TensorSpan GptModel::StageOutputGrad(int B, int T) {
+  return LayOutActivationGrads(config_, layout(), grad_acts_.span(), B, T).dresidual;
+}
+
+TensorSpan GptModel::StageInputGrad() const {
+  CHECK(last_backward_slot_ >= 0) << "no backward has run";
+  const Slot& slot = slots_[last_backward_slot_];
+  return LayOutActivationGrads(config_, layout(), grad_acts_.span(), slot.B, slot.T).dresidual;
+}
+
+void GptModel::ZeroGrad() {
+  backend_->Zero(grads_.span());
+  if (!embedding_grad_.span().empty()) backend_->Zero(embedding_grad_.span());
+}
 
 absl::Status GptModel::Backward(float loss_scale) {
-  if (last_B_ == 0) {
-    return absl::FailedPreconditionError("Backward needs a successful Forward first");
+  if (layout().pp > 1) {
+    return absl::FailedPreconditionError("Backward runs a whole model; use BackwardStage");
+  }
+  RETURN_IF_ERROR(BackwardStage(0, loss_scale));
+  // Both tied parts into grads(): head + embedding, one rounding per element.
+  backend_->ResidualForward(grad(kWte), grad(kWte), embedding_grad_.span(),
+                            table_[kWte].numel);
+  backend_->Zero(embedding_grad_.span());
+  return backend_->Synchronize();
+}
+
+absl::Status GptModel::BackwardStage(int slot_index, float loss_scale) {
+  if (slot_index < 0 || slot_index >= static_cast<int>(slots_.size()) ||
+      slots_[slot_index].B == 0) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("Backward needs a successful Forward of slot ", slot_index, " first"));
   }
   if (!std::isfinite(loss_scale)) {
     return absl::InvalidArgumentError(absl::StrCat("loss_scale must be finite, got ", loss_scale));
   }
-  const int B = last_B_;
-  const int T = last_T_;
+  const ModelLayout& lay = layout();
+  const Slot& slot = slots_[slot_index];
+  const int B = slot.B;
+  const int T = slot.T;
   const int N = B * T;
-  const int L = config_.layers;
+  const int L = lay.num_layers(config_);
   const int C = config_.width;
-  const int NH = config_.heads;
+  const int Cl = C / lay.tp;
+  const int NHl = config_.heads / lay.tp;
   const int V = config_.vocab_size;
-  const int Vp = config_.PaddedVocab();
+  const int Vs = lay.vocab_rows(config_);
   const size_t NC = static_cast<size_t>(N) * C;
   compute::Backend& be = *backend_;
-  const GptActivations& a = acts_view_;
-  const GptActivationGrads g = LayOutActivationGrads(config_, grad_acts_.span(), B, T);
+  const GptActivations& a = slot.acts;
+  const GptActivationGrads g = LayOutActivationGrads(config_, lay, grad_acts_.span(), B, T);
+  last_backward_slot_ = slot_index;
 
-  // d(loss_scale * mean loss)/d(loss at each position).
-  host_dlosses_.assign(N, static_cast<float>(static_cast<double>(loss_scale) / N));
-  be.CopyFromHost(a.dlosses, host_dlosses_.data());
-  be.CrossEntropyBackward(g.dlogits, a.logits, a.lse, targets_view_, a.dlosses, N, V, Vp);
-  // LM head; its wte gradient is the first of the two tied contributions.
-  be.Zero(g.dln);
-  be.MatmulBackward(g.dln, grad(kWte), TensorSpan{}, g.dlogits, a.lnf, param(kWte), N, C, Vp);
-  be.Zero(g.dresidual);
-  be.LayerNormBackward(g.dresidual, grad(kLnfw), grad(kLnfb), g.dln, a.layers[L - 1].residual3,
-                       param(kLnfw), a.lnf_mean, a.lnf_rstd, N, C);
-  // g.dresidual holds d(residual3 of layer l) entering each iteration and
-  // d(input residual of layer l) leaving it: the residual adds pass their
-  // gradient through unchanged, so the branches only add into it.
+  if (lay.has_head()) {
+    // d(loss_scale * mean loss)/d(loss at each position).
+    host_dlosses_.assign(N, static_cast<float>(static_cast<double>(loss_scale) / N));
+    be.CopyFromHost(a.dlosses, host_dlosses_.data());
+    if (lay.tp == 1) {
+      be.CrossEntropyBackward(g.dlogits, a.logits, a.lse, slot.targets, a.dlosses, N, V, Vs);
+    } else {
+      be.CrossEntropyShardBackward(g.dlogits, a.logits, a.lse, slot.targets, a.dlosses, N, V, Vs,
+                                   lay.vocab_start(config_));
+    }
+    // LM head: the first of the two tied wte contributions.
+    be.Zero(g.dln);
+    be.MatmulBackward(g.dln, grad(kWte), TensorSpan{}, g.dlogits, a.lnf, param(kWte), N, C, Vs);
+    RETURN_IF_ERROR(TensorAllReduce(g.dln, comm::ReduceOp::kSum));
+    be.Zero(g.dresidual);
+    be.LayerNormBackward(g.dresidual, grad(kLnfw), grad(kLnfb), g.dln, a.layers.back().residual3,
+                         param(kLnfw), a.lnf_mean, a.lnf_rstd, N, C);
+  }
+  // Otherwise g.dresidual already holds the next stage's gradient
+  // (StageOutputGrad). It holds d(residual3 of layer l) entering each
+  // iteration and d(input residual of layer l) leaving it: the residual adds
+  // pass their gradient through unchanged, so the branches only add into it.
   for (int l = L - 1; l >= 0; --l) {
     const GptLayerActivations& la = a.layers[l];
     const TensorSpan residual = l == 0 ? a.encoded : a.layers[l - 1].residual3;
     // MLP branch: residual3 = residual2 + fcproj(gelu(fc(ln2(residual2)))).
     be.Zero(g.dfch_gelu);
     be.MatmulBackward(g.dfch_gelu, grad(kFcprojw, l), grad(kFcprojb, l), g.dresidual, la.fch_gelu,
-                      param(kFcprojw, l), N, 4 * C, C);
+                      param(kFcprojw, l), N, 4 * Cl, C);
     be.Zero(g.dfch);
-    be.GeluBackward(g.dfch, la.fch, g.dfch_gelu, NC * 4);
+    be.GeluBackward(g.dfch, la.fch, g.dfch_gelu, NC / lay.tp * 4);
     be.Zero(g.dln);
     be.MatmulBackward(g.dln, grad(kFcw, l), grad(kFcb, l), g.dfch, la.ln2, param(kFcw, l), N, C,
-                      4 * C);
+                      4 * Cl);
+    RETURN_IF_ERROR(TensorAllReduce(g.dln, comm::ReduceOp::kSum));
     be.LayerNormBackward(g.dresidual, grad(kLn2w, l), grad(kLn2b, l), g.dln, la.residual2,
                          param(kLn2w, l), la.ln2_mean, la.ln2_rstd, N, C);
     // Attention branch: residual2 = residual + attproj(attention(qkv(ln1(residual)))).
     be.Zero(g.datty);
     be.MatmulBackward(g.datty, grad(kAttprojw, l), grad(kAttprojb, l), g.dresidual, la.atty,
-                      param(kAttprojw, l), N, C, C);
+                      param(kAttprojw, l), N, Cl, C);
     be.Zero(g.dqkv);
-    be.AttentionBackward(g.dqkv, g.datty, la.qkv, la.att, B, T, C, NH);
+    be.AttentionBackward(g.dqkv, g.datty, la.qkv, la.att, B, T, Cl, NHl);
     be.Zero(g.dln);
     be.MatmulBackward(g.dln, grad(kQkvw, l), grad(kQkvb, l), g.dqkv, la.ln1, param(kQkvw, l), N, C,
-                      3 * C);
+                      3 * Cl);
+    RETURN_IF_ERROR(TensorAllReduce(g.dln, comm::ReduceOp::kSum));
     be.LayerNormBackward(g.dresidual, grad(kLn1w, l), grad(kLn1b, l), g.dln, residual,
                          param(kLn1w, l), la.ln1_mean, la.ln1_rstd, N, C);
   }
-  // The embedding's wte gradient is the second tied contribution.
-  be.EncoderBackward(grad(kWte), grad(kWpe), g.dresidual, inputs_view_, B, T, C);
+  if (lay.has_embedding()) {
+    // The token embedding's wte contribution, kept apart from the head's.
+    if (lay.tp == 1) {
+      be.EncoderBackward(embedding_grad_.span(), grad(kWpe), g.dresidual, slot.inputs, B, T, C);
+    } else {
+      be.EncoderBackwardShard(embedding_grad_.span(), grad(kWpe), g.dresidual, slot.inputs,
+                              lay.vocab_start(config_), Vs, B, T, C);
+    }
+  }
   return be.Synchronize();
 }
 
 TensorSpan GptModel::logits() const {
-  if (last_B_ == 0) return TensorSpan{};
-  return acts_view_.logits;
+  if (slots_[0].B == 0) return TensorSpan{};
+  return slots_[0].acts.logits;
 }
 
 absl::Status GptModel::CopyLogitsToHost(float* dst) {
-  if (last_B_ == 0) return absl::FailedPreconditionError("no Forward has run yet");
-  backend_->CopyToHost(dst, acts_view_.logits);
+  if (slots_[0].B == 0 || !layout().has_head()) {
+    return absl::FailedPreconditionError("no Forward with the LM head has run yet");
+  }
+  backend_->CopyToHost(dst, slots_[0].acts.logits);
   return backend_->Synchronize();
 }
 

@@ -11,9 +11,31 @@
 // loss_scale = 1 / (micro_batches * dp) the accumulated gradient is that of
 // the mean loss over the whole global batch.
 //
+// Model parallelism (options.layout). A model built for a ModelLayout holds
+// one rank's shard (parameter_table.h) and runs its part of each pass:
+//   tensor parallel (Megatron): QKV and fc are column-parallel and attproj
+//     and fcproj row-parallel, the token embedding and the LM head
+//     vocab-parallel with a vocab-parallel cross-entropy (the full logits
+//     are never gathered). Each layer all-reduces over options.tensor_group
+//     twice forward (after attproj and fcproj) and twice backward (the input
+//     gradients of qkv and fc); the row-parallel biases are added by tensor
+//     rank 0 before the reduction. Replicated tensors (LayerNorms, wpe, the
+//     row-parallel biases) see bitwise identical inputs on every tensor rank,
+//     so their gradients are identical there without a reduction.
+//   pipeline parallel: a stage runs its layers on activations the caller
+//     receives from the previous stage (StageInput) and hands StageOutput to
+//     the next; backward takes the gradient of its output (StageOutputGrad)
+//     and leaves that of its input (StageInputGrad). Activations of up to
+//     options.activation_slots micro-batches are kept (1F1B keeps p - stage).
+// The tied embedding: the LM head's part of the wte gradient goes to grads()
+// and the token embedding's part to embedding_grad(), so that a pipeline
+// (whose two parts live on different stages) and a single process can add
+// them in the same order; Backward() adds them per micro-batch,
+// BackwardStage() leaves that to the caller.
+//
 // Memory: params(), grads() and logits() point into backend memory (host
 // memory for CpuBackend). Activations are allocated once, for
-// options.max_micro_batch sequences of config.context_length tokens.
+// options.max_micro_batch sequences of config.context_length tokens per slot.
 //
 // Thread-safety: thread-compatible; one caller at a time (like its Backend).
 
@@ -24,9 +46,12 @@
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "absl/time/time.h"
+#include "worker/comm/communicator.h"
 #include "worker/compute/backend.h"
 #include "worker/model/gpt_activations.h"
 #include "worker/model/gpt_config.h"
+#include "worker/model/model_layout.h"
 #include "worker/model/parameter_table.h"
 
 namespace cohort::model {
@@ -34,13 +59,25 @@ namespace cohort::model {
 struct ModelOptions {
   // Largest B that Forward accepts; activations are sized for it.
   int max_micro_batch = 1;
+  // The shard this rank holds; the whole model by default.
+  ModelLayout layout{};
+  // The tensor group (layout.tp ranks, group rank == layout.tp_rank); needed
+  // when layout.tp > 1, and must outlive the model. Its memory kind must
+  // match the backend's (host memory for CpuBackend).
+  comm::Communicator* tensor_group = nullptr;
+  // Bound on each collective of a pass.
+  absl::Duration collective_timeout = absl::Minutes(5);
+  // Micro-batches whose activations are kept at once (pipeline schedules
+  // keep several forwards waiting for their backward).
+  int activation_slots = 1;
 };
 
 class GptModel {
  public:
   // A model with zeroed parameters and gradients (call InitializeParameters
   // or fill params()). `backend` must outlive the model. Errors:
-  // InvalidArgument for an invalid config or max_micro_batch < 1;
+  // InvalidArgument for an invalid config or layout, max_micro_batch or
+  // activation_slots < 1, a missing or mis-sized tensor group;
   // Unimplemented for a backend whose activations are not fp32;
   // ResourceExhausted when the backend cannot allocate the arenas.
   static absl::StatusOr<std::unique_ptr<GptModel>> Create(const GptConfig& config,
@@ -48,6 +85,7 @@ class GptModel {
                                                           const ModelOptions& options);
 
   const GptConfig& config() const { return config_; }
+  const ModelLayout& layout() const { return options_.layout; }
   const ParameterTable& table() const { return table_; }
   size_t num_params() const { return table_.num_params(); }
 
@@ -62,9 +100,36 @@ class GptModel {
   compute::TensorSpan param(ParamId id, int layer) const;
   compute::TensorSpan grad(ParamId id, int layer) const;
 
+  // The token embedding's part of the wte gradient (wte's local shape; empty
+  // on stages without the embedding). ZeroGrad clears it.
+  compute::TensorSpan embedding_grad() const;
+
   // Overwrites params() with the GPT-2 initialisation from `seed`
-  // (model/parameter_init.h).
+  // (model/parameter_init.h), this rank's shard of it.
   void InitializeParameters(uint64_t seed);
+
+  // ---- Pipeline stages (any layout; Forward/Backward below are slot 0 of a
+  // model without pipeline parallelism) ----
+  // Where the caller puts the previous stage's activations (B,T,C) for
+  // micro-batch slot `slot` before ForwardStage (stages > 0).
+  compute::TensorSpan StageInput(int slot, int B, int T);
+  // Forward of `slot`: inputs are read on the first stage, targets on the
+  // last (either may be null elsewhere). Returns the mean loss on the last
+  // stage, 0 on the others. Errors as Forward, plus InvalidArgument for a
+  // slot out of range, and the tensor group's errors.
+  absl::StatusOr<double> ForwardStage(int slot, const int32_t* inputs, const int32_t* targets,
+                                      int B, int T);
+  // This stage's output activations (B,T,C) of `slot` after ForwardStage.
+  compute::TensorSpan StageOutput(int slot) const;
+  // Where the caller puts d(loss)/d(StageOutput) before BackwardStage
+  // (stages but the last), for a slot forwarded with (B,T).
+  compute::TensorSpan StageOutputGrad(int B, int T);
+  // Backward of `slot` (forwarded since its last backward): adds the
+  // gradients into grads() and embedding_grad(). loss_scale applies on the
+  // last stage; other stages take the scale with their output gradient.
+  absl::Status BackwardStage(int slot, float loss_scale);
+  // d(loss)/d(StageInput) of the last BackwardStage (stages > 0).
+  compute::TensorSpan StageInputGrad() const;
 
   // Runs the forward pass on inputs and targets (host memory, B*T int32 each,
   // row-major (B,T)) and returns the mean cross-entropy over the B*T
@@ -75,44 +140,60 @@ class GptModel {
   // any failure the backend reports.
   absl::StatusOr<double> Forward(const int32_t* inputs, const int32_t* targets, int B, int T);
 
-  // grads()[:] = 0.
+  // grads()[:] = 0 and embedding_grad()[:] = 0.
   void ZeroGrad();
 
-  // Adds d(loss_scale * mean loss of the last Forward)/d(params) to grads().
-  // May be repeated (each call adds again). FailedPrecondition without a
-  // successful Forward since Create; InvalidArgument for a non-finite scale.
+  // Adds d(loss_scale * mean loss of the last Forward)/d(params) to grads()
+  // (both parts of the tied wte included: the token embedding's is added
+  // into grads() and embedding_grad() cleared). May be repeated (each call
+  // adds again). FailedPrecondition without a successful Forward since
+  // Create or with pipeline parallelism; InvalidArgument for a non-finite
+  // scale.
   absl::Status Backward(float loss_scale);
 
   // The logits (B,T,Vp) of the last successful Forward (backend memory); an
   // empty span before the first. Padding columns V..Vp-1 hold lnf · wte[v]
   // and take no part in the loss.
+  // Under tensor parallelism: this rank's vocabulary columns (B,T,Vp/tp).
   compute::TensorSpan logits() const;
-  // Copies logits() into dst (B*T*Vp floats); FailedPrecondition before the
-  // first Forward.
+  // Copies logits() into dst (its numel floats); FailedPrecondition before
+  // the first Forward or on a stage without the head.
   absl::Status CopyLogitsToHost(float* dst);
-  int last_batch() const { return last_B_; }
-  int last_time() const { return last_T_; }
+  int last_batch() const { return slots_[0].B; }
+  int last_time() const { return slots_[0].T; }
 
  private:
+  // One micro-batch's activations; B == 0 until a successful forward.
+  struct Slot {
+    int B = 0;
+    int T = 0;
+    compute::TensorSpan arena;
+    GptActivations acts;
+    compute::TensorSpan inputs;
+    compute::TensorSpan targets;
+  };
+
   GptModel(const GptConfig& config, compute::Backend* backend, const ModelOptions& options);
+
+  absl::Status CheckTokens(const char* what, const int32_t* ids, int B, int T) const;
+  // Sums `span` over the tensor group (no-op without tensor parallelism).
+  absl::Status TensorAllReduce(compute::TensorSpan span, comm::ReduceOp op);
+  absl::StatusOr<double> HeadForward(Slot& slot);
 
   const GptConfig config_;
   const ParameterTable table_;
   compute::Backend* const backend_;
   const ModelOptions options_;
+  comm::Communicator* const tensor_group_;  // null without tensor parallelism
 
   compute::Buffer params_;     // num_params() fp32
   compute::Buffer grads_;      // num_params() fp32
-  compute::Buffer acts_;       // ActivationsNumel(max B, maxT) fp32
+  compute::Buffer embedding_grad_;  // wte's numel on the first stage
+  compute::Buffer acts_;       // slots x ActivationsNumel(max B, maxT) fp32
   compute::Buffer grad_acts_;  // ActivationGradsNumel(max B, maxT) fp32
-  compute::Buffer tokens_;     // 2 * max B * maxT int32: inputs then targets
-
-  // State of the last successful Forward (B == 0: none yet).
-  int last_B_ = 0;
-  int last_T_ = 0;
-  GptActivations acts_view_;
-  compute::TensorSpan inputs_view_;
-  compute::TensorSpan targets_view_;
+  compute::Buffer tokens_;     // slots x 2 x max B x maxT int32: inputs then targets
+  std::vector<Slot> slots_;
+  int last_backward_slot_ = -1;
   std::vector<float> host_losses_;
   std::vector<float> host_dlosses_;
 };

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 #include <numbers>
+#include <vector>
 
 #include "common/log.h"
 
@@ -39,6 +40,16 @@ double NormalRng::Next() {
 
 void InitializeParameters(const GptConfig& config, const ParameterTable& table, uint64_t seed,
                           float* params) {
+  if (!table.layout().whole_model()) {
+    // Draw the unsharded model, then keep this rank's boxes.
+    const ParameterTable whole(config);
+    std::vector<float> all(whole.num_params());
+    InitializeParameters(config, whole, seed, all.data());
+    for (const ParameterInfo& info : table.tensors()) {
+      ExtractShard(info, all.data() + whole[info.id].offset, params + info.offset);
+    }
+    return;
+  }
   CHECK(table.num_params() == ParameterTable(config).num_params())
       << "table does not belong to this config";
   NormalRng rng(seed);

@@ -22,8 +22,9 @@
 
 namespace cohort::model {
 
-// Fills params[0 .. table.num_params()) (host memory). `table` must be
-// ParameterTable(config).
+// Fills params[0 .. table.num_params()) (host memory). `table` must be a
+// ParameterTable of `config`; for a shard's table, the shard's part of the
+// unsharded initialisation (drawn whole, then sliced).
 void InitializeParameters(const GptConfig& config, const ParameterTable& table, uint64_t seed,
                           float* params);
 

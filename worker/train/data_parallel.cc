@@ -33,7 +33,6 @@ DataParallel::DataParallel(comm::Communicator* group, size_t num_params,
     update_begin_ = 0;
     update_end_ = num_params_;
   }
-  chunk_sums_.assign(padded_ / kNormChunk, 0.0);
 }
 
 absl::Status DataParallel::ReduceGradients(float* grads) {
@@ -52,33 +51,17 @@ absl::Status DataParallel::ReduceGradients(float* grads) {
   return absl::OkStatus();
 }
 
-absl::StatusOr<double> DataParallel::GradNorm(const float* grads) {
-  // Chunks this rank sums: its shard's under ZeRO-1 (others' arrive by the
-  // all-gather), all of them otherwise. Chunks past num_params are zero.
-  const size_t chunks_per_shard = shard_ / kNormChunk;
-  const bool sharded = options_.zero1 && group_ != nullptr;
-  const size_t first = sharded ? chunks_per_shard * static_cast<size_t>(rank_) : 0;
-  const size_t last = sharded ? first + chunks_per_shard : chunk_sums_.size();
-  for (size_t c = first; c < last; ++c) {
-    const size_t begin = std::min(num_params_, c * kNormChunk);
-    const size_t end = std::min(num_params_, begin + kNormChunk);
-    chunk_sums_[c] = SumOfSquares(grads + begin, end - begin, options_.num_threads);
-  }
-  if (sharded) {
-    RETURN_IF_ERROR(group_->AllGather(chunk_sums_.data() + first, chunk_sums_.data(),
-                                      chunks_per_shard, comm::DataType::kFloat64,
-                                      options_.timeout));
-  }
-  double total = 0.0;
-  for (double s : chunk_sums_) total += s;
-  return std::sqrt(total);
-}
-
 absl::StatusOr<double> DataParallel::Sum(double value) {
   if (group_ == nullptr) return value;
   RETURN_IF_ERROR(group_->AllReduce(&value, 1, comm::DataType::kFloat64, comm::ReduceOp::kSum,
                                     options_.timeout));
   return value;
+}
+
+absl::Status DataParallel::SumInPlace(std::vector<double>* values) {
+  if (group_ == nullptr) return absl::OkStatus();
+  return group_->AllReduce(values->data(), values->size(), comm::DataType::kFloat64,
+                           comm::ReduceOp::kSum, options_.timeout);
 }
 
 absl::Status DataParallel::GatherParameters(float* params) {

@@ -15,14 +15,11 @@
 //
 // Shards. The flat parameter count n is padded to a multiple of
 // dp * kNormChunk and cut into dp equal shards, so shard boundaries fall on
-// the fixed chunks over which the gradient norm is summed. The padding is
-// zero, takes part in the collectives and is never read back.
+// the fixed chunks over which the gradient norm is summed (grad_norm_plan.h).
+// The padding is zero, takes part in the collectives and is never read back.
 //
-// Determinism. GradNorm sums squares per chunk of kNormChunk elements in
-// double (each chunk serially), gathers the chunk sums and adds them in chunk
-// order: the same bits for every dp, with or without ZeRO-1, on every rank.
-// With dp = 2 the summed gradient is a + b on every element whichever rank
-// reduces it, so plain and ZeRO-1 runs are bitwise identical.
+// Determinism. With dp = 2 the summed gradient is a + b on every element
+// whichever rank reduces it, so plain and ZeRO-1 runs are bitwise identical.
 //
 // Thread-compatible: one step at a time.
 
@@ -43,7 +40,6 @@ struct DataParallelOptions {
   bool zero1 = false;
   // Bound on every collective of a step.
   absl::Duration timeout = absl::Minutes(5);
-  int num_threads = 0;  // OpenMP threads for the norm; 0 = all cores
 };
 
 class DataParallel {
@@ -66,10 +62,10 @@ class DataParallel {
   // [update_begin, update_end) holds the sum afterwards; the rest is stale.
   // Errors: the communicator's.
   absl::Status ReduceGradients(float* grads);
-  // The global L2 norm of the summed gradient (after ReduceGradients).
-  absl::StatusOr<double> GradNorm(const float* grads);
   // Sums one value over the group (loss, token counts).
   absl::StatusOr<double> Sum(double value);
+  // Sums `values` element-wise over the group, in place.
+  absl::Status SumInPlace(std::vector<double>* values);
   // Under ZeRO-1 makes every rank's `params` whole again from the shards the
   // ranks updated; a no-op otherwise.
   absl::Status GatherParameters(float* params);
@@ -84,11 +80,9 @@ class DataParallel {
   size_t shard_ = 0;
   size_t update_begin_ = 0;
   size_t update_end_ = 0;
-  // ZeRO-1 staging, allocated once: the padded gradient and parameters, and
-  // per-chunk squared sums.
+  // ZeRO-1 staging, allocated once: the padded gradient and parameters.
   std::vector<float> padded_buffer_;
   std::vector<float> shard_buffer_;
-  std::vector<double> chunk_sums_;
 };
 
 }  // namespace cohort::train

@@ -53,6 +53,8 @@ struct EngineTrainer::Run {
   std::unique_ptr<comm::KvClient> kv;
   std::unique_ptr<comm::UcxContext> context;
   std::unique_ptr<comm::UcxCommunicator> data_group;
+  std::unique_ptr<comm::UcxCommunicator> tensor_group;
+  std::unique_ptr<comm::UcxCommunicator> pipeline_group;
   std::unique_ptr<TrainingSession> session;
   std::atomic<bool> stop{false};
   std::thread thread;
@@ -86,17 +88,29 @@ absl::StatusOr<std::unique_ptr<EngineTrainer::Run>> EngineTrainer::Build(
     context.kv = run->kv.get();
     context.bootstrap_timeout = options_.bootstrap_timeout;
     ASSIGN_OR_RETURN(run->context, comm::UcxContext::Create(context));
-    if (groups.data.size() > 1) {
-      comm::UcxCommunicatorOptions data;
-      data.comm_id = groups.data.communicator_id;
-      data.group = groups.data.ranks;
-      ASSIGN_OR_RETURN(run->data_group, comm::UcxCommunicator::Create(run->context.get(), data));
+    for (auto [group, out] : {std::pair{&groups.data, &run->data_group},
+                              std::pair{&groups.tensor, &run->tensor_group},
+                              std::pair{&groups.pipeline, &run->pipeline_group}}) {
+      if (group->size() <= 1) continue;
+      comm::UcxCommunicatorOptions options;
+      options.comm_id = group->communicator_id;
+      options.group = group->ranks;
+      ASSIGN_OR_RETURN(*out, comm::UcxCommunicator::Create(run->context.get(), options));
     }
   }
+  model::ModelLayout layout;
+  layout.tp = std::max(1, mesh.tensor_parallel());
+  layout.tp_rank = assignment.coordinates.tensor();
+  layout.pp = std::max(1, mesh.pipeline_parallel());
+  layout.stage = assignment.coordinates.pipeline();
+  TrainingGroups groups;
+  groups.data = run->data_group.get();
+  groups.tensor = run->tensor_group.get();
+  groups.pipeline = run->pipeline_group.get();
   TrainingSessionOptions session;
   session.num_threads = options_.num_threads;
   session.collective_timeout = options_.collective_timeout;
-  ASSIGN_OR_RETURN(run->session, TrainingSession::Create(config, run->data_group.get(), session));
+  ASSIGN_OR_RETURN(run->session, TrainingSession::Create(config, layout, groups, session));
   return run;
 }
 
@@ -173,7 +187,10 @@ void EngineTrainer::Stop() {
 void EngineTrainer::StopLocked() {
   if (run_ == nullptr) return;
   run_->stop = true;
-  if (run_->data_group != nullptr) run_->data_group->Abort(absl::AbortedError("trainer stopped"));
+  for (comm::UcxCommunicator* group :
+       {run_->data_group.get(), run_->tensor_group.get(), run_->pipeline_group.get()}) {
+    if (group != nullptr) group->Abort(absl::AbortedError("trainer stopped"));
+  }
   if (run_->thread.joinable()) run_->thread.join();
   run_.reset();
 }

@@ -1,20 +1,43 @@
 #include "worker/train/step_runner.h"
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 
 #include "absl/strings/str_cat.h"
+#include "absl/time/clock.h"
 #include "common/status_macros.h"
 #include "worker/train/grad_norm.h"
 #include "worker/train/lr_schedule.h"
 
 namespace cohort::train {
+namespace {
 
-absl::StatusOr<std::unique_ptr<StepRunner>> StepRunner::Create(const TrainingConfig& config,
-                                                              model::GptModel* model,
-                                                              const data::BatchSampler* sampler,
-                                                              DataParallel* data_parallel,
-                                                              int num_threads) {
+// Pipeline messages between a pair of stages flow one way per kind
+// (activations forward, gradients back), so one tag and the per-pair order
+// are enough; NCCL supports only tag 0.
+constexpr uint32_t kPipelineTag = 0;
+
+float* Floats(const compute::TensorSpan& span) { return static_cast<float*>(span.data); }
+
+absl::Status CheckGroup(const char* name, comm::Communicator* group, int size, int rank) {
+  if (size == 1) return absl::OkStatus();
+  if (group == nullptr || group->size() != size || group->rank() != rank) {
+    return absl::InvalidArgumentError(absl::StrCat("StepRunnerOptions.", name, " must have ", size,
+                                                   " ranks with this rank at ", rank));
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+int StepRunner::ActivationSlots(const model::ModelLayout& layout, int micro_batches) {
+  return std::max(1, std::min(micro_batches, layout.pp - layout.stage));
+}
+
+absl::StatusOr<std::unique_ptr<StepRunner>> StepRunner::Create(
+    const TrainingConfig& config, model::GptModel* model, const data::BatchSampler* sampler,
+    DataParallel* data_parallel, const StepRunnerOptions& options) {
   const int dp = data_parallel->dp();
   if (config.micro_batch_size < 1 || config.global_batch_size % config.micro_batch_size != 0 ||
       config.micro_batches_per_step() % dp != 0) {
@@ -22,24 +45,44 @@ absl::StatusOr<std::unique_ptr<StepRunner>> StepRunner::Create(const TrainingCon
         "batch: global ", config.global_batch_size, " / micro ", config.micro_batch_size,
         " does not give a whole number of micro-batches on each of ", dp, " data-parallel ranks"));
   }
-  return std::unique_ptr<StepRunner>(
-      new StepRunner(config, model, sampler, data_parallel, num_threads));
+  const model::ModelLayout& layout = model->layout();
+  RETURN_IF_ERROR(CheckGroup("tensor_group", options.tensor_group, layout.tp, layout.tp_rank));
+  RETURN_IF_ERROR(CheckGroup("pipeline_group", options.pipeline_group, layout.pp, layout.stage));
+  if (layout.pp > 1 && options.tie_per_micro_batch.value_or(false)) {
+    return absl::InvalidArgumentError(
+        "StepRunnerOptions.tie_per_micro_batch needs pipeline parallelism 1: the two parts of "
+        "the tied embedding gradient live on different stages");
+  }
+  const int micro_batches = config.micro_batches_per_step() / dp;
+  ASSIGN_OR_RETURN(std::vector<PipelineOp> schedule,
+                   OneForwardOneBackwardSchedule(layout.pp, layout.stage, micro_batches));
+  return std::unique_ptr<StepRunner>(new StepRunner(config, model, sampler, data_parallel,
+                                                    options, std::move(schedule)));
 }
 
 StepRunner::StepRunner(const TrainingConfig& config, model::GptModel* model,
                        const data::BatchSampler* sampler, DataParallel* data_parallel,
-                       int num_threads)
+                       const StepRunnerOptions& options, std::vector<PipelineOp> schedule)
     : config_(config),
       model_(model),
       sampler_(sampler),
       data_parallel_(data_parallel),
-      num_threads_(num_threads),
-      micro_batches_per_rank_(config.micro_batches_per_step() / data_parallel->dp()) {
+      options_(options),
+      layout_(model->layout()),
+      schedule_(std::move(schedule)),
+      micro_batches_per_rank_(config.micro_batches_per_step() / data_parallel->dp()),
+      slots_(ActivationSlots(layout_, micro_batches_per_rank_)),
+      tie_per_micro_batch_(options.tie_per_micro_batch.value_or(layout_.pp == 1)),
+      norm_plan_(config.model, model->table()) {
   const size_t tokens = static_cast<size_t>(config.micro_batch_size) *
                         static_cast<size_t>(config.model.context_length);
   inputs_.resize(tokens);
   targets_.resize(tokens);
   if (micro_batches_per_rank_ > 1) accumulated_.resize(model->num_params());
+  const size_t wte = model->table()[model::kWte].numel;
+  if (layout_.has_embedding() && !tie_per_micro_batch_) embedding_accumulated_.resize(wte);
+  if (layout_.pp > 1 && (layout_.first_stage() || layout_.last_stage())) tie_buffer_.resize(wte);
+  if (layout_.stage > 0) send_buffer_.resize(tokens * config.model.width);
   const size_t own = data_parallel->update_end() - data_parallel->update_begin();
   m_.assign(own, 0.0f);
   v_.assign(own, 0.0f);
@@ -47,35 +90,158 @@ StepRunner::StepRunner(const TrainingConfig& config, model::GptModel* model,
                                     data_parallel->update_end());
 }
 
-absl::StatusOr<StepResult> StepRunner::Run(Step step) {
+absl::Status StepRunner::FlushSend() {
+  if (!pending_) return absl::OkStatus();
+  const PendingSend send = *pending_;
+  pending_.reset();
+  return options_.pipeline_group->Send(send.data, send.bytes, send.peer, kPipelineTag,
+                                       options_.timeout);
+}
+
+absl::Status StepRunner::Exchange(void* data, size_t bytes, int peer) {
+  const absl::Time start = absl::Now();
+  absl::Status status;
+  if (pending_) {
+    const PendingSend send = *pending_;
+    pending_.reset();
+    status = options_.pipeline_group->SendRecv(send.data, send.bytes, send.peer, data, bytes, peer,
+                                               kPipelineTag, options_.timeout);
+  } else {
+    status = options_.pipeline_group->Recv(data, bytes, peer, kPipelineTag, options_.timeout);
+  }
+  last_pipeline_wait_ += absl::Now() - start;
+  return status;
+}
+
+absl::Status StepRunner::RunSchedule(Step step, float* accumulated, double* local_loss) {
   const int T = config_.model.context_length;
   const int B = config_.micro_batch_size;
   const int per_rank = config_.global_batch_size / data_parallel_->dp();
   const int first_sample = data_parallel_->rank() * per_rank;
   const float loss_scale = 1.0f / static_cast<float>(config_.micro_batches_per_step());
   const size_t n = model_->num_params();
-  float* accumulated = micro_batches_per_rank_ > 1 ? accumulated_.data() : model_->grads();
-
-  double local_loss = 0.0;
-  for (int m = 0; m < micro_batches_per_rank_; ++m) {
-    RETURN_IF_ERROR(sampler_->Fill(step, first_sample + m * B, B, inputs_.data(), targets_.data()));
-    model_->ZeroGrad();
-    ASSIGN_OR_RETURN(double loss, model_->Forward(inputs_.data(), targets_.data(), B, T));
-    RETURN_IF_ERROR(model_->Backward(loss_scale));
-    local_loss += loss * static_cast<double>(loss_scale);
-    if (micro_batches_per_rank_ > 1) {
-      const float* grads = model_->grads();
-      if (m == 0) {
-        std::memcpy(accumulated, grads, n * sizeof(float));
+  const size_t activation_bytes = static_cast<size_t>(B) * T * config_.model.width * sizeof(float);
+  const bool first = layout_.first_stage();
+  const bool last = layout_.last_stage();
+  int backwards_done = 0;
+  for (const PipelineOp& op : schedule_) {
+    const int i = op.micro_batch;
+    const int slot = i % slots_;
+    if (op.kind == PipelineOpKind::kForward) {
+      if (first || last) {
+        RETURN_IF_ERROR(
+            sampler_->Fill(step, first_sample + i * B, B, inputs_.data(), targets_.data()));
+      }
+      if (!first) {
+        RETURN_IF_ERROR(Exchange(model_->StageInput(slot, B, T).data, activation_bytes,
+                                 layout_.stage - 1));
       } else {
-        for (size_t i = 0; i < n; ++i) accumulated[i] += grads[i];
+        RETURN_IF_ERROR(FlushSend());
+      }
+      ASSIGN_OR_RETURN(double loss,
+                       model_->ForwardStage(slot, inputs_.data(), targets_.data(), B, T));
+      if (last) *local_loss += loss * static_cast<double>(loss_scale);
+      if (!last) {
+        pending_ = PendingSend{model_->StageOutput(slot).data, activation_bytes,
+                               layout_.stage + 1};
+      }
+      continue;
+    }
+    if (!last) {
+      RETURN_IF_ERROR(Exchange(model_->StageOutputGrad(B, T).data, activation_bytes,
+                               layout_.stage + 1));
+    } else {
+      RETURN_IF_ERROR(FlushSend());
+    }
+    model_->ZeroGrad();
+    RETURN_IF_ERROR(model_->BackwardStage(slot, loss_scale));
+    if (!first) {
+      // The model reuses that buffer for the next backward's received gradient.
+      std::memcpy(send_buffer_.data(), model_->StageInputGrad().data, activation_bytes);
+      pending_ = PendingSend{send_buffer_.data(), activation_bytes, layout_.stage - 1};
+    }
+    float* grads = model_->grads();
+    const compute::TensorSpan embedding = model_->embedding_grad();
+    if (layout_.has_embedding()) {
+      const size_t wte = model_->table()[model::kWte].offset;
+      const size_t count = embedding.numel;
+      if (tie_per_micro_batch_) {
+        for (size_t k = 0; k < count; ++k) grads[wte + k] += Floats(embedding)[k];
+      } else if (backwards_done == 0) {
+        std::memcpy(embedding_accumulated_.data(), embedding.data, count * sizeof(float));
+      } else {
+        for (size_t k = 0; k < count; ++k) embedding_accumulated_[k] += Floats(embedding)[k];
       }
     }
+    if (micro_batches_per_rank_ > 1) {
+      if (backwards_done == 0) {
+        std::memcpy(accumulated, grads, n * sizeof(float));
+      } else {
+        for (size_t k = 0; k < n; ++k) accumulated[k] += grads[k];
+      }
+    }
+    ++backwards_done;
   }
+  return FlushSend();
+}
+
+absl::Status StepRunner::TieEmbedding(float* accumulated) {
+  if (tie_per_micro_batch_) return absl::OkStatus();
+  const model::ParameterInfo& wte = model_->table()[model::kWte];
+  float* own = accumulated + wte.offset;
+  if (layout_.has_embedding()) {
+    // On a first stage without the head this is 0 + e: exact.
+    for (size_t k = 0; k < wte.numel; ++k) own[k] += embedding_accumulated_[k];
+  }
+  if (layout_.pp == 1 || !(layout_.first_stage() || layout_.last_stage())) {
+    return absl::OkStatus();
+  }
+  const int other = layout_.first_stage() ? layout_.pp - 1 : 0;
+  const absl::Time start = absl::Now();
+  RETURN_IF_ERROR(options_.pipeline_group->SendRecv(own, wte.numel * sizeof(float), other,
+                                                    tie_buffer_.data(),
+                                                    wte.numel * sizeof(float), other,
+                                                    kPipelineTag, options_.timeout));
+  last_pipeline_wait_ += absl::Now() - start;
+  for (size_t k = 0; k < wte.numel; ++k) own[k] += tie_buffer_[k];
+  return absl::OkStatus();
+}
+
+absl::StatusOr<double> StepRunner::GlobalNorm(const float* accumulated) {
+  norm_plan_.Fill(accumulated, data_parallel_->update_begin(), data_parallel_->update_end(),
+                  &norm_slots_, options_.num_threads);
+  const size_t count = norm_slots_.size();
+  // ZeRO-1 ranks hold disjoint shards; plain data-parallel ranks hold the
+  // same whole gradient and must not add it up dp times.
+  if (data_parallel_->zero1()) RETURN_IF_ERROR(data_parallel_->SumInPlace(&norm_slots_));
+  for (comm::Communicator* group : {options_.tensor_group, options_.pipeline_group}) {
+    if (group == nullptr || group->size() == 1) continue;
+    RETURN_IF_ERROR(group->AllReduce(norm_slots_.data(), count, comm::DataType::kFloat64,
+                                     comm::ReduceOp::kSum, options_.timeout));
+  }
+  return GradNormPlan::Norm(norm_slots_);
+}
+
+absl::StatusOr<StepResult> StepRunner::Run(Step step) {
+  last_pipeline_wait_ = absl::ZeroDuration();
+  pending_.reset();
+  float* accumulated = micro_batches_per_rank_ > 1 ? accumulated_.data() : model_->grads();
+  double local_loss = 0.0;
+  RETURN_IF_ERROR(RunSchedule(step, accumulated, &local_loss));
+  RETURN_IF_ERROR(TieEmbedding(accumulated));
 
   RETURN_IF_ERROR(data_parallel_->ReduceGradients(accumulated));
+  if (options_.gradient_observer) {
+    options_.gradient_observer(accumulated, model_->num_params(), data_parallel_->update_begin(),
+                               data_parallel_->update_end(), step);
+  }
   ASSIGN_OR_RETURN(double loss, data_parallel_->Sum(local_loss));
-  ASSIGN_OR_RETURN(double norm, data_parallel_->GradNorm(accumulated));
+  if (options_.pipeline_group != nullptr && layout_.pp > 1) {
+    // Only the last stage has the loss; the others add 0 (exact).
+    RETURN_IF_ERROR(options_.pipeline_group->AllReduce(
+        &loss, 1, comm::DataType::kFloat64, comm::ReduceOp::kSum, options_.timeout));
+  }
+  ASSIGN_OR_RETURN(double norm, GlobalNorm(accumulated));
   if (!std::isfinite(loss) || !std::isfinite(norm)) {
     return absl::FailedPreconditionError(absl::StrCat(
         "step ", step.value(), ": non-finite loss ", loss, " or gradient norm ", norm,
@@ -84,11 +250,12 @@ absl::StatusOr<StepResult> StepRunner::Run(Step step) {
   const size_t begin = data_parallel_->update_begin();
   const size_t count = data_parallel_->update_end() - begin;
   const double clip = ClipScale(norm, config_.grad_clip);
-  if (clip != 1.0) ScaleInPlace(accumulated + begin, count, static_cast<float>(clip), num_threads_);
+  if (clip != 1.0) ScaleInPlace(accumulated + begin, count, static_cast<float>(clip),
+                                options_.num_threads);
 
   const double lr = LearningRate(config_.lr, step.value());
   AdamWOptions adamw = config_.adamw;
-  adamw.num_threads = num_threads_;
+  adamw.num_threads = options_.num_threads;
   AdamWSlice slice;
   slice.params = model_->params() + begin;
   slice.grads = accumulated + begin;
@@ -103,7 +270,7 @@ absl::StatusOr<StepResult> StepRunner::Run(Step step) {
   result.loss = loss;
   result.grad_norm = norm;
   result.learning_rate = lr;
-  result.tokens = static_cast<int64_t>(config_.global_batch_size) * T;
+  result.tokens = static_cast<int64_t>(config_.global_batch_size) * config_.model.context_length;
   return result;
 }
 

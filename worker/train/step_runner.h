@@ -1,32 +1,60 @@
 #pragma once
-// StepRunner: one optimizer step of data-parallel training on this rank.
+// StepRunner: one optimizer step on this rank, in any (dp, tp, pp) layout.
 //
-//   for each of this rank's micro-batches m (ascending):
-//     grads = d(mean loss of m / micro_batches_per_step)/d(params)
-//     accumulated += grads              (the first one is copied)
+//   for each op of this stage's 1F1B schedule (pipeline_schedule.h; with one
+//   stage simply F0 B0 F1 B1 ...):
+//     forward i:  receive the previous stage's activations (stages > 0),
+//                 run the stage, hand the output to the next stage
+//     backward i: receive the next stage's gradient (stages but the last),
+//                 grads = d(mean loss of i / micro_batches_per_step)/d(params)
+//                 into zeroed buffers, hand the input gradient back,
+//                 accumulated += grads   (the first one is copied)
+//   tie the two wte gradient parts (see below)
 //   sum `accumulated` over the data group    (DataParallel, ZeRO-1 or not)
-//   clip by the global norm, AdamW on the own range, gather parameters
+//   clip by the global norm over unique parameters (GradNormPlan),
+//   AdamW on the own range, gather parameters
 //
-// Each micro-batch's gradient is computed into zeroed buffers and then added,
-// so the accumulation order is "micro-batch 0, 1, 2, ..." whatever the
-// layout: with one micro-batch per rank and dp = 2, every element is g0 + g1
-// exactly as in a single process that runs both micro-batches, so the two are
-// bitwise identical. The samples of micro-batch m of rank r come from the
-// sampler's (seed, step) alone (the determinism contract): rank r takes the
-// global batch's sequences [r * B/dp, (r+1) * B/dp).
+// Point to point. A send is held back until the next op's receive and then
+// both go out as one SendRecv (Megatron's send_forward_recv_backward and
+// send_backward_recv_forward), so neighbouring stages that send to each
+// other at once cannot deadlock; a send with no receive after it goes alone.
+// Micro-batch i keeps its activations in slot i % slots (1F1B keeps at most
+// p - stage in flight, consecutive ones).
+//
+// Determinism. Backwards run in ascending micro-batch order on every stage,
+// and each micro-batch's gradient is added to the accumulator in that order,
+// exactly as in a single process. The tied wte has two gradient parts, the
+// LM head's h_i and the token embedding's e_i, which a pipeline computes on
+// different stages. With tie_per_micro_batch (the default without pipeline
+// parallelism) each micro-batch adds h_i + e_i, which keeps data-parallel
+// runs bitwise equal to a single process; otherwise the parts accumulate
+// apart and are added once, (sum h) + (sum e), after the last backward (the
+// two end stages exchange their sums over the pipeline group and each adds
+// the other's: a + b == b + a bitwise). A pipeline run is bitwise equal to a
+// single process that sets tie_per_micro_batch = false.
+//
+// The samples of micro-batch m of data rank r come from the sampler's (seed,
+// step) alone (the determinism contract): rank r takes the global batch's
+// sequences [r * B/dp, (r+1) * B/dp).
 //
 // Thread-compatible: one Run at a time.
 
 #include <cstdint>
+#include <functional>
 #include <memory>
+#include <optional>
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "absl/time/time.h"
 #include "common/ids.h"
+#include "worker/comm/communicator.h"
 #include "worker/data/batch_sampler.h"
 #include "worker/model/gpt_model.h"
 #include "worker/train/adamw.h"
 #include "worker/train/data_parallel.h"
+#include "worker/train/grad_norm_plan.h"
+#include "worker/train/pipeline_schedule.h"
 #include "worker/train/training_config.h"
 
 namespace cohort::train {
@@ -38,39 +66,96 @@ struct StepResult {
   int64_t tokens = 0;  // tokens of the global batch
 };
 
+using GradientObserver =
+    std::function<void(const float* grads, size_t n, size_t begin, size_t end, Step step)>;
+
+struct StepRunnerOptions {
+  int num_threads = 0;  // OpenMP threads of the optimizer and the norm; 0 = all
+  // The model's tensor group (layout.tp ranks) and this rank's pipeline group
+  // (layout.pp ranks, group rank == stage); each may be null when its degree
+  // is 1, and must outlive the runner.
+  comm::Communicator* tensor_group = nullptr;
+  comm::Communicator* pipeline_group = nullptr;
+  absl::Duration timeout = absl::Minutes(5);  // bound on each point-to-point call
+  // How the tied wte's parts are added (see above); unset: per micro-batch
+  // without pipeline parallelism, once per step with it (which it requires).
+  std::optional<bool> tie_per_micro_batch;
+  // Called (if set) with the summed gradient of each step before clipping:
+  // the model's num_params floats, valid in [begin, end) (the own ZeRO-1
+  // shard, or everything). For tests and debugging.
+  GradientObserver gradient_observer;
+};
+
 class StepRunner {
  public:
   // Every pointer must outlive the runner. Errors: InvalidArgument when the
-  // batch does not divide over dp or exceeds the model's micro-batch
-  // capacity.
+  // batch does not divide over dp, exceeds the model's micro-batch capacity,
+  // the pipeline micro-batches exceed the model's activation slots, a group
+  // is missing or mis-sized, or tie_per_micro_batch is set with pp > 1.
   static absl::StatusOr<std::unique_ptr<StepRunner>> Create(const TrainingConfig& config,
                                                             model::GptModel* model,
                                                             const data::BatchSampler* sampler,
                                                             DataParallel* data_parallel,
-                                                            int num_threads);
+                                                            const StepRunnerOptions& options);
+
+  // Activation slots the model needs for `micro_batches` per rank on this
+  // stage under 1F1B: min(micro_batches, pp - stage).
+  static int ActivationSlots(const model::ModelLayout& layout, int micro_batches);
 
   // Runs optimizer step `step` (0-based; AdamW's update number step + 1).
-  // Errors: the sampler's and the model's; the communicator's (Unavailable,
+  // Errors: the sampler's and the model's; the communicators' (Unavailable,
   // DeadlineExceeded, Aborted: the generation is over); FailedPrecondition
   // for a non-finite loss or gradient norm (parameters are left unchanged).
   absl::StatusOr<StepResult> Run(Step step);
 
+  // Time of the last Run spent inside point-to-point calls and waiting
+  // for the pipeline (for the benchmark's communication share).
+  absl::Duration last_pipeline_wait() const { return last_pipeline_wait_; }
+
  private:
+  struct PendingSend {
+    const void* data = nullptr;
+    size_t bytes = 0;
+    int peer = -1;
+  };
+
   StepRunner(const TrainingConfig& config, model::GptModel* model,
-             const data::BatchSampler* sampler, DataParallel* data_parallel, int num_threads);
+             const data::BatchSampler* sampler, DataParallel* data_parallel,
+             const StepRunnerOptions& options, std::vector<PipelineOp> schedule);
+
+  // Receives `bytes` from `peer` into `data`, sending the pending message in
+  // the same call if there is one; or just flushes the pending send.
+  absl::Status Exchange(void* data, size_t bytes, int peer);
+  absl::Status FlushSend();
+  absl::Status RunSchedule(Step step, float* accumulated, double* local_loss);
+  // Adds the embedding part of the tied wte gradient into accumulated[wte]
+  // (and exchanges it between the end stages of a pipeline).
+  absl::Status TieEmbedding(float* accumulated);
+  absl::StatusOr<double> GlobalNorm(const float* accumulated);
 
   const TrainingConfig config_;
   model::GptModel* const model_;
   const data::BatchSampler* const sampler_;
   DataParallel* const data_parallel_;
-  const int num_threads_;
+  const StepRunnerOptions options_;
+  const model::ModelLayout layout_;
+  const std::vector<PipelineOp> schedule_;
   const int micro_batches_per_rank_;
+  const int slots_;
+  const bool tie_per_micro_batch_;
+  const GradNormPlan norm_plan_;
   std::vector<int32_t> inputs_;
   std::vector<int32_t> targets_;
-  std::vector<float> accumulated_;  // used with more than one micro-batch per rank
-  std::vector<float> m_;            // AdamW state for the own update range
+  std::vector<float> accumulated_;      // used with more than one micro-batch per rank
+  std::vector<float> embedding_accumulated_;  // the token embedding's wte part, untied
+  std::vector<float> send_buffer_;      // an input gradient waiting to be sent
+  std::vector<float> tie_buffer_;       // the other end stage's wte gradient
+  std::vector<double> norm_slots_;
+  std::vector<float> m_;                // AdamW state for the own update range
   std::vector<float> v_;
   std::vector<DecayRange> decay_ranges_;
+  std::optional<PendingSend> pending_;
+  absl::Duration last_pipeline_wait_;
 };
 
 }  // namespace cohort::train

@@ -21,12 +21,6 @@ absl::StatusOr<TrainingConfig> TrainingConfigFromSpec(const v1::JobSpec& spec, i
         "device_kind: GPU training is not implemented yet (CUDA backend lands with a later "
         "release); submit the job with device_kind DEVICE_KIND_CPU");
   }
-  if (spec.parallelism().tensor() > 1 || spec.parallelism().pipeline() > 1) {
-    return absl::UnimplementedError(absl::StrCat(
-        "parallelism: tensor ", spec.parallelism().tensor(), " x pipeline ",
-        spec.parallelism().pipeline(),
-        " is not implemented by this engine yet; only data parallelism (tensor 1, pipeline 1)"));
-  }
   TrainingConfig config;
   const v1::ModelConfig& m = spec.model();
   config.model.layers = m.layers();

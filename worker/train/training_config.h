@@ -46,9 +46,9 @@ struct TrainingConfig {
 // The engine's view of `spec` for a data-parallel degree `dp`.
 // InvalidArgument naming the field: model sizes (model.*), batch sizes that
 // do not divide (batch.*, or dp not dividing the micro-batches), a
-// non-positive step count, an invalid schedule; Unimplemented for tensor or
-// pipeline parallelism above 1 and GPU jobs, which this engine does not run
-// yet.
+// non-positive step count, an invalid schedule; Unimplemented for GPU jobs,
+// which this engine does not run yet. Tensor and pipeline parallelism are
+// checked against the model by ModelLayout::Validate when the model is built.
 absl::StatusOr<TrainingConfig> TrainingConfigFromSpec(const v1::JobSpec& spec, int dp);
 
 // The tokens `config` trains on: the synthetic stream generated in memory

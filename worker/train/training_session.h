@@ -1,9 +1,10 @@
 #pragma once
 // TrainingSession: everything one rank needs to train one generation of a
-// job, built from a TrainingConfig and its data-group communicator: the
-// compute backend, the model (initialised from the config's seed in the
-// unsharded layout, so every rank starts from the same weights), the token
-// dataset and sampler, data parallelism and the step runner.
+// job, built from a TrainingConfig, the rank's ModelLayout and its mesh
+// communicators: the compute backend, the model shard (initialised from the
+// config's seed in the unsharded layout and sliced, so every layout starts
+// from the same weights), the token dataset and sampler, data parallelism
+// and the step runner.
 //
 // Used by the worker's EngineTrainer and by the multi-process training tests
 // (tests/train_rank), so both run exactly the same code.
@@ -11,6 +12,7 @@
 // Thread-compatible: one RunStep at a time.
 
 #include <memory>
+#include <optional>
 
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
@@ -20,6 +22,7 @@
 #include "worker/data/batch_sampler.h"
 #include "worker/data/token_dataset.h"
 #include "worker/model/gpt_model.h"
+#include "worker/model/model_layout.h"
 #include "worker/train/data_parallel.h"
 #include "worker/train/step_runner.h"
 #include "worker/train/training_config.h"
@@ -33,16 +36,28 @@ struct TrainingSessionOptions {
   // Bound on each collective of a step (a dead peer turns into an error by
   // then at the latest; usually much sooner).
   absl::Duration collective_timeout = absl::Minutes(5);
+  // StepRunnerOptions::tie_per_micro_batch (unset: the layout's default).
+  std::optional<bool> tie_per_micro_batch;
+  // StepRunnerOptions::gradient_observer.
+  GradientObserver gradient_observer;
+};
+
+// This rank's communicators, one per mesh axis; each may be null where its
+// degree is 1. They must outlive the session.
+struct TrainingGroups {
+  comm::Communicator* data = nullptr;
+  comm::Communicator* tensor = nullptr;
+  comm::Communicator* pipeline = nullptr;
 };
 
 class TrainingSession {
  public:
-  // `data_group` may be null for a single replica; it must outlive the
-  // session and have `dp` ranks matching the config's batch split. Errors:
-  // those of LoadDataset, BatchSampler::Create (e.g. token ids >= vocab),
+  // groups.data has dp ranks (the config's batch split over them); the
+  // tensor and pipeline groups match `layout`. Errors: those of
+  // LoadDataset, BatchSampler::Create (e.g. token ids >= vocab),
   // GptModel::Create and StepRunner::Create.
   static absl::StatusOr<std::unique_ptr<TrainingSession>> Create(
-      const TrainingConfig& config, comm::Communicator* data_group,
+      const TrainingConfig& config, const model::ModelLayout& layout, const TrainingGroups& groups,
       const TrainingSessionOptions& options);
 
   // See StepRunner::Run.
@@ -51,6 +66,7 @@ class TrainingSession {
   const TrainingConfig& config() const { return config_; }
   model::GptModel& model() { return *model_; }
   const DataParallel& data_parallel() const { return *data_parallel_; }
+  const StepRunner& runner() const { return *runner_; }
 
  private:
   explicit TrainingSession(const TrainingConfig& config) : config_(config) {}

@@ -204,17 +204,38 @@ inline Vec AttentionBackward(const Vec& dout, const Vec& qkv, int B, int T, int 
   return dqkv;
 }
 
-// Per-row cross-entropy over the first V columns of (N,Vp) logits.
-inline Vec CrossEntropy(const Vec& logits, const std::vector<int32_t>& targets, int N, int V,
-                        int Vp) {
-  Vec losses(N);
+// Per-row logsumexp over the first V columns of (N,Vp) logits.
+inline Vec LogSumExp(const Vec& logits, int N, int V, int Vp) {
+  Vec lse(N);
   for (int n = 0; n < N; ++n) {
     double mx = -1e300, z = 0.0;
     for (int i = 0; i < V; ++i) mx = std::max(mx, logits[n * Vp + i]);
     for (int i = 0; i < V; ++i) z += std::exp(logits[n * Vp + i] - mx);
-    losses[n] = mx + std::log(z) - logits[n * Vp + targets[n]];
+    lse[n] = mx + std::log(z);
   }
+  return lse;
+}
+
+// Per-row cross-entropy over the first V columns of (N,Vp) logits.
+inline Vec CrossEntropy(const Vec& logits, const std::vector<int32_t>& targets, int N, int V,
+                        int Vp) {
+  Vec losses = LogSumExp(logits, N, V, Vp);
+  for (int n = 0; n < N; ++n) losses[n] -= logits[n * Vp + targets[n]];
   return losses;
+}
+
+// Gradient of sum_n dlosses[n] * CrossEntropy(logits)[n] with respect to the
+// (N,Vp) logits: (softmax - onehot(target)) * dlosses[n], 0 in the padding.
+inline Vec CrossEntropyGrad(const Vec& logits, const std::vector<int32_t>& targets,
+                            const std::vector<float>& dlosses, int N, int V, int Vp) {
+  const Vec lse = LogSumExp(logits, N, V, Vp);
+  Vec grad(static_cast<size_t>(N) * Vp, 0.0);
+  for (int n = 0; n < N; ++n)
+    for (int i = 0; i < V; ++i) {
+      const double p = std::exp(logits[n * Vp + i] - lse[n]);
+      grad[n * Vp + i] = (p - (i == targets[n] ? 1.0 : 0.0)) * dlosses[n];
+    }
+  return grad;
 }
 
 }  // namespace cohort::compute::ref
