@@ -18,4 +18,9 @@ inline constexpr int32_t kDefaultAlphabet = 16;
 inline constexpr int64_t kDefaultSyntheticTokens = 1000000;
 inline constexpr int32_t kDefaultSyntheticOrder = 2;
 
+// Workers pad the vocabulary (the token embedding's rows) to a multiple of
+// this (GPT-2: 50257 -> 50304, llm.c's Vp); tensor parallelism splits the
+// padded rows, so it must divide the padded size.
+inline constexpr int kVocabPadMultiple = 128;
+
 }  // namespace cohort

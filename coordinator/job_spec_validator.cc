@@ -99,10 +99,16 @@ bool CheckParallelism(v1::ParallelismConfig& parallelism, const v1::ModelConfig&
     errors.Add("parallelism.tensor", absl::StrCat("tensor parallel ", tp, " does not divide ",
                                                   model.heads(), " attention heads (model.heads)"));
   }
-  if (tensor_ok && vocab_ok && model.vocab_size() % tp != 0) {
+  // Workers shard the vocabulary padded to a multiple of 128 (GPT-2: 50257
+  // -> 50304), as the engine's GptConfig::PaddedVocab does.
+  const int64_t padded_vocab =
+      (static_cast<int64_t>(model.vocab_size()) + kVocabPadMultiple - 1) / kVocabPadMultiple *
+      kVocabPadMultiple;
+  if (tensor_ok && vocab_ok && padded_vocab % tp != 0) {
     errors.Add("parallelism.tensor",
-               absl::StrCat("tensor parallel ", tp, " does not divide vocab_size ",
-                            model.vocab_size(), " (model.vocab_size)"));
+               absl::StrCat("tensor parallel ", tp, " does not divide the padded vocabulary ",
+                            padded_vocab, " (model.vocab_size ", model.vocab_size(),
+                            " rounded up to a multiple of ", kVocabPadMultiple, ")"));
   }
   if (pipeline_ok && layers_ok && pp > model.layers()) {
     errors.Add("parallelism.pipeline",

@@ -29,6 +29,7 @@
 #include "worker/comm/mesh_groups.h"
 #include "worker/comm/ucx_communicator.h"
 #include "worker/comm/ucx_context.h"
+#include "worker/train/mesh_communicators.h"
 #include "worker/train/training_session.h"
 
 ABSL_FLAG(int, rank, 0, "this process's rank (Megatron order)");
@@ -89,28 +90,10 @@ uint64_t Fnv(const void* data, size_t bytes) {
   return h;
 }
 
-// The mesh of a world of `size` ranks laid out as (dp, tp, pp).
-cohort::v1::Mesh MakeMesh(int size, int tp, int pp) {
-  cohort::v1::Mesh mesh;
-  const int dp = size / (tp * pp);
-  mesh.set_data_parallel(dp);
-  mesh.set_tensor_parallel(tp);
-  mesh.set_pipeline_parallel(pp);
-  for (int r = 0; r < size; ++r) {
-    cohort::v1::MeshMember* m = mesh.add_members();
-    m->set_worker_id(absl::StrCat("rank-", r));
-    m->mutable_coordinates()->set_rank(r);
-    m->mutable_coordinates()->set_tensor(r % tp);
-    m->mutable_coordinates()->set_data(r / tp % dp);
-    m->mutable_coordinates()->set_pipeline(r / (tp * dp));
-  }
-  return mesh;
-}
-
 struct Comms {
   std::unique_ptr<cohort::comm::KvClient> kv;
   std::unique_ptr<cohort::comm::UcxContext> context;
-  std::unique_ptr<cohort::comm::UcxCommunicator> data, tensor, pipeline;
+  cohort::train::MeshCommunicators mesh;
 };
 
 absl::Status Connect(int rank, int size, const cohort::comm::MeshGroups& groups, Comms& comms) {
@@ -124,17 +107,9 @@ absl::Status Connect(int rank, int size, const cohort::comm::MeshGroups& groups,
   auto created = cohort::comm::UcxContext::Create(options);
   if (!created.ok()) return created.status();
   comms.context = std::move(*created);
-  for (auto [group, out] : {std::pair{&groups.data, &comms.data},
-                            std::pair{&groups.tensor, &comms.tensor},
-                            std::pair{&groups.pipeline, &comms.pipeline}}) {
-    if (group->size() <= 1) continue;
-    cohort::comm::UcxCommunicatorOptions c;
-    c.comm_id = group->communicator_id;
-    c.group = group->ranks;
-    auto communicator = cohort::comm::UcxCommunicator::Create(comms.context.get(), c);
-    if (!communicator.ok()) return communicator.status();
-    *out = std::move(*communicator);
-  }
+  auto mesh = cohort::train::CreateMeshCommunicators(comms.context.get(), groups);
+  if (!mesh.ok()) return mesh.status();
+  comms.mesh = std::move(*mesh);
   return absl::OkStatus();
 }
 
@@ -151,7 +126,7 @@ int main(int argc, char** argv) {
     LOG(ERROR) << "--size " << size << " is not a multiple of tp x pp = " << tp * pp;
     return 2;
   }
-  const cohort::v1::Mesh mesh = MakeMesh(size, tp, pp);
+  const cohort::v1::Mesh mesh = cohort::train::LocalMesh(size / (tp * pp), tp, pp);
   auto groups = cohort::comm::ComputeMeshGroups(mesh, mesh.members(rank).coordinates());
   if (!groups.ok()) {
     LOG(ERROR) << groups.status();
@@ -164,15 +139,8 @@ int main(int argc, char** argv) {
       return 2;
     }
   }
-  cohort::model::ModelLayout layout;
-  layout.tp = tp;
-  layout.tp_rank = mesh.members(rank).coordinates().tensor();
-  layout.pp = pp;
-  layout.stage = mesh.members(rank).coordinates().pipeline();
-  cohort::train::TrainingGroups training_groups;
-  training_groups.data = comms.data.get();
-  training_groups.tensor = comms.tensor.get();
-  training_groups.pipeline = comms.pipeline.get();
+  const cohort::model::ModelLayout layout =
+      cohort::train::LayoutOf(mesh, mesh.members(rank).coordinates());
   cohort::train::TrainingSessionOptions options;
   options.num_threads = absl::GetFlag(FLAGS_threads);
   options.collective_timeout = absl::Seconds(60);
@@ -190,7 +158,7 @@ int main(int argc, char** argv) {
     };
   }
   auto session =
-      cohort::train::TrainingSession::Create(TestConfig(), layout, training_groups, options);
+      cohort::train::TrainingSession::Create(TestConfig(), layout, comms.mesh.groups(), options);
   if (!session.ok()) {
     LOG(ERROR) << session.status();
     return 2;

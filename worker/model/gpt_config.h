@@ -2,6 +2,7 @@
 // GptConfig: the shape of a GPT-2 style model (llm.c's GPT2Config).
 
 #include "absl/status/status.h"
+#include "common/job_spec_defaults.h"
 
 namespace cohort::model {
 
@@ -15,7 +16,7 @@ struct GptConfig {
   // kVocabPadMultiple (GPT-2: 50257 -> 50304). Otherwise >= vocab_size.
   int padded_vocab = 0;
 
-  static constexpr int kVocabPadMultiple = 128;
+  static constexpr int kVocabPadMultiple = cohort::kVocabPadMultiple;
 
   // The Vp in effect: padded_vocab, or the rounded vocab_size when it is 0.
   int PaddedVocab() const;

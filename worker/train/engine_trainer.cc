@@ -8,6 +8,7 @@
 #include "common/log.h"
 #include "common/status_macros.h"
 #include "worker/comm/mesh_groups.h"
+#include "worker/train/mesh_communicators.h"
 
 namespace cohort::train {
 namespace {
@@ -52,9 +53,7 @@ struct EngineTrainer::Run {
   int64_t steps = 0;
   std::unique_ptr<comm::KvClient> kv;
   std::unique_ptr<comm::UcxContext> context;
-  std::unique_ptr<comm::UcxCommunicator> data_group;
-  std::unique_ptr<comm::UcxCommunicator> tensor_group;
-  std::unique_ptr<comm::UcxCommunicator> pipeline_group;
+  MeshCommunicators communicators;
   std::unique_ptr<TrainingSession> session;
   std::atomic<bool> stop{false};
   std::thread thread;
@@ -88,29 +87,13 @@ absl::StatusOr<std::unique_ptr<EngineTrainer::Run>> EngineTrainer::Build(
     context.kv = run->kv.get();
     context.bootstrap_timeout = options_.bootstrap_timeout;
     ASSIGN_OR_RETURN(run->context, comm::UcxContext::Create(context));
-    for (auto [group, out] : {std::pair{&groups.data, &run->data_group},
-                              std::pair{&groups.tensor, &run->tensor_group},
-                              std::pair{&groups.pipeline, &run->pipeline_group}}) {
-      if (group->size() <= 1) continue;
-      comm::UcxCommunicatorOptions options;
-      options.comm_id = group->communicator_id;
-      options.group = group->ranks;
-      ASSIGN_OR_RETURN(*out, comm::UcxCommunicator::Create(run->context.get(), options));
-    }
+    ASSIGN_OR_RETURN(run->communicators, CreateMeshCommunicators(run->context.get(), groups));
   }
-  model::ModelLayout layout;
-  layout.tp = std::max(1, mesh.tensor_parallel());
-  layout.tp_rank = assignment.coordinates.tensor();
-  layout.pp = std::max(1, mesh.pipeline_parallel());
-  layout.stage = assignment.coordinates.pipeline();
-  TrainingGroups groups;
-  groups.data = run->data_group.get();
-  groups.tensor = run->tensor_group.get();
-  groups.pipeline = run->pipeline_group.get();
+  const model::ModelLayout layout = LayoutOf(mesh, assignment.coordinates);
   TrainingSessionOptions session;
   session.num_threads = options_.num_threads;
   session.collective_timeout = options_.collective_timeout;
-  ASSIGN_OR_RETURN(run->session, TrainingSession::Create(config, layout, groups, session));
+  ASSIGN_OR_RETURN(run->session, TrainingSession::Create(config, layout, run->communicators.groups(), session));
   return run;
 }
 
@@ -187,10 +170,7 @@ void EngineTrainer::Stop() {
 void EngineTrainer::StopLocked() {
   if (run_ == nullptr) return;
   run_->stop = true;
-  for (comm::UcxCommunicator* group :
-       {run_->data_group.get(), run_->tensor_group.get(), run_->pipeline_group.get()}) {
-    if (group != nullptr) group->Abort(absl::AbortedError("trainer stopped"));
-  }
+  run_->communicators.Abort(absl::AbortedError("trainer stopped"));
   if (run_->thread.joinable()) run_->thread.join();
   run_.reset();
 }

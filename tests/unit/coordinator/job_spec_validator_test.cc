@@ -149,9 +149,15 @@ INSTANTIATE_TEST_SUITE_P(
                 },
                 "parallelism.tensor: tensor parallel 3 does not divide 8 attention heads "
                 "(model.heads)"},
-        BadCase{"TensorDoesNotDivideVocab",
-                [](v1::JobSpec& s) { s.mutable_model()->set_vocab_size(255); },
-                "parallelism.tensor: tensor parallel 2 does not divide vocab_size 255"},
+        BadCase{"TensorDoesNotDividePaddedVocab",
+                [](v1::JobSpec& s) {
+                  s.mutable_model()->set_heads(6);
+                  s.mutable_model()->set_width(96);
+                  s.mutable_model()->set_vocab_size(255);
+                  s.mutable_parallelism()->set_tensor(3);
+                },
+                "parallelism.tensor: tensor parallel 3 does not divide the padded vocabulary "
+                "256 (model.vocab_size 255 rounded up to a multiple of 128)"},
         BadCase{"NegativeTensor", [](v1::JobSpec& s) { s.mutable_parallelism()->set_tensor(-1); },
                 "parallelism.tensor: must be > 0, got -1"},
         BadCase{"PipelineAboveLayers",

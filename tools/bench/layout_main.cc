@@ -1,0 +1,305 @@
+// cohort-bench-layout: GPT training step time, per-rank memory and the
+// communication share of a step under (dp, tp, pp) layouts, every rank a
+// separate process on this machine over UCX.
+//
+//   cohort-bench-layout [--model small|gpt2-124m] [--layouts 1x1x1,1x2x1,...]
+//                       [--global_batch 8] [--micro_batch 2] [--warmup 1] [--steps 3]
+//                       [--threads N]
+//
+// Layouts are dp x tp x pp. Without --rank the binary is the launcher: for
+// each layout it starts dp*tp*pp copies of itself (--rank r), each running a
+// TrainingSession on the synthetic source, and prints one table row per
+// layout:
+//   step ms      median wall time of the timed steps (slowest rank)
+//   tokens/s     global batch tokens / step time
+//   tp comm %    time inside tensor-group collectives / step time (busiest rank)
+//   pp wait %    time inside pipeline point-to-point calls and the stage
+//                reductions / step time (the measured bubble plus transfers)
+//   dp comm %    time inside data-group collectives / step time
+//   bubble       the 1F1B bubble (p-1)/(m+p-1) for m micro-batches per data rank
+//   RSS MiB      resident set size of each rank after the timed steps (max, min)
+// Threads: --threads (default: the machine's cores) are divided among the
+// ranks, at least one each. Progress goes to stderr.
+
+#include <spawn.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cstdio>
+#include <fstream>
+#include <memory>
+#include <sstream>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "absl/flags/flag.h"
+#include "absl/flags/parse.h"
+#include "absl/flags/usage.h"
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
+#include "absl/time/clock.h"
+#include "common/log.h"
+#include "tools/bench/timed_communicator.h"
+#include "worker/comm/file_kv_client.h"
+#include "worker/comm/mesh_groups.h"
+#include "worker/comm/ucx_context.h"
+#include "worker/train/mesh_communicators.h"
+#include "worker/train/training_session.h"
+
+ABSL_FLAG(std::string, model, "small",
+          "small (L4 NH4 C128 V512) or gpt2-124m (L12 NH12 C768 V50257)");
+ABSL_FLAG(std::string, layouts, "1x1x1,1x2x1,1x1x2,1x2x2", "dp x tp x pp layouts, comma separated");
+ABSL_FLAG(int, global_batch, 8, "sequences per step");
+ABSL_FLAG(int, micro_batch, 2, "sequences per micro-batch");
+ABSL_FLAG(int, seq, 64, "tokens per sequence (the model's context)");
+ABSL_FLAG(int, warmup, 1, "untimed steps first");
+ABSL_FLAG(int, steps, 3, "timed steps");
+ABSL_FLAG(int, threads, 0, "threads shared by the ranks; 0 = the machine's cores");
+// Set by the launcher for each rank.
+ABSL_FLAG(int, rank, -1, "internal: this process's rank");
+ABSL_FLAG(std::string, layout, "", "internal: this rank's layout");
+ABSL_FLAG(std::string, work_dir, "", "internal: KV directory and result files");
+
+namespace cohort::bench {
+namespace {
+
+struct Layout {
+  int dp = 1, tp = 1, pp = 1;
+  int world() const { return dp * tp * pp; }
+};
+
+bool ParseLayout(const std::string& text, Layout* out) {
+  std::vector<std::string> parts = absl::StrSplit(text, 'x');
+  return parts.size() == 3 && absl::SimpleAtoi(parts[0], &out->dp) &&
+         absl::SimpleAtoi(parts[1], &out->tp) && absl::SimpleAtoi(parts[2], &out->pp) &&
+         out->dp > 0 && out->tp > 0 && out->pp > 0;
+}
+
+int ThreadsPerRank(const Layout& l) {
+  int total = absl::GetFlag(FLAGS_threads);
+  if (total <= 0) total = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+  return std::max(1, total / l.world());
+}
+
+train::TrainingConfig BenchConfig() {
+  train::TrainingConfig c;
+  const bool gpt2 = absl::GetFlag(FLAGS_model) == "gpt2-124m";
+  c.model.layers = gpt2 ? 12 : 4;
+  c.model.heads = gpt2 ? 12 : 4;
+  c.model.width = gpt2 ? 768 : 128;
+  c.model.vocab_size = gpt2 ? 50257 : 512;
+  c.model.context_length = absl::GetFlag(FLAGS_seq);
+  c.init_seed = 42;
+  c.global_batch_size = absl::GetFlag(FLAGS_global_batch);
+  c.micro_batch_size = absl::GetFlag(FLAGS_micro_batch);
+  c.steps = absl::GetFlag(FLAGS_warmup) + absl::GetFlag(FLAGS_steps);
+  c.lr.max_lr = 1e-4;
+  c.lr.min_lr = 1e-5;
+  c.lr.total_steps = c.steps;
+  c.grad_clip = 1.0;
+  c.data.synthetic = true;
+  c.data.markov.seed = 7;
+  c.data.markov.vocab_size = c.model.vocab_size;
+  c.data.markov.alphabet_size = 64;
+  c.data.markov.branching = 4;
+  c.data.synthetic_tokens = 200000;
+  c.data.sample_seed = 11;
+  return c;
+}
+
+double ResidentMiB() {
+  std::ifstream status("/proc/self/status");
+  std::string line;
+  while (std::getline(status, line)) {
+    if (line.rfind("VmRSS:", 0) == 0) return std::stod(line.substr(6)) / 1024.0;
+  }
+  return 0;
+}
+
+// One rank: trains and writes "step_ms rss_mib tp_ms pp_ms dp_ms" (per-step
+// means of the communication times) to <work_dir>/rank<r>.txt.
+int RunRank(int rank, const Layout& l) {
+  const std::string dir = absl::GetFlag(FLAGS_work_dir);
+  log::SetProcessTag(absl::StrCat("rank ", rank));
+  const v1::Mesh mesh = train::LocalMesh(l.dp, l.tp, l.pp);
+  absl::StatusOr<comm::MeshGroups> groups =
+      comm::ComputeMeshGroups(mesh, mesh.members(rank).coordinates());
+  if (!groups.ok()) {
+    LOG(ERROR) << groups.status();
+    return 2;
+  }
+  std::unique_ptr<comm::KvClient> kv;
+  std::unique_ptr<comm::UcxContext> context;
+  train::MeshCommunicators comms;
+  if (l.world() > 1) {
+    auto file_kv = comm::FileKvClient::Create(dir + "/kv");
+    if (!file_kv.ok()) {
+      LOG(ERROR) << file_kv.status();
+      return 2;
+    }
+    kv = std::move(*file_kv);
+    comm::UcxContextOptions options;
+    options.rank = rank;
+    options.size = l.world();
+    options.kv = kv.get();
+    auto created = comm::UcxContext::Create(options);
+    auto built = created.ok() ? train::CreateMeshCommunicators(created->get(), *groups)
+                              : absl::StatusOr<train::MeshCommunicators>(created.status());
+    if (!built.ok()) {
+      LOG(ERROR) << built.status();
+      return 2;
+    }
+    context = std::move(*created);
+    comms = std::move(*built);
+  }
+  const train::TrainingGroups raw = comms.groups();
+  std::unique_ptr<TimedCommunicator> timed[3];
+  comm::Communicator* inner[3] = {raw.data, raw.tensor, raw.pipeline};
+  train::TrainingGroups groups_timed;
+  comm::Communicator** outer[3] = {&groups_timed.data, &groups_timed.tensor,
+                                   &groups_timed.pipeline};
+  for (int k = 0; k < 3; ++k) {
+    if (inner[k] == nullptr) continue;
+    timed[k] = std::make_unique<TimedCommunicator>(inner[k]);
+    *outer[k] = timed[k].get();
+  }
+  train::TrainingSessionOptions options;
+  options.num_threads = ThreadsPerRank(l);
+  auto session = train::TrainingSession::Create(
+      BenchConfig(), train::LayoutOf(mesh, mesh.members(rank).coordinates()), groups_timed,
+      options);
+  if (!session.ok()) {
+    LOG(ERROR) << session.status();
+    return 2;
+  }
+  const int warmup = absl::GetFlag(FLAGS_warmup);
+  const int steps = absl::GetFlag(FLAGS_steps);
+  std::vector<double> step_ms;
+  for (int s = 0; s < warmup + steps; ++s) {
+    if (s == warmup) {
+      for (auto& t : timed) {
+        if (t != nullptr) t->Reset();
+      }
+    }
+    const absl::Time start = absl::Now();
+    absl::StatusOr<train::StepResult> result = (*session)->RunStep(Step(s));
+    if (!result.ok()) {
+      LOG(ERROR) << "step " << s << ": " << result.status();
+      return 3;
+    }
+    if (s >= warmup) step_ms.push_back(absl::ToDoubleMilliseconds(absl::Now() - start));
+    if (rank == 0) std::fprintf(stderr, "  step %d/%d loss %.4f\n", s + 1, warmup + steps,
+                                result->loss);
+  }
+  std::sort(step_ms.begin(), step_ms.end());
+  auto per_step = [&](const std::unique_ptr<TimedCommunicator>& t) {
+    return t == nullptr ? 0.0 : absl::ToDoubleMilliseconds(t->elapsed()) / steps;
+  };
+  std::ofstream(absl::StrCat(dir, "/rank", rank, ".txt"))
+      << step_ms[step_ms.size() / 2] << " " << ResidentMiB() << " " << per_step(timed[1]) << " "
+      << per_step(timed[2]) << " " << per_step(timed[0]) << "\n";
+  return 0;
+}
+
+// Starts the ranks of one layout and prints its row; false if a rank failed.
+bool RunLayout(const std::string& text, const Layout& l, char** argv) {
+  char dir_template[] = "/tmp/cohort-bench-layout-XXXXXX";
+  const std::string dir = mkdtemp(dir_template);
+  std::vector<pid_t> pids;
+  for (int r = 0; r < l.world(); ++r) {
+    std::vector<std::string> args = {argv[0],
+                                     absl::StrCat("--rank=", r),
+                                     "--layout=" + text,
+                                     "--work_dir=" + dir};
+    args.push_back("--model=" + absl::GetFlag(FLAGS_model));
+    args.push_back(absl::StrCat("--global_batch=", absl::GetFlag(FLAGS_global_batch)));
+    args.push_back(absl::StrCat("--micro_batch=", absl::GetFlag(FLAGS_micro_batch)));
+    args.push_back(absl::StrCat("--seq=", absl::GetFlag(FLAGS_seq)));
+    args.push_back(absl::StrCat("--warmup=", absl::GetFlag(FLAGS_warmup)));
+    args.push_back(absl::StrCat("--steps=", absl::GetFlag(FLAGS_steps)));
+    args.push_back(absl::StrCat("--threads=", absl::GetFlag(FLAGS_threads)));
+    std::vector<char*> c_args;
+    for (std::string& a : args) c_args.push_back(a.data());
+    c_args.push_back(nullptr);
+    pid_t pid = 0;
+    if (posix_spawn(&pid, "/proc/self/exe", nullptr, nullptr, c_args.data(), environ) != 0) {
+      std::fprintf(stderr, "cannot start rank %d\n", r);
+      for (pid_t p : pids) kill(p, SIGKILL);
+      return false;
+    }
+    pids.push_back(pid);
+  }
+  bool ok = true;
+  for (pid_t pid : pids) {
+    int status = 0;
+    waitpid(pid, &status, 0);
+    if (!WIFEXITED(status) || WEXITSTATUS(status) != 0) {
+      ok = false;
+      // A failed rank leaves its peers waiting until their timeout: stop them.
+      for (pid_t p : pids) kill(p, SIGKILL);
+    }
+  }
+  if (!ok) {
+    std::printf("| %s | failed (see the ranks' stderr) |\n", text.c_str());
+    return false;
+  }
+  double step = 0, tp = 0, pp = 0, dp = 0, rss_max = 0, rss_min = 1e18;
+  for (int r = 0; r < l.world(); ++r) {
+    std::ifstream in(absl::StrCat(dir, "/rank", r, ".txt"));
+    double s = 0, rss = 0, t = 0, p = 0, d = 0;
+    in >> s >> rss >> t >> p >> d;
+    step = std::max(step, s);
+    tp = std::max(tp, t);
+    pp = std::max(pp, p);
+    dp = std::max(dp, d);
+    rss_max = std::max(rss_max, rss);
+    rss_min = std::min(rss_min, rss);
+  }
+  const int m = absl::GetFlag(FLAGS_global_batch) / absl::GetFlag(FLAGS_micro_batch) / l.dp;
+  const double bubble = static_cast<double>(l.pp - 1) / (m + l.pp - 1);
+  const double tokens = static_cast<double>(absl::GetFlag(FLAGS_global_batch)) *
+                        absl::GetFlag(FLAGS_seq);
+  std::printf("| (%d,%d,%d) | %d | %d | %.1f | %.0f | %.1f | %.1f | %.1f | %.1f | %.0f / %.0f |\n",
+              l.dp, l.tp, l.pp, l.world(), ThreadsPerRank(l), step, tokens / (step / 1000.0),
+              100 * tp / step, 100 * pp / step, 100 * dp / step, 100 * bubble, rss_max, rss_min);
+  std::fflush(stdout);
+  return true;
+}
+
+}  // namespace
+}  // namespace cohort::bench
+
+int main(int argc, char** argv) {
+  absl::SetProgramUsageMessage(
+      "cohort-bench-layout [--model small|gpt2-124m] [--layouts 1x1x1,1x2x1,...]");
+  absl::ParseCommandLine(argc, argv);
+  using cohort::bench::Layout;
+  const int rank = absl::GetFlag(FLAGS_rank);
+  if (rank >= 0) {
+    Layout l;
+    if (!cohort::bench::ParseLayout(absl::GetFlag(FLAGS_layout), &l)) return 2;
+    return cohort::bench::RunRank(rank, l);
+  }
+  std::printf("model %s, batch %d x %d tokens, micro-batch %d, %d timed steps after %d warm-up\n\n",
+              absl::GetFlag(FLAGS_model).c_str(), absl::GetFlag(FLAGS_global_batch),
+              absl::GetFlag(FLAGS_seq), absl::GetFlag(FLAGS_micro_batch),
+              absl::GetFlag(FLAGS_steps), absl::GetFlag(FLAGS_warmup));
+  std::printf("| (dp,tp,pp) | ranks | threads/rank | step ms | tokens/s | tp comm %% | pp wait %% "
+              "| dp comm %% | 1F1B bubble %% | RSS MiB max / min |\n");
+  std::printf("|---|---|---|---|---|---|---|---|---|---|\n");
+  bool ok = true;
+  const std::vector<std::string> layouts = absl::StrSplit(absl::GetFlag(FLAGS_layouts), ',');
+  for (const std::string& text : layouts) {
+    Layout l;
+    if (!cohort::bench::ParseLayout(text, &l)) {
+      std::fprintf(stderr, "--layouts: '%s' is not dp x tp x pp (e.g. 1x2x1)\n", text.c_str());
+      return 2;
+    }
+    std::fprintf(stderr, "layout %s: %d ranks\n", text.c_str(), l.world());
+    ok = cohort::bench::RunLayout(text, l, argv) && ok;
+  }
+  return ok ? 0 : 1;
+}

@@ -1,0 +1,58 @@
+#include "worker/train/mesh_communicators.h"
+
+#include <algorithm>
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "common/status_macros.h"
+
+namespace cohort::train {
+
+void MeshCommunicators::Abort(const absl::Status& reason) {
+  for (comm::UcxCommunicator* group : {data.get(), tensor.get(), pipeline.get()}) {
+    if (group != nullptr) group->Abort(reason);
+  }
+}
+
+absl::StatusOr<MeshCommunicators> CreateMeshCommunicators(comm::UcxContext* context,
+                                                          const comm::MeshGroups& groups) {
+  MeshCommunicators out;
+  for (auto [group, slot] : {std::pair{&groups.data, &out.data},
+                             std::pair{&groups.tensor, &out.tensor},
+                             std::pair{&groups.pipeline, &out.pipeline}}) {
+    if (group->size() <= 1) continue;
+    comm::UcxCommunicatorOptions options;
+    options.comm_id = group->communicator_id;
+    options.group = group->ranks;
+    ASSIGN_OR_RETURN(*slot, comm::UcxCommunicator::Create(context, options));
+  }
+  return out;
+}
+
+model::ModelLayout LayoutOf(const v1::Mesh& mesh, const v1::MeshCoordinates& self) {
+  model::ModelLayout layout;
+  layout.tp = std::max(1, mesh.tensor_parallel());
+  layout.tp_rank = self.tensor();
+  layout.pp = std::max(1, mesh.pipeline_parallel());
+  layout.stage = self.pipeline();
+  return layout;
+}
+
+v1::Mesh LocalMesh(int dp, int tp, int pp) {
+  v1::Mesh mesh;
+  mesh.set_data_parallel(dp);
+  mesh.set_tensor_parallel(tp);
+  mesh.set_pipeline_parallel(pp);
+  for (int r = 0; r < dp * tp * pp; ++r) {
+    v1::MeshMember* member = mesh.add_members();
+    member->set_worker_id(absl::StrCat("rank-", r));
+    v1::MeshCoordinates* c = member->mutable_coordinates();
+    c->set_rank(r);
+    c->set_tensor(r % tp);
+    c->set_data(r / tp % dp);
+    c->set_pipeline(r / (tp * dp));
+  }
+  return mesh;
+}
+
+}  // namespace cohort::train

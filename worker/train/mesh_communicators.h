@@ -1,0 +1,46 @@
+#pragma once
+// MeshCommunicators: the UCX communicators of one rank's mesh groups (data,
+// tensor, pipeline; one only where its group has more than one rank), built
+// on a shared UcxContext. Used by the worker's EngineTrainer, the training
+// tests' rank binary and the layout benchmark, so all three wire a mesh the
+// same way.
+//
+// Thread-safety: as UcxCommunicator (Abort from any thread).
+
+#include <memory>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "cohort/v1/job.pb.h"
+#include "worker/comm/mesh_groups.h"
+#include "worker/comm/ucx_communicator.h"
+#include "worker/comm/ucx_context.h"
+#include "worker/model/model_layout.h"
+#include "worker/train/training_session.h"
+
+namespace cohort::train {
+
+struct MeshCommunicators {
+  std::unique_ptr<comm::UcxCommunicator> data;
+  std::unique_ptr<comm::UcxCommunicator> tensor;
+  std::unique_ptr<comm::UcxCommunicator> pipeline;
+
+  TrainingGroups groups() const { return {data.get(), tensor.get(), pipeline.get()}; }
+  // Aborts every communicator (in-flight and later calls return Aborted).
+  void Abort(const absl::Status& reason);
+};
+
+// The communicators of `groups` on `context` (which must outlive them).
+// Errors: UcxCommunicator::Create's.
+absl::StatusOr<MeshCommunicators> CreateMeshCommunicators(comm::UcxContext* context,
+                                                          const comm::MeshGroups& groups);
+
+// The ModelLayout of the member at `self` in `mesh`.
+model::ModelLayout LayoutOf(const v1::Mesh& mesh, const v1::MeshCoordinates& self);
+
+// A complete mesh of dp x tp x pp ranks in Megatron order (rank = stage * dp
+// * tp + data * tp + tensor), with worker ids "rank-<r>": for tests and
+// benchmarks that start their ranks themselves.
+v1::Mesh LocalMesh(int dp, int tp, int pp);
+
+}  // namespace cohort::train
