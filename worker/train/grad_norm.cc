@@ -44,4 +44,10 @@ void ScaleInPlace(float* x, size_t n, float scale, int threads) {
   for (int64_t i = 0; i < count; ++i) x[i] *= scale;
 }
 
+void AddInPlace(float* dst, const float* src, size_t n, int threads) {
+  const int64_t count = static_cast<int64_t>(n);
+#pragma omp parallel for num_threads(Threads(threads)) schedule(static)
+  for (int64_t i = 0; i < count; ++i) dst[i] += src[i];
+}
+
 }  // namespace cohort::train

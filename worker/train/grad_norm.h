@@ -29,4 +29,8 @@ double ClipScale(double norm, double max_norm);
 // x[i] *= scale for i < n (a no-op for scale == 1).
 void ScaleInPlace(float* x, size_t n, float scale, int threads);
 
+// dst[i] += src[i] for i < n (gradient accumulation; element-wise, so the
+// bits do not depend on the thread count).
+void AddInPlace(float* dst, const float* src, size_t n, int threads);
+
 }  // namespace cohort::train

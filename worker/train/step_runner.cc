@@ -166,18 +166,18 @@ absl::Status StepRunner::RunSchedule(Step step, float* accumulated, double* loca
       const size_t wte = model_->table()[model::kWte].offset;
       const size_t count = embedding.numel;
       if (tie_per_micro_batch_) {
-        for (size_t k = 0; k < count; ++k) grads[wte + k] += Floats(embedding)[k];
+        AddInPlace(grads + wte, Floats(embedding), count, options_.num_threads);
       } else if (backwards_done == 0) {
         std::memcpy(embedding_accumulated_.data(), embedding.data, count * sizeof(float));
       } else {
-        for (size_t k = 0; k < count; ++k) embedding_accumulated_[k] += Floats(embedding)[k];
+        AddInPlace(embedding_accumulated_.data(), Floats(embedding), count, options_.num_threads);
       }
     }
     if (micro_batches_per_rank_ > 1) {
       if (backwards_done == 0) {
         std::memcpy(accumulated, grads, n * sizeof(float));
       } else {
-        for (size_t k = 0; k < n; ++k) accumulated[k] += grads[k];
+        AddInPlace(accumulated, grads, n, options_.num_threads);
       }
     }
     ++backwards_done;
@@ -191,7 +191,7 @@ absl::Status StepRunner::TieEmbedding(float* accumulated) {
   float* own = accumulated + wte.offset;
   if (layout_.has_embedding()) {
     // On a first stage without the head this is 0 + e: exact.
-    for (size_t k = 0; k < wte.numel; ++k) own[k] += embedding_accumulated_[k];
+    AddInPlace(own, embedding_accumulated_.data(), wte.numel, options_.num_threads);
   }
   if (layout_.pp == 1 || !(layout_.first_stage() || layout_.last_stage())) {
     return absl::OkStatus();
@@ -203,7 +203,7 @@ absl::Status StepRunner::TieEmbedding(float* accumulated) {
                                                     wte.numel * sizeof(float), other,
                                                     kPipelineTag, options_.timeout));
   last_pipeline_wait_ += absl::Now() - start;
-  for (size_t k = 0; k < wte.numel; ++k) own[k] += tie_buffer_[k];
+  AddInPlace(own, tie_buffer_.data(), wte.numel, options_.num_threads);
   return absl::OkStatus();
 }
 
