@@ -23,4 +23,7 @@ inline constexpr int32_t kDefaultSyntheticOrder = 2;
 // padded rows, so it must divide the padded size.
 inline constexpr int kVocabPadMultiple = 128;
 
+// checkpoint.keep_last: committed checkpoints retained besides keep_every's.
+inline constexpr int32_t kDefaultKeepLast = 3;
+
 }  // namespace cohort

@@ -73,6 +73,57 @@ CoordinatorMetrics::CoordinatorMetrics(std::shared_ptr<prometheus::Registry> reg
                            .Help("Open worker Attach streams.")
                            .Register(*registry_)
                            .Add({});
+  checkpoint_bytes_ = &prometheus::BuildCounter()
+                          .Name("cohort_checkpoint_bytes_total")
+                          .Help("Checkpoint chunk bytes received from writers (direction=upload) "
+                                "and sent to readers (direction=download).")
+                          .Register(*registry_);
+  checkpoint_chunks_ = &prometheus::BuildCounter()
+                           .Name("cohort_checkpoint_chunks_total")
+                           .Help("Checkpoint chunks stored (upload) and sent (download).")
+                           .Register(*registry_);
+  checkpoint_streams_ = &prometheus::BuildGauge()
+                            .Name("cohort_checkpoint_streams")
+                            .Help("Open checkpoint Upload and Download streams.")
+                            .Register(*registry_);
+  checkpoint_commits_ = &prometheus::BuildCounter()
+                            .Name("cohort_checkpoint_commits_total")
+                            .Help("Checkpoints committed (made visible).")
+                            .Register(*registry_)
+                            .Add({});
+  checkpoint_commit_seconds_ =
+      &prometheus::BuildHistogram()
+           .Name("cohort_checkpoint_commit_duration_seconds")
+           .Help("Time from the last writer's UploadEnd to its reply: coverage check, flush of "
+                 "the chunks, synced manifest write and retention.")
+           .Register(*registry_)
+           .Add({}, LatencyBuckets());
+  checkpoint_abandoned_ = &prometheus::BuildCounter()
+                              .Name("cohort_checkpoint_attempts_abandoned_total")
+                              .Help("Checkpoint uploads abandoned before commit (stale generation, "
+                                    "idle, superseded, incomplete coverage); their bytes are freed.")
+                              .Register(*registry_)
+                              .Add({});
+  checkpoint_retired_ = &prometheus::BuildCounter()
+                            .Name("cohort_checkpoints_retired_total")
+                            .Help("Committed checkpoints deleted by the retention policy.")
+                            .Register(*registry_)
+                            .Add({});
+  checkpoint_pending_ = &prometheus::BuildGauge()
+                            .Name("cohort_checkpoint_attempts_pending")
+                            .Help("Checkpoint uploads in progress (not yet committed).")
+                            .Register(*registry_)
+                            .Add({});
+  checkpoint_stored_bytes_ = &prometheus::BuildGauge()
+                                 .Name("cohort_checkpoint_store_bytes")
+                                 .Help("Bytes of the checkpoint store's live files (SST and blob).")
+                                 .Register(*registry_)
+                                 .Add({});
+  for (const char* direction : {"upload", "download"}) {
+    checkpoint_bytes_->Add({{"direction", direction}});
+    checkpoint_chunks_->Add({{"direction", direction}});
+    checkpoint_streams_->Add({{"direction", direction}});
+  }
   // Pre-create the label sets so every series exists from the start.
   for (WorkerState state :
        {WorkerState::kIdle, WorkerState::kAssigned, WorkerState::kLost, WorkerState::kDraining}) {
@@ -113,6 +164,20 @@ void CoordinatorMetrics::ObserveRpc(const std::string& method, const std::string
                                     absl::Duration latency) {
   rpc_latency_->Add({{"method", method}, {"code", code}}, LatencyBuckets())
       .Observe(absl::ToDoubleSeconds(latency));
+}
+
+void CoordinatorMetrics::CheckpointTransfer(const std::string& direction, int64_t bytes) {
+  checkpoint_bytes_->Add({{"direction", direction}}).Increment(static_cast<double>(bytes));
+  checkpoint_chunks_->Add({{"direction", direction}}).Increment();
+}
+
+void CoordinatorMetrics::SetCheckpointStreams(const std::string& direction, int n) {
+  checkpoint_streams_->Add({{"direction", direction}}).Set(n);
+}
+
+void CoordinatorMetrics::CheckpointCommitted(absl::Duration duration) {
+  checkpoint_commits_->Increment();
+  checkpoint_commit_seconds_->Observe(absl::ToDoubleSeconds(duration));
 }
 
 }  // namespace cohort::coordinator

@@ -36,6 +36,21 @@ class CoordinatorMetrics {
   void KvOperation(const std::string& op) { kv_ops_->Add({{"op", op}}).Increment(); }
   void SetAttachedStreams(int n) { attached_streams_->Set(n); }
 
+  // --- Checkpoints ---
+  // Chunk bytes received ("upload") or sent ("download").
+  void CheckpointTransfer(const std::string& direction, int64_t bytes);
+  void SetCheckpointStreams(const std::string& direction, int n);
+  // The last writer's End took `duration` (coverage check, flush, synced
+  // manifest write, retention).
+  void CheckpointCommitted(absl::Duration duration);
+  // Attempts abandoned and checkpoints retired since the last call.
+  void CheckpointsAbandoned(int64_t n) { checkpoint_abandoned_->Increment(static_cast<double>(n)); }
+  void CheckpointsRetired(int64_t n) { checkpoint_retired_->Increment(static_cast<double>(n)); }
+  void SetCheckpointPending(int n) { checkpoint_pending_->Set(n); }
+  void SetCheckpointStoredBytes(uint64_t bytes) {
+    checkpoint_stored_bytes_->Set(static_cast<double>(bytes));
+  }
+
  private:
   std::shared_ptr<prometheus::Registry> registry_;
   prometheus::Counter* heartbeats_;
@@ -48,6 +63,15 @@ class CoordinatorMetrics {
   prometheus::Family<prometheus::Histogram>* rpc_latency_;
   prometheus::Family<prometheus::Counter>* kv_ops_;
   prometheus::Gauge* attached_streams_;
+  prometheus::Family<prometheus::Counter>* checkpoint_bytes_;
+  prometheus::Family<prometheus::Counter>* checkpoint_chunks_;
+  prometheus::Family<prometheus::Gauge>* checkpoint_streams_;
+  prometheus::Counter* checkpoint_commits_;
+  prometheus::Histogram* checkpoint_commit_seconds_;
+  prometheus::Counter* checkpoint_abandoned_;
+  prometheus::Counter* checkpoint_retired_;
+  prometheus::Gauge* checkpoint_pending_;
+  prometheus::Gauge* checkpoint_stored_bytes_;
 };
 
 }  // namespace cohort::coordinator

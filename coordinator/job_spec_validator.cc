@@ -24,7 +24,6 @@ constexpr int32_t kMaxContext = 1 << 20;
 constexpr int32_t kMaxWorkers = 100000;
 constexpr int kMaxNameLength = 63;
 
-constexpr int32_t kDefaultKeepLast = 3;
 constexpr int64_t kMaxSyntheticTokens = int64_t{1} << 30;
 
 // Collects "field: reason" messages.

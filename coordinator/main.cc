@@ -15,8 +15,20 @@ ABSL_FLAG(std::string, listen, "0.0.0.0:7070",
 ABSL_FLAG(std::string, metrics_address, "127.0.0.1:9464",
           "host:port serving Prometheus /metrics; port 0 picks a free port");
 ABSL_FLAG(std::string, data_dir, "cohort-data",
-          "RocksDB directory for jobs (and later checkpoints); created if missing. Restarting "
-          "with the same directory restores every job");
+          "RocksDB directory for jobs, with checkpoints in its checkpoints/ subdirectory; created "
+          "if missing. Restarting with the same directory restores every job and every "
+          "committed checkpoint");
+ABSL_FLAG(int, max_checkpoint_uploads, 64,
+          "concurrent checkpoint Upload streams (one per writing rank); more get "
+          "RESOURCE_EXHAUSTED and retry");
+ABSL_FLAG(int, max_checkpoint_downloads, 64,
+          "concurrent checkpoint Download streams; more get RESOURCE_EXHAUSTED");
+ABSL_FLAG(int64_t, max_checkpoint_chunk_bytes, 64 << 20,
+          "largest checkpoint chunk accepted; with the stream limits it bounds the memory "
+          "checkpoints take: (uploads + downloads) x this");
+ABSL_FLAG(absl::Duration, checkpoint_abandon_after, absl::Minutes(10),
+          "an uncommitted checkpoint upload with no activity for this long is abandoned and its "
+          "bytes freed");
 ABSL_FLAG(absl::Duration, heartbeat_interval, absl::Milliseconds(500),
           "how often workers must heartbeat (sent to each worker in its Welcome)");
 ABSL_FLAG(absl::Duration, heartbeat_timeout, absl::Seconds(3),
@@ -43,7 +55,8 @@ sigset_t BlockTerminationSignals() {
 
 int main(int argc, char** argv) {
   absl::SetProgramUsageMessage(
-      "cohort-coordinator: membership, mesh planning, job state and the KeyValue service.\n"
+      "cohort-coordinator: membership, mesh planning, job state, checkpoints and the KeyValue "
+      "service.\n"
       "Usage: cohort-coordinator [--listen 0.0.0.0:7070] [--data_dir DIR] [flags]");
   absl::ParseCommandLine(argc, argv);
   // Block before any thread starts so every thread inherits the mask and
@@ -62,6 +75,16 @@ int main(int argc, char** argv) {
   config.coordinator.heartbeat_interval = absl::GetFlag(FLAGS_heartbeat_interval);
   config.coordinator.heartbeat_timeout = absl::GetFlag(FLAGS_heartbeat_timeout);
   config.coordinator.readopt_grace = absl::GetFlag(FLAGS_readopt_grace);
+  config.checkpoints.max_uploads = absl::GetFlag(FLAGS_max_checkpoint_uploads);
+  config.checkpoints.max_downloads = absl::GetFlag(FLAGS_max_checkpoint_downloads);
+  config.checkpoints.max_chunk_bytes = absl::GetFlag(FLAGS_max_checkpoint_chunk_bytes);
+  config.checkpoint_abandon_after = absl::GetFlag(FLAGS_checkpoint_abandon_after);
+  if (config.checkpoints.max_uploads < 1 || config.checkpoints.max_downloads < 1 ||
+      config.checkpoints.max_chunk_bytes < (1 << 20)) {
+    std::cerr << "cohort-coordinator: --max_checkpoint_uploads and --max_checkpoint_downloads "
+                 "must be >= 1 and --max_checkpoint_chunk_bytes >= 1 MiB\n";
+    return 64;
+  }
 
   auto server = cohort::coordinator::CoordinatorServer::Start(config);
   if (!server.ok()) {

@@ -6,11 +6,11 @@
 
 #include "absl/memory/memory.h"
 #include "absl/status/status.h"
-#include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "common/log.h"
 #include "common/status_macros.h"
+#include "coordinator/rocksdb_status.h"
 #include "rocksdb/db.h"
 #include "rocksdb/iterator.h"
 #include "rocksdb/options.h"
@@ -21,34 +21,6 @@ namespace {
 constexpr char kJobsFamily[] = "jobs";
 constexpr char kJobKeyPrefix[] = "job/";
 constexpr char kNextJobNumberKey[] = "meta/next_job_number";
-
-// Whether an IOError is RocksDB failing to take the LOCK file, which means
-// another process (or another DB object in this one) has the directory open.
-// Matched on RocksDB's two lock-contention phrasings ("While lock file" from
-// fcntl, "lock hold by current process" for a second open in this process)
-// rather than a bare "lock", which would also match messages about blocks and
-// "while open a file for lock" (a permission problem, not contention).
-bool IsLockError(const rocksdb::Status& status) {
-  if (!status.IsIOError()) return false;
-  const std::string text = status.ToString();
-  return absl::StrContains(text, "While lock file") ||
-         absl::StrContains(text, "lock hold by current process");
-}
-
-// The one place rocksdb::Status becomes absl::Status (house rule 5).
-absl::Status FromRocksDb(const rocksdb::Status& status, const std::string& data_dir,
-                         const std::string& action) {
-  if (status.ok()) return absl::OkStatus();
-  if (IsLockError(status)) {
-    return absl::UnavailableError(absl::StrCat(
-        "data dir ", data_dir,
-        " is locked: another coordinator may be using it (RocksDB: ", status.ToString(), ")"));
-  }
-  const std::string message =
-      absl::StrCat("RocksDB ", action, " in data dir ", data_dir, " failed: ", status.ToString());
-  if (status.IsCorruption()) return absl::DataLossError(message);
-  return absl::InternalError(message);
-}
 
 rocksdb::WriteOptions SyncWrite() {
   rocksdb::WriteOptions options;
@@ -102,18 +74,7 @@ absl::StatusOr<std::unique_ptr<RocksDbJobStore>> RocksDbJobStore::Open(
   return store;
 }
 
-RocksDbJobStore::~RocksDbJobStore() {
-  if (db_ == nullptr) return;
-  for (rocksdb::ColumnFamilyHandle* handle : handles_) {
-    rocksdb::Status status = db_->DestroyColumnFamilyHandle(handle);
-    if (!status.ok()) LOG(WARNING) << "closing column family: " << status.ToString();
-  }
-  handles_.clear();
-  // Close reports errors that the DB destructor would swallow.
-  rocksdb::Status status = db_->Close();
-  if (!status.ok()) LOG(WARNING) << "closing data dir " << data_dir_ << ": " << status.ToString();
-  db_.reset();
-}
+RocksDbJobStore::~RocksDbJobStore() { CloseRocksDb(db_, handles_, data_dir_); }
 
 absl::Status RocksDbJobStore::Put(const v1::Job& job) {
   if (job.job_id().empty()) return absl::InvalidArgumentError("job has no job_id");

@@ -28,6 +28,32 @@ absl::StatusOr<std::unique_ptr<CoordinatorServer>> CoordinatorServer::Start(
   ASSIGN_OR_RETURN(server->coordinator_,
                    Coordinator::Create(config.coordinator, std::move(store), RealClock::Get(),
                                        server->metrics_.get()));
+  ASSIGN_OR_RETURN(server->checkpoint_store_,
+                   RocksDbCheckpointStore::Open(config.data_dir + "/checkpoints"));
+  Coordinator* coordinator = server->coordinator_.get();
+  CheckpointUploadsOptions uploads;
+  uploads.max_chunk_bytes = config.checkpoints.max_chunk_bytes;
+  uploads.abandon_after = config.checkpoint_abandon_after;
+  server->checkpoint_uploads_ = std::make_unique<CheckpointUploads>(
+      server->checkpoint_store_.get(),
+      [coordinator](const JobId& id) -> absl::StatusOr<CheckpointJobState> {
+        ASSIGN_OR_RETURN(v1::Job job, coordinator->GetJob(id));
+        CheckpointJobState state;
+        state.generation = Generation(job.generation());
+        state.policy = job.spec().checkpoint();
+        state.accepts_checkpoints =
+            job.state() != v1::JOB_STATE_CANCELLED && job.state() != v1::JOB_STATE_FAILED;
+        return state;
+      },
+      RealClock::Get(), uploads);
+  ASSIGN_OR_RETURN(int abandoned, server->checkpoint_uploads_->CollectAbandoned());
+  if (abandoned > 0) {
+    LOG(INFO) << "dropped " << abandoned << " checkpoint uploads a previous run left uncommitted";
+  }
+  server->checkpoint_executor_ = std::make_unique<BlockingExecutor>(config.checkpoint_io_threads);
+  server->checkpoints_service_ = std::make_unique<CheckpointsService>(
+      server->checkpoint_uploads_.get(), server->checkpoint_store_.get(),
+      server->checkpoint_executor_.get(), server->metrics_.get(), config.checkpoints);
   server->workers_service_ =
       std::make_unique<WorkersService>(server->coordinator_.get(), server->metrics_.get());
   server->jobs_service_ =
@@ -43,6 +69,7 @@ absl::StatusOr<std::unique_ptr<CoordinatorServer>> CoordinatorServer::Start(
   builder.RegisterService(server->workers_service_.get());
   builder.RegisterService(server->jobs_service_.get());
   builder.RegisterService(server->kv_service_.get());
+  builder.RegisterService(server->checkpoints_service_.get());
   // Workers must notice a dead coordinator, and the coordinator a dead
   // worker's connection, even when no message is due.
   builder.AddChannelArgument(GRPC_ARG_KEEPALIVE_TIME_MS, 10'000);
@@ -65,7 +92,24 @@ absl::StatusOr<std::unique_ptr<CoordinatorServer>> CoordinatorServer::Start(
 }
 
 void CoordinatorServer::TickLoop() {
-  while (!stop_.WaitForNotificationWithTimeout(tick_interval_)) coordinator_->Tick();
+  int ticks = 0;
+  while (!stop_.WaitForNotificationWithTimeout(tick_interval_)) {
+    coordinator_->Tick();
+    // Once a second is plenty for checkpoint housekeeping.
+    if (++ticks % std::max<int64_t>(1, absl::Seconds(1) / tick_interval_) == 0) TickCheckpoints();
+  }
+}
+
+void CoordinatorServer::TickCheckpoints() {
+  checkpoint_uploads_->Tick();
+  const UploadCounters now = checkpoint_uploads_->counters();
+  metrics_->CheckpointsAbandoned(now.abandoned - reported_counters_.abandoned);
+  metrics_->CheckpointsRetired(now.retired - reported_counters_.retired);
+  reported_counters_ = now;
+  metrics_->SetCheckpointPending(checkpoint_uploads_->pending_attempts());
+  if (absl::StatusOr<uint64_t> bytes = checkpoint_store_->LiveBytes(); bytes.ok()) {
+    metrics_->SetCheckpointStoredBytes(*bytes);
+  }
 }
 
 void CoordinatorServer::Wait() { stop_.WaitForNotification(); }

@@ -11,8 +11,12 @@
 #include "absl/status/statusor.h"
 #include "absl/synchronization/notification.h"
 #include "common/metrics_server.h"
+#include "coordinator/checkpoint_uploads.h"
 #include "coordinator/coordinator.h"
 #include "coordinator/coordinator_metrics.h"
+#include "coordinator/rocksdb_checkpoint_store.h"
+#include "coordinator/service/blocking_executor.h"
+#include "coordinator/service/checkpoints_service.h"
 
 namespace grpc {
 class Server;
@@ -27,8 +31,13 @@ class KeyValueService;
 struct CoordinatorServerConfig {
   std::string listen_address = "0.0.0.0:7070";  // port 0 picks a free port
   std::string metrics_address = "127.0.0.1:9464";
+  // Jobs in <data_dir>, checkpoints in <data_dir>/checkpoints (two RocksDB
+  // databases, docs/checkpoint-format.md).
   std::string data_dir = "cohort-data";
   Coordinator::Options coordinator;
+  CheckpointsServiceLimits checkpoints;
+  absl::Duration checkpoint_abandon_after = absl::Minutes(10);
+  int checkpoint_io_threads = 4;
   absl::Duration tick_interval = absl::Milliseconds(50);
 };
 
@@ -51,12 +60,21 @@ class CoordinatorServer {
  private:
   CoordinatorServer() = default;
   void TickLoop();
+  // Checkpoint upload housekeeping and gauges, on the ticker thread.
+  void TickCheckpoints();
 
   std::string address_;
   absl::Duration tick_interval_;
   std::unique_ptr<CoordinatorMetrics> metrics_;
   std::unique_ptr<MetricsServer> metrics_server_;
   std::unique_ptr<Coordinator> coordinator_;
+  // Declared before the services and the server, so destroyed after them;
+  // the executor (whose work uses the uploads and the store) goes first.
+  std::unique_ptr<RocksDbCheckpointStore> checkpoint_store_;
+  std::unique_ptr<CheckpointUploads> checkpoint_uploads_;
+  std::unique_ptr<BlockingExecutor> checkpoint_executor_;
+  std::unique_ptr<CheckpointsService> checkpoints_service_;
+  UploadCounters reported_counters_;  // ticker thread only
   std::unique_ptr<WorkersService> workers_service_;
   std::unique_ptr<JobsService> jobs_service_;
   std::unique_ptr<KeyValueService> kv_service_;

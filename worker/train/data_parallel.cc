@@ -13,6 +13,13 @@ size_t RoundUp(size_t n, size_t multiple) { return (n + multiple - 1) / multiple
 
 }  // namespace
 
+ShardRange DataShardRange(size_t num_params, int dp, int rank) {
+  const size_t padded = RoundUp(std::max<size_t>(num_params, 1), static_cast<size_t>(dp) * kNormChunk);
+  const size_t shard = padded / static_cast<size_t>(dp);
+  const size_t begin = std::min(num_params, shard * static_cast<size_t>(rank));
+  return {begin, std::min(num_params, begin + shard)};
+}
+
 DataParallel::DataParallel(comm::Communicator* group, size_t num_params,
                            DataParallelOptions options)
     : group_(group != nullptr && group->size() > 1 ? group : nullptr),
@@ -23,8 +30,9 @@ DataParallel::DataParallel(comm::Communicator* group, size_t num_params,
   padded_ = RoundUp(std::max<size_t>(num_params_, 1), static_cast<size_t>(dp_) * kNormChunk);
   shard_ = padded_ / static_cast<size_t>(dp_);
   if (options_.zero1) {
-    update_begin_ = std::min(num_params_, shard_ * static_cast<size_t>(rank_));
-    update_end_ = std::min(num_params_, update_begin_ + shard_);
+    const ShardRange own = DataShardRange(num_params_, dp_, rank_);
+    update_begin_ = own.begin;
+    update_end_ = own.end;
     if (group_ != nullptr) {
       padded_buffer_.assign(padded_, 0.0f);
       shard_buffer_.assign(shard_, 0.0f);

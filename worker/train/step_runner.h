@@ -108,6 +108,14 @@ class StepRunner {
   // for a non-finite loss or gradient norm (parameters are left unchanged).
   absl::StatusOr<StepResult> Run(Step step);
 
+  // AdamW's first and second moments of the own update range
+  // [data_parallel.update_begin(), update_end()), zero before the first
+  // step: what checkpoints save and restore.
+  float* adam_m() { return m_.data(); }
+  float* adam_v() { return v_.data(); }
+  const float* adam_m() const { return m_.data(); }
+  const float* adam_v() const { return v_.data(); }
+
   // Time of the last Run spent inside point-to-point calls and waiting
   // for the pipeline (for the benchmark's communication share).
   absl::Duration last_pipeline_wait() const { return last_pipeline_wait_; }

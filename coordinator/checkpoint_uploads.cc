@@ -1,0 +1,501 @@
+#include "coordinator/checkpoint_uploads.h"
+
+#include <algorithm>
+#include <limits>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "common/box_proto.h"
+#include "common/crc32c.h"
+#include "common/job_spec_defaults.h"
+#include "common/log.h"
+#include "common/status_macros.h"
+#include "coordinator/checkpoint_coverage.h"
+
+namespace cohort::coordinator {
+namespace {
+
+size_t DTypeBytes(v1::TensorDType dtype) {
+  switch (dtype) {
+    case v1::TENSOR_DTYPE_FLOAT32:
+      return 4;
+    case v1::TENSOR_DTYPE_BFLOAT16:
+      return 2;
+    default:
+      return 0;
+  }
+}
+
+bool ValidTensorName(const std::string& name) {
+  if (name.empty() || name.size() > 128) return false;
+  for (char c : name) {
+    const bool ok = (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') ||
+                    c == '_' || c == '/' || c == '.' || c == '-';
+    if (!ok) return false;
+  }
+  return true;
+}
+
+absl::Status CheckHeader(const v1::UploadHeader& h, const CheckpointUploadsOptions& options) {
+  auto bad = [](const std::string& field, const std::string& why) {
+    return absl::InvalidArgumentError(absl::StrCat("header.", field, ": ", why));
+  };
+  if (h.job_id().empty()) return bad("job_id", "must not be empty");
+  if (h.generation() == 0) return bad("generation", "must be a job generation (>= 1)");
+  if (h.step() < 0) return bad("step", absl::StrCat("must be >= 0, got ", h.step()));
+  if (h.writers() == 0) return bad("writers", "must be >= 1");
+  if (h.writer() >= h.writers()) {
+    return bad("writer", absl::StrCat(h.writer(), " is not below writers = ", h.writers()));
+  }
+  const v1::CheckpointLayout& l = h.layout();
+  if (l.data_parallel() < 1 || l.tensor_parallel() < 1 || l.pipeline_parallel() < 1) {
+    return bad("layout", "every degree must be >= 1");
+  }
+  if (static_cast<int64_t>(l.data_parallel()) * l.tensor_parallel() * l.pipeline_parallel() !=
+      h.writers()) {
+    return bad("writers", absl::StrCat(h.writers(), " is not data x tensor x pipeline = ",
+                                       l.data_parallel() * l.tensor_parallel() *
+                                           l.pipeline_parallel()));
+  }
+  if (h.tensors().empty()) return bad("tensors", "must declare at least one tensor");
+  if (h.tensors_size() > options.max_tensors) {
+    return absl::ResourceExhaustedError(absl::StrCat("header.tensors: ", h.tensors_size(),
+                                                     " tensors exceed the limit of ",
+                                                     options.max_tensors));
+  }
+  std::set<std::string> names;
+  for (const v1::TensorInfo& t : h.tensors()) {
+    if (!ValidTensorName(t.name())) {
+      return bad("tensors", absl::StrCat("name \"", t.name(),
+                                         "\" is not 1-128 characters of [A-Za-z0-9_/.-]"));
+    }
+    if (!names.insert(t.name()).second) {
+      return bad("tensors", absl::StrCat("tensor ", t.name(), " is declared twice"));
+    }
+    if (DTypeBytes(t.dtype()) == 0) {
+      return bad("tensors", absl::StrCat("tensor ", t.name(), " has no supported dtype"));
+    }
+    if (!t.chunks().empty()) {
+      return bad("tensors", absl::StrCat("tensor ", t.name(), " must not list chunks"));
+    }
+    if (t.global_shape_size() > 8) {
+      return bad("tensors", absl::StrCat("tensor ", t.name(), " has more than 8 dimensions"));
+    }
+    int64_t elements = 1;
+    for (int64_t d : t.global_shape()) {
+      if (d < 0 || (d > 0 && elements > std::numeric_limits<int64_t>::max() / 8 / d)) {
+        return bad("tensors", absl::StrCat("tensor ", t.name(), " has an invalid shape [",
+                                           absl::StrJoin(t.global_shape(), ", "), "]"));
+      }
+      elements *= d;
+    }
+  }
+  return absl::OkStatus();
+}
+
+bool SameDeclaration(const v1::UploadHeader& a, const v1::UploadHeader& b) {
+  if (a.writers() != b.writers() || a.layout().SerializeAsString() != b.layout().SerializeAsString() ||
+      a.tensors_size() != b.tensors_size()) {
+    return false;
+  }
+  for (int i = 0; i < a.tensors_size(); ++i) {
+    if (a.tensors(i).SerializeAsString() != b.tensors(i).SerializeAsString()) return false;
+  }
+  return true;
+}
+
+}  // namespace
+
+std::vector<int64_t> StepsToRetire(std::vector<int64_t> committed,
+                                   const v1::CheckpointPolicy& policy) {
+  const int keep_last = policy.keep_last() > 0 ? policy.keep_last() : kDefaultKeepLast;
+  std::sort(committed.begin(), committed.end(), std::greater<>());
+  std::vector<int64_t> retire;
+  for (size_t i = 0; i < committed.size(); ++i) {
+    if (static_cast<int64_t>(i) < keep_last) continue;
+    if (policy.keep_every() > 0 && committed[i] % policy.keep_every() == 0) continue;
+    retire.push_back(committed[i]);
+  }
+  std::sort(retire.begin(), retire.end());
+  return retire;
+}
+
+struct CheckpointUploads::Attempt {
+  PendingCheckpoint key;
+  v1::UploadHeader declaration;  // of the first writer, with writer/step as sent
+  std::map<std::string, const v1::TensorInfo*> tensors;  // into declaration
+  // tensor -> box start -> chunk (a retried chunk replaces the earlier one)
+  std::map<std::string, std::map<std::vector<int64_t>, v1::ChunkInfo>> chunks;
+  std::map<uint32_t, uint64_t> open;  // writer rank -> serial of its open stream
+  std::set<uint32_t> ended;
+  std::map<std::string, std::string> objects;
+  v1::CheckpointPolicy policy;
+  absl::Time last_activity;
+  int in_flight = 0;  // store writes running without the lock
+  bool committing = false;  // every writer ended; CommitAttempt runs
+  bool abandoned = false;
+  std::string abandon_reason;
+};
+
+CheckpointUploads::CheckpointUploads(CheckpointStore* store, CheckpointJobLookup jobs,
+                                     const Clock* clock, CheckpointUploadsOptions options)
+    : store_(store), jobs_(std::move(jobs)), clock_(clock), options_(options) {}
+
+CheckpointUploads::~CheckpointUploads() = default;
+
+absl::StatusOr<int> CheckpointUploads::CollectAbandoned() {
+  ASSIGN_OR_RETURN(std::vector<PendingCheckpoint> pending, store_->ListPending());
+  for (const PendingCheckpoint& p : pending) {
+    LOG(INFO) << "dropping the uncommitted checkpoint attempt of " << PendingName(p);
+    RETURN_IF_ERROR(store_->DropPending(p));
+  }
+  return static_cast<int>(pending.size());
+}
+
+absl::StatusOr<std::unique_ptr<CheckpointUploads::Writer>> CheckpointUploads::Begin(
+    const v1::UploadHeader& header) {
+  RETURN_IF_ERROR(CheckHeader(header, options_));
+  const PendingCheckpoint key{JobId(header.job_id()), header.step(),
+                              Generation(header.generation())};
+  ASSIGN_OR_RETURN(CheckpointJobState job, jobs_(key.job));
+  if (key.generation < job.generation) {
+    return absl::AbortedError(absl::StrCat("generation ", key.generation.value(), " of job ",
+                                           key.job.value(), " is stale (current ",
+                                           job.generation.value(), "): upload refused"));
+  }
+  if (key.generation > job.generation) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "job ", key.job.value(), " is at generation ", job.generation.value(), ", not ",
+        key.generation.value()));
+  }
+  if (!job.accepts_checkpoints) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("job ", key.job.value(), " has ended and takes no checkpoints"));
+  }
+  absl::StatusOr<std::unique_ptr<CheckpointReader>> committed = store_->Open(key.job, key.step);
+  if (committed.ok() && (*committed)->manifest().generation() == key.generation.value()) {
+    return absl::AlreadyExistsError(absl::StrCat("the checkpoint of ", PendingName(key),
+                                                 " is already committed"));
+  }
+
+  absl::MutexLock lock(&mu_);
+  if (dropping_.contains(key)) {
+    return absl::UnavailableError(absl::StrCat("the abandoned upload of ", PendingName(key),
+                                               " is still being dropped; retry"));
+  }
+  std::shared_ptr<Attempt>& slot = attempts_[key];
+  if (slot != nullptr && slot->committing) {
+    return absl::UnavailableError(
+        absl::StrCat("the checkpoint of ", PendingName(key), " is being committed; retry"));
+  }
+  if (slot == nullptr) {
+    // The marker goes down before the first chunk can, so a crash from here
+    // on leaves something CollectAbandoned finds.
+    if (absl::Status s = store_->BeginPending(key); !s.ok()) {
+      attempts_.erase(key);
+      return s;
+    }
+    slot = std::make_shared<Attempt>();
+    slot->key = key;
+    slot->declaration = header;
+    for (const v1::TensorInfo& t : slot->declaration.tensors()) slot->tensors[t.name()] = &t;
+    slot->policy = job.policy;
+  } else if (!SameDeclaration(slot->declaration, header)) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "header of writer ", header.writer(), " for ", PendingName(key),
+        " declares another layout or other tensors than writer ", slot->declaration.writer()));
+  } else if (slot->ended.contains(header.writer())) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "writer ", header.writer(), " has already ended its upload of ", PendingName(key)));
+  }
+  std::shared_ptr<Attempt> attempt = slot;
+  attempt->last_activity = clock_->Now();
+  const uint64_t serial = next_writer_serial_++;
+  attempt->open[header.writer()] = serial;  // a newer stream replaces a broken one
+  return std::unique_ptr<Writer>(new Writer(this, attempt, key, header.writer(), serial));
+}
+
+absl::Status CheckpointUploads::AddChunk(Writer* writer, const v1::ChunkHeader& chunk,
+                                         std::string_view bytes) {
+  Attempt& attempt = *writer->attempt_;
+  auto it = attempt.tensors.find(chunk.tensor());  // immutable after creation
+  if (it == attempt.tensors.end()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("chunk of tensor \"", chunk.tensor(), "\", which the header did not declare"));
+  }
+  const v1::TensorInfo& tensor = *it->second;
+  const Box box = BoxFromProto(chunk.box());
+  const std::vector<int64_t> shape(tensor.global_shape().begin(), tensor.global_shape().end());
+  if (!BoxWithin(box, shape) || box.empty()) {
+    return absl::InvalidArgumentError(absl::StrCat("tensor ", tensor.name(), ": chunk box ",
+                                                   BoxToString(box), " is empty or outside [",
+                                                   absl::StrJoin(shape, ", "), "]"));
+  }
+  const uint64_t expected = static_cast<uint64_t>(box.NumElements()) * DTypeBytes(tensor.dtype());
+  if (chunk.bytes() != expected || bytes.size() != expected) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "tensor ", tensor.name(), " chunk ", BoxToString(box), ": ", bytes.size(),
+        " bytes received, header says ", chunk.bytes(), ", the box holds ", expected));
+  }
+  if (static_cast<int64_t>(expected) > options_.max_chunk_bytes) {
+    return absl::ResourceExhaustedError(absl::StrCat("tensor ", tensor.name(), " chunk ",
+                                                     BoxToString(box), ": ", expected,
+                                                     " bytes exceed the chunk limit of ",
+                                                     options_.max_chunk_bytes));
+  }
+  const uint32_t crc = Crc32c(bytes);
+  if (crc != chunk.crc32c()) {
+    return absl::DataLossError(absl::StrCat("tensor ", tensor.name(), " chunk ", BoxToString(box),
+                                            " arrived corrupt (crc32c mismatch)"));
+  }
+  {
+    absl::MutexLock lock(&mu_);
+    if (attempt.abandoned) {
+      return absl::AbortedError(absl::StrCat("the upload of ", PendingName(attempt.key),
+                                             " was abandoned: ", attempt.abandon_reason));
+    }
+    auto open = attempt.open.find(writer->rank_);
+    if (open == attempt.open.end() || open->second != writer->serial_) {
+      return absl::AbortedError(absl::StrCat("writer ", writer->rank_,
+                                             " was superseded by a newer stream"));
+    }
+    ++attempt.in_flight;
+  }
+  absl::Status stored = store_->PutChunk(attempt.key, tensor.name(), box, bytes);
+  bool drop = false;
+  {
+    absl::MutexLock lock(&mu_);
+    --attempt.in_flight;
+    attempt.last_activity = clock_->Now();
+    if (stored.ok() && !attempt.abandoned) {
+      v1::ChunkInfo& info = attempt.chunks[tensor.name()][box.start];
+      *info.mutable_box() = chunk.box();
+      info.set_bytes(expected);
+      info.set_crc32c(crc);
+      info.set_writer(writer->rank_);
+      ++counters_.chunks;
+      counters_.bytes += static_cast<int64_t>(expected);
+    }
+    drop = attempt.abandoned && attempt.in_flight == 0;
+  }
+  if (drop) Drop(writer->attempt_);
+  if (stored.ok()) ++writer->chunks_;
+  return stored;
+}
+
+absl::StatusOr<bool> CheckpointUploads::End(Writer* writer, const v1::UploadEnd& end) {
+  if (end.chunks() != writer->chunks_) {
+    return absl::InvalidArgumentError(absl::StrCat("end.chunks: ", end.chunks(),
+                                                   " announced, ", writer->chunks_, " received"));
+  }
+  std::shared_ptr<Attempt> complete;
+  {
+    absl::MutexLock lock(&mu_);
+    Attempt& attempt = *writer->attempt_;
+    if (attempt.abandoned) {
+      return absl::AbortedError(absl::StrCat("the upload of ", PendingName(attempt.key),
+                                             " was abandoned: ", attempt.abandon_reason));
+    }
+    attempt.open.erase(writer->rank_);
+    attempt.ended.insert(writer->rank_);
+    for (const auto& [name, value] : end.objects()) attempt.objects[name] = value;
+    attempt.last_activity = clock_->Now();
+    if (attempt.ended.size() == attempt.declaration.writers() && attempt.in_flight == 0) {
+      attempt.committing = true;
+      complete = writer->attempt_;
+    }
+  }
+  writer->ended_ = true;
+  if (complete == nullptr) return false;
+  RETURN_IF_ERROR(CommitAttempt(std::move(complete)));
+  return true;
+}
+
+void CheckpointUploads::Abort(Writer* writer) {
+  absl::MutexLock lock(&mu_);
+  auto open = writer->attempt_->open.find(writer->rank_);
+  if (open != writer->attempt_->open.end() && open->second == writer->serial_) {
+    writer->attempt_->open.erase(open);
+  }
+}
+
+absl::Status CheckpointUploads::CommitAttempt(std::shared_ptr<Attempt> attempt) {
+  const PendingCheckpoint& key = attempt->key;
+  absl::StatusOr<CheckpointJobState> job = jobs_(key.job);
+  if (!job.ok() || job->generation != key.generation) {
+    Fail(attempt, "stale generation at commit");
+    return absl::AbortedError(absl::StrCat(
+        "the checkpoint of ", PendingName(key), " was not committed: ",
+        job.ok() ? absl::StrCat("the job moved to generation ", job->generation.value())
+                 : job.status().ToString()));
+  }
+  v1::CheckpointManifest manifest;
+  manifest.set_job_id(key.job.value());
+  manifest.set_step(key.step);
+  manifest.set_generation(key.generation.value());
+  *manifest.mutable_layout() = attempt->declaration.layout();
+  manifest.set_writers(attempt->declaration.writers());
+  int64_t total = 0;
+  for (const auto& [name, declared] : attempt->tensors) {  // sorted by name
+    v1::TensorInfo* tensor = manifest.add_tensors();
+    *tensor = *declared;
+    std::vector<Box> boxes;
+    uint32_t index = 0;
+    for (auto& [start, chunk] : attempt->chunks[name]) {
+      v1::ChunkInfo* info = tensor->add_chunks();
+      *info = chunk;
+      info->set_index(index++);
+      total += static_cast<int64_t>(chunk.bytes());
+      boxes.push_back(BoxFromProto(chunk.box()));
+    }
+    const std::vector<int64_t> shape(declared->global_shape().begin(),
+                                     declared->global_shape().end());
+    if (absl::Status covered = CheckCoverage(name, shape, boxes); !covered.ok()) {
+      Fail(attempt, std::string(covered.message()));
+      return absl::FailedPreconditionError(absl::StrCat(
+          "the checkpoint of ", PendingName(key), " was not committed: ", covered.message()));
+    }
+  }
+  manifest.set_total_bytes(total);
+  manifest.set_committed_unix_ms(absl::ToUnixMillis(clock_->Now()));
+  for (const auto& [name, value] : attempt->objects) (*manifest.mutable_objects())[name] = value;
+  if (absl::Status s = store_->Commit(manifest); !s.ok()) {
+    Fail(attempt, s.ToString());
+    return s;
+  }
+  LOG(INFO) << "committed the checkpoint of " << PendingName(key) << ": "
+            << manifest.tensors_size() << " tensors, " << total << " bytes";
+
+  // Older attempts of this job can no longer become the newest checkpoint.
+  std::vector<std::shared_ptr<Attempt>> to_drop;
+  {
+    absl::MutexLock lock(&mu_);
+    ++counters_.commits;
+    attempts_.erase(key);
+    for (auto it = attempts_.begin(); it != attempts_.end();) {
+      if (it->first.job == key.job && it->first.step < key.step) {
+        std::shared_ptr<Attempt> older = it->second;
+        it = attempts_.erase(it);
+        if (AbandonLocked(older, absl::StrCat("step ", key.step, " was committed first"))) {
+          to_drop.push_back(older);
+        }
+      } else {
+        ++it;
+      }
+    }
+  }
+  for (const auto& older : to_drop) Drop(older);
+
+  absl::StatusOr<std::vector<v1::CheckpointManifest>> listed = store_->List(key.job);
+  if (!listed.ok()) {
+    LOG(WARNING) << "retention for job " << key.job << ": " << listed.status();
+    return absl::OkStatus();
+  }
+  std::vector<int64_t> steps;
+  for (const v1::CheckpointManifest& m : *listed) steps.push_back(m.step());
+  for (int64_t step : StepsToRetire(steps, attempt->policy)) {
+    if (absl::Status s = store_->Delete(key.job, step); !s.ok() && !absl::IsNotFound(s)) {
+      LOG(WARNING) << "retention: deleting job " << key.job << " step " << step << ": " << s;
+      continue;
+    }
+    LOG(INFO) << "retention: deleted the checkpoint of job " << key.job << " step " << step;
+    absl::MutexLock lock(&mu_);
+    ++counters_.retired;
+  }
+  return absl::OkStatus();
+}
+
+bool CheckpointUploads::AbandonLocked(const std::shared_ptr<Attempt>& attempt,
+                                      const std::string& why) {
+  if (attempt->abandoned) return false;
+  attempt->abandoned = true;
+  dropping_.insert(attempt->key);
+  attempt->abandon_reason = why;
+  ++counters_.abandoned;
+  LOG(INFO) << "abandoning the checkpoint upload of " << PendingName(attempt->key) << ": " << why;
+  return attempt->in_flight == 0;
+}
+
+void CheckpointUploads::Fail(const std::shared_ptr<Attempt>& attempt, const std::string& why) {
+  {
+    absl::MutexLock lock(&mu_);
+    auto it = attempts_.find(attempt->key);
+    if (it != attempts_.end() && it->second == attempt) attempts_.erase(it);
+    if (!AbandonLocked(attempt, why)) return;
+  }
+  Drop(attempt);
+}
+
+void CheckpointUploads::Drop(const std::shared_ptr<Attempt>& attempt) {
+  if (absl::Status s = store_->DropPending(attempt->key); !s.ok()) {
+    LOG(WARNING) << "dropping the checkpoint attempt of " << PendingName(attempt->key) << ": "
+                 << s << " (collected at the next start)";
+  }
+  absl::MutexLock lock(&mu_);
+  dropping_.erase(attempt->key);
+}
+
+void CheckpointUploads::Tick() {
+  std::vector<JobId> jobs;
+  {
+    absl::MutexLock lock(&mu_);
+    for (const auto& [key, attempt] : attempts_) {
+      if (jobs.empty() || jobs.back() != key.job) jobs.push_back(key.job);
+    }
+  }
+  std::map<JobId, absl::StatusOr<CheckpointJobState>> states;
+  for (const JobId& job : jobs) states.emplace(job, jobs_(job));
+  std::vector<std::shared_ptr<Attempt>> to_drop;
+  {
+    absl::MutexLock lock(&mu_);
+    const absl::Time now = clock_->Now();
+    for (auto it = attempts_.begin(); it != attempts_.end();) {
+      std::string why;
+      if (it->second->committing) {
+        ++it;
+        continue;
+      }
+      auto state = states.find(it->first.job);
+      if (state != states.end() && !state->second.ok()) {
+        why = state->second.status().ToString();
+      } else if (state != states.end() && state->second->generation != it->first.generation) {
+        why = absl::StrCat("the job moved to generation ", state->second->generation.value());
+      } else if (now - it->second->last_activity > options_.abandon_after) {
+        why = absl::StrCat("no activity for ", absl::FormatDuration(options_.abandon_after));
+      }
+      if (why.empty()) {
+        ++it;
+        continue;
+      }
+      std::shared_ptr<Attempt> attempt = it->second;
+      it = attempts_.erase(it);
+      if (AbandonLocked(attempt, why)) to_drop.push_back(attempt);
+    }
+  }
+  for (const auto& attempt : to_drop) Drop(attempt);
+}
+
+UploadCounters CheckpointUploads::counters() const {
+  absl::MutexLock lock(&mu_);
+  return counters_;
+}
+
+int CheckpointUploads::pending_attempts() const {
+  absl::MutexLock lock(&mu_);
+  return static_cast<int>(attempts_.size());
+}
+
+CheckpointUploads::Writer::~Writer() {
+  if (!ended_) owner_->Abort(this);
+}
+
+absl::Status CheckpointUploads::Writer::AddChunk(const v1::ChunkHeader& chunk,
+                                                 std::string_view bytes) {
+  return owner_->AddChunk(this, chunk, bytes);
+}
+
+absl::StatusOr<bool> CheckpointUploads::Writer::End(const v1::UploadEnd& end) {
+  return owner_->End(this, end);
+}
+
+}  // namespace cohort::coordinator

@@ -1,0 +1,165 @@
+#pragma once
+// CheckpointUploads: the coordinator's side of checkpoint writing. It takes
+// each writer's stream of chunks (Begin, AddChunk..., End), stores them as a
+// pending attempt in the CheckpointStore, and commits the checkpoint when
+// the last writer of the generation has ended and the chunks cover every
+// element of every declared tensor exactly once (checkpoint_coverage.h).
+// After a commit it applies the job's retention policy.
+//
+//   Begin(header)            a writer opens; the attempt (job, step,
+//                            generation) is created by its first writer
+//   AddChunk(chunk, bytes)   checked against the declared tensors, crc32c
+//                            verified, stored (outside the lock)
+//   End(end)                 the writer is done; the last one commits
+//   Abort()                  the stream broke: the writer may begin again
+//
+// Fencing: every writer's generation must be the job's current one, checked
+// at Begin and again before the commit (Aborted otherwise). An attempt is
+// abandoned (its chunks dropped) when its job moves to a newer generation,
+// when a newer checkpoint of the job commits, when it sees no activity for
+// `abandon_after`, or when it fails its coverage check.
+//
+// Thread-safe. Store I/O happens outside the internal lock, so writers of
+// different checkpoints, and of the same one, proceed in parallel.
+
+#include <cstdint>
+#include <functional>
+#include <map>
+#include <memory>
+#include <set>
+#include <string>
+#include <vector>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/status/statusor.h"
+#include "absl/synchronization/mutex.h"
+#include "absl/time/time.h"
+#include "cohort/v1/checkpoints.pb.h"
+#include "cohort/v1/job.pb.h"
+#include "common/clock.h"
+#include "common/ids.h"
+#include "coordinator/checkpoint_store.h"
+
+namespace cohort::coordinator {
+
+// What the uploads need to know about a job, from the JobManager.
+struct CheckpointJobState {
+  Generation generation;
+  v1::CheckpointPolicy policy;
+  bool accepts_checkpoints = true;  // false once cancelled or failed
+};
+using CheckpointJobLookup = std::function<absl::StatusOr<CheckpointJobState>(const JobId&)>;
+
+struct CheckpointUploadsOptions {
+  int64_t max_chunk_bytes = 64 << 20;
+  int max_tensors = 4096;
+  absl::Duration abandon_after = absl::Minutes(10);
+};
+
+// The committed steps `policy` no longer keeps: all but the newest
+// keep_last (0 means the default) and those that are multiples of
+// keep_every (0: none), in ascending order.
+std::vector<int64_t> StepsToRetire(std::vector<int64_t> committed,
+                                   const v1::CheckpointPolicy& policy);
+
+struct UploadCounters {
+  int64_t chunks = 0;
+  int64_t bytes = 0;
+  int64_t commits = 0;
+  int64_t abandoned = 0;
+  int64_t retired = 0;
+};
+
+class CheckpointUploads {
+ public:
+  class Writer;
+
+  // `store` and `clock` must outlive this object.
+  CheckpointUploads(CheckpointStore* store, CheckpointJobLookup jobs, const Clock* clock,
+                    CheckpointUploadsOptions options = {});
+  ~CheckpointUploads();
+
+  // Drops the attempts a previous process left uncommitted (call once at
+  // start, before any upload). Returns how many.
+  absl::StatusOr<int> CollectAbandoned();
+
+  // Opens a writer. InvalidArgument for a malformed header (naming the
+  // field), NotFound for an unknown job, Aborted for a generation that is
+  // not the job's current one, FailedPrecondition for a job that takes no
+  // checkpoints or a writer that already ended this attempt, AlreadyExists
+  // when this (job, step) is already committed by this generation.
+  absl::StatusOr<std::unique_ptr<Writer>> Begin(const v1::UploadHeader& header);
+
+  // Periodic: abandons attempts of stale generations and idle ones.
+  void Tick();
+
+  UploadCounters counters() const;
+  int pending_attempts() const;
+
+ private:
+  struct Attempt;
+  friend class Writer;
+
+  absl::Status AddChunk(Writer* writer, const v1::ChunkHeader& chunk, std::string_view bytes);
+  absl::StatusOr<bool> End(Writer* writer, const v1::UploadEnd& end);
+  void Abort(Writer* writer);
+  // Commits a complete attempt (taken out of the map), then retires old
+  // checkpoints. Runs without the lock.
+  absl::Status CommitAttempt(std::shared_ptr<Attempt> attempt);
+  // Marks `attempt` abandoned; returns whether the caller must drop its
+  // chunks now (no store write of it in flight).
+  bool AbandonLocked(const std::shared_ptr<Attempt>& attempt, const std::string& why)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Deletes an abandoned attempt's chunks and marker (without the lock).
+  void Drop(const std::shared_ptr<Attempt>& attempt);
+  // Abandons and drops an attempt whose commit failed.
+  void Fail(const std::shared_ptr<Attempt>& attempt, const std::string& why);
+
+  CheckpointStore* const store_;
+  const CheckpointJobLookup jobs_;
+  const Clock* const clock_;
+  const CheckpointUploadsOptions options_;
+
+  mutable absl::Mutex mu_;
+  std::map<PendingCheckpoint, std::shared_ptr<Attempt>> attempts_ ABSL_GUARDED_BY(mu_);
+  // Attempts abandoned whose chunks are not deleted yet: no new attempt with
+  // their key may start until they are.
+  std::set<PendingCheckpoint> dropping_ ABSL_GUARDED_BY(mu_);
+  UploadCounters counters_ ABSL_GUARDED_BY(mu_);
+  uint64_t next_writer_serial_ ABSL_GUARDED_BY(mu_) = 1;
+};
+
+// One writer's stream. Not thread-safe (one stream, one caller); destroying
+// it without End counts as Abort.
+class CheckpointUploads::Writer {
+ public:
+  ~Writer();
+  // Stores one chunk. InvalidArgument for an undeclared tensor, a box outside
+  // its shape or a size that does not match the box; ResourceExhausted for a
+  // chunk over the limit; DataLoss when the crc32c does not match; Aborted
+  // when the attempt was abandoned; the store's errors.
+  absl::Status AddChunk(const v1::ChunkHeader& chunk, std::string_view bytes);
+  // Ends the writer: true if it completed and committed the checkpoint.
+  // InvalidArgument when end.chunks differs from the chunks received;
+  // FailedPrecondition when the chunks do not cover the tensors (the attempt
+  // is dropped); Aborted when the generation is stale by now.
+  absl::StatusOr<bool> End(const v1::UploadEnd& end);
+  uint32_t chunks_stored() const { return chunks_; }
+  const PendingCheckpoint& key() const { return key_; }
+
+ private:
+  friend class CheckpointUploads;
+  Writer(CheckpointUploads* owner, std::shared_ptr<Attempt> attempt, PendingCheckpoint key,
+         uint32_t rank, uint64_t serial)
+      : owner_(owner), attempt_(std::move(attempt)), key_(std::move(key)), rank_(rank),
+        serial_(serial) {}
+  CheckpointUploads* owner_;
+  std::shared_ptr<Attempt> attempt_;
+  PendingCheckpoint key_;
+  uint32_t rank_;
+  uint64_t serial_;
+  uint32_t chunks_ = 0;
+  bool ended_ = false;
+};
+
+}  // namespace cohort::coordinator

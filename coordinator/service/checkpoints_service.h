@@ -1,0 +1,64 @@
+#pragma once
+// gRPC glue for cohort.v1.Checkpoints (callback API). Uploads feed
+// CheckpointUploads; reads go to the CheckpointStore. Every store call runs
+// on a BlockingExecutor, never on a gRPC thread. Each stream holds at most
+// one chunk in memory, and the number of concurrent upload and download
+// streams is capped, which bounds the coordinator's memory:
+// (max_uploads + max_downloads) x max_chunk_bytes.
+
+#include <atomic>
+
+#include "cohort/v1/checkpoints.grpc.pb.h"
+#include "coordinator/checkpoint_store.h"
+#include "coordinator/checkpoint_uploads.h"
+#include "coordinator/coordinator_metrics.h"
+#include "coordinator/service/blocking_executor.h"
+
+namespace cohort::coordinator {
+
+struct CheckpointsServiceLimits {
+  int max_uploads = 64;    // concurrent Upload streams
+  int max_downloads = 64;  // concurrent Download streams
+  int64_t max_chunk_bytes = 64 << 20;
+  size_t download_piece_bytes = 1 << 20;  // bytes per `data` message sent
+};
+
+// Thread-safe.
+class CheckpointsService final : public v1::Checkpoints::CallbackService {
+ public:
+  // Every pointer must outlive the service.
+  CheckpointsService(CheckpointUploads* uploads, CheckpointStore* store,
+                     BlockingExecutor* executor, CoordinatorMetrics* metrics,
+                     CheckpointsServiceLimits limits = {});
+
+  grpc::ServerReadReactor<v1::UploadRequest>* Upload(grpc::CallbackServerContext* context,
+                                                     v1::UploadResponse* response) override;
+  grpc::ServerUnaryReactor* List(grpc::CallbackServerContext* context,
+                                 const v1::ListCheckpointsRequest* request,
+                                 v1::ListCheckpointsResponse* response) override;
+  grpc::ServerUnaryReactor* GetManifest(grpc::CallbackServerContext* context,
+                                        const v1::GetManifestRequest* request,
+                                        v1::CheckpointManifest* response) override;
+  grpc::ServerWriteReactor<v1::DownloadResponse>* Download(
+      grpc::CallbackServerContext* context, const v1::DownloadRequest* request) override;
+  grpc::ServerUnaryReactor* Delete(grpc::CallbackServerContext* context,
+                                   const v1::DeleteCheckpointRequest* request,
+                                   v1::DeleteCheckpointResponse* response) override;
+
+  int active_uploads() const { return uploads_active_.load(); }
+  int active_downloads() const { return downloads_active_.load(); }
+
+ private:
+  friend class UploadReactor;
+  friend class DownloadReactor;
+
+  CheckpointUploads* const uploads_;
+  CheckpointStore* const store_;
+  BlockingExecutor* const executor_;
+  CoordinatorMetrics* const metrics_;
+  const CheckpointsServiceLimits limits_;
+  std::atomic<int> uploads_active_{0};
+  std::atomic<int> downloads_active_{0};
+};
+
+}  // namespace cohort::coordinator

@@ -1,0 +1,284 @@
+// Sharded checkpoints through a real Checkpoints gRPC service (in-process,
+// port 0) over the RocksDB store: every rank of a (dp, tp, pp) layout saves
+// its share with a CheckpointWriter, and every rank of another layout loads
+// what it needs with LoadCheckpoint. The state is synthetic (each value a
+// function of its tensor and global index), so every parameter and both
+// AdamW moments, reassembled, must be bitwise what was saved.
+
+#include <cmath>
+#include <cstring>
+#include <memory>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "common/clock.h"
+#include "coordinator/checkpoint_uploads.h"
+#include "coordinator/coordinator_metrics.h"
+#include "coordinator/rocksdb_checkpoint_store.h"
+#include "coordinator/service/blocking_executor.h"
+#include "coordinator/service/checkpoints_service.h"
+#include "gmock/gmock.h"
+#include "grpcpp/security/server_credentials.h"
+#include "grpcpp/server.h"
+#include "grpcpp/server_builder.h"
+#include "gtest/gtest.h"
+#include "rocksdb/db.h"
+#include "tests/testing/testing.h"
+#include "worker/checkpoint/checkpoint_loader.h"
+#include "worker/checkpoint/checkpoint_writer.h"
+#include "worker/train/data_parallel.h"
+
+namespace cohort::checkpoint {
+namespace {
+
+using ::testing::HasSubstr;
+
+const model::GptConfig kSmall{
+    .layers = 4, .heads = 4, .width = 128, .vocab_size = 512, .context_length = 64};
+constexpr char kJob[] = "ckpt-1";
+
+struct Layout {
+  int dp, tp, pp;
+  int world() const { return dp * tp * pp; }
+};
+std::string Name(const Layout& l) { return absl::StrCat("(", l.dp, ",", l.tp, ",", l.pp, ")"); }
+
+// The Checkpoints service over a RocksDB store in a temp dir, with a job
+// "ckpt-1" at generation 1.
+class CheckpointServer {
+ public:
+  CheckpointServer()
+      : store_(*coordinator::RocksDbCheckpointStore::Open(testing::MakeTempDir("ckpt-db"))),
+        uploads_(
+            store_.get(),
+            [this](const JobId& job) -> absl::StatusOr<coordinator::CheckpointJobState> {
+              if (job.value() != kJob) return absl::NotFoundError("no such job");
+              coordinator::CheckpointJobState state;
+              state.generation = Generation(1);
+              state.policy.set_keep_last(10);
+              return state;
+            },
+            RealClock::Get()),
+        metrics_(std::make_shared<prometheus::Registry>()),
+        executor_(4),
+        service_(&uploads_, store_.get(), &executor_, &metrics_) {
+    grpc::ServerBuilder builder;
+    int port = 0;
+    builder.AddListeningPort("127.0.0.1:0", grpc::InsecureServerCredentials(), &port);
+    builder.RegisterService(&service_);
+    server_ = builder.BuildAndStart();
+    address_ = absl::StrCat("127.0.0.1:", port);
+  }
+  ~CheckpointServer() { server_->Shutdown(); }
+
+  const std::string& address() const { return address_; }
+  coordinator::RocksDbCheckpointStore& store() { return *store_; }
+
+ private:
+  std::unique_ptr<coordinator::RocksDbCheckpointStore> store_;
+  coordinator::CheckpointUploads uploads_;
+  coordinator::CoordinatorMetrics metrics_;
+  coordinator::BlockingExecutor executor_;
+  coordinator::CheckpointsService service_;
+  std::unique_ptr<grpc::Server> server_;
+  std::string address_;
+};
+
+// The unsharded state: value of element i of tensor `id` under `kind`.
+float Value(StateKind kind, int id, size_t i) {
+  uint64_t h = (static_cast<uint64_t>(kind) * 1000003u + static_cast<uint64_t>(id)) * 2654435761u + i;
+  h ^= h >> 29;
+  h *= 0xbf58476d1ce4e5b9ull;
+  h ^= h >> 32;
+  return static_cast<float>(static_cast<int64_t>(h % 2000001) - 1000000) * 1e-6f;
+}
+
+struct RankState {
+  model::ParameterTable table;
+  RankPosition position;
+  ArenaRange optimizer;
+  std::vector<float> params, m, v;
+};
+
+std::vector<RankState> MakeRanks(const Layout& l, bool zero1, bool filled) {
+  const model::ParameterTable whole(kSmall);
+  std::vector<RankState> ranks;
+  for (int stage = 0; stage < l.pp; ++stage) {
+    for (int d = 0; d < l.dp; ++d) {
+      for (int t = 0; t < l.tp; ++t) {
+        const model::ModelLayout layout{.tp = l.tp, .tp_rank = t, .pp = l.pp, .stage = stage};
+        RankState r{model::ParameterTable(kSmall, layout), RankPosition{layout, l.dp, d}, {}, {}, {}, {}};
+        const size_t n = r.table.num_params();
+        const train::ShardRange own = train::DataShardRange(n, l.dp, d);
+        r.optimizer = zero1 ? ArenaRange{own.begin, own.end} : ArenaRange{0, n};
+        r.params.assign(n, NAN);
+        r.m.assign(r.optimizer.end - r.optimizer.begin, NAN);
+        r.v.assign(r.optimizer.end - r.optimizer.begin, NAN);
+        if (filled) {
+          std::vector<float> arena(n);
+          for (StateKind kind : kStateKinds) {
+            for (const model::ParameterInfo& info : r.table.tensors()) {
+              if (!info.present()) continue;
+              const model::ParameterInfo& g = whole[info.id];
+              std::vector<float> global(g.numel);
+              for (size_t i = 0; i < g.numel; ++i) global[i] = Value(kind, info.id, i);
+              ExtractShard(info, global.data(), arena.data() + info.offset);
+            }
+            if (kind == StateKind::kParam) {
+              r.params = arena;
+            } else {
+              std::vector<float>& out = kind == StateKind::kAdamM ? r.m : r.v;
+              std::copy(arena.begin() + r.optimizer.begin, arena.begin() + r.optimizer.end,
+                        out.begin());
+            }
+          }
+        }
+        ranks.push_back(std::move(r));
+      }
+    }
+  }
+  return ranks;
+}
+
+// Every rank of `l` saves step `step`; returns how many writers committed.
+int SaveAll(const Layout& l, bool zero1, int64_t step, CheckpointClient* client) {
+  std::vector<RankState> ranks = MakeRanks(l, zero1, /*filled=*/true);
+  std::vector<std::unique_ptr<CheckpointWriter>> writers;
+  for (size_t r = 0; r < ranks.size(); ++r) {
+    CheckpointWriterOptions options;
+    options.job_id = kJob;
+    options.generation = Generation(1);
+    options.writer = static_cast<uint32_t>(r);
+    options.position = ranks[r].position;
+    options.zero1 = zero1;
+    options.max_chunk_elements = 20000;  // several chunks per large tensor
+    writers.push_back(std::make_unique<CheckpointWriter>(client, kSmall, ranks[r].table, options));
+    StateView state{ranks[r].params.data(), ranks[r].m.data(), ranks[r].v.data(), ranks[r].optimizer};
+    absl::StatusOr<absl::Duration> saved = writers.back()->Save(step, state);
+    EXPECT_TRUE(saved.ok()) << saved.status();
+  }
+  int committed = 0;
+  for (auto& w : writers) {
+    UploadResult result = w->Wait();
+    EXPECT_TRUE(result.status.ok()) << result.status;
+    committed += result.committed ? 1 : 0;
+  }
+  return committed;
+}
+
+// Loads `step` into every rank of `l` and compares with the synthetic state.
+void LoadAllAndCompare(const Layout& l, bool zero1, int64_t step, CheckpointClient* client) {
+  absl::StatusOr<v1::CheckpointManifest> manifest = client->GetManifest(kJob, step, absl::Seconds(10));
+  ASSERT_TRUE(manifest.ok()) << manifest.status();
+  std::vector<RankState> expected = MakeRanks(l, zero1, /*filled=*/true);
+  std::vector<RankState> loaded = MakeRanks(l, zero1, /*filled=*/false);
+  uint64_t bytes = 0;
+  for (size_t r = 0; r < loaded.size(); ++r) {
+    RankState& rank = loaded[r];
+    LoadStats stats;
+    absl::Status s = LoadCheckpoint(
+        client, *manifest, kSmall, rank.table,
+        StateBuffers{rank.params.data(), rank.m.data(), rank.v.data(), rank.optimizer},
+        absl::Seconds(30), &stats);
+    ASSERT_TRUE(s.ok()) << Name(l) << " rank " << r << ": " << s;
+    bytes += stats.bytes;
+    ASSERT_EQ(std::memcmp(rank.params.data(), expected[r].params.data(), rank.params.size() * 4), 0)
+        << Name(l) << " rank " << r << " weights";
+    ASSERT_EQ(std::memcmp(rank.m.data(), expected[r].m.data(), rank.m.size() * 4), 0)
+        << Name(l) << " rank " << r << " adam_m";
+    ASSERT_EQ(std::memcmp(rank.v.data(), expected[r].v.data(), rank.v.size() * 4), 0)
+        << Name(l) << " rank " << r << " adam_v";
+  }
+  std::printf("load into %-8s%s: %d ranks read %.2f MB (checkpoint %.2f MB)\n", Name(l).c_str(),
+              zero1 ? " ZeRO-1" : "       ", l.world(), bytes / 1e6, manifest->total_bytes() / 1e6);
+}
+
+TEST(CheckpointReshardTest, SavedUnderTwoTwoOneLoadsBitwiseIntoEveryLayout) {
+  CheckpointServer server;
+  std::unique_ptr<CheckpointClient> client = NewGrpcCheckpointClient(server.address());
+  for (bool save_zero1 : {true, false}) {
+    const int64_t step = save_zero1 ? 10 : 20;
+    ASSERT_EQ(SaveAll(Layout{2, 2, 1}, save_zero1, step, client.get()), 1)
+        << "exactly one writer completes the checkpoint";
+    for (const Layout& target :
+         {Layout{1, 1, 2}, Layout{4, 1, 1}, Layout{1, 2, 2}, Layout{2, 1, 2}, Layout{1, 1, 1},
+          Layout{2, 2, 1}, Layout{2, 2, 2}}) {
+      for (bool load_zero1 : {true, false}) {
+        SCOPED_TRACE(absl::StrCat("saved ", save_zero1 ? "with" : "without", " ZeRO-1, loaded into ",
+                                  Name(target), load_zero1 ? " with" : " without", " ZeRO-1"));
+        LoadAllAndCompare(target, load_zero1, step, client.get());
+      }
+    }
+  }
+  absl::StatusOr<v1::ListCheckpointsResponse> listed = client->List(kJob, absl::Seconds(5));
+  ASSERT_TRUE(listed.ok());
+  ASSERT_EQ(listed->checkpoints_size(), 2);
+  EXPECT_EQ(listed->checkpoints(0).step(), 20);
+  EXPECT_EQ(listed->checkpoints(0).layout().data_parallel(), 2);
+  EXPECT_EQ(listed->checkpoints(0).layout().tensor_parallel(), 2);
+}
+
+TEST(CheckpointReshardTest, PipelineSavesLoadIntoTensorLayoutsToo) {
+  CheckpointServer server;
+  std::unique_ptr<CheckpointClient> client = NewGrpcCheckpointClient(server.address());
+  ASSERT_EQ(SaveAll(Layout{1, 2, 2}, true, 7, client.get()), 1);
+  LoadAllAndCompare(Layout{2, 2, 1}, true, 7, client.get());
+  LoadAllAndCompare(Layout{1, 4, 1}, false, 7, client.get());
+}
+
+TEST(CheckpointReshardTest, ACorruptChunkIsDataLossNamingTensorAndChunk) {
+  CheckpointServer server;
+  std::unique_ptr<CheckpointClient> client = NewGrpcCheckpointClient(server.address());
+  ASSERT_EQ(SaveAll(Layout{1, 1, 1}, false, 3, client.get()), 1);
+  absl::StatusOr<v1::CheckpointManifest> manifest = client->GetManifest(kJob, 3, absl::Seconds(5));
+  ASSERT_TRUE(manifest.ok());
+  const v1::TensorInfo* fcw = nullptr;
+  for (const v1::TensorInfo& t : manifest->tensors()) {
+    if (t.name() == "adam_v/fcw") fcw = &t;
+  }
+  ASSERT_NE(fcw, nullptr);
+  ASSERT_GE(fcw->chunks_size(), 2);
+  const v1::ChunkInfo& chunk = fcw->chunks(1);
+  // Flip one byte of the stored value under its own key.
+  auto reader = server.store().Open(JobId(kJob), 3);
+  ASSERT_TRUE(reader.ok());
+  std::string bytes = *(*reader)->ReadChunk(*fcw, chunk);
+  bytes[bytes.size() / 2] ^= 0x01;
+  const std::string key = coordinator::RocksDbCheckpointStore::ChunkKey(
+      coordinator::PendingCheckpoint{JobId(kJob), 3, Generation(1)}, fcw->name(),
+      std::vector<int64_t>(chunk.box().start().begin(), chunk.box().start().end()));
+  ASSERT_TRUE(server.store()
+                  .db()
+                  ->Put(rocksdb::WriteOptions(), server.store().chunks_family(), key, bytes)
+                  .ok());
+  std::vector<RankState> ranks = MakeRanks(Layout{1, 1, 1}, false, false);
+  absl::Status s = LoadCheckpoint(
+      client.get(), *manifest, kSmall, ranks[0].table,
+      StateBuffers{ranks[0].params.data(), ranks[0].m.data(), ranks[0].v.data(), ranks[0].optimizer},
+      absl::Seconds(30));
+  EXPECT_TRUE(absl::IsDataLoss(s)) << s;
+  EXPECT_THAT(s.message(), HasSubstr(absl::StrCat("tensor adam_v/fcw chunk ", chunk.index())));
+}
+
+TEST(CheckpointReshardTest, AnotherModelIsRefused) {
+  CheckpointServer server;
+  std::unique_ptr<CheckpointClient> client = NewGrpcCheckpointClient(server.address());
+  ASSERT_EQ(SaveAll(Layout{1, 1, 1}, false, 3, client.get()), 1);
+  absl::StatusOr<v1::CheckpointManifest> manifest = client->GetManifest(kJob, -1, absl::Seconds(5));
+  ASSERT_TRUE(manifest.ok());
+  model::GptConfig other = kSmall;
+  other.width = 64;
+  model::ParameterTable table(other);
+  std::vector<float> params(table.num_params()), m(table.num_params()), v(table.num_params());
+  absl::Status s = LoadCheckpoint(client.get(), *manifest, other, table,
+                                  StateBuffers{params.data(), m.data(), v.data(),
+                                               ArenaRange{0, table.num_params()}},
+                                  absl::Seconds(30));
+  EXPECT_TRUE(absl::IsFailedPrecondition(s)) << s;
+  EXPECT_THAT(s.message(), HasSubstr("width=128"));
+}
+
+}  // namespace
+}  // namespace cohort::checkpoint

@@ -1,0 +1,259 @@
+#include "coordinator/checkpoint_uploads.h"
+
+#include <map>
+#include <string>
+#include <vector>
+
+#include "common/clock.h"
+#include "common/crc32c.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+
+namespace cohort::coordinator {
+namespace {
+
+using ::testing::HasSubstr;
+
+// "pending", "committed", or the error.
+std::string Result(const absl::StatusOr<bool>& r) {
+  return r.ok() ? (*r ? "committed" : "pending") : r.status().ToString();
+}
+
+// A 4 x 6 fp32 tensor "param/w" written by two writers, rows 0-1 and 2-3.
+class CheckpointUploadsTest : public ::testing::Test {
+ protected:
+  CheckpointUploadsTest()
+      : uploads_(
+            &store_,
+            [this](const JobId& job) -> absl::StatusOr<CheckpointJobState> {
+              if (job.value() != "job-1") return absl::NotFoundError("no job " + job.value());
+              return job_;
+            },
+            &clock_) {
+    job_.generation = Generation(2);
+    job_.policy.set_keep_last(2);
+  }
+
+  v1::UploadHeader Header(uint32_t writer, uint64_t generation = 2, int64_t step = 10) {
+    v1::UploadHeader h;
+    h.set_job_id("job-1");
+    h.set_generation(generation);
+    h.set_step(step);
+    h.mutable_layout()->set_data_parallel(2);
+    h.mutable_layout()->set_tensor_parallel(1);
+    h.mutable_layout()->set_pipeline_parallel(1);
+    h.set_writer(writer);
+    h.set_writers(2);
+    v1::TensorInfo* t = h.add_tensors();
+    t->set_name("param/w");
+    t->set_dtype(v1::TENSOR_DTYPE_FLOAT32);
+    t->add_global_shape(4);
+    t->add_global_shape(6);
+    return h;
+  }
+
+  // Rows [row, row + rows) of the tensor, values row * 6 + column.
+  static std::pair<v1::ChunkHeader, std::string> Rows(int row, int rows) {
+    std::vector<float> values;
+    for (int r = row; r < row + rows; ++r) {
+      for (int c = 0; c < 6; ++c) values.push_back(static_cast<float>(r * 6 + c));
+    }
+    std::string bytes(reinterpret_cast<const char*>(values.data()), values.size() * 4);
+    v1::ChunkHeader h;
+    h.set_tensor("param/w");
+    h.mutable_box()->add_start(row);
+    h.mutable_box()->add_start(0);
+    h.mutable_box()->add_extent(rows);
+    h.mutable_box()->add_extent(6);
+    h.set_bytes(bytes.size());
+    h.set_crc32c(Crc32c(bytes));
+    return {h, bytes};
+  }
+
+  // Writer `w` sends rows [2w, 2w+2) and ends; returns End's result.
+  absl::StatusOr<bool> WriteHalf(uint32_t w, int64_t step = 10) {
+    absl::StatusOr<std::unique_ptr<CheckpointUploads::Writer>> writer =
+        uploads_.Begin(Header(w, 2, step));
+    if (!writer.ok()) return writer.status();
+    auto [chunk, bytes] = Rows(2 * static_cast<int>(w), 2);
+    if (absl::Status s = (*writer)->AddChunk(chunk, bytes); !s.ok()) return s;
+    v1::UploadEnd end;
+    end.set_chunks(1);
+    if (w == 0) (*end.mutable_objects())["model"] = "tiny";
+    return (*writer)->End(end);
+  }
+
+  FakeClock clock_{absl::FromUnixSeconds(1000)};
+  InMemoryCheckpointStore store_;
+  CheckpointJobState job_;
+  CheckpointUploads uploads_;
+};
+
+TEST_F(CheckpointUploadsTest, TheLastWriterCommitsAndTheManifestListsEveryChunk) {
+  EXPECT_EQ(Result(WriteHalf(1)), "pending");
+  EXPECT_TRUE(store_.List(JobId("job-1"))->empty()) << "visible before the last writer";
+  EXPECT_EQ(Result(WriteHalf(0)), "committed");
+  absl::StatusOr<std::vector<v1::CheckpointManifest>> listed = store_.List(JobId("job-1"));
+  ASSERT_TRUE(listed.ok());
+  ASSERT_EQ(listed->size(), 1u);
+  const v1::CheckpointManifest& m = (*listed)[0];
+  EXPECT_EQ(m.step(), 10);
+  EXPECT_EQ(m.generation(), 2u);
+  EXPECT_EQ(m.total_bytes(), 96);
+  EXPECT_EQ(m.objects().at("model"), "tiny");
+  ASSERT_EQ(m.tensors_size(), 1);
+  ASSERT_EQ(m.tensors(0).chunks_size(), 2);
+  EXPECT_EQ(m.tensors(0).chunks(0).box().start(0), 0);  // sorted by box start
+  EXPECT_EQ(m.tensors(0).chunks(0).writer(), 0u);
+  EXPECT_EQ(m.tensors(0).chunks(1).index(), 1u);
+  auto reader = store_.Open(JobId("job-1"), 10);
+  ASSERT_TRUE(reader.ok());
+  EXPECT_EQ(*(*reader)->ReadChunk(m.tensors(0), m.tensors(0).chunks(1)), Rows(2, 2).second);
+  EXPECT_TRUE(store_.ListPending()->empty());
+  EXPECT_EQ(uploads_.counters().commits, 1);
+}
+
+TEST_F(CheckpointUploadsTest, IncompleteCoverageIsNotCommittedAndIsDropped) {
+  ASSERT_EQ(Result(WriteHalf(0)), "pending");
+  auto writer = uploads_.Begin(Header(1));
+  ASSERT_TRUE(writer.ok());
+  auto [chunk, bytes] = Rows(2, 1);  // row 3 never arrives
+  ASSERT_TRUE((*writer)->AddChunk(chunk, bytes).ok());
+  v1::UploadEnd end;
+  end.set_chunks(1);
+  absl::StatusOr<bool> ended = (*writer)->End(end);
+  EXPECT_TRUE(absl::IsFailedPrecondition(ended.status())) << ended.status();
+  EXPECT_THAT(ended.status().message(), HasSubstr("param/w: chunks cover 18 of its 24 elements"));
+  EXPECT_TRUE(store_.List(JobId("job-1"))->empty());
+  EXPECT_EQ(store_.chunk_count(), 0u);
+  EXPECT_TRUE(store_.ListPending()->empty());
+}
+
+TEST_F(CheckpointUploadsTest, OverlappingChunksAreNotCommitted) {
+  ASSERT_EQ(Result(WriteHalf(0)), "pending");
+  auto writer = uploads_.Begin(Header(1));
+  ASSERT_TRUE(writer.ok());
+  for (int row : {1, 3}) {  // row 1 overlaps writer 0's rows 0-1; row 2 missing
+    auto [chunk, bytes] = Rows(row, 1);
+    ASSERT_TRUE((*writer)->AddChunk(chunk, bytes).ok());
+  }
+  v1::UploadEnd end;
+  end.set_chunks(2);
+  absl::StatusOr<bool> ended = (*writer)->End(end);
+  EXPECT_THAT(ended.status().message(), HasSubstr("overlaps"));
+  EXPECT_TRUE(store_.List(JobId("job-1"))->empty());
+}
+
+TEST_F(CheckpointUploadsTest, AStaleGenerationIsAbortedAtBeginAndAtCommit) {
+  absl::StatusOr<std::unique_ptr<CheckpointUploads::Writer>> stale = uploads_.Begin(Header(0, 1));
+  EXPECT_TRUE(absl::IsAborted(stale.status())) << stale.status();
+  EXPECT_THAT(stale.status().message(), HasSubstr("stale"));
+  EXPECT_TRUE(absl::IsFailedPrecondition(uploads_.Begin(Header(0, 3)).status()));
+
+  // Generation 2 uploads; the job moves to 3 before the last writer ends.
+  ASSERT_EQ(Result(WriteHalf(1)), "pending");
+  job_.generation = Generation(3);
+  absl::StatusOr<bool> late = WriteHalf(0);
+  EXPECT_TRUE(absl::IsAborted(late.status())) << late.status();
+  EXPECT_TRUE(store_.List(JobId("job-1"))->empty());
+}
+
+TEST_F(CheckpointUploadsTest, TickAbandonsStaleAndIdleAttemptsAndFreesTheirChunks) {
+  ASSERT_EQ(Result(WriteHalf(1)), "pending");
+  EXPECT_EQ(store_.chunk_count(), 1u);
+  uploads_.Tick();
+  EXPECT_EQ(uploads_.pending_attempts(), 1);
+  clock_.Advance(absl::Minutes(11));
+  uploads_.Tick();
+  EXPECT_EQ(uploads_.pending_attempts(), 0);
+  EXPECT_EQ(store_.chunk_count(), 0u);
+  EXPECT_TRUE(store_.ListPending()->empty());
+
+  ASSERT_EQ(Result(WriteHalf(1, 20)), "pending");
+  job_.generation = Generation(3);
+  uploads_.Tick();
+  EXPECT_EQ(uploads_.pending_attempts(), 0);
+  EXPECT_EQ(store_.chunk_count(), 0u);
+  EXPECT_EQ(uploads_.counters().abandoned, 2);
+}
+
+TEST_F(CheckpointUploadsTest, MalformedInputIsRefusedNamingTheField) {
+  v1::UploadHeader h = Header(0);
+  h.set_writers(3);
+  EXPECT_THAT(uploads_.Begin(h).status().message(), HasSubstr("header.writers"));
+  h = Header(5);
+  EXPECT_THAT(uploads_.Begin(h).status().message(), HasSubstr("header.writer"));
+  h = Header(0);
+  h.mutable_tensors(0)->set_name("bad name");
+  EXPECT_THAT(uploads_.Begin(h).status().message(), HasSubstr("header.tensors"));
+  h = Header(0);
+  h.set_job_id("job-2");
+  EXPECT_TRUE(absl::IsNotFound(uploads_.Begin(h).status()));
+
+  auto writer = uploads_.Begin(Header(0));
+  ASSERT_TRUE(writer.ok());
+  auto [chunk, bytes] = Rows(0, 2);
+  v1::ChunkHeader other = chunk;
+  other.set_tensor("param/x");
+  EXPECT_THAT((*writer)->AddChunk(other, bytes).message(), HasSubstr("did not declare"));
+  v1::ChunkHeader outside = chunk;
+  outside.mutable_box()->set_start(0, 3);
+  EXPECT_THAT((*writer)->AddChunk(outside, bytes).message(), HasSubstr("outside"));
+  EXPECT_TRUE(absl::IsInvalidArgument((*writer)->AddChunk(chunk, bytes.substr(4))));
+  std::string flipped = bytes;
+  flipped[5] ^= 1;
+  EXPECT_TRUE(absl::IsDataLoss((*writer)->AddChunk(chunk, flipped)));
+  v1::UploadEnd end;
+  end.set_chunks(1);
+  EXPECT_THAT((*writer)->End(end).status().message(), HasSubstr("end.chunks"));
+
+  // A second writer declaring other tensors.
+  v1::UploadHeader differs = Header(1);
+  differs.mutable_tensors(0)->set_global_shape(0, 8);
+  EXPECT_THAT(uploads_.Begin(differs).status().message(), HasSubstr("other tensors"));
+}
+
+TEST_F(CheckpointUploadsTest, ARetriedWriterReplacesItsStreamAndACommittedStepIsAlreadyExists) {
+  {
+    auto first = uploads_.Begin(Header(0));
+    ASSERT_TRUE(first.ok());
+    auto [chunk, bytes] = Rows(0, 2);
+    ASSERT_TRUE((*first)->AddChunk(chunk, bytes).ok());
+    // The stream breaks: the writer is destroyed without End.
+  }
+  ASSERT_EQ(Result(WriteHalf(0)), "pending");  // the retry
+  ASSERT_EQ(Result(WriteHalf(1)), "committed");
+  EXPECT_EQ(store_.chunk_count(), 2u);
+  EXPECT_TRUE(absl::IsAlreadyExists(uploads_.Begin(Header(0)).status()));
+}
+
+TEST_F(CheckpointUploadsTest, ANewerCommitAbandonsOlderAttemptsAndRetentionKeepsTheNewest) {
+  ASSERT_EQ(Result(WriteHalf(1, 5)), "pending");  // step 5 never completes
+  for (int64_t step : {10, 20, 30}) {
+    ASSERT_EQ(Result(WriteHalf(0, step)), "pending");
+    ASSERT_EQ(Result(WriteHalf(1, step)), "committed");
+  }
+  EXPECT_EQ(uploads_.pending_attempts(), 0);
+  std::vector<int64_t> steps;
+  const absl::StatusOr<std::vector<v1::CheckpointManifest>> listed = store_.List(JobId("job-1"));
+  ASSERT_TRUE(listed.ok());
+  for (const auto& m : *listed) steps.push_back(m.step());
+  EXPECT_THAT(steps, ::testing::ElementsAre(30, 20));  // keep_last 2
+  EXPECT_EQ(store_.chunk_count(), 4u);
+  EXPECT_EQ(uploads_.counters().retired, 1);
+}
+
+TEST(StepsToRetireTest, KeepsTheNewestAndEveryNth) {
+  v1::CheckpointPolicy policy;
+  policy.set_keep_last(2);
+  EXPECT_THAT(StepsToRetire({10, 20, 30, 40}, policy), ::testing::ElementsAre(10, 20));
+  policy.set_keep_every(20);
+  EXPECT_THAT(StepsToRetire({10, 20, 30, 40, 50, 60}, policy), ::testing::ElementsAre(10, 30));
+  policy.set_keep_last(0);  // the default, 3
+  policy.set_keep_every(0);
+  EXPECT_THAT(StepsToRetire({1, 2, 3, 4, 5}, policy), ::testing::ElementsAre(1, 2));
+  EXPECT_TRUE(StepsToRetire({}, policy).empty());
+}
+
+}  // namespace
+}  // namespace cohort::coordinator

@@ -1,0 +1,189 @@
+#include "worker/checkpoint/checkpoint_client.h"
+
+#include <chrono>
+
+#include "absl/strings/str_cat.h"
+#include "cohort/v1/checkpoints.grpc.pb.h"
+#include "common/box_proto.h"
+#include "common/crc32c.h"
+#include "common/grpc_status.h"
+#include "grpcpp/client_context.h"
+#include "grpcpp/create_channel.h"
+#include "grpcpp/security/credentials.h"
+
+namespace cohort::checkpoint {
+namespace {
+
+void SetDeadline(grpc::ClientContext* context, absl::Duration timeout) {
+  context->set_deadline(std::chrono::system_clock::now() +
+                        std::chrono::microseconds(absl::ToInt64Microseconds(timeout)));
+}
+
+// Thread-safe: the stub is; each call has its own context.
+class GrpcCheckpointClient final : public CheckpointClient {
+ public:
+  explicit GrpcCheckpointClient(std::shared_ptr<grpc::Channel> channel)
+      : stub_(v1::Checkpoints::NewStub(std::move(channel))) {}
+
+  absl::StatusOr<v1::UploadResponse> Upload(const v1::UploadHeader& header,
+                                            const std::vector<UploadChunk>& chunks,
+                                            const v1::UploadEnd& end,
+                                            absl::Duration timeout) override {
+    grpc::ClientContext context;
+    SetDeadline(&context, timeout);
+    v1::UploadResponse response;
+    std::unique_ptr<grpc::ClientWriter<v1::UploadRequest>> writer =
+        stub_->Upload(&context, &response);
+    v1::UploadRequest request;
+    *request.mutable_header() = header;
+    bool ok = writer->Write(request);
+    for (size_t i = 0; ok && i < chunks.size(); ++i) {
+      const UploadChunk& chunk = chunks[i];
+      request.Clear();
+      v1::ChunkHeader* h = request.mutable_chunk();
+      h->set_tensor(chunk.tensor);
+      BoxToProto(chunk.box, h->mutable_box());
+      h->set_bytes(chunk.bytes);
+      h->set_crc32c(Crc32c(chunk.data, chunk.bytes));
+      ok = writer->Write(request);
+      const char* bytes = static_cast<const char*>(chunk.data);
+      for (size_t at = 0; ok && at < chunk.bytes; at += kUploadPieceBytes) {
+        request.Clear();
+        request.set_data(bytes + at, std::min(kUploadPieceBytes, chunk.bytes - at));
+        ok = writer->Write(request);
+      }
+    }
+    if (ok) {
+      request.Clear();
+      *request.mutable_end() = end;
+      ok = writer->Write(request);
+    }
+    // A failed Write means the server finished the call (with the reason)
+    // or the connection broke; Finish reports which.
+    if (ok) writer->WritesDone();
+    grpc::Status status = writer->Finish();
+    if (!status.ok()) {
+      return FromGrpcStatus(status, absl::StrCat("upload of job ", header.job_id(), " step ",
+                                                 header.step(), " writer ", header.writer()));
+    }
+    return response;
+  }
+
+  absl::StatusOr<v1::CheckpointManifest> GetManifest(const std::string& job_id, int64_t step,
+                                                     absl::Duration timeout) override {
+    grpc::ClientContext context;
+    SetDeadline(&context, timeout);
+    v1::GetManifestRequest request;
+    request.set_job_id(job_id);
+    request.set_step(step);
+    v1::CheckpointManifest manifest;
+    grpc::Status status = stub_->GetManifest(&context, request, &manifest);
+    if (!status.ok()) return FromGrpcStatus(status);
+    return manifest;
+  }
+
+  absl::Status Download(const std::string& job_id, int64_t step,
+                        const std::vector<v1::ChunkRef>& refs, const ChunkCallback& on_chunk,
+                        absl::Duration timeout) override {
+    grpc::ClientContext context;
+    SetDeadline(&context, timeout);
+    v1::DownloadRequest request;
+    request.set_job_id(job_id);
+    request.set_step(step);
+    for (const v1::ChunkRef& ref : refs) *request.add_chunks() = ref;
+    std::unique_ptr<grpc::ClientReader<v1::DownloadResponse>> reader =
+        stub_->Download(&context, request);
+    v1::DownloadResponse response;
+    v1::DownloadChunk current;
+    bool in_chunk = false;
+    std::string bytes;
+    absl::Status failure;
+    auto complete = [&]() -> absl::Status {
+      in_chunk = false;
+      if (Crc32c(bytes) != current.info().crc32c()) {
+        return absl::DataLossError(absl::StrCat("checkpoint of job ", job_id, " step ", step,
+                                                ": tensor ", current.tensor(), " chunk ",
+                                                current.info().index(),
+                                                " arrived corrupt (crc32c mismatch)"));
+      }
+      return on_chunk(current.tensor(), current.info(), bytes);
+    };
+    while (failure.ok() && reader->Read(&response)) {
+      if (response.has_chunk()) {
+        if (in_chunk) {
+          failure = absl::DataLossError(absl::StrCat("tensor ", current.tensor(), " chunk ",
+                                                     current.info().index(), " ended early"));
+          break;
+        }
+        current = response.chunk();
+        bytes.clear();
+        bytes.reserve(current.info().bytes());
+        in_chunk = true;
+      } else if (in_chunk) {
+        bytes.append(response.data());
+        if (bytes.size() > current.info().bytes()) {
+          failure = absl::DataLossError(absl::StrCat("tensor ", current.tensor(), " chunk ",
+                                                     current.info().index(), " is too long"));
+        }
+      } else {
+        failure = absl::InternalError("download: data outside a chunk");
+      }
+      if (failure.ok() && in_chunk && bytes.size() == current.info().bytes()) failure = complete();
+    }
+    if (!failure.ok()) {
+      context.TryCancel();
+      reader->Finish();
+      return failure;
+    }
+    grpc::Status status = reader->Finish();
+    if (!status.ok()) return FromGrpcStatus(status);
+    if (in_chunk) {
+      return absl::DataLossError(absl::StrCat("tensor ", current.tensor(), " chunk ",
+                                              current.info().index(), " was cut short"));
+    }
+    return absl::OkStatus();
+  }
+
+  absl::StatusOr<v1::ListCheckpointsResponse> List(const std::string& job_id,
+                                                   absl::Duration timeout) override {
+    grpc::ClientContext context;
+    SetDeadline(&context, timeout);
+    v1::ListCheckpointsRequest request;
+    request.set_job_id(job_id);
+    v1::ListCheckpointsResponse response;
+    grpc::Status status = stub_->List(&context, request, &response);
+    if (!status.ok()) return FromGrpcStatus(status);
+    return response;
+  }
+
+  absl::Status Delete(const std::string& job_id, int64_t step, absl::Duration timeout) override {
+    grpc::ClientContext context;
+    SetDeadline(&context, timeout);
+    v1::DeleteCheckpointRequest request;
+    request.set_job_id(job_id);
+    request.set_step(step);
+    v1::DeleteCheckpointResponse response;
+    return FromGrpcStatus(stub_->Delete(&context, request, &response));
+  }
+
+ private:
+  std::unique_ptr<v1::Checkpoints::Stub> stub_;
+};
+
+}  // namespace
+
+std::unique_ptr<CheckpointClient> NewGrpcCheckpointClient(std::shared_ptr<grpc::Channel> channel) {
+  return std::make_unique<GrpcCheckpointClient>(std::move(channel));
+}
+
+std::unique_ptr<CheckpointClient> NewGrpcCheckpointClient(const std::string& address) {
+  grpc::ChannelArguments args;
+  args.SetInt(GRPC_ARG_INITIAL_RECONNECT_BACKOFF_MS, 100);
+  args.SetInt(GRPC_ARG_MIN_RECONNECT_BACKOFF_MS, 100);
+  args.SetInt(GRPC_ARG_MAX_RECONNECT_BACKOFF_MS, 1000);
+  args.SetMaxReceiveMessageSize(64 << 20);  // manifests of very large models
+  return NewGrpcCheckpointClient(
+      grpc::CreateCustomChannel(address, grpc::InsecureChannelCredentials(), args));
+}
+
+}  // namespace cohort::checkpoint

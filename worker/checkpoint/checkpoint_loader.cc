@@ -1,0 +1,123 @@
+#include "worker/checkpoint/checkpoint_loader.h"
+
+#include <map>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "common/box_proto.h"
+#include "common/status_macros.h"
+
+namespace cohort::checkpoint {
+namespace {
+
+// One needed box (part of a LoadPiece) that a chunk overlaps.
+struct Overlap {
+  const LoadPiece* piece;
+  Box region;  // chunk box intersected with the needed box
+};
+
+}  // namespace
+
+absl::Status LoadCheckpoint(CheckpointClient* client, const v1::CheckpointManifest& manifest,
+                            const model::GptConfig& config, const model::ParameterTable& table,
+                            const StateBuffers& buffers, absl::Duration timeout,
+                            LoadStats* stats) {
+  const absl::Time start = absl::Now();
+  const std::string where =
+      absl::StrCat("checkpoint of job ", manifest.job_id(), " step ", manifest.step());
+  auto model = manifest.objects().find("model");
+  if (model != manifest.objects().end() && model->second != ModelFingerprint(config)) {
+    return absl::FailedPreconditionError(absl::StrCat(where, " is of model \"", model->second,
+                                                      "\", this job trains \"",
+                                                      ModelFingerprint(config), "\""));
+  }
+  std::map<std::string, const v1::TensorInfo*> tensors;
+  for (const v1::TensorInfo& t : manifest.tensors()) tensors[t.name()] = &t;
+
+  const std::vector<LoadPiece> pieces = PlanLoad(table, buffers.optimizer);
+  // chunk (tensor, index) -> the overlaps it fills
+  std::map<std::pair<std::string, uint32_t>, std::vector<Overlap>> wanted;
+  std::map<const LoadPiece*, int64_t> expected;
+  for (const LoadPiece& piece : pieces) {
+    auto it = tensors.find(piece.tensor);
+    if (it == tensors.end()) {
+      return absl::FailedPreconditionError(
+          absl::StrCat(where, " has no tensor ", piece.tensor, ", which this model needs"));
+    }
+    const v1::TensorInfo& tensor = *it->second;
+    const model::ParameterInfo* info =
+        table.Find(piece.tensor.substr(piece.tensor.find('/') + 1));
+    const std::vector<int64_t> shape(tensor.global_shape().begin(), tensor.global_shape().end());
+    if (info == nullptr || shape != info->global_shape ||
+        tensor.dtype() != v1::TENSOR_DTYPE_FLOAT32) {
+      return absl::FailedPreconditionError(absl::StrCat(
+          where, ": tensor ", piece.tensor, " is [", absl::StrJoin(shape, ", "), "] ",
+          v1::TensorDType_Name(tensor.dtype()), ", this model needs [",
+          info == nullptr ? "" : absl::StrJoin(info->global_shape, ", "), "] float32"));
+    }
+    expected[&piece] = piece.count;
+    for (const Box& local : FlatRangeToBoxes(piece.local_box.extent, piece.first,
+                                             piece.first + piece.count)) {
+      const Box needed = Translate(local, piece.local_box.start);
+      for (const v1::ChunkInfo& chunk : tensor.chunks()) {
+        std::optional<Box> region = Intersect(BoxFromProto(chunk.box()), needed);
+        if (region) wanted[{tensor.name(), chunk.index()}].push_back({&piece, *region});
+      }
+    }
+  }
+
+  std::vector<v1::ChunkRef> refs;
+  for (const auto& [key, unused] : wanted) {
+    v1::ChunkRef ref;
+    ref.set_tensor(key.first);
+    ref.set_index(key.second);
+    refs.push_back(std::move(ref));
+  }
+  LoadStats local_stats;
+  std::map<const LoadPiece*, int64_t> copied;
+  RETURN_IF_ERROR(client->Download(
+      manifest.job_id(), manifest.step(), refs,
+      [&](const std::string& tensor, const v1::ChunkInfo& info,
+          std::string_view bytes) -> absl::Status {
+        auto it = wanted.find({tensor, info.index()});
+        if (it == wanted.end()) {
+          return absl::InternalError(absl::StrCat("download sent ", tensor, " chunk ",
+                                                  info.index(), ", which was not asked for"));
+        }
+        const Box chunk_box = BoxFromProto(info.box());
+        if (static_cast<uint64_t>(chunk_box.NumElements()) * sizeof(float) != bytes.size()) {
+          return absl::DataLossError(absl::StrCat(where, ": tensor ", tensor, " chunk ",
+                                                  info.index(), " has the wrong size"));
+        }
+        for (const Overlap& overlap : it->second) {
+          const LoadPiece& piece = *overlap.piece;
+          float* base = piece.kind == StateKind::kParam ? buffers.params
+                        : piece.kind == StateKind::kAdamM ? buffers.adam_m
+                                                          : buffers.adam_v;
+          const size_t buffer_begin = piece.kind == StateKind::kParam ? 0 : buffers.optimizer.begin;
+          // The destination buffer holds the piece's flat part of its box.
+          CopyRegion(overlap.region, ConstBoxedBuffer{&chunk_box, 0, bytes.data()},
+                     BoxedBuffer{&piece.local_box, piece.first,
+                                 base + (piece.arena_offset - buffer_begin)},
+                     sizeof(float));
+          copied[&piece] += overlap.region.NumElements();
+        }
+        ++local_stats.chunks;
+        local_stats.bytes += bytes.size();
+        return absl::OkStatus();
+      },
+      timeout));
+  for (const auto& [piece, count] : expected) {
+    if (copied[piece] != count) {
+      return absl::DataLossError(absl::StrCat(where, ": the chunks of ", piece->tensor, " cover ",
+                                              copied[piece], " of the ", count,
+                                              " elements this rank needs"));
+    }
+  }
+  local_stats.duration = absl::Now() - start;
+  if (stats != nullptr) *stats = local_stats;
+  return absl::OkStatus();
+}
+
+}  // namespace cohort::checkpoint

@@ -1,0 +1,46 @@
+#pragma once
+// LoadCheckpoint: restores one rank's training state from a committed
+// checkpoint written in any layout. The rank's needs (every weight of its
+// shard, the AdamW moments of its optimizer range; shard_plan.h PlanLoad)
+// are boxes of the global tensors; the chunks that overlap them, and only
+// those, are downloaded in one stream, verified, and their overlaps copied
+// into place (box intersection).
+//
+// Thread-compatible.
+
+#include <cstdint>
+
+#include "absl/status/status.h"
+#include "absl/time/time.h"
+#include "cohort/v1/checkpoints.pb.h"
+#include "worker/checkpoint/checkpoint_client.h"
+#include "worker/checkpoint/shard_plan.h"
+
+namespace cohort::checkpoint {
+
+// Where the state goes: the weights arena (num_params floats) and the
+// moments of [optimizer.begin, optimizer.end).
+struct StateBuffers {
+  float* params = nullptr;
+  float* adam_m = nullptr;
+  float* adam_v = nullptr;
+  ArenaRange optimizer;
+};
+
+struct LoadStats {
+  int64_t chunks = 0;  // downloaded
+  uint64_t bytes = 0;  // downloaded
+  absl::Duration duration;
+};
+
+// Fills `buffers` from checkpoint `manifest` of `config`'s model. Errors:
+// FailedPrecondition when the checkpoint is of another model (the message
+// names the tensor or the model fingerprints); DataLoss when a chunk is
+// corrupt (naming tensor and chunk) or the chunks leave part of the state
+// uncovered; the client's errors.
+absl::Status LoadCheckpoint(CheckpointClient* client, const v1::CheckpointManifest& manifest,
+                            const model::GptConfig& config, const model::ParameterTable& table,
+                            const StateBuffers& buffers, absl::Duration timeout,
+                            LoadStats* stats = nullptr);
+
+}  // namespace cohort::checkpoint
