@@ -321,6 +321,7 @@ void CheckpointUploads::Abort(Writer* writer) {
 
 absl::Status CheckpointUploads::CommitAttempt(std::shared_ptr<Attempt> attempt) {
   const PendingCheckpoint& key = attempt->key;
+  LOG(INFO) << "committing the checkpoint of " << PendingName(key);
   absl::StatusOr<CheckpointJobState> job = jobs_(key.job);
   if (!job.ok() || job->generation != key.generation) {
     Fail(attempt, "stale generation at commit");

@@ -308,6 +308,16 @@ std::vector<v1::WorkerInfo> Coordinator::ListWorkers() const {
 }
 
 absl::StatusOr<v1::Job> Coordinator::Submit(const v1::SubmitJobRequest& request) {
+  const v1::CheckpointPolicy& policy = request.spec().checkpoint();
+  if (!policy.resume_from_job().empty() && options_.checkpoint_exists) {
+    // Outside the lock: the check reads the checkpoint store.
+    const int64_t step = policy.resume_from_step() > 0 ? policy.resume_from_step() : -1;
+    if (absl::Status found = options_.checkpoint_exists(policy.resume_from_job(), step);
+        !found.ok()) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("invalid job spec: checkpoint.resume_from_job: ", found.message()));
+    }
+  }
   return WithEffects([&](Effects* effects) {
     return jobs_.Submit(request.spec(), request.validate_only(), clock_->Now(), effects);
   });

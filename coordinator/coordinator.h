@@ -56,6 +56,10 @@ class Coordinator {
     absl::Duration readopt_grace = absl::Seconds(10);
     absl::Duration max_kv_wait = absl::Seconds(60);
     std::string coordinator_id;  // random per start when empty
+    // Whether job `job_id` has a committed checkpoint at `step` (-1: any):
+    // OK, or NotFound saying what is missing. Submit uses it to check
+    // checkpoint.resume_from_job; unset: not checked at submit.
+    std::function<absl::Status(const std::string& job_id, int64_t step)> checkpoint_exists;
   };
 
   // Restores persisted jobs from `store`. Errors from JobStore::LoadAll.

@@ -302,6 +302,20 @@ void CheckCheckpoint(v1::CheckpointPolicy& checkpoint, Errors& errors) {
     errors.Add("checkpoint.keep_every",
                absl::StrCat("must be >= 0 (0 keeps none), got ", checkpoint.keep_every()));
   }
+  if (checkpoint.resume_from_step() < 0) {
+    errors.Add("checkpoint.resume_from_step",
+               absl::StrCat("must be >= 0 (0: the newest), got ", checkpoint.resume_from_step()));
+  }
+  if (checkpoint.resume_from_step() > 0 && checkpoint.resume_from_job().empty()) {
+    errors.Add("checkpoint.resume_from_step", "is set but checkpoint.resume_from_job is empty");
+  }
+  const std::string& from = checkpoint.resume_from_job();
+  if (!from.empty() && (from.size() > 80 || !std::all_of(from.begin(), from.end(), [](char c) {
+                          return (c >= 'a' && c <= 'z') || (c >= '0' && c <= '9') || c == '-';
+                        }))) {
+    errors.Add("checkpoint.resume_from_job",
+               absl::StrCat("\"", from, "\" is not a job id (lower-case letters, digits, '-')"));
+  }
 }
 
 }  // namespace

@@ -42,6 +42,9 @@ ABSL_FLAG(std::string, trainer, "engine",
 ABSL_FLAG(int, threads, 0,
           "Compute threads (OpenMP) for training; 0 means $OMP_NUM_THREADS, else all cores. "
           "Results do not depend on it.");
+ABSL_FLAG(std::string, loss_log, "",
+          "append one line per completed training step (job, generation, step, loss as a hex "
+          "float: exact bits) to this file, to compare trajectories across runs; empty: off");
 ABSL_FLAG(std::string, log_level, "",
           "Minimum log level: debug, info, warning or error; empty means $COHORT_LOG_LEVEL, "
           "else info.");
@@ -105,6 +108,7 @@ int main(int argc, char** argv) {
   config.metrics_address = absl::GetFlag(FLAGS_metrics_address);
   config.trainer = absl::GetFlag(FLAGS_trainer);
   config.threads = absl::GetFlag(FLAGS_threads);
+  config.loss_log = absl::GetFlag(FLAGS_loss_log);
   cohort::log::SetProcessTag("worker");
 
   // Block SIGINT/SIGTERM in every thread (threads inherit the mask, so this

@@ -7,7 +7,7 @@
 #include "common/status_macros.h"
 #include "worker/device/device_discovery.h"
 #include "worker/idle_trainer.h"
-#include "worker/train/engine_trainer.h"
+#include "worker/engine_trainer.h"
 
 namespace cohort::worker {
 
@@ -58,16 +58,18 @@ absl::StatusOr<std::unique_ptr<WorkerDaemon>> WorkerDaemon::Create(const WorkerC
   if (config.trainer == "idle") {
     daemon->trainer_ = std::make_unique<IdleTrainer>();
   } else {
-    train::EngineTrainerOptions engine;
+    EngineTrainerOptions engine;
     engine.coordinator = config.coordinator;
     engine.num_threads = config.threads;
+    engine.registry = registry;
+    engine.loss_log = config.loss_log;
     // The agent exists before any Prepare can start training.
     WorkerDaemon* self = daemon.get();
     engine.on_finished = [self](const JobId& job, Generation generation,
                                 const absl::Status& status) {
       self->agent_->ReportTrainingFinished(job, generation, status);
     };
-    daemon->trainer_ = std::make_unique<train::EngineTrainer>(std::move(engine));
+    daemon->trainer_ = std::make_unique<EngineTrainer>(std::move(engine));
   }
   daemon->agent_ = std::make_unique<WorkerAgent>(
       v1::Workers::NewStub(NewCoordinatorChannel(config.coordinator)), daemon->trainer_.get(),

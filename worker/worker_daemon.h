@@ -30,6 +30,7 @@ struct WorkerConfig {
   // follow commands without training (control-plane tests and drills).
   std::string trainer = "engine";
   int threads = 0;  // compute threads; 0 = all cores
+  std::string loss_log;  // EngineTrainerOptions::loss_log
 };
 
 // "<host>-<cpu|gpu>-<index>".

@@ -25,11 +25,16 @@ absl::StatusOr<std::unique_ptr<CoordinatorServer>> CoordinatorServer::Start(
   auto registry = std::make_shared<prometheus::Registry>();
   server->metrics_ = std::make_unique<CoordinatorMetrics>(registry);
   ASSIGN_OR_RETURN(server->metrics_server_, MetricsServer::Create(config.metrics_address, registry));
+  ASSIGN_OR_RETURN(server->checkpoint_store_,
+                   RocksDbCheckpointStore::Open(config.data_dir + "/checkpoints"));
+  RocksDbCheckpointStore* checkpoint_store = server->checkpoint_store_.get();
+  config.coordinator.checkpoint_exists = [checkpoint_store](const std::string& job,
+                                                            int64_t step) -> absl::Status {
+    return checkpoint_store->Open(JobId(job), step).status();
+  };
   ASSIGN_OR_RETURN(server->coordinator_,
                    Coordinator::Create(config.coordinator, std::move(store), RealClock::Get(),
                                        server->metrics_.get()));
-  ASSIGN_OR_RETURN(server->checkpoint_store_,
-                   RocksDbCheckpointStore::Open(config.data_dir + "/checkpoints"));
   Coordinator* coordinator = server->coordinator_.get();
   CheckpointUploadsOptions uploads;
   uploads.max_chunk_bytes = config.checkpoints.max_chunk_bytes;

@@ -57,13 +57,15 @@ class LocalCluster {
   // Control-plane tests use the idle trainer (meshes without training);
   // training tests pass "engine".
   Subprocess* StartWorker(const std::string& id, const std::string& host, int device_index,
-                          const std::string& trainer = "idle") {
+                          const std::string& trainer = "idle",
+                          const std::vector<std::string>& extra_args = {}) {
     Subprocess::Options options;
     options.binary = BinaryPath("cohort-worker");
     options.args = {absl::StrCat("--coordinator=", address()), absl::StrCat("--worker_id=", id),
                     absl::StrCat("--host=", host), "--device=cpu",
                     absl::StrCat("--device_index=", device_index),
                     "--metrics_address=127.0.0.1:0", "--trainer=" + trainer, "--threads=1"};
+    options.args.insert(options.args.end(), extra_args.begin(), extra_args.end());
     options.log_path = absl::StrCat(dir_, "/", id, ".log");
     auto process = Subprocess::Start(options);
     EXPECT_TRUE(process.ok()) << process.status();

@@ -33,7 +33,16 @@ ApiClient::ApiClient(std::shared_ptr<grpc::Channel> channel, ApiClientOptions op
     : channel_(std::move(channel)),
       options_(std::move(options)),
       jobs_(v1::Jobs::NewStub(channel_)),
-      workers_(v1::Workers::NewStub(channel_)) {}
+      workers_(v1::Workers::NewStub(channel_)),
+      checkpoints_(checkpoint::NewGrpcCheckpointClient(channel_, /*wait_for_ready=*/false)) {}
+
+absl::Status ApiClient::Classify(const absl::Status& status) const {
+  if ((absl::IsUnavailable(status) || absl::IsDeadlineExceeded(status)) &&
+      channel_->GetState(/*try_to_connect=*/false) != GRPC_CHANNEL_READY) {
+    return Unreachable(std::string(status.message()));
+  }
+  return status;
+}
 
 absl::Status ApiClient::Unreachable(const std::string& reason) const {
   absl::Status status = absl::UnavailableError(

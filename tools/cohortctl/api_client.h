@@ -1,6 +1,6 @@
 #pragma once
-// cohortctl's gRPC client of the coordinator's public API (Jobs and
-// Workers.List). Converts gRPC statuses to absl::Status once, here, and tells
+// cohortctl's gRPC client of the coordinator's public API (Jobs,
+// Workers.List and Checkpoints). Converts gRPC statuses to absl::Status once, here, and tells
 // "the coordinator cannot be reached" apart from "the coordinator refused".
 //
 // Thread-safe: the gRPC stubs are, and the client holds no other state.
@@ -15,6 +15,7 @@
 #include "cohort/v1/jobs.grpc.pb.h"
 #include "cohort/v1/workers.grpc.pb.h"
 #include "grpcpp/channel.h"
+#include "worker/checkpoint/checkpoint_client.h"
 
 namespace cohort::cohortctl {
 
@@ -56,6 +57,13 @@ class ApiClient {
   absl::Status Watch(const std::string& job_id,
                      absl::FunctionRef<bool(const v1::JobEvent&)> on_event);
 
+  // The Checkpoints service over the same channel; its errors go through
+  // Classify to tell an unreachable coordinator apart.
+  checkpoint::CheckpointClient& checkpoints() { return *checkpoints_; }
+  // A status from checkpoints(), converted like the calls above.
+  absl::Status Classify(const absl::Status& status) const;
+  absl::Duration timeout() const { return options_.timeout; }
+
  private:
   template <typename Response, typename Call>
   absl::StatusOr<Response> Unary(Call call);
@@ -68,6 +76,7 @@ class ApiClient {
   ApiClientOptions options_;
   std::unique_ptr<v1::Jobs::Stub> jobs_;
   std::unique_ptr<v1::Workers::Stub> workers_;
+  std::unique_ptr<checkpoint::CheckpointClient> checkpoints_;
 };
 
 }  // namespace cohort::cohortctl

@@ -8,6 +8,8 @@
 #include "absl/strings/str_cat.h"
 #include "common/job_spec_io.h"
 #include "tools/cohortctl/api_client.h"
+#include "tools/cohortctl/checkpoint_export.h"
+#include "tools/cohortctl/checkpoint_format.h"
 #include "tools/cohortctl/command_line.h"
 #include "tools/cohortctl/job_format.h"
 #include "tools/cohortctl/progress_bar.h"
@@ -96,6 +98,64 @@ int RunWatch(ApiClient& client, const CtlConfig& config, const Command& command,
   return last->state() == v1::JOB_STATE_COMPLETED ? kExitOk : kExitFailure;
 }
 
+int RunCheckpoints(ApiClient& client, const CtlConfig& config, const Command& command,
+                   std::ostream& out, std::ostream& err) {
+  checkpoint::CheckpointClient& checkpoints = client.checkpoints();
+  const std::string name = "checkpoints";
+  const int64_t step = command.step.value_or(-1);
+  switch (command.checkpoints) {
+    case CheckpointsCommand::kList: {
+      auto reply = checkpoints.List(command.operand, client.timeout());
+      if (!reply.ok()) return ReportError(client.Classify(reply.status()), name, err);
+      return PrintReply(config, *reply, FormatCheckpointTable, out);
+    }
+    case CheckpointsCommand::kShow: {
+      auto reply = checkpoints.GetManifest(command.operand, step, client.timeout());
+      if (!reply.ok()) return ReportError(client.Classify(reply.status()), name, err);
+      return PrintReply(config, *reply, FormatManifest, out);
+    }
+    case CheckpointsCommand::kDelete: {
+      // Deleting compacts the store, which can take longer than a lookup.
+      absl::Status deleted =
+          checkpoints.Delete(command.operand, step, std::max(client.timeout(), absl::Minutes(2)));
+      if (!deleted.ok()) return ReportError(client.Classify(deleted), name, err);
+      out << "deleted the checkpoint of job " << command.operand << " at step " << step << "\n";
+      return kExitOk;
+    }
+    case CheckpointsCommand::kExport: {
+      auto manifest = checkpoints.GetManifest(command.operand, step, client.timeout());
+      if (!manifest.ok()) return ReportError(client.Classify(manifest.status()), name, err);
+      const absl::Time start = absl::Now();
+      absl::Time last_line = start;
+      absl::Status exported = ExportSafetensors(
+          checkpoints, *manifest, *config.out, absl::Hours(1), [&](const ExportProgress& p) {
+            // A bar in place on a terminal, else a line every few seconds.
+            const double fraction =
+                p.bytes == 0 ? 1.0 : static_cast<double>(p.bytes_done) / static_cast<double>(p.bytes);
+            if (config.stdout_is_terminal) {
+              const int width = 30;
+              const int filled = static_cast<int>(fraction * width);
+              out << "\r\x1b[K[" << std::string(filled, '#') << std::string(width - filled, ' ')
+                  << "] " << p.tensors_done << "/" << p.tensors << " tensors, "
+                  << FormatBytes(p.bytes_done) << " of " << FormatBytes(p.bytes);
+              out.flush();
+            } else if (absl::Now() - last_line > absl::Seconds(5) || p.tensors_done == p.tensors) {
+              last_line = absl::Now();
+              out << "exported " << p.tensors_done << "/" << p.tensors << " tensors, "
+                  << FormatBytes(p.bytes_done) << " of " << FormatBytes(p.bytes) << "\n";
+            }
+          });
+      if (config.stdout_is_terminal) out << "\n";
+      if (!exported.ok()) return ReportError(client.Classify(exported), name, err);
+      out << "wrote " << *config.out << ": the weights of job " << manifest->job_id() << " step "
+          << manifest->step() << " (safetensors, " << absl::FormatDuration(absl::Trunc(absl::Now() - start, absl::Milliseconds(1)))
+          << ")\n";
+      return kExitOk;
+    }
+  }
+  return kExitUsage;
+}
+
 int RunCommand(ApiClient& client, const CtlConfig& config, const Command& command,
                std::ostream& out, std::ostream& err) {
   auto summary = [](const v1::Job& job) { return FormatJobSummary(job) + "\n"; };
@@ -133,6 +193,8 @@ int RunCommand(ApiClient& client, const CtlConfig& config, const Command& comman
       if (!reply.ok()) return ReportError(reply.status(), command.name, err);
       return PrintReply(config, *reply, FormatWorkerTable, out);
     }
+    case CommandKind::kCheckpoints:
+      return RunCheckpoints(client, config, command, out, err);
     case CommandKind::kHelp:
       break;
   }

@@ -7,6 +7,7 @@
 #include "absl/status/status.h"
 #include "absl/strings/ascii.h"
 #include "absl/strings/match.h"
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
@@ -21,8 +22,9 @@ constexpr char kSubmit[] =
     "submit flags (override FILE's fields; without a FILE, the demo job's\n"
     "values shown in parentheses apply):";
 constexpr char kElastic[] = "Elastic bounds (submit and scale):";
+constexpr char kExport[] = "checkpoints export flags:";
 
-constexpr std::array<FlagDoc, 30> kFlags = {{
+constexpr std::array<FlagDoc, 32> kFlags = {{
     {"coordinator", FlagKind::kValue, "HOST:PORT", kGlobal,
      "coordinator gRPC address (default: $COHORT_COORDINATOR, else "
      "localhost:7070)"},
@@ -71,6 +73,9 @@ constexpr std::array<FlagDoc, 30> kFlags = {{
     {"max_workers", FlagKind::kValue, "N", kElastic,
      "most workers the job grows to (demo: 4; scale: defaults to "
      "--min_workers)"},
+    {"out", FlagKind::kValue, "FILE", kExport, "file to write (required)"},
+    {"format", FlagKind::kValue, "safetensors", kExport,
+     "file format; safetensors is the one supported (default: safetensors)"},
 }};
 
 constexpr char kCommandsText[] =
@@ -96,6 +101,17 @@ Commands:
                           change a job's elastic bounds
   workers                 table of workers: WORKER, HOST, DEVICE, STATE, JOB,
                           RANK, HEARTBEAT AGE, METRICS
+  checkpoints list JOB    a job's committed checkpoints: STEP, GENERATION,
+                          LAYOUT, TENSORS, CHUNKS, SIZE, COMMITTED
+  checkpoints show JOB [STEP]
+                          a checkpoint's manifest (default: the newest):
+                          layout, objects, and every tensor's shape, chunks
+                          and writers
+  checkpoints delete JOB STEP
+                          delete a committed checkpoint and free its bytes
+  checkpoints export JOB [STEP] --out=FILE [--format=safetensors]
+                          write a checkpoint's model weights, unsharded, as
+                          one safetensors file (default: the newest)
   help                    print this text
 )";
 
@@ -246,6 +262,83 @@ std::vector<std::string> SetSpecFlagNames(const SpecFlags& spec) {
   return names;
 }
 
+namespace {
+
+// Flags that belong to one command only, as "--name" for each one set.
+std::vector<std::string> CommandFlagNames(const CtlConfig& config) {
+  std::vector<std::string> flags = SetSpecFlagNames(config.spec);
+  if (config.all) flags.push_back("--all");
+  if (config.validate_only) flags.push_back("--validate_only");
+  if (config.out.has_value()) flags.push_back("--out");
+  if (config.format.has_value()) flags.push_back("--format");
+  return flags;
+}
+
+absl::StatusOr<Command> ParseCheckpointsCommand(const CtlConfig& config, Command command,
+                                                const std::vector<std::string>& operands) {
+  command.kind = CommandKind::kCheckpoints;
+  const std::string usage =
+      "checkpoints needs a subcommand: list JOB, show JOB [STEP], delete JOB STEP, or export "
+      "JOB [STEP] --out=FILE";
+  if (operands.empty()) return UsageError(usage);
+  const std::string& sub = operands[0];
+  size_t max_operands = 2;  // JOB [STEP]
+  bool step_required = false;
+  if (sub == "list") {
+    command.checkpoints = CheckpointsCommand::kList;
+    max_operands = 1;
+  } else if (sub == "show") {
+    command.checkpoints = CheckpointsCommand::kShow;
+  } else if (sub == "delete") {
+    command.checkpoints = CheckpointsCommand::kDelete;
+    step_required = true;
+  } else if (sub == "export") {
+    command.checkpoints = CheckpointsCommand::kExport;
+  } else {
+    return UsageError(absl::StrCat("unknown checkpoints subcommand \"", sub, "\"; ", usage));
+  }
+  const std::vector<std::string> rest(operands.begin() + 1, operands.end());
+  if (rest.empty() || rest[0].empty()) {
+    return UsageError(absl::StrCat("checkpoints ", sub, " needs a JOB operand"));
+  }
+  if (rest.size() > max_operands) {
+    return UsageError(absl::StrCat("checkpoints ", sub, ": unexpected operand \"",
+                                   rest[max_operands], "\""));
+  }
+  command.operand = rest[0];
+  if (rest.size() == 2) {
+    int64_t step = 0;
+    if (!absl::SimpleAtoi(rest[1], &step) || step < 0) {
+      return UsageError(absl::StrCat("checkpoints ", sub, ": STEP must be a step number, not \"",
+                                     rest[1], "\""));
+    }
+    command.step = step;
+  } else if (step_required) {
+    return UsageError(absl::StrCat("checkpoints ", sub, " needs a STEP operand"));
+  }
+  std::vector<std::string> misplaced;
+  for (const std::string& flag : CommandFlagNames(config)) {
+    const bool allowed = command.checkpoints == CheckpointsCommand::kExport &&
+                         (flag == "--out" || flag == "--format");
+    if (!allowed) misplaced.push_back(flag);
+  }
+  if (!misplaced.empty()) {
+    return UsageError(
+        absl::StrCat("checkpoints ", sub, " does not take ", absl::StrJoin(misplaced, ", ")));
+  }
+  if (command.checkpoints == CheckpointsCommand::kExport) {
+    if (!config.out.has_value() || config.out->empty()) {
+      return UsageError("checkpoints export needs --out=FILE");
+    }
+    if (config.format.has_value() && *config.format != "safetensors") {
+      return UsageError(absl::StrCat("--format must be safetensors, not \"", *config.format, "\""));
+    }
+  }
+  return command;
+}
+
+}  // namespace
+
 absl::StatusOr<Command> ParseCommand(const CtlConfig& config) {
   if (config.args.empty()) return UsageError("no command given");
   Command command;
@@ -274,6 +367,8 @@ absl::StatusOr<Command> ParseCommand(const CtlConfig& config) {
     operand_name = "JOB";
   } else if (command.name == "workers") {
     command.kind = CommandKind::kWorkers;
+  } else if (command.name == "checkpoints") {
+    return ParseCheckpointsCommand(config, std::move(command), operands);
   } else {
     return UsageError(absl::StrCat("unknown command \"", command.name, "\""));
   }
@@ -293,15 +388,13 @@ absl::StatusOr<Command> ParseCommand(const CtlConfig& config) {
 
   // Command flags go with their command only, so a typo such as
   // `cohortctl list --tensor 2` is reported instead of ignored.
-  std::vector<std::string> flags = SetSpecFlagNames(config.spec);
-  if (config.all) flags.push_back("--all");
-  if (config.validate_only) flags.push_back("--validate_only");
+  const std::vector<std::string> flags = CommandFlagNames(config);
   std::vector<std::string> misplaced;
   for (const std::string& flag : flags) {
     bool allowed = command.kind == CommandKind::kHelp;
     switch (command.kind) {
       case CommandKind::kSubmit:
-        allowed = flag != "--all";
+        allowed = flag != "--all" && flag != "--out" && flag != "--format";
         break;
       case CommandKind::kList:
         allowed = flag == "--all";

@@ -63,12 +63,18 @@ enum class CommandKind {
   kCancel,
   kScale,
   kWorkers,
+  kCheckpoints,
 };
+
+enum class CheckpointsCommand { kList, kShow, kDelete, kExport };
 
 struct Command {
   CommandKind kind = CommandKind::kHelp;
   std::string name;     // as typed, e.g. "submit"
   std::string operand;  // FILE or JOB; empty when the command takes none
+  // checkpoints: the subcommand and its STEP operand (absent: the newest).
+  CheckpointsCommand checkpoints = CheckpointsCommand::kList;
+  std::optional<int64_t> step;
 };
 
 // Reads the command from config.args and checks its operands and that only

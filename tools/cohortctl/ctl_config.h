@@ -53,6 +53,9 @@ struct CtlConfig {
   bool all = false;            // list: include finished jobs
   bool validate_only = false;  // submit: check the spec, create nothing
   SpecFlags spec;
+  // checkpoints export: the file format ("safetensors") and the output file.
+  std::optional<std::string> format;
+  std::optional<std::string> out;
   // watch draws a progress bar in place when stdout is a terminal.
   bool stdout_is_terminal = false;
   int terminal_width = 80;

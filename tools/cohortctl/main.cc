@@ -51,6 +51,8 @@ ABSL_FLAG(int32_t, max_workers, 0, "see cohortctl help");
 ABSL_FLAG(int64_t, steps, 0, "see cohortctl help");
 ABSL_FLAG(int32_t, checkpoint_interval, 0, "see cohortctl help");
 ABSL_FLAG(int32_t, keep_last, 0, "see cohortctl help");
+ABSL_FLAG(std::string, out, "", "see cohortctl help");
+ABSL_FLAG(std::string, format, "safetensors", "see cohortctl help");
 
 namespace {
 
@@ -116,6 +118,8 @@ int main(int argc, char** argv) {
   config.timeout = absl::Seconds(timeout);
   config.all = absl::GetFlag(FLAGS_all);
   config.validate_only = absl::GetFlag(FLAGS_validate_only);
+  if (set("out")) config.out = absl::GetFlag(FLAGS_out);
+  if (set("format")) config.format = absl::GetFlag(FLAGS_format);
 
   ctl::SpecFlags& spec = config.spec;
 #define COHORT_SPEC_FLAG(flag) \

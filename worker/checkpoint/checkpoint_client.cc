@@ -14,23 +14,24 @@
 namespace cohort::checkpoint {
 namespace {
 
-void SetDeadline(grpc::ClientContext* context, absl::Duration timeout) {
+void Prepare(grpc::ClientContext* context, absl::Duration timeout, bool wait_for_ready) {
   context->set_deadline(std::chrono::system_clock::now() +
                         std::chrono::microseconds(absl::ToInt64Microseconds(timeout)));
+  context->set_wait_for_ready(wait_for_ready);
 }
 
 // Thread-safe: the stub is; each call has its own context.
 class GrpcCheckpointClient final : public CheckpointClient {
  public:
-  explicit GrpcCheckpointClient(std::shared_ptr<grpc::Channel> channel)
-      : stub_(v1::Checkpoints::NewStub(std::move(channel))) {}
+  GrpcCheckpointClient(std::shared_ptr<grpc::Channel> channel, bool wait_for_ready)
+      : stub_(v1::Checkpoints::NewStub(std::move(channel))), wait_for_ready_(wait_for_ready) {}
 
   absl::StatusOr<v1::UploadResponse> Upload(const v1::UploadHeader& header,
                                             const std::vector<UploadChunk>& chunks,
                                             const v1::UploadEnd& end,
                                             absl::Duration timeout) override {
     grpc::ClientContext context;
-    SetDeadline(&context, timeout);
+    Prepare(&context, timeout, wait_for_ready_);
     v1::UploadResponse response;
     std::unique_ptr<grpc::ClientWriter<v1::UploadRequest>> writer =
         stub_->Upload(&context, &response);
@@ -72,7 +73,7 @@ class GrpcCheckpointClient final : public CheckpointClient {
   absl::StatusOr<v1::CheckpointManifest> GetManifest(const std::string& job_id, int64_t step,
                                                      absl::Duration timeout) override {
     grpc::ClientContext context;
-    SetDeadline(&context, timeout);
+    Prepare(&context, timeout, wait_for_ready_);
     v1::GetManifestRequest request;
     request.set_job_id(job_id);
     request.set_step(step);
@@ -86,7 +87,7 @@ class GrpcCheckpointClient final : public CheckpointClient {
                         const std::vector<v1::ChunkRef>& refs, const ChunkCallback& on_chunk,
                         absl::Duration timeout) override {
     grpc::ClientContext context;
-    SetDeadline(&context, timeout);
+    Prepare(&context, timeout, wait_for_ready_);
     v1::DownloadRequest request;
     request.set_job_id(job_id);
     request.set_step(step);
@@ -147,7 +148,7 @@ class GrpcCheckpointClient final : public CheckpointClient {
   absl::StatusOr<v1::ListCheckpointsResponse> List(const std::string& job_id,
                                                    absl::Duration timeout) override {
     grpc::ClientContext context;
-    SetDeadline(&context, timeout);
+    Prepare(&context, timeout, wait_for_ready_);
     v1::ListCheckpointsRequest request;
     request.set_job_id(job_id);
     v1::ListCheckpointsResponse response;
@@ -158,7 +159,7 @@ class GrpcCheckpointClient final : public CheckpointClient {
 
   absl::Status Delete(const std::string& job_id, int64_t step, absl::Duration timeout) override {
     grpc::ClientContext context;
-    SetDeadline(&context, timeout);
+    Prepare(&context, timeout, wait_for_ready_);
     v1::DeleteCheckpointRequest request;
     request.set_job_id(job_id);
     request.set_step(step);
@@ -168,12 +169,14 @@ class GrpcCheckpointClient final : public CheckpointClient {
 
  private:
   std::unique_ptr<v1::Checkpoints::Stub> stub_;
+  const bool wait_for_ready_;
 };
 
 }  // namespace
 
-std::unique_ptr<CheckpointClient> NewGrpcCheckpointClient(std::shared_ptr<grpc::Channel> channel) {
-  return std::make_unique<GrpcCheckpointClient>(std::move(channel));
+std::unique_ptr<CheckpointClient> NewGrpcCheckpointClient(std::shared_ptr<grpc::Channel> channel,
+                                                          bool wait_for_ready) {
+  return std::make_unique<GrpcCheckpointClient>(std::move(channel), wait_for_ready);
 }
 
 std::unique_ptr<CheckpointClient> NewGrpcCheckpointClient(const std::string& address) {
@@ -183,7 +186,8 @@ std::unique_ptr<CheckpointClient> NewGrpcCheckpointClient(const std::string& add
   args.SetInt(GRPC_ARG_MAX_RECONNECT_BACKOFF_MS, 1000);
   args.SetMaxReceiveMessageSize(64 << 20);  // manifests of very large models
   return NewGrpcCheckpointClient(
-      grpc::CreateCustomChannel(address, grpc::InsecureChannelCredentials(), args));
+      grpc::CreateCustomChannel(address, grpc::InsecureChannelCredentials(), args),
+      /*wait_for_ready=*/true);
 }
 
 }  // namespace cohort::checkpoint

@@ -70,9 +70,13 @@ class CheckpointClient {
 // Bytes per `data` message of an upload.
 inline constexpr size_t kUploadPieceBytes = 1 << 20;
 
-// A client over `channel` (shared; may be the agent's).
-std::unique_ptr<CheckpointClient> NewGrpcCheckpointClient(std::shared_ptr<grpc::Channel> channel);
-// A client with its own channel to `address` (host:port).
+// A client over `channel` (shared; may be the agent's). With
+// `wait_for_ready` a call waits (up to its timeout) for a coordinator that is
+// not reachable yet, e.g. one restarting; without, it fails at once
+// (Unavailable), as a command-line tool wants.
+std::unique_ptr<CheckpointClient> NewGrpcCheckpointClient(std::shared_ptr<grpc::Channel> channel,
+                                                          bool wait_for_ready);
+// A client with its own channel to `address` (host:port) that waits for it.
 std::unique_ptr<CheckpointClient> NewGrpcCheckpointClient(const std::string& address);
 
 }  // namespace cohort::checkpoint

@@ -103,6 +103,7 @@ void CheckpointWriter::Upload(int64_t step) {
     LOG(WARNING) << "checkpoint of job " << options_.job_id << " step " << step
                  << " not saved by writer " << options_.writer << ": " << result.status;
   }
+  if (options_.on_result) options_.on_result(result);
   absl::MutexLock lock(&mu_);
   (result.status.ok() ? ok_ : failed_) += 1;
   last_ = result;

@@ -20,6 +20,7 @@
 // getters from any thread.
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <optional>
 #include <string>
@@ -36,6 +37,14 @@
 
 namespace cohort::checkpoint {
 
+struct UploadResult {
+  int64_t step = 0;
+  absl::Status status;
+  bool committed = false;  // this writer completed the checkpoint
+  uint64_t bytes = 0;
+  absl::Duration duration;
+};
+
 struct CheckpointWriterOptions {
   std::string job_id;
   Generation generation;
@@ -45,6 +54,8 @@ struct CheckpointWriterOptions {
   int64_t max_chunk_elements = 4 << 20;  // 16 MiB of fp32
   absl::Duration upload_timeout = absl::Minutes(10);
   int busy_retries = 5;  // ResourceExhausted retries, backoff 0.5 s doubling
+  // Called on the upload thread when an upload ends (metrics).
+  std::function<void(const UploadResult&)> on_result;
 };
 
 // The rank's training state at a step boundary. `adam_m` and `adam_v` hold
@@ -56,13 +67,6 @@ struct StateView {
   ArenaRange optimizer;
 };
 
-struct UploadResult {
-  int64_t step = 0;
-  absl::Status status;
-  bool committed = false;  // this writer completed the checkpoint
-  uint64_t bytes = 0;
-  absl::Duration duration;
-};
 
 class CheckpointWriter {
  public:

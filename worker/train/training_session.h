@@ -67,6 +67,7 @@ class TrainingSession {
   model::GptModel& model() { return *model_; }
   const DataParallel& data_parallel() const { return *data_parallel_; }
   const StepRunner& runner() const { return *runner_; }
+  StepRunner& runner() { return *runner_; }
 
  private:
   explicit TrainingSession(const TrainingConfig& config) : config_(config) {}

@@ -1,0 +1,38 @@
+#pragma once
+// The worker's checkpoint metrics (cohort_worker_checkpoint_*; catalogue in
+// docs/metrics.md). Thread-safe (prometheus-cpp metrics are).
+
+#include <memory>
+
+#include "absl/time/time.h"
+#include "prometheus/counter.h"
+#include "prometheus/gauge.h"
+#include "prometheus/histogram.h"
+#include "prometheus/registry.h"
+#include "worker/checkpoint/checkpoint_writer.h"
+
+namespace cohort::checkpoint {
+
+class CheckpointMetrics {
+ public:
+  explicit CheckpointMetrics(std::shared_ptr<prometheus::Registry> registry);
+
+  // The step loop was blocked for `stall` to take a snapshot.
+  void Saved(absl::Duration stall);
+  // A background upload ended.
+  void Uploaded(const UploadResult& result);
+  // State was restored from a checkpoint.
+  void Restored(uint64_t bytes, absl::Duration duration);
+
+ private:
+  std::shared_ptr<prometheus::Registry> registry_;
+  prometheus::Histogram* stall_;
+  prometheus::Histogram* upload_seconds_;
+  prometheus::Histogram* restore_seconds_;
+  prometheus::Family<prometheus::Counter>* bytes_;
+  prometheus::Family<prometheus::Counter>* uploads_;
+  prometheus::Counter* restores_;
+  prometheus::Gauge* last_step_;
+};
+
+}  // namespace cohort::checkpoint
