@@ -284,9 +284,9 @@ absl::Status CheckpointUploads::AddChunk(Writer* writer, const v1::ChunkHeader& 
 }
 
 absl::StatusOr<bool> CheckpointUploads::End(Writer* writer, const v1::UploadEnd& end) {
-  if (end.chunks() != writer->chunks_) {
-    return absl::InvalidArgumentError(absl::StrCat("end.chunks: ", end.chunks(),
-                                                   " announced, ", writer->chunks_, " received"));
+  if (end.chunks() != writer->chunks_.load()) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "end.chunks: ", end.chunks(), " announced, ", writer->chunks_.load(), " received"));
   }
   std::shared_ptr<Attempt> complete;
   {
@@ -386,24 +386,33 @@ absl::Status CheckpointUploads::CommitAttempt(std::shared_ptr<Attempt> attempt) 
     }
   }
   for (const auto& older : to_drop) Drop(older);
+  if (options_.defer) {
+    // Deleting checkpoints compacts the store; the writer's reply should
+    // not wait for that.
+    options_.defer([this, job = key.job, policy = attempt->policy] { Retire(job, policy); });
+  } else {
+    Retire(key.job, attempt->policy);
+  }
+  return absl::OkStatus();
+}
 
-  absl::StatusOr<std::vector<v1::CheckpointManifest>> listed = store_->List(key.job);
+void CheckpointUploads::Retire(const JobId& job, const v1::CheckpointPolicy& policy) {
+  absl::StatusOr<std::vector<v1::CheckpointManifest>> listed = store_->List(job);
   if (!listed.ok()) {
-    LOG(WARNING) << "retention for job " << key.job << ": " << listed.status();
-    return absl::OkStatus();
+    LOG(WARNING) << "retention for job " << job << ": " << listed.status();
+    return;
   }
   std::vector<int64_t> steps;
   for (const v1::CheckpointManifest& m : *listed) steps.push_back(m.step());
-  for (int64_t step : StepsToRetire(steps, attempt->policy)) {
-    if (absl::Status s = store_->Delete(key.job, step); !s.ok() && !absl::IsNotFound(s)) {
-      LOG(WARNING) << "retention: deleting job " << key.job << " step " << step << ": " << s;
+  for (int64_t step : StepsToRetire(steps, policy)) {
+    if (absl::Status s = store_->Delete(job, step); !s.ok() && !absl::IsNotFound(s)) {
+      LOG(WARNING) << "retention: deleting job " << job << " step " << step << ": " << s;
       continue;
     }
-    LOG(INFO) << "retention: deleted the checkpoint of job " << key.job << " step " << step;
+    LOG(INFO) << "retention: deleted the checkpoint of job " << job << " step " << step;
     absl::MutexLock lock(&mu_);
     ++counters_.retired;
   }
-  return absl::OkStatus();
 }
 
 bool CheckpointUploads::AbandonLocked(const std::shared_ptr<Attempt>& attempt,

@@ -22,6 +22,7 @@
 // Thread-safe. Store I/O happens outside the internal lock, so writers of
 // different checkpoints, and of the same one, proceed in parallel.
 
+#include <atomic>
 #include <cstdint>
 #include <functional>
 #include <map>
@@ -54,6 +55,10 @@ struct CheckpointUploadsOptions {
   int64_t max_chunk_bytes = 64 << 20;
   int max_tensors = 4096;
   absl::Duration abandon_after = absl::Minutes(10);
+  // Runs the retention that follows a commit; unset: inline, before the
+  // committing writer's End returns. Must run what it is given (it may run
+  // after End returned, while this object lives).
+  std::function<void(std::function<void()>)> defer;
 };
 
 // The committed steps `policy` no longer keeps: all but the newest
@@ -106,6 +111,8 @@ class CheckpointUploads {
   // Commits a complete attempt (taken out of the map), then retires old
   // checkpoints. Runs without the lock.
   absl::Status CommitAttempt(std::shared_ptr<Attempt> attempt);
+  // Deletes the committed checkpoints of `job` that `policy` no longer keeps.
+  void Retire(const JobId& job, const v1::CheckpointPolicy& policy);
   // Marks `attempt` abandoned; returns whether the caller must drop its
   // chunks now (no store write of it in flight).
   bool AbandonLocked(const std::shared_ptr<Attempt>& attempt, const std::string& why)
@@ -129,8 +136,9 @@ class CheckpointUploads {
   uint64_t next_writer_serial_ ABSL_GUARDED_BY(mu_) = 1;
 };
 
-// One writer's stream. Not thread-safe (one stream, one caller); destroying
-// it without End counts as Abort.
+// One writer's stream. AddChunk may run concurrently with other AddChunks
+// of the same writer (a stream pipelines its chunks); End must come after
+// every AddChunk returned. Destroying it without End counts as Abort.
 class CheckpointUploads::Writer {
  public:
   ~Writer();
@@ -144,7 +152,7 @@ class CheckpointUploads::Writer {
   // FailedPrecondition when the chunks do not cover the tensors (the attempt
   // is dropped); Aborted when the generation is stale by now.
   absl::StatusOr<bool> End(const v1::UploadEnd& end);
-  uint32_t chunks_stored() const { return chunks_; }
+  uint32_t chunks_stored() const { return chunks_.load(); }
   const PendingCheckpoint& key() const { return key_; }
 
  private:
@@ -158,7 +166,7 @@ class CheckpointUploads::Writer {
   PendingCheckpoint key_;
   uint32_t rank_;
   uint64_t serial_;
-  uint32_t chunks_ = 0;
+  std::atomic<uint32_t> chunks_{0};
   bool ended_ = false;
 };
 

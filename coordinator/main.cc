@@ -1,4 +1,6 @@
 // cohort-coordinator: the long-running control plane (docs/operations.md).
+#include <malloc.h>
+
 #include <csignal>
 #include <iostream>
 #include <thread>
@@ -54,6 +56,14 @@ sigset_t BlockTerminationSignals() {
 }  // namespace
 
 int main(int argc, char** argv) {
+  // Checkpoint chunks (up to --max_checkpoint_chunk_bytes each) pass through
+  // buffers of a few MiB. glibc maps such sizes afresh for each one and
+  // returns them on free, so every chunk paid page faults to zero new pages
+  // (8% of the coordinator's CPU during saves). Serving them from the heap,
+  // and keeping freed memory for reuse, removes that; the stream limits
+  // still bound how much is held.
+  mallopt(M_MMAP_THRESHOLD, 128 << 20);
+  mallopt(M_TRIM_THRESHOLD, 1 << 30);
   absl::SetProgramUsageMessage(
       "cohort-coordinator: membership, mesh planning, job state, checkpoints and the KeyValue "
       "service.\n"

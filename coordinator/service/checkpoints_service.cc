@@ -1,12 +1,16 @@
 #include "coordinator/service/checkpoints_service.h"
 
+#include <functional>
+#include <map>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
 #include "common/grpc_status.h"
 #include "common/log.h"
+#include "absl/synchronization/mutex.h"
 
 namespace cohort::coordinator {
 namespace {
@@ -32,11 +36,51 @@ class StreamSlot {
 
 }  // namespace
 
-// One writer's Upload stream. Reads one message at a time; between reads,
-// store work runs on the executor, so reactions never overlap and the state
-// below needs no lock. Deletes itself in OnDone.
+// Executor work of a reactor that must outlive neither it nor its OnDone:
+// OnDone may come (after a cancellation) while a store call still runs, so
+// whichever of the two ends last deletes the reactor. Thread-safe.
+class ReactorLifetime {
+ public:
+  // Runs `work` on `executor`; `self` is deleted after it if OnDone came.
+  template <typename Reactor>
+  void Run(BlockingExecutor* executor, Reactor* self, std::function<void()> work) {
+    {
+      absl::MutexLock lock(&mu_);
+      ++running_;
+    }
+    executor->Schedule([this, self, work = std::move(work)] {
+      work();
+      bool destroy = false;
+      {
+        absl::MutexLock lock(&mu_);
+        destroy = --running_ == 0 && done_;
+      }
+      if (destroy) delete self;
+    });
+  }
+  // From OnDone: true if the reactor may be deleted now.
+  bool Done() {
+    absl::MutexLock lock(&mu_);
+    done_ = true;
+    return running_ == 0;
+  }
+
+ private:
+  absl::Mutex mu_;
+  int running_ ABSL_GUARDED_BY(mu_) = 0;
+  bool done_ ABSL_GUARDED_BY(mu_) = false;
+};
+
+// One writer's Upload stream. Messages are read one at a time; a chunk
+// whose bytes are complete is stored on the executor while the next one is
+// received, with at most kChunksInFlight being stored, so the network and
+// the store overlap and memory stays bounded (kChunksInFlight + 1 chunks).
+// Reactions never overlap one another; what executor work shares with them
+// is under mu_. Deleted after OnDone (see ReactorLifetime).
 class UploadReactor : public grpc::ServerReadReactor<v1::UploadRequest> {
  public:
+  static constexpr int kChunksInFlight = 2;
+
   UploadReactor(CheckpointsService* service, v1::UploadResponse* response)
       : service_(service),
         response_(response),
@@ -73,13 +117,13 @@ class UploadReactor : public grpc::ServerReadReactor<v1::UploadRequest> {
 
   void OnDone() override {
     service_->metrics_->SetCheckpointStreams("upload", service_->uploads_active_.load() - 1);
-    delete this;
+    if (lifetime_.Done()) delete this;
   }
 
  private:
   void OnHeader() {
     if (writer_ != nullptr) return Fail(absl::InvalidArgumentError("a second UploadHeader"));
-    service_->executor_->Schedule([this, header = request_.header()] {
+    lifetime_.Run(service_->executor_, this, [this, header = request_.header()] {
       absl::StatusOr<std::unique_ptr<CheckpointUploads::Writer>> writer =
           service_->uploads_->Begin(header);
       if (!writer.ok()) return Fail(writer.status());
@@ -104,28 +148,56 @@ class UploadReactor : public grpc::ServerReadReactor<v1::UploadRequest> {
     }
     if (chunk_.bytes() == 0) return Fail(absl::InvalidArgumentError("chunk.bytes: must be > 0"));
     in_chunk_ = true;
-    buffer_.clear();
-    buffer_.reserve(chunk_.bytes());
+    buffer_ = std::make_shared<std::string>();
+    buffer_->reserve(chunk_.bytes());
     StartRead(&request_);
   }
 
   void OnData() {
     if (!in_chunk_) return Fail(absl::InvalidArgumentError("data outside a chunk"));
     const std::string& data = request_.data();
-    if (buffer_.size() + data.size() > chunk_.bytes()) {
+    if (buffer_->size() + data.size() > chunk_.bytes()) {
       return Fail(absl::InvalidArgumentError(absl::StrCat(
           "chunk of ", chunk_.tensor(), ": more data than its ", chunk_.bytes(), " bytes")));
     }
-    buffer_.append(data);
-    if (buffer_.size() < chunk_.bytes()) return StartRead(&request_);
+    buffer_->append(data);
+    if (buffer_->size() < chunk_.bytes()) return StartRead(&request_);
     in_chunk_ = false;
-    service_->executor_->Schedule([this] {
-      absl::Status stored = writer_->AddChunk(chunk_, buffer_);
-      if (!stored.ok()) return Fail(stored);
-      service_->metrics_->CheckpointTransfer("upload", static_cast<int64_t>(buffer_.size()));
-      buffer_.clear();
-      StartRead(&request_);
+    bool read_now = false;
+    {
+      absl::MutexLock lock(&mu_);
+      ++storing_;
+      read_now = storing_ < kChunksInFlight;
+      waiting_to_read_ = !read_now;
+    }
+    lifetime_.Run(service_->executor_, this, [this, chunk = chunk_, bytes = std::move(buffer_)] {
+      const absl::Status stored = writer_->AddChunk(chunk, *bytes);
+      if (stored.ok()) {
+        service_->metrics_->CheckpointTransfer("upload", static_cast<int64_t>(bytes->size()));
+      }
+      absl::Status fail;
+      bool read = false, end = false;
+      {
+        absl::MutexLock lock(&mu_);
+        --storing_;
+        if (!stored.ok() && failure_.ok()) failure_ = stored;
+        if (!failure_.ok()) {
+          // Finish once nothing is being stored, with the first failure.
+          if (storing_ == 0 && !failure_reported_) {
+            failure_reported_ = true;
+            fail = failure_;
+          }
+        } else {
+          end = storing_ == 0 && pending_end_.has_value();
+          read = !end && waiting_to_read_;
+          if (read) waiting_to_read_ = false;
+        }
+      }
+      if (!fail.ok()) return Fail(fail);
+      if (end) return RunEnd();
+      if (read) StartRead(&request_);
     });
+    if (read_now) StartRead(&request_);
   }
 
   void OnEnd() {
@@ -134,7 +206,24 @@ class UploadReactor : public grpc::ServerReadReactor<v1::UploadRequest> {
       return Fail(absl::InvalidArgumentError(
           absl::StrCat("UploadEnd inside the chunk of ", chunk_.tensor())));
     }
-    service_->executor_->Schedule([this, end = request_.end()] {
+    bool now = false;
+    {
+      absl::MutexLock lock(&mu_);
+      pending_end_ = request_.end();
+      now = storing_ == 0 && failure_.ok();
+    }
+    // Otherwise the last chunk's completion calls RunEnd (or fails).
+    if (now) RunEnd();
+  }
+
+  // Ends the writer on the executor; every chunk is stored by now.
+  void RunEnd() {
+    v1::UploadEnd end;
+    {
+      absl::MutexLock lock(&mu_);
+      end = *pending_end_;
+    }
+    lifetime_.Run(service_->executor_, this, [this, end] {
       const absl::Time begin = absl::Now();
       absl::StatusOr<bool> committed = writer_->End(end);
       if (!committed.ok()) return Fail(committed.status());
@@ -154,7 +243,13 @@ class UploadReactor : public grpc::ServerReadReactor<v1::UploadRequest> {
     Finish(status);
   }
 
+  // Finishes the call once; later calls do nothing.
   void Finish(const absl::Status& status) {
+    {
+      absl::MutexLock lock(&mu_);
+      if (finished_) return;
+      finished_ = true;
+    }
     service_->metrics_->ObserveRpc("Checkpoints.Upload", StatusCodeLabel(status),
                                    absl::Now() - start_);
     grpc::ServerReadReactor<v1::UploadRequest>::Finish(ToGrpcStatus(status));
@@ -164,16 +259,28 @@ class UploadReactor : public grpc::ServerReadReactor<v1::UploadRequest> {
   v1::UploadResponse* const response_;
   StreamSlot slot_;
   const absl::Time start_;
+  ReactorLifetime lifetime_;
+  // Reactions only (they never overlap); writer_ is set before any executor
+  // work that uses it is scheduled.
   v1::UploadRequest request_;
   std::unique_ptr<CheckpointUploads::Writer> writer_;
   v1::ChunkHeader chunk_;
   bool in_chunk_ = false;
-  std::string buffer_;
+  std::shared_ptr<std::string> buffer_;
+  // Shared by reactions and executor work.
+  absl::Mutex mu_;
+  int storing_ ABSL_GUARDED_BY(mu_) = 0;
+  bool waiting_to_read_ ABSL_GUARDED_BY(mu_) = false;
+  absl::Status failure_ ABSL_GUARDED_BY(mu_);
+  bool failure_reported_ ABSL_GUARDED_BY(mu_) = false;
+  std::optional<v1::UploadEnd> pending_end_ ABSL_GUARDED_BY(mu_);
+  bool finished_ ABSL_GUARDED_BY(mu_) = false;
 };
 
-// Streams chunks one at a time: read and verify (on the executor), then the
-// chunk's header and its bytes in pieces, each write after the previous one
-// completed. Deletes itself in OnDone.
+// Streams chunks: each is read and verified on the executor while the one
+// before it is being sent (at most two chunks in memory), then its header
+// and its bytes in pieces, each write after the previous one completed.
+// Deleted after OnDone (see ReactorLifetime).
 class DownloadReactor : public grpc::ServerWriteReactor<v1::DownloadResponse> {
  public:
   DownloadReactor(CheckpointsService* service, const v1::DownloadRequest& request)
@@ -188,21 +295,28 @@ class DownloadReactor : public grpc::ServerWriteReactor<v1::DownloadResponse> {
           " checkpoint downloads are in progress (limit: --max_checkpoint_downloads); retry later")));
       return;
     }
-    service_->executor_->Schedule([this] { Open(); });
+    lifetime_.Run(service_->executor_, this, [this] { Open(); });
   }
 
   void OnWriteDone(bool ok) override {
     if (!ok) return Finish(absl::CancelledError("the client went away"));
-    if (offset_ < bytes_.size()) return WriteNextPiece();
-    service_->executor_->Schedule([this] { SendNextChunk(); });
+    if (offset_ < current_.size()) return WriteNextPiece();
+    if (sending_last_) return Finish(absl::OkStatus());
+    SendWhenRead();
   }
 
   void OnDone() override {
     service_->metrics_->SetCheckpointStreams("download", service_->downloads_active_.load() - 1);
-    delete this;
+    if (lifetime_.Done()) delete this;
   }
 
  private:
+  struct Read {
+    const v1::TensorInfo* tensor = nullptr;
+    const v1::ChunkInfo* chunk = nullptr;
+    absl::StatusOr<std::string> bytes;
+  };
+
   void Open() {
     if (absl::Status s = RequireJobId(request_.job_id()); !s.ok()) return Finish(s);
     absl::StatusOr<std::unique_ptr<CheckpointReader>> reader =
@@ -232,35 +346,81 @@ class DownloadReactor : public grpc::ServerWriteReactor<v1::DownloadResponse> {
         todo_.push_back({it->second, &it->second->chunks(static_cast<int>(ref.index()))});
       }
     }
-    SendNextChunk();
+    if (todo_.empty()) return Finish(absl::OkStatus());
+    {
+      absl::MutexLock lock(&mu_);
+      send_when_read_ = true;  // nothing is being sent yet
+    }
+    ReadNext();
   }
 
-  void SendNextChunk() {
-    if (next_ == todo_.size()) return Finish(absl::OkStatus());
-    const auto [tensor, chunk] = todo_[next_++];
-    absl::StatusOr<std::string> bytes = reader_->ReadChunk(*tensor, *chunk);
-    if (!bytes.ok()) {
-      LOG(WARNING) << "checkpoint download: " << bytes.status();
-      return Finish(bytes.status());
+  // Reads the next chunk (executor thread; reads are sequential: the next
+  // is scheduled only when this one has been taken for sending), and sends
+  // it at once if the previous chunk's bytes are all written.
+  void ReadNext() {
+    const auto [tensor, chunk] = todo_[next_read_++];
+    Read read{tensor, chunk, reader_->ReadChunk(*tensor, *chunk)};
+    bool send = false;
+    {
+      absl::MutexLock lock(&mu_);
+      prefetched_ = std::move(read);
+      send = send_when_read_;
+      send_when_read_ = false;
     }
-    bytes_ = std::move(*bytes);
+    if (send) Send();
+  }
+
+  // The previous chunk is written: send the prefetched one, or have its
+  // read send it when it completes.
+  void SendWhenRead() {
+    {
+      absl::MutexLock lock(&mu_);
+      if (!prefetched_.has_value()) {
+        send_when_read_ = true;
+        return;
+      }
+    }
+    Send();
+  }
+
+  // Starts writing the prefetched chunk and reading the one after it.
+  void Send() {
+    Read read;
+    {
+      absl::MutexLock lock(&mu_);
+      read = *std::move(prefetched_);
+      prefetched_.reset();
+    }
+    if (!read.bytes.ok()) {
+      LOG(WARNING) << "checkpoint download: " << read.bytes.status();
+      return Finish(read.bytes.status());
+    }
+    current_ = *std::move(read.bytes);
     offset_ = 0;
-    service_->metrics_->CheckpointTransfer("download", static_cast<int64_t>(bytes_.size()));
+    service_->metrics_->CheckpointTransfer("download", static_cast<int64_t>(current_.size()));
+    sending_last_ = next_read_ == todo_.size();
+    if (!sending_last_) lifetime_.Run(service_->executor_, this, [this] { ReadNext(); });
     response_.Clear();
-    response_.mutable_chunk()->set_tensor(tensor->name());
-    *response_.mutable_chunk()->mutable_info() = *chunk;
+    response_.mutable_chunk()->set_tensor(read.tensor->name());
+    *response_.mutable_chunk()->mutable_info() = *read.chunk;
     StartWrite(&response_);
   }
 
   void WriteNextPiece() {
-    const size_t n = std::min(service_->limits_.download_piece_bytes, bytes_.size() - offset_);
+    const size_t n = std::min(service_->limits_.download_piece_bytes, current_.size() - offset_);
     response_.Clear();
-    response_.set_data(bytes_.data() + offset_, n);
+    response_.set_data(current_.data() + offset_, n);
     offset_ += n;
     StartWrite(&response_);
   }
 
+  // Finishes the call once; later calls do nothing.
   void Finish(const absl::Status& status) {
+    {
+      absl::MutexLock lock(&mu_);
+      if (finished_) return;
+      finished_ = true;
+    }
     service_->metrics_->ObserveRpc("Checkpoints.Download", StatusCodeLabel(status),
                                    absl::Now() - start_);
     grpc::ServerWriteReactor<v1::DownloadResponse>::Finish(ToGrpcStatus(status));
@@ -270,12 +430,20 @@ class DownloadReactor : public grpc::ServerWriteReactor<v1::DownloadResponse> {
   const v1::DownloadRequest request_;
   StreamSlot slot_;
   const absl::Time start_;
+  ReactorLifetime lifetime_;
   std::unique_ptr<CheckpointReader> reader_;
   std::vector<std::pair<const v1::TensorInfo*, const v1::ChunkInfo*>> todo_;
-  size_t next_ = 0;
-  std::string bytes_;
+  // The sender's state: one chunk is sent at a time, by reactions or by the
+  // read that completes while the sender waits, never both.
+  size_t next_read_ = 0;
+  std::string current_;
   size_t offset_ = 0;
+  bool sending_last_ = false;
   v1::DownloadResponse response_;
+  absl::Mutex mu_;
+  std::optional<Read> prefetched_ ABSL_GUARDED_BY(mu_);
+  bool send_when_read_ ABSL_GUARDED_BY(mu_) = false;
+  bool finished_ ABSL_GUARDED_BY(mu_) = false;
 };
 
 CheckpointsService::CheckpointsService(CheckpointUploads* uploads, CheckpointStore* store,

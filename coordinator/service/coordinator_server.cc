@@ -39,6 +39,12 @@ absl::StatusOr<std::unique_ptr<CoordinatorServer>> CoordinatorServer::Start(
   CheckpointUploadsOptions uploads;
   uploads.max_chunk_bytes = config.checkpoints.max_chunk_bytes;
   uploads.abandon_after = config.checkpoint_abandon_after;
+  // The executor exists before the first upload can commit; retention runs
+  // there after the reply.
+  CoordinatorServer* self = server.get();
+  uploads.defer = [self](std::function<void()> work) {
+    self->checkpoint_executor_->Schedule(std::move(work));
+  };
   server->checkpoint_uploads_ = std::make_unique<CheckpointUploads>(
       server->checkpoint_store_.get(),
       [coordinator](const JobId& id) -> absl::StatusOr<CheckpointJobState> {
