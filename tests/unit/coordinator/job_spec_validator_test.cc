@@ -258,7 +258,19 @@ INSTANTIATE_TEST_SUITE_P(
                 "checkpoint.keep_last: must be >= 0"},
         BadCase{"NegativeKeepEvery",
                 [](v1::JobSpec& s) { s.mutable_checkpoint()->set_keep_every(-1); },
-                "checkpoint.keep_every: must be >= 0"}),
+                "checkpoint.keep_every: must be >= 0"},
+        BadCase{"ResumeStepWithoutJob",
+                [](v1::JobSpec& s) { s.mutable_checkpoint()->set_resume_from_step(10); },
+                "checkpoint.resume_from_step: is set but checkpoint.resume_from_job is empty"},
+        BadCase{"NegativeResumeStep",
+                [](v1::JobSpec& s) {
+                  s.mutable_checkpoint()->set_resume_from_job("base-1");
+                  s.mutable_checkpoint()->set_resume_from_step(-2);
+                },
+                "checkpoint.resume_from_step: must be >= 0"},
+        BadCase{"ResumeFromBadJobId",
+                [](v1::JobSpec& s) { s.mutable_checkpoint()->set_resume_from_job("Base/1"); },
+                "checkpoint.resume_from_job: \"Base/1\" is not a job id"}),
     [](const ::testing::TestParamInfo<BadCase>& info) { return info.param.name; });
 
 TEST(JobSpecValidatorTest, ReportsEveryErrorTogether) {

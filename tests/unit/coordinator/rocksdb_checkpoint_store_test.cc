@@ -178,6 +178,24 @@ TEST(RocksDbCheckpointStoreTest, ACommitReplacesTheSameStepOfAnotherGeneration) 
   EXPECT_EQ(*(*reader)->ReadChunk(tensor, tensor.chunks(0)), second.chunks[0]);
 }
 
+// tmpfs refuses O_DIRECT: the store falls back to the page cache there.
+TEST(RocksDbCheckpointStoreTest, WorksOnAFileSystemWithoutDirectIo) {
+  if (!std::filesystem::is_directory("/dev/shm")) GTEST_SKIP() << "no /dev/shm (tmpfs) here";
+  char dir[] = "/dev/shm/cohort-ckpt-XXXXXX";
+  ASSERT_NE(mkdtemp(dir), nullptr);
+  {
+    auto store = RocksDbCheckpointStore::Open(dir);
+    ASSERT_TRUE(store.ok()) << store.status();
+    Written a = Write(**store, "job-1", 1, 1, 64, 16, 11);
+    ASSERT_TRUE((*store)->Commit(a.manifest).ok());
+    auto reader = (*store)->Open(JobId("job-1"), 1);
+    ASSERT_TRUE(reader.ok());
+    const v1::TensorInfo& t = (*reader)->manifest().tensors(0);
+    EXPECT_EQ(*(*reader)->ReadChunk(t, t.chunks(3)), a.chunks[3]);
+  }
+  std::filesystem::remove_all(dir);
+}
+
 TEST(RocksDbCheckpointStoreTest, ASecondOpenOfTheSameDirectoryIsUnavailable) {
   const std::string dir = testing::MakeTempDir("ckpt-store");
   auto first = RocksDbCheckpointStore::Open(dir);

@@ -129,6 +129,52 @@ TEST(ParseCommandTest, FlagsMustBelongToTheCommand) {
   EXPECT_FALSE(ParseCommand(config).ok());
 }
 
+TEST(ParseCommandTest, CheckpointsSubcommandsTheirOperandsAndFlags) {
+  absl::StatusOr<Command> list = ParseCommand(ConfigWithArgs({"checkpoints", "list", "j-1"}));
+  ASSERT_TRUE(list.ok()) << list.status();
+  EXPECT_EQ(list->kind, CommandKind::kCheckpoints);
+  EXPECT_EQ(list->checkpoints, CheckpointsCommand::kList);
+  EXPECT_EQ(list->operand, "j-1");
+  EXPECT_FALSE(list->step.has_value());
+
+  absl::StatusOr<Command> show = ParseCommand(ConfigWithArgs({"checkpoints", "show", "j-1", "20"}));
+  ASSERT_TRUE(show.ok()) << show.status();
+  EXPECT_EQ(show->checkpoints, CheckpointsCommand::kShow);
+  EXPECT_EQ(show->step, 20);
+
+  CtlConfig config = ConfigWithArgs({"checkpoints", "export", "j-1"});
+  config.out = "w.safetensors";
+  absl::StatusOr<Command> exported = ParseCommand(config);
+  ASSERT_TRUE(exported.ok()) << exported.status();
+  EXPECT_EQ(exported->checkpoints, CheckpointsCommand::kExport);
+
+  EXPECT_EQ(ParseCommand(ConfigWithArgs({"checkpoints"})).status().message(),
+            "checkpoints needs a subcommand: list JOB, show JOB [STEP], delete JOB STEP, or "
+            "export JOB [STEP] --out=FILE");
+  EXPECT_THAT(std::string(ParseCommand(ConfigWithArgs({"checkpoints", "prune", "j"})).status().message()),
+              HasSubstr("unknown checkpoints subcommand \"prune\""));
+  EXPECT_EQ(ParseCommand(ConfigWithArgs({"checkpoints", "delete", "j-1"})).status().message(),
+            "checkpoints delete needs a STEP operand");
+  EXPECT_EQ(ParseCommand(ConfigWithArgs({"checkpoints", "show"})).status().message(),
+            "checkpoints show needs a JOB operand");
+  EXPECT_EQ(ParseCommand(ConfigWithArgs({"checkpoints", "show", "j", "x"})).status().message(),
+            "checkpoints show: STEP must be a step number, not \"x\"");
+  EXPECT_EQ(ParseCommand(ConfigWithArgs({"checkpoints", "list", "j", "3"})).status().message(),
+            "checkpoints list: unexpected operand \"3\"");
+  EXPECT_EQ(ParseCommand(ConfigWithArgs({"checkpoints", "export", "j"})).status().message(),
+            "checkpoints export needs --out=FILE");
+  config = ConfigWithArgs({"checkpoints", "list", "j"});
+  config.out = "x";
+  EXPECT_EQ(ParseCommand(config).status().message(), "checkpoints list does not take --out");
+  config = ConfigWithArgs({"checkpoints", "export", "j"});
+  config.out = "x";
+  config.format = "npz";
+  EXPECT_EQ(ParseCommand(config).status().message(), "--format must be safetensors, not \"npz\"");
+  config = ConfigWithArgs({"submit", "f.yaml"});
+  config.out = "x";
+  EXPECT_EQ(ParseCommand(config).status().message(), "submit does not take --out");
+}
+
 TEST(ParseCommandTest, ScaleNeedsMinWorkers) {
   CtlConfig config = ConfigWithArgs({"scale", "j1"});
   config.spec.max_workers = 4;
