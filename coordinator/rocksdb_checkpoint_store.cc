@@ -223,10 +223,17 @@ absl::Status RocksDbCheckpointStore::PutChunk(const PendingCheckpoint& pending,
   // Durability comes from the flush in Commit; logging tensor bytes in the
   // WAL as well would write them twice.
   options.disableWAL = true;
-  return FromRocksDb(
-      db_->Put(options, chunks_family(), ChunkKey(pending, tensor, box.start),
-               rocksdb::Slice(bytes.data(), bytes.size())),
-      dir_, absl::StrCat("write of a chunk of ", tensor, " for ", PendingName(pending)));
+  // A batch per thread, reused: DB::Put would allocate (and page in) a new
+  // chunk-sized buffer for every chunk.
+  static thread_local rocksdb::WriteBatch batch;
+  batch.Clear();
+  const std::string where = absl::StrCat("write of a chunk of ", tensor, " for ", PendingName(pending));
+  RETURN_IF_ERROR(FromRocksDb(batch.Put(chunks_family(), ChunkKey(pending, tensor, box.start),
+                                        rocksdb::Slice(bytes.data(), bytes.size())),
+                              dir_, where));
+  absl::Status written = FromRocksDb(db_->Write(options, &batch), dir_, where);
+  if (batch.GetDataSize() > (64u << 20)) batch = rocksdb::WriteBatch();  // do not keep outsized ones
+  return written;
 }
 
 absl::Status RocksDbCheckpointStore::Commit(const v1::CheckpointManifest& manifest) {

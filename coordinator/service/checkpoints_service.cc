@@ -148,7 +148,7 @@ class UploadReactor : public grpc::ServerReadReactor<v1::UploadRequest> {
     }
     if (chunk_.bytes() == 0) return Fail(absl::InvalidArgumentError("chunk.bytes: must be > 0"));
     in_chunk_ = true;
-    buffer_ = std::make_shared<std::string>();
+    buffer_ = TakeBuffer();
     buffer_->reserve(chunk_.bytes());
     StartRead(&request_);
   }
@@ -179,6 +179,8 @@ class UploadReactor : public grpc::ServerReadReactor<v1::UploadRequest> {
       bool read = false, end = false;
       {
         absl::MutexLock lock(&mu_);
+        bytes->clear();  // keeps its capacity for the next chunk
+        spare_.push_back(std::move(bytes));
         --storing_;
         if (!stored.ok() && failure_.ok()) failure_ = stored;
         if (!failure_.ok()) {
@@ -214,6 +216,15 @@ class UploadReactor : public grpc::ServerReadReactor<v1::UploadRequest> {
     }
     // Otherwise the last chunk's completion calls RunEnd (or fails).
     if (now) RunEnd();
+  }
+
+  // A chunk buffer: a spare one (paged in already) when there is one.
+  std::shared_ptr<std::string> TakeBuffer() {
+    absl::MutexLock lock(&mu_);
+    if (spare_.empty()) return std::make_shared<std::string>();
+    std::shared_ptr<std::string> buffer = std::move(spare_.back());
+    spare_.pop_back();
+    return buffer;
   }
 
   // Ends the writer on the executor; every chunk is stored by now.
@@ -275,6 +286,7 @@ class UploadReactor : public grpc::ServerReadReactor<v1::UploadRequest> {
   bool failure_reported_ ABSL_GUARDED_BY(mu_) = false;
   std::optional<v1::UploadEnd> pending_end_ ABSL_GUARDED_BY(mu_);
   bool finished_ ABSL_GUARDED_BY(mu_) = false;
+  std::vector<std::shared_ptr<std::string>> spare_ ABSL_GUARDED_BY(mu_);  // at most kChunksInFlight
 };
 
 // Streams chunks: each is read and verified on the executor while the one

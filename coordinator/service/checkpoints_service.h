@@ -20,7 +20,9 @@ struct CheckpointsServiceLimits {
   int max_uploads = 64;    // concurrent Upload streams
   int max_downloads = 64;  // concurrent Download streams
   int64_t max_chunk_bytes = 64 << 20;
-  size_t download_piece_bytes = 1 << 20;  // bytes per `data` message sent
+  // Bytes per `data` message sent; clients must accept messages this large
+  // (Cohort's do: 64 MiB).
+  size_t download_piece_bytes = 1 << 20;
 };
 
 // Thread-safe.

@@ -25,8 +25,13 @@ bool IsUnreachable(const absl::Status& status) {
 }
 
 std::unique_ptr<ApiClient> ApiClient::Create(const ApiClientOptions& options) {
+  grpc::ChannelArguments args;
+  // Checkpoint downloads arrive in messages of several MiB.
+  args.SetMaxReceiveMessageSize(64 << 20);
+  args.SetInt(GRPC_ARG_HTTP2_STREAM_LOOKAHEAD_BYTES, 32 << 20);
   return std::make_unique<ApiClient>(
-      grpc::CreateChannel(options.address, grpc::InsecureChannelCredentials()), options);
+      grpc::CreateCustomChannel(options.address, grpc::InsecureChannelCredentials(), args),
+      options);
 }
 
 ApiClient::ApiClient(std::shared_ptr<grpc::Channel> channel, ApiClientOptions options)

@@ -37,6 +37,21 @@ TEST(Crc32cTest, ExtendEqualsWholeAndPortableEqualsHardware) {
   }
 }
 
+// Around and across the parallel three-lane blocks of the hardware path
+// (3 x 4096 bytes), with every kind of offset, against the portable path.
+TEST(Crc32cTest, ParallelLanesMatchThePortablePathAtEveryLength) {
+  std::mt19937 rng(11);
+  std::vector<unsigned char> bytes(3 * 4096 * 4 + 64);
+  for (auto& b : bytes) b = static_cast<unsigned char>(rng());
+  for (size_t n : {12287ul, 12288ul, 12289ul, 12295ul, 24576ul, 24583ul, 36864ul, 49151ul}) {
+    for (size_t offset : {0ul, 1ul, 5ul, 8ul}) {
+      SCOPED_TRACE(::testing::Message() << "n " << n << " offset " << offset);
+      EXPECT_EQ(Crc32cExtend(0x12345678u, bytes.data() + offset, n),
+                internal::Crc32cExtendPortable(0x12345678u, bytes.data() + offset, n));
+    }
+  }
+}
+
 TEST(Crc32cTest, DetectsEverySingleBitFlip) {
   std::vector<unsigned char> bytes(64, 0x5A);
   const uint32_t clean = Crc32c(bytes.data(), bytes.size());
