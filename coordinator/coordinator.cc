@@ -60,8 +60,12 @@ Coordinator::Coordinator(Options options, std::unique_ptr<JobStore> store, const
       metrics_(metrics),
       store_(std::move(store)),
       membership_(MembershipTable::Options{.heartbeat_timeout = options_.heartbeat_timeout}),
-      jobs_(JobManager::Options{.readopt_grace = options_.readopt_grace}, &membership_,
-            store_.get()),
+      jobs_(JobManager::Options{.readopt_grace = options_.readopt_grace,
+                                .suspend_timeout = options_.suspend_timeout,
+                                .hang_timeout_floor = options_.hang_timeout_floor,
+                                .hang_step_multiple = options_.hang_step_multiple,
+                                .latest_checkpoint = options_.latest_checkpoint},
+            &membership_, store_.get()),
       kv_(KvStore::Options{}) {}
 
 absl::StatusOr<std::unique_ptr<Coordinator>> Coordinator::Create(Options options,
@@ -89,6 +93,14 @@ absl::StatusOr<std::unique_ptr<Coordinator>> Coordinator::Create(Options options
 void Coordinator::Collect(Effects effects, Deliveries* out) {
   for (const LostWorker& worker : effects.lost) {
     metrics_->FailureDetected(worker.reason, worker.silence);
+    // Fenced: nothing more is delivered to it, and its messages are refused
+    // (the stream ends; it may attach again as a new member).
+    auto it = sinks_.find(worker.id);
+    if (it != sinks_.end() && it->second.incarnation == worker.incarnation) sinks_.erase(it);
+  }
+  for (const Effects::Recovery& recovery : effects.recoveries) {
+    metrics_->RecoveryCompleted(recovery.kind, recovery.spare, recovery.lost_steps,
+                                recovery.detect_to_running);
   }
   for (const auto& change : effects.generation_changes) {
     metrics_->GenerationChanged();
@@ -227,7 +239,7 @@ absl::Status Coordinator::OnWorkerMessage(const WorkerId& worker,
         ack.mutable_heartbeat_ack()->set_sequence(message.heartbeat().sequence());
         deliveries.messages.emplace_back(sink->second.sink, std::move(ack));
         if (!message.heartbeat().job_id().empty()) {
-          jobs_.OnProgress(worker, message.heartbeat(), &effects);
+          jobs_.OnProgress(worker, message.heartbeat(), now, &effects);
         }
         break;
       }

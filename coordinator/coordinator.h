@@ -56,6 +56,11 @@ class Coordinator {
     absl::Duration readopt_grace = absl::Seconds(10);
     absl::Duration max_kv_wait = absl::Seconds(60);
     std::string coordinator_id;  // random per start when empty
+    // Elasticity (JobManager::Options).
+    absl::Duration suspend_timeout = absl::Seconds(10);
+    absl::Duration hang_timeout_floor = absl::Seconds(30);
+    double hang_step_multiple = 20.0;
+    std::function<std::optional<int64_t>(const JobId&)> latest_checkpoint;
     // Whether job `job_id` has a committed checkpoint at `step` (-1: any):
     // OK, or NotFound saying what is missing. Submit uses it to check
     // checkpoint.resume_from_job; unset: not checked at submit.
@@ -77,6 +82,11 @@ class Coordinator {
   // The worker's stream closed or broke: the worker is lost at once.
   void Detach(const WorkerId& worker, Incarnation incarnation);
   std::vector<v1::WorkerInfo> ListWorkers() const;
+  // Takes a worker out of service (Workers.Drain): no new assignments; its
+  // job is re-planned without it (it donates its state first), then it gets
+  // Drain and exits. NotFound for an unknown worker, FailedPrecondition for a
+  // lost one.
+  absl::StatusOr<v1::WorkerInfo> DrainWorker(const WorkerId& worker, const std::string& reason);
 
   // --- Jobs --- (errors as in JobManager)
   absl::StatusOr<v1::Job> Submit(const v1::SubmitJobRequest& request);

@@ -73,6 +73,26 @@ CoordinatorMetrics::CoordinatorMetrics(std::shared_ptr<prometheus::Registry> reg
                            .Help("Open worker Attach streams.")
                            .Register(*registry_)
                            .Add({});
+  recoveries_ = &prometheus::BuildCounter()
+                    .Name("cohort_recoveries_total")
+                    .Help("Re-planned generations that restored their state and ran, by where "
+                          "the state came from: peer (survivors' memory), spare (peer, with a "
+                          "spare in a lost worker's place), checkpoint, none (a fresh start)")
+                    .Register(*registry_);
+  recovery_seconds_ = &prometheus::BuildHistogram()
+                          .Name("cohort_recovery_duration_seconds")
+                          .Help("From noticing a membership change (loss, stall, drain, join, "
+                                "scale) to the new generation running, by kind")
+                          .Register(*registry_);
+  lost_steps_ = &prometheus::BuildCounter()
+                    .Name("cohort_recovery_lost_steps_total")
+                    .Help("Optimizer steps given up by recoveries (steps since the checkpoint "
+                          "a recovery resumed from), by kind")
+                    .Register(*registry_);
+  for (const char* kind : {"peer", "spare", "checkpoint", "none"}) {
+    recoveries_->Add({{"kind", kind}});
+    lost_steps_->Add({{"kind", kind}});
+  }
   checkpoint_bytes_ = &prometheus::BuildCounter()
                           .Name("cohort_checkpoint_bytes_total")
                           .Help("Checkpoint chunk bytes received from writers (direction=upload) "
@@ -133,7 +153,8 @@ CoordinatorMetrics::CoordinatorMetrics(std::shared_ptr<prometheus::Registry> reg
     jobs_->Add({{"state", JobStateLabel(static_cast<v1::JobState>(s))}}).Set(0);
   }
   for (LossReason reason :
-       {LossReason::kStreamBroken, LossReason::kHeartbeatTimeout, LossReason::kReplaced}) {
+       {LossReason::kStreamBroken, LossReason::kHeartbeatTimeout, LossReason::kReplaced,
+        LossReason::kHang}) {
     failures_->Add({{"kind", LossReasonName(reason)}});
   }
 }
@@ -164,6 +185,19 @@ void CoordinatorMetrics::ObserveRpc(const std::string& method, const std::string
                                     absl::Duration latency) {
   rpc_latency_->Add({{"method", method}, {"code", code}}, LatencyBuckets())
       .Observe(absl::ToDoubleSeconds(latency));
+}
+
+void CoordinatorMetrics::RecoveryCompleted(v1::RecoveryKind kind, bool spare, int64_t lost_steps,
+                                           absl::Duration detect_to_running) {
+  const char* label = kind == v1::RECOVERY_KIND_PEER         ? (spare ? "spare" : "peer")
+                      : kind == v1::RECOVERY_KIND_CHECKPOINT ? "checkpoint"
+                                                             : "none";
+  recoveries_->Add({{"kind", label}}).Increment();
+  lost_steps_->Add({{"kind", label}}).Increment(static_cast<double>(lost_steps));
+  static const auto* buckets = new prometheus::Histogram::BucketBoundaries{
+      0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2, 5, 10, 30, 60, 300};
+  recovery_seconds_->Add({{"kind", label}}, *buckets)
+      .Observe(absl::ToDoubleSeconds(detect_to_running));
 }
 
 void CoordinatorMetrics::CheckpointTransfer(const std::string& direction, int64_t bytes) {

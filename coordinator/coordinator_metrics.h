@@ -27,6 +27,9 @@ class CoordinatorMetrics {
   // `silence` is how long the worker had been quiet when the loss was detected.
   void FailureDetected(LossReason reason, absl::Duration silence);
   void GenerationChanged() { generation_changes_->Increment(); }
+  // A re-planned generation became RUNNING with its state restored.
+  void RecoveryCompleted(v1::RecoveryKind kind, bool spare, int64_t lost_steps,
+                         absl::Duration detect_to_running);
   // A worker announced its departure (Leave): not a failure.
   void WorkerLeft() { departures_->Increment(); }
   void SetWorkerCounts(const std::map<WorkerState, int>& counts);
@@ -63,6 +66,9 @@ class CoordinatorMetrics {
   prometheus::Family<prometheus::Histogram>* rpc_latency_;
   prometheus::Family<prometheus::Counter>* kv_ops_;
   prometheus::Gauge* attached_streams_;
+  prometheus::Family<prometheus::Counter>* recoveries_;
+  prometheus::Family<prometheus::Histogram>* recovery_seconds_;
+  prometheus::Family<prometheus::Counter>* lost_steps_;
   prometheus::Family<prometheus::Counter>* checkpoint_bytes_;
   prometheus::Family<prometheus::Counter>* checkpoint_chunks_;
   prometheus::Family<prometheus::Gauge>* checkpoint_streams_;

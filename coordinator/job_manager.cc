@@ -39,6 +39,12 @@ std::string MeshShapeString(const v1::Mesh& mesh) {
                       mesh.pipeline_parallel());
 }
 
+absl::Duration WaitForWorkers(const v1::JobSpec& spec) {
+  return spec.elastic().wait_for_workers_seconds() > 0
+             ? absl::Seconds(spec.elastic().wait_for_workers_seconds())
+             : absl::Minutes(10);
+}
+
 }  // namespace
 
 JobManager::JobManager(Options options, MembershipTable* membership, JobStore* store)
@@ -200,7 +206,17 @@ void JobManager::OnWorkerJoined(const v1::Hello& hello, absl::Time now, Effects*
       if (same_process && same_place && membership_->AssignToJob(id, job_id).ok()) {
         LOG(INFO) << "worker " << id << " re-adopted into job " << job_id << " generation "
                   << entry->job.generation();
-        if (!entry->ready.contains(id.value())) {
+        if (entry->suspension.has_value()) {
+          // A re-plan began while it was away: it suspends like the others.
+          entry->suspension->awaiting[id.value()] = true;
+          v1::CoordinatorMessage message;
+          v1::Suspend* suspend = message.mutable_suspend();
+          suspend->set_job_id(job_id.value());
+          suspend->set_generation(entry->job.generation());
+          suspend->set_reason(entry->suspension->reason);
+          effects->messages.push_back(
+              Effects::Message{id, Incarnation(hello.incarnation()), std::move(message)});
+        } else if (!entry->ready.contains(id.value())) {
           v1::CoordinatorMessage message;
           v1::Reconfigure* reconfigure = message.mutable_reconfigure();
           reconfigure->set_job_id(job_id.value());
@@ -208,6 +224,8 @@ void JobManager::OnWorkerJoined(const v1::Hello& hello, absl::Time now, Effects*
           *reconfigure->mutable_mesh() = entry->job.mesh();
           *reconfigure->mutable_coordinates() = member->coordinates();
           reconfigure->set_reason("coordinator restarted; confirm readiness");
+          *reconfigure->mutable_recovery() = entry->job.recovery();
+          reconfigure->set_role(v1::RECONFIGURE_ROLE_MEMBER);
           effects->messages.push_back(
               Effects::Message{id, Incarnation(hello.incarnation()), std::move(message)});
         }
@@ -242,7 +260,13 @@ void JobManager::OnWorkersLost(const std::vector<LostWorker>& lost, absl::Time n
   for (const LostWorker& worker : lost) {
     if (!worker.job.has_value()) continue;
     JobEntry* entry = FindEntry(*worker.job);
-    if (entry == nullptr || !IsMember(*entry, worker.id)) continue;
+    if (entry == nullptr) continue;
+    if (entry->donors.erase(worker.id.value()) > 0) {
+      // A donor died mid-transfer: the members' restore fails and they
+      // report SUSPENDED, which re-plans the job.
+      continue;
+    }
+    if (!IsMember(*entry, worker.id)) continue;
     RemoveMember(*entry, worker.id);
     std::string& reason = reasons[*worker.job];
     if (!reason.empty()) reason += ", ";
@@ -268,25 +292,81 @@ absl::Status JobManager::OnAssignmentStatus(const WorkerId& worker,
                                            status.generation(), " is stale: current generation is ",
                                            entry->job.generation()));
   }
+  if (status.state() == v1::ASSIGNMENT_STATE_DONATED) {
+    if (entry->donors.erase(worker.value()) == 0) {
+      return absl::AbortedError(absl::StrCat("worker ", worker.value(), " is not a donor of job ",
+                                             status.job_id(), " generation ", status.generation()));
+    }
+    if (!status.message().empty()) {
+      LOG(WARNING) << "donor " << worker << " of job " << job_id << ": " << status.message();
+    }
+    const WorkerRecord* record = membership_->Find(worker);
+    const bool draining = record != nullptr && record->state == WorkerState::kDraining;
+    membership_->Release(worker);
+    if (draining) {
+      v1::CoordinatorMessage message;
+      message.mutable_drain()->set_reason("drained: its state was handed over");
+      effects->messages.push_back(Effects::Message{worker, record->incarnation, std::move(message)});
+    }
+    Schedule(now, effects);
+    return absl::OkStatus();
+  }
   if (!IsMember(*entry, worker)) {
     return absl::AbortedError(absl::StrCat("worker ", worker.value(), " is not a member of job ",
                                            status.job_id(), " generation ", status.generation()));
   }
   switch (status.state()) {
     case v1::ASSIGNMENT_STATE_READY: {
+      if (entry->suspension.has_value()) return absl::OkStatus();  // a re-plan overtook it
       entry->ready[worker.value()] = true;
       entry->job.set_ready_workers(static_cast<int32_t>(entry->ready.size()));
       const bool all_ready = static_cast<int>(entry->ready.size()) ==
                                  entry->job.mesh().members_size() &&
                              !MeshIncomplete(entry->job.mesh());
-      if (all_ready && entry->job.state() == v1::JOB_STATE_RECONFIGURING) {
+      if (!all_ready) return absl::OkStatus();
+      // Every member holds this generation's state now.
+      v1::LiveState* live = entry->job.mutable_live_state();
+      live->set_generation(entry->job.generation());
+      *live->mutable_mesh() = entry->job.mesh();
+      live->set_zero1(entry->job.spec().parallelism().zero1());
+      live->set_optimizer_replicas(std::max(1, entry->job.spec().elastic().optimizer_replicas()));
+      entry->progress.clear();
+      for (const auto& member : entry->job.mesh().members()) {
+        entry->progress[member.worker_id()] = MemberProgress{entry->job.recovery().step(), false, now};
+      }
+      if (entry->recovery_started.has_value()) {
+        const v1::RecoveryPlan& plan = entry->job.recovery();
+        Effects::Recovery recovery{JobId(entry->job.job_id()), plan.kind(), entry->recovery_spare,
+                                   plan.lost_steps(), now - *entry->recovery_started};
+        v1::RecoveryStats* stats = entry->job.mutable_recovery_stats();
+        if (plan.kind() == v1::RECOVERY_KIND_PEER) stats->set_peer(stats->peer() + 1);
+        if (plan.kind() == v1::RECOVERY_KIND_CHECKPOINT) {
+          stats->set_checkpoint(stats->checkpoint() + 1);
+        }
+        if (recovery.spare) stats->set_spare(stats->spare() + 1);
+        stats->set_lost_steps(stats->lost_steps() + plan.lost_steps());
+        stats->set_last_detect_to_running_seconds(absl::ToDoubleSeconds(recovery.detect_to_running));
+        LOG(INFO) << "job " << job_id << " recovered into generation " << entry->job.generation()
+                  << " (" << v1::RecoveryKind_Name(plan.kind()) << (recovery.spare ? ", spare" : "")
+                  << ", " << plan.lost_steps() << " lost steps) "
+                  << absl::FormatDuration(recovery.detect_to_running) << " after the change";
+        effects->recoveries.push_back(recovery);
+        entry->recovery_started.reset();
+        entry->recovery_spare = false;
+      }
+      if (entry->job.state() == v1::JOB_STATE_RECONFIGURING) {
         SetState(*entry, v1::JOB_STATE_RUNNING, "", now, effects);
-      } else if (all_ready) {
+        if (entry->job.generation() > 1) Emit(*entry, v1::JOB_EVENT_KIND_RECOVERED, effects);
+      } else {
         SetMessage(*entry, "", now);
+        Persist(*entry);
         Emit(*entry, v1::JOB_EVENT_KIND_STATE_CHANGED, effects);
       }
       return absl::OkStatus();
     }
+    case v1::ASSIGNMENT_STATE_SUSPENDED:
+      OnSuspended(*entry, worker, status, now, effects);
+      return absl::OkStatus();
     case v1::ASSIGNMENT_STATE_COMPLETED:
       entry->completed[worker.value()] = true;
       // The final step's progress, which the last heartbeat may not carry.
@@ -313,23 +393,45 @@ absl::Status JobManager::OnAssignmentStatus(const WorkerId& worker,
     default:
       return absl::InvalidArgumentError(
           absl::StrCat("assignment status state ", static_cast<int>(status.state()),
-                       " is not one of READY, COMPLETED, FAILED, RELEASED"));
+                       " is not one of READY, COMPLETED, FAILED, RELEASED, SUSPENDED, DONATED"));
   }
 }
 
 void JobManager::OnProgress(const WorkerId& worker, const v1::Heartbeat& heartbeat,
-                            Effects* effects) {
+                            absl::Time now, Effects* effects) {
   JobEntry* entry = FindEntry(JobId(heartbeat.job_id()));
   if (entry == nullptr || heartbeat.generation() != entry->job.generation() ||
       !IsMember(*entry, worker)) {
     return;
   }
+  auto member = entry->progress.find(worker.value());
+  if (member != entry->progress.end()) {
+    member->second.waiting = heartbeat.progress().waiting_for_peers();
+    if (heartbeat.progress().step() != member->second.step) {
+      member->second.step = heartbeat.progress().step();
+      member->second.since = now;
+    }
+  }
   // Rank 0 speaks for the job; every rank computes the same loss.
   const auto& members = entry->job.mesh().members();
   if (members.empty() || members[0].worker_id() != worker.value()) return;
   if (heartbeat.progress().step() == entry->job.progress().step()) return;
+  if (heartbeat.progress().step_time_seconds() > 0) {
+    entry->step_seconds.push_back(heartbeat.progress().step_time_seconds());
+    if (entry->step_seconds.size() > 64) entry->step_seconds.erase(entry->step_seconds.begin());
+  }
   *entry->job.mutable_progress() = heartbeat.progress();
   Emit(*entry, v1::JOB_EVENT_KIND_PROGRESS, effects);
+}
+
+void JobManager::OnWorkerDraining(const WorkerId& worker, const std::string& reason,
+                                  absl::Time now, Effects* effects) {
+  const WorkerRecord* record = membership_->Find(worker);
+  if (record == nullptr || !record->job.has_value()) return;
+  JobEntry* entry = FindEntry(*record->job);
+  if (entry == nullptr || IsTerminal(entry->job.state())) return;
+  Replan(*entry, absl::StrCat("worker ", worker.value(), " drained (", reason, ")"),
+         /*only_if_larger=*/false, now, effects);
 }
 
 void JobManager::Tick(absl::Time now, Effects* effects) {
@@ -348,9 +450,75 @@ void JobManager::Tick(absl::Time now, Effects* effects) {
     effects->lost.insert(effects->lost.end(), expired.begin(), expired.end());
     OnWorkersLost(expired, now, effects);
   }
+  for (const JobId& id : order_) {
+    JobEntry& entry = jobs_.at(id);
+    if (!IsTerminal(entry.job.state())) CheckTimeouts(entry, now, effects);
+  }
   for (auto& [id, entry] : jobs_) {
     if (entry.dirty) Persist(entry);
   }
+}
+
+void JobManager::CheckTimeouts(JobEntry& entry, absl::Time now, Effects* effects) {
+  const JobId id(entry.job.job_id());
+  auto fence = [&](const std::vector<std::string>& workers, const std::string& why) {
+    std::vector<LostWorker> fenced;
+    for (const std::string& name : workers) {
+      const WorkerId worker(name);
+      const WorkerRecord* record = membership_->Find(worker);
+      if (record == nullptr) continue;
+      LOG(WARNING) << "fencing worker " << worker << " of job " << id << ": " << why;
+      std::optional<LostWorker> lost =
+          membership_->MarkLost(worker, record->incarnation, LossReason::kHang, now);
+      if (lost.has_value()) fenced.push_back(*lost);
+    }
+    if (fenced.empty()) return;
+    effects->lost.insert(effects->lost.end(), fenced.begin(), fenced.end());
+    OnWorkersLost(fenced, now, effects);
+  };
+  if (entry.suspension.has_value()) {
+    Suspension& s = *entry.suspension;
+    if (!s.awaiting.empty() && now >= s.deadline) {
+      std::vector<std::string> silent;
+      for (const auto& [worker, unused] : s.awaiting) silent.push_back(worker);
+      std::sort(silent.begin(), silent.end());
+      fence(silent, absl::StrCat("no answer to Suspend within ",
+                                 absl::FormatDuration(options_.suspend_timeout)));
+      return;
+    }
+    if (s.waiting_since.has_value() && now - *s.waiting_since >= WaitForWorkers(entry.job.spec())) {
+      Finish(entry, v1::JOB_STATE_FAILED,
+             absl::StrCat("waited ", absl::FormatDuration(now - *s.waiting_since),
+                          " for workers (elastic.wait_for_workers_seconds): ", entry.job.message()),
+             now, effects);
+      Schedule(now, effects);
+    }
+    return;
+  }
+  // Stall: nobody advanced for the hang timeout.
+  if (entry.job.state() != v1::JOB_STATE_RUNNING || options_.hang_timeout_floor <= absl::ZeroDuration() ||
+      entry.progress.empty() || entry.job.progress().step() >= entry.job.spec().steps()) {
+    return;
+  }
+  absl::Time last_advance = absl::InfinitePast();
+  for (const auto& [worker, p] : entry.progress) last_advance = std::max(last_advance, p.since);
+  absl::Duration timeout = options_.hang_timeout_floor;
+  if (!entry.step_seconds.empty()) {
+    std::vector<double> sorted = entry.step_seconds;
+    std::sort(sorted.begin(), sorted.end());
+    timeout = std::max(timeout, absl::Seconds(options_.hang_step_multiple *
+                                              sorted[sorted.size() / 2]));
+  }
+  if (now - last_advance < timeout) return;
+  std::vector<std::string> stuck;
+  for (const auto& [worker, p] : entry.progress) {
+    if (!p.waiting) stuck.push_back(worker);
+  }
+  if (stuck.empty()) return;  // everyone waits on everyone: nobody to blame
+  std::sort(stuck.begin(), stuck.end());
+  fence(stuck, absl::StrCat("the job made no progress for ",
+                            absl::FormatDuration(now - last_advance),
+                            " and this member is not waiting for peers"));
 }
 
 absl::StatusOr<Generation> JobManager::CurrentGeneration(const JobId& id) const {
@@ -383,10 +551,24 @@ void JobManager::Schedule(absl::Time now, Effects* effects) {
         SetMessage(entry, absl::StrCat("waiting for workers: ", mesh.status().message()), now);
         continue;
       }
-      ApplyMesh(entry, *std::move(mesh), "job started", now, effects);
+      RecoveryInput input;  // no live state: a checkpoint if there is one
+      input.next_mesh = *mesh;
+      if (options_.latest_checkpoint) input.checkpoint_step = options_.latest_checkpoint(id);
+      v1::RecoveryPlan plan = PlanRecovery(input);
+      plan.set_lost_steps(0);
+      ApplyMesh(entry, *std::move(mesh), "job started", plan, now, effects);
       continue;
     }
     if (idle.empty()) continue;
+    if (entry.suspension.has_value()) {
+      // Waiting for workers after a loss: try again with the new ones.
+      if (entry.suspension->awaiting.empty()) CompleteSuspension(entry, now, effects);
+      continue;
+    }
+    // A generation still restoring its state is left alone.
+    if (entry.job.state() == v1::JOB_STATE_RECONFIGURING && !MeshIncomplete(entry.job.mesh())) {
+      continue;
+    }
     const bool incomplete = MeshIncomplete(entry.job.mesh());
     if (!incomplete && entry.job.mesh().members_size() >= entry.job.spec().elastic().max_workers()) {
       continue;
@@ -398,7 +580,102 @@ void JobManager::Schedule(absl::Time now, Effects* effects) {
 
 void JobManager::Replan(JobEntry& entry, const std::string& reason, bool only_if_larger,
                         absl::Time now, Effects* effects) {
+  if (IsTerminal(entry.job.state())) return;
   const JobId id(entry.job.job_id());
+  if (only_if_larger && !entry.suspension.has_value()) {
+    PlanRequest request = MakePlanRequest(entry.job.spec());
+    int current = 0;
+    for (const auto& member : entry.job.mesh().members()) {
+      const WorkerRecord* record = membership_->Find(WorkerId(member.worker_id()));
+      if (record != nullptr && record->state == WorkerState::kAssigned && record->job == id) {
+        request.candidates.push_back(ToPlannerWorker(*record));
+        ++current;
+      }
+    }
+    for (const WorkerRecord* record : membership_->Idle(entry.job.spec().device_kind())) {
+      request.candidates.push_back(ToPlannerWorker(*record));
+    }
+    absl::StatusOr<MeshShape> shape =
+        MeshPlanner::ChooseShape(request, static_cast<int>(request.candidates.size()));
+    if (!shape.ok() || shape->world() <= current) return;
+  }
+  if (entry.suspension.has_value()) {
+    Suspension& s = *entry.suspension;
+    if (!only_if_larger) {
+      s.growth = false;
+      if (s.reason.find(reason) == std::string::npos) absl::StrAppend(&s.reason, "; ", reason);
+    }
+    if (s.awaiting.empty()) CompleteSuspension(entry, now, effects);
+    return;
+  }
+  BeginSuspension(entry, reason, only_if_larger, now, effects);
+}
+
+void JobManager::BeginSuspension(JobEntry& entry, const std::string& reason, bool growth,
+                                 absl::Time now, Effects* effects) {
+  const JobId id(entry.job.job_id());
+  Suspension s;
+  s.reason = reason;
+  s.started = now;
+  s.deadline = now + options_.suspend_timeout;
+  s.growth = growth;
+  for (const auto& member : entry.job.mesh().members()) {
+    const WorkerId worker(member.worker_id());
+    const WorkerRecord* record = membership_->Find(worker);
+    if (record == nullptr || record->job != id || record->state == WorkerState::kLost) continue;
+    s.awaiting[worker.value()] = true;
+    v1::CoordinatorMessage message;
+    v1::Suspend* suspend = message.mutable_suspend();
+    suspend->set_job_id(id.value());
+    suspend->set_generation(entry.job.generation());
+    suspend->set_reason(reason);
+    effects->messages.push_back(Effects::Message{worker, record->incarnation, std::move(message)});
+  }
+  const size_t asked = s.awaiting.size();
+  entry.suspension = std::move(s);
+  entry.ready.clear();
+  entry.job.set_ready_workers(0);
+  LOG(INFO) << "job " << id << " generation " << entry.job.generation() << ": re-planning ("
+            << reason << "); suspending " << asked << " members";
+  const std::string message =
+      absl::StrCat("re-planning (", reason, "): suspending ", asked, " members");
+  if (entry.job.state() != v1::JOB_STATE_RECONFIGURING) {
+    SetState(entry, v1::JOB_STATE_RECONFIGURING, message, now, effects);
+  } else {
+    SetMessage(entry, message, now);
+    Emit(entry, v1::JOB_EVENT_KIND_STATE_CHANGED, effects);
+  }
+  if (asked == 0) CompleteSuspension(entry, now, effects);
+}
+
+void JobManager::OnSuspended(JobEntry& entry, const WorkerId& worker,
+                             const v1::AssignmentStatus& status, absl::Time now,
+                             Effects* effects) {
+  if (!entry.suspension.has_value()) {
+    // The worker stopped on its own (a peer failed under it): re-plan.
+    BeginSuspension(entry,
+                    absl::StrCat("worker ", worker.value(), " stopped",
+                                 status.message().empty() ? "" : ": " + status.message()),
+                    /*growth=*/false, now, effects);
+  }
+  if (!entry.suspension.has_value()) return;  // planned at once
+  Suspension& s = *entry.suspension;
+  const uint64_t live = entry.job.live_state().generation();
+  for (const v1::HeldState& held : status.held_states()) {
+    if (live != 0 && held.generation() == live) s.holders[worker.value()] = held.step();
+  }
+  s.awaiting.erase(worker.value());
+  if (s.awaiting.empty()) CompleteSuspension(entry, now, effects);
+}
+
+void JobManager::CompleteSuspension(JobEntry& entry, absl::Time now, Effects* effects) {
+  const JobId id(entry.job.job_id());
+  Suspension& s = *entry.suspension;
+  // After a coordinator restart, members that may still re-attach (with
+  // their state) are waited for until the grace ends.
+  for (const auto& [worker, awaited] : awaiting_) {
+    if (awaited.job == id) return;
+  }
   PlanRequest request = MakePlanRequest(entry.job.spec());
   for (const auto& member : entry.job.mesh().members()) {
     const WorkerRecord* record = membership_->Find(WorkerId(member.worker_id()));
@@ -406,48 +683,91 @@ void JobManager::Replan(JobEntry& entry, const std::string& reason, bool only_if
       request.candidates.push_back(ToPlannerWorker(*record));
     }
   }
-  const int current = static_cast<int>(request.candidates.size());
+  const size_t members = request.candidates.size();
   for (const WorkerRecord* record : membership_->Idle(entry.job.spec().device_kind())) {
     request.candidates.push_back(ToPlannerWorker(*record));
   }
   request.previous = &entry.job.mesh();
-  if (only_if_larger) {
-    absl::StatusOr<MeshShape> shape =
-        MeshPlanner::ChooseShape(request, static_cast<int>(request.candidates.size()));
-    if (!shape.ok() || shape->world() <= current) return;
-  }
   absl::StatusOr<v1::Mesh> mesh = MeshPlanner::Plan(request);
+  if (!mesh.ok() && s.growth) {
+    // The growth is no longer possible: carry on as before.
+    request.candidates.resize(members);
+    mesh = MeshPlanner::Plan(request);
+  }
   if (!mesh.ok()) {
+    if (!s.waiting_since.has_value()) s.waiting_since = now;
     const std::string message =
-        absl::StrCat(reason, "; waiting for workers: ", mesh.status().message());
-    if (entry.job.state() != v1::JOB_STATE_RECONFIGURING) {
-      SetState(entry, v1::JOB_STATE_RECONFIGURING, message, now, effects);
-    } else if (entry.job.message() != message) {
+        absl::StrCat(s.reason, "; waiting for workers: ", mesh.status().message(),
+                     " (the survivors keep their state)");
+    if (entry.job.message() != message) {
       SetMessage(entry, message, now);
       Emit(entry, v1::JOB_EVENT_KIND_STATE_CHANGED, effects);
     }
     return;
   }
-  ApplyMesh(entry, *std::move(mesh), reason, now, effects);
+  RecoveryInput input;
+  const v1::LiveState& live = entry.job.live_state();
+  if (live.generation() != 0) {
+    input.source = StateSource{Generation(live.generation()), live.mesh(), live.zero1(),
+                               std::max(1, live.optimizer_replicas())};
+  }
+  input.holders = s.holders;
+  input.next_mesh = *mesh;
+  if (options_.latest_checkpoint) input.checkpoint_step = options_.latest_checkpoint(id);
+  input.reported_step = entry.job.progress().step();
+  const v1::RecoveryPlan plan = PlanRecovery(input);
+  const std::string reason = s.reason;
+  entry.recovery_started = s.started;
+  entry.recovery_spare = IsSpareReplacement(plan, live.mesh(), *mesh);
+  entry.suspension.reset();
+  LOG(INFO) << "job " << id << ": " << v1::RecoveryKind_Name(plan.kind()) << " recovery at step "
+            << plan.step() << " (" << plan.reason() << ")";
+  ApplyMesh(entry, *std::move(mesh), reason, plan, now, effects);
 }
 
 void JobManager::ApplyMesh(JobEntry& entry, v1::Mesh mesh, const std::string& reason,
-                           absl::Time now, Effects* effects) {
+                           const v1::RecoveryPlan& plan, absl::Time now, Effects* effects) {
   const JobId id(entry.job.job_id());
   const bool first = entry.job.generation() == 0;
   const Generation generation(entry.job.generation() + 1);
   absl::flat_hash_map<std::string, bool> in_new;
   for (const auto& member : mesh.members()) in_new[member.worker_id()] = true;
+  entry.donors.clear();
+  for (const v1::Donor& donor : plan.donors()) entry.donors[donor.worker_id()] = true;
 
-  // Members left out of the new mesh (shrink to a divisible size) are released.
+  // Members left out of the new mesh (shrink to a divisible size) serve their
+  // state as donors if the plan needs it, and are released otherwise.
   for (const auto& member : entry.job.mesh().members()) {
     if (in_new.contains(member.worker_id())) continue;
+    if (entry.donors.contains(member.worker_id())) {
+      const WorkerId worker(member.worker_id());
+      const WorkerRecord* record = membership_->Find(worker);
+      if (record == nullptr) continue;
+      v1::CoordinatorMessage message;
+      v1::Reconfigure* reconfigure = message.mutable_reconfigure();
+      reconfigure->set_job_id(id.value());
+      reconfigure->set_generation(generation.value());
+      *reconfigure->mutable_mesh() = mesh;
+      reconfigure->set_reason(absl::StrCat(reason, "; donate state to generation ",
+                                           generation.value()));
+      *reconfigure->mutable_recovery() = plan;
+      reconfigure->set_role(v1::RECONFIGURE_ROLE_DONOR);
+      effects->messages.push_back(Effects::Message{worker, record->incarnation, std::move(message)});
+      continue;
+    }
     const WorkerId worker(member.worker_id());
     const WorkerRecord* record = membership_->Find(worker);
     if (record != nullptr && record->job == id && record->state != WorkerState::kLost) {
       SendStop(worker, id, generation, absl::StrCat("not part of generation ", generation.value()),
                effects);
+      const bool draining = record->state == WorkerState::kDraining;
       membership_->Release(worker);
+      if (draining) {
+        v1::CoordinatorMessage message;
+        message.mutable_drain()->set_reason("drained");
+        effects->messages.push_back(
+            Effects::Message{worker, record->incarnation, std::move(message)});
+      }
     }
   }
   for (const auto& member : mesh.members()) {
@@ -462,6 +782,8 @@ void JobManager::ApplyMesh(JobEntry& entry, v1::Mesh mesh, const std::string& re
       *reconfigure->mutable_mesh() = mesh;
       *reconfigure->mutable_coordinates() = member.coordinates();
       reconfigure->set_reason(reason);
+      *reconfigure->mutable_recovery() = plan;
+      reconfigure->set_role(v1::RECONFIGURE_ROLE_MEMBER);
     } else {
       absl::Status assigned = membership_->AssignToJob(worker, id);
       CHECK(assigned.ok()) << assigned;
@@ -471,6 +793,7 @@ void JobManager::ApplyMesh(JobEntry& entry, v1::Mesh mesh, const std::string& re
       *assign->mutable_spec() = entry.job.spec();
       *assign->mutable_mesh() = mesh;
       *assign->mutable_coordinates() = member.coordinates();
+      *assign->mutable_recovery() = plan;
     }
     effects->messages.push_back(Effects::Message{worker, record->incarnation, std::move(message)});
   }
@@ -479,6 +802,7 @@ void JobManager::ApplyMesh(JobEntry& entry, v1::Mesh mesh, const std::string& re
             << " on " << mesh.members_size() << " workers (" << reason << ")";
   *entry.job.mutable_mesh() = std::move(mesh);
   entry.job.set_generation(generation.value());
+  *entry.job.mutable_recovery() = plan;
   entry.ready.clear();
   entry.completed.clear();
   entry.job.set_ready_workers(0);
@@ -507,6 +831,15 @@ void JobManager::Finish(JobEntry& entry, v1::JobState state, const std::string& 
       ++it;
     }
   }
+  for (const auto& [donor, unused] : entry.donors) {
+    const WorkerRecord* record = membership_->Find(WorkerId(donor));
+    if (record != nullptr && record->job == id && record->state != WorkerState::kLost) {
+      SendStop(WorkerId(donor), id, Generation(entry.job.generation()), "job finished", effects);
+      membership_->Release(WorkerId(donor));
+    }
+  }
+  entry.donors.clear();
+  entry.suspension.reset();
   effects->finished_jobs.push_back(id);
   SetState(entry, state, message, now, effects);
   LOG(INFO) << "job " << id << " " << v1::JobState_Name(state)
@@ -523,7 +856,12 @@ void JobManager::RemoveMember(JobEntry& entry, const WorkerId& worker) {
   }
   entry.ready.erase(worker.value());
   entry.completed.erase(worker.value());
+  entry.progress.erase(worker.value());
   entry.job.set_ready_workers(static_cast<int32_t>(entry.ready.size()));
+  if (entry.suspension.has_value()) {
+    entry.suspension->awaiting.erase(worker.value());
+    entry.suspension->holders.erase(worker.value());
+  }
   const WorkerRecord* record = membership_->Find(worker);
   if (record != nullptr && record->job == JobId(entry.job.job_id())) membership_->Release(worker);
 }

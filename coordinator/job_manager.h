@@ -8,7 +8,8 @@
 // Job states:
 //
 //   PENDING --(enough idle workers: first mesh, generation 1)--> RUNNING
-//   RUNNING --(member lost / worker joins below max / scale)--> RECONFIGURING
+//   RUNNING --(member lost / stalled / drained / worker joins below max /
+//              scale)--> RECONFIGURING
 //   RECONFIGURING --(every member READY for the new generation)--> RUNNING
 //   any non-terminal --(Cancel)--> CANCELLED
 //   RUNNING/RECONFIGURING --(all members COMPLETED)--> COMPLETED
@@ -16,9 +17,27 @@
 //
 // The generation is bumped on every mesh change and carried by every
 // Assign/Reconfigure/Stop; statuses naming any other generation are refused
-// (Aborted). When a job loses members and the survivors plus idle workers
-// cannot form a mesh of at least min_workers, it stays RECONFIGURING with a
-// message saying what it waits for; survivors stay reserved to it.
+// (Aborted).
+//
+// Re-planning a job that has members is two-phase, so the new generation can
+// take its state from the old one's memory (docs/architecture.md,
+// "Elasticity"):
+//
+//   1. suspend: every remaining member gets Suspend(g) and answers SUSPENDED
+//      with the states it holds (a member that detects a peer's failure
+//      first may answer unasked, which starts the phase). Members silent for
+//      suspend_timeout are treated as lost (hung).
+//   2. plan: the mesh over the survivors plus idle workers (MeshPlanner),
+//      and where the state comes from (PlanRecovery: the survivors' memory,
+//      else the newest checkpoint); generation g+1 gets Reconfigure/Assign
+//      with the plan, survivors left out that hold needed state get
+//      Reconfigure as donors (released when they report DONATED), the rest
+//      Stop.
+//
+// When the survivors plus idle workers cannot form a mesh of at least
+// min_workers, the job stays RECONFIGURING (the survivors keep their state)
+// with a message saying what it waits for, for elastic.wait_for_workers
+// seconds; then it fails with that message.
 //
 // Scheduling is first-come-first-served with backfill: pending jobs take idle
 // workers in submit order; a job that cannot start does not block later,
@@ -31,6 +50,7 @@
 // recorded is sent its Reconfigure again, which it answers with its state);
 // members still missing when the grace ends are treated as lost.
 
+#include <functional>
 #include <map>
 #include <optional>
 #include <string>
@@ -44,6 +64,7 @@
 #include "common/ids.h"
 #include "coordinator/job_store.h"
 #include "coordinator/membership_table.h"
+#include "coordinator/recovery_planner.h"
 
 namespace cohort::coordinator {
 
@@ -68,14 +89,35 @@ struct Effects {
   // Jobs that reached a terminal state (their KV scopes can be dropped).
   std::vector<JobId> finished_jobs;
   // Members the manager itself declared lost (not back within the restart
-  // grace, or back as a different process), for failure metrics and logs.
+  // grace, back as a different process, silent when suspended, stalled),
+  // for failure metrics and logs.
   std::vector<LostWorker> lost;
+  // Recoveries completed (a re-planned generation became RUNNING).
+  struct Recovery {
+    JobId job;
+    v1::RecoveryKind kind = v1::RECOVERY_KIND_UNSPECIFIED;
+    bool spare = false;
+    int64_t lost_steps = 0;
+    absl::Duration detect_to_running;
+  };
+  std::vector<Recovery> recoveries;
 };
 
 class JobManager {
  public:
   struct Options {
     absl::Duration readopt_grace = absl::Seconds(10);
+    // How long suspended members may take to answer before they count as
+    // lost (hung).
+    absl::Duration suspend_timeout = absl::Seconds(10);
+    // Stall detection: a RUNNING job whose members' steps have not advanced
+    // for max(hang_timeout_floor, hang_step_multiple x its median step time)
+    // fences its members that are not waiting for peers. Zero floor: off.
+    absl::Duration hang_timeout_floor = absl::Seconds(30);
+    double hang_step_multiple = 20.0;
+    // The job's newest committed checkpoint step, for recovery plans; unset:
+    // none known.
+    std::function<std::optional<int64_t>(const JobId&)> latest_checkpoint;
   };
   // `membership` and `store` must outlive the manager.
   JobManager(Options options, MembershipTable* membership, JobStore* store);
@@ -115,7 +157,13 @@ class JobManager {
   absl::Status OnAssignmentStatus(const WorkerId& worker, const v1::AssignmentStatus& status,
                                   absl::Time now, Effects* effects);
   // Progress from a heartbeat (ignored unless job and generation are current).
-  void OnProgress(const WorkerId& worker, const v1::Heartbeat& heartbeat, Effects* effects);
+  void OnProgress(const WorkerId& worker, const v1::Heartbeat& heartbeat, absl::Time now,
+                  Effects* effects);
+  // Takes `worker` out of its job (re-planned without it; it serves its
+  // state as a donor first). The worker must already be marked DRAINING in
+  // the membership table. No-op when it is in no job.
+  void OnWorkerDraining(const WorkerId& worker, const std::string& reason, absl::Time now,
+                        Effects* effects);
   // Ends re-adoption grace periods that have passed and retries failed
   // persistence.
   void Tick(absl::Time now, Effects* effects);
@@ -128,6 +176,22 @@ class JobManager {
   size_t awaiting_readoption() const { return awaiting_.size(); }
 
  private:
+  // Phase 1 of a re-plan (see the class comment).
+  struct Suspension {
+    std::string reason;
+    absl::Time started;   // when the change was noticed
+    absl::Time deadline;  // for the answers
+    absl::flat_hash_map<std::string, bool> awaiting;
+    // Survivors holding state in the live state's layout: worker -> step.
+    std::map<std::string, int64_t> holders;
+    bool growth = false;  // nobody was lost: a growth or a scale
+    std::optional<absl::Time> waiting_since;  // no mesh possible yet
+  };
+  struct MemberProgress {
+    int64_t step = 0;
+    bool waiting = false;
+    absl::Time since;  // when `step` was first seen
+  };
   struct JobEntry {
     v1::Job job;
     int64_t number = 0;  // submit order
@@ -135,6 +199,16 @@ class JobManager {
     absl::flat_hash_map<std::string, bool> ready;
     absl::flat_hash_map<std::string, bool> completed;
     bool dirty = false;  // persisted copy is stale (a Put failed)
+    std::optional<Suspension> suspension;
+    // Donors of the current generation, released when they report DONATED.
+    absl::flat_hash_map<std::string, bool> donors;
+    // The current generation's re-plan began at this time (for its
+    // detect-to-running time), and whether it replaced a worker by a spare.
+    std::optional<absl::Time> recovery_started;
+    bool recovery_spare = false;
+    // Heartbeat progress per member, for stall detection.
+    absl::flat_hash_map<std::string, MemberProgress> progress;
+    std::vector<double> step_seconds;  // recent step times (rank 0)
   };
   struct Awaited {
     JobId job;
@@ -148,13 +222,26 @@ class JobManager {
 
   // Tries to start pending jobs and grow running ones.
   void Schedule(absl::Time now, Effects* effects);
-  // Re-plans an active job over its remaining members plus idle workers.
+  // Re-plans an active job over its remaining members plus idle workers:
+  // starts (or joins) a suspension when members remain, else plans at once.
   // `only_if_larger` restricts it to growth.
   void Replan(JobEntry& entry, const std::string& reason, bool only_if_larger, absl::Time now,
               Effects* effects);
+  // Phase 1: asks every remaining member to suspend.
+  void BeginSuspension(JobEntry& entry, const std::string& reason, bool growth, absl::Time now,
+                       Effects* effects);
+  // Phase 2, once every member answered: plans and applies the next mesh,
+  // or waits for workers.
+  void CompleteSuspension(JobEntry& entry, absl::Time now, Effects* effects);
+  // Records a SUSPENDED answer.
+  void OnSuspended(JobEntry& entry, const WorkerId& worker, const v1::AssignmentStatus& status,
+                   absl::Time now, Effects* effects);
   // Installs `mesh` as the next generation and tells every worker involved.
-  void ApplyMesh(JobEntry& entry, v1::Mesh mesh, const std::string& reason, absl::Time now,
-                 Effects* effects);
+  void ApplyMesh(JobEntry& entry, v1::Mesh mesh, const std::string& reason,
+                 const v1::RecoveryPlan& plan, absl::Time now, Effects* effects);
+  // Fences silent suspended members and stalled ones; fails jobs that waited
+  // too long for workers.
+  void CheckTimeouts(JobEntry& entry, absl::Time now, Effects* effects);
   // Stops all members and moves the job to a terminal state.
   void Finish(JobEntry& entry, v1::JobState state, const std::string& message, absl::Time now,
               Effects* effects);

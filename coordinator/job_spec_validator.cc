@@ -22,6 +22,11 @@ constexpr int32_t kMaxWidth = 65536;
 constexpr int32_t kMaxVocab = 1 << 20;
 constexpr int32_t kMaxContext = 1 << 20;
 constexpr int32_t kMaxWorkers = 100000;
+// A mirror of each ZeRO-1 optimizer shard on the next data rank: one lost
+// rank per shard group is recovered from memory (clamped to the data degree).
+constexpr int32_t kDefaultOptimizerReplicas = 2;
+constexpr int32_t kMaxOptimizerReplicas = 8;
+constexpr int32_t kDefaultWaitForWorkersSeconds = 600;
 constexpr int kMaxNameLength = 63;
 
 constexpr int64_t kMaxSyntheticTokens = int64_t{1} << 30;
@@ -245,6 +250,20 @@ void CheckElastic(v1::ElasticConfig& elastic, int64_t replica, int64_t micro_bat
   if (elastic.max_workers() < 0) {
     errors.Add("elastic.max_workers", absl::StrCat("must be >= 0, got ", elastic.max_workers()));
     return;
+  }
+  if (elastic.optimizer_replicas() == 0) elastic.set_optimizer_replicas(kDefaultOptimizerReplicas);
+  if (elastic.optimizer_replicas() < 1 || elastic.optimizer_replicas() > kMaxOptimizerReplicas) {
+    errors.Add("elastic.optimizer_replicas",
+               absl::StrCat("must be in [1, ", kMaxOptimizerReplicas, "] (0 means ",
+                            kDefaultOptimizerReplicas, "), got ", elastic.optimizer_replicas()));
+  }
+  if (elastic.wait_for_workers_seconds() < 0) {
+    errors.Add("elastic.wait_for_workers_seconds",
+               absl::StrCat("must be >= 0 (0 means ", kDefaultWaitForWorkersSeconds,
+                            "), got ", elastic.wait_for_workers_seconds()));
+  }
+  if (elastic.wait_for_workers_seconds() == 0) {
+    elastic.set_wait_for_workers_seconds(kDefaultWaitForWorkersSeconds);
   }
   if (replica <= 0) return;  // parallelism already reported
   if (replica > kMaxWorkers) {

@@ -33,6 +33,8 @@ const char* LossReasonName(LossReason reason) {
       return "replaced";
     case LossReason::kLeft:
       return "left";
+    case LossReason::kHang:
+      return "hang";
   }
   return "unknown";
 }

@@ -32,7 +32,9 @@ namespace cohort::coordinator {
 
 enum class WorkerState { kIdle, kAssigned, kLost, kDraining };
 // kLeft: the worker said it was leaving (shutdown or drain); not a failure.
-enum class LossReason { kStreamBroken, kHeartbeatTimeout, kReplaced, kLeft };
+// kHang: fenced by the job manager (silent when asked to suspend, or its
+// job stalled while it was not waiting for peers).
+enum class LossReason { kStreamBroken, kHeartbeatTimeout, kReplaced, kLeft, kHang };
 
 const char* WorkerStateName(WorkerState state);  // "idle", "assigned", ...
 const char* LossReasonName(LossReason reason);   // "stream_broken", ...

@@ -25,6 +25,7 @@ v1::Progress ToProto(const TrainingProgress& progress) {
   if (progress.loss.has_value()) proto.set_loss(*progress.loss);
   proto.set_tokens_per_second(progress.tokens_per_second);
   proto.set_step_time_seconds(progress.step_time_seconds);
+  proto.set_waiting_for_peers(progress.waiting_for_peers);
   return proto;
 }
 
@@ -200,10 +201,14 @@ void WorkerAgent::ReadLoop(std::shared_ptr<AttachStream> stream) {
       case v1::CoordinatorMessage::kHeartbeatAck:
         HandleAck(message.heartbeat_ack());
         break;
+      case v1::CoordinatorMessage::kSuspend:
+        InterruptFor(message.suspend().job_id(), message.suspend().generation());
+        [[fallthrough]];
       case v1::CoordinatorMessage::kAssign:
       case v1::CoordinatorMessage::kReconfigure:
       case v1::CoordinatorMessage::kStop:
       case v1::CoordinatorMessage::kDrain: {
+        if (message.has_stop()) InterruptFor(message.stop().job_id(), message.stop().generation());
         absl::MutexLock lock(&mu_);
         commands_.push_back(message);
         cv_.SignalAll();
@@ -351,6 +356,9 @@ void WorkerAgent::CommandLoop() {
       case v1::CoordinatorMessage::kDrain:
         ExecuteDrain(command.drain());
         return;  // nothing after a Drain is executed
+      case v1::CoordinatorMessage::kSuspend:
+        ExecuteSuspend(command.suspend());
+        break;
       default:
         break;
     }
@@ -388,7 +396,15 @@ void WorkerAgent::ExecuteAssign(const v1::Assign& assign) {
   }
   LOG(INFO) << "assigned job " << job << " generation " << generation << " at "
             << CoordinatesString(assign.coordinates()) << " of mesh " << MeshString(assign.mesh());
-  PrepareAndReport(Assignment{job, generation, assign.spec(), assign.mesh(), assign.coordinates()});
+  Assignment assignment;
+  assignment.job_id = job;
+  assignment.generation = generation;
+  assignment.spec = assign.spec();
+  assignment.mesh = assign.mesh();
+  assignment.coordinates = assign.coordinates();
+  assignment.recovery = assign.recovery();
+  assignment.participant = assign.coordinates().rank();
+  PrepareAndReport(std::move(assignment));
 }
 
 void WorkerAgent::ExecuteReconfigure(const v1::Reconfigure& reconfigure) {
@@ -413,7 +429,9 @@ void WorkerAgent::ExecuteReconfigure(const v1::Reconfigure& reconfigure) {
   if (repeat_state.has_value()) {
     LOG(INFO) << "repeated Reconfigure of job " << job << " generation " << generation
               << "; answering with the held state";
-    SendStatus(job, generation, *repeat_state, "");
+    std::vector<v1::HeldState> held;
+    if (*repeat_state == v1::ASSIGNMENT_STATE_SUSPENDED) held = trainer_->Suspend();
+    SendStatus(job, generation, *repeat_state, "", held);
     return;
   }
   if (!next.has_value()) {
@@ -430,6 +448,19 @@ void WorkerAgent::ExecuteReconfigure(const v1::Reconfigure& reconfigure) {
   next->generation = generation;
   next->mesh = reconfigure.mesh();
   next->coordinates = reconfigure.coordinates();
+  next->recovery = reconfigure.recovery();
+  next->donor = reconfigure.role() == v1::RECONFIGURE_ROLE_DONOR;
+  next->participant = reconfigure.coordinates().rank();
+  if (next->donor) {
+    next->participant = -1;
+    for (int i = 0; i < reconfigure.recovery().donors_size(); ++i) {
+      if (reconfigure.recovery().donors(i).worker_id() == options_.identity.worker_id) {
+        next->participant = reconfigure.mesh().members_size() + i;
+      }
+    }
+    ExecuteDonate(std::move(*next));
+    return;
+  }
   PrepareAndReport(std::move(*next));
 }
 
@@ -480,6 +511,73 @@ void WorkerAgent::ExecuteDrain(const v1::Drain& drain) {
   cv_.SignalAll();
 }
 
+void WorkerAgent::InterruptFor(const std::string& job, uint64_t generation) {
+  {
+    absl::MutexLock lock(&mu_);
+    if (!held_.has_value() || held_->job_id.value() != job ||
+        generation < held_->generation.value()) {
+      return;
+    }
+  }
+  trainer_->Interrupt();
+}
+
+void WorkerAgent::ExecuteSuspend(const v1::Suspend& suspend) {
+  const JobId job(suspend.job_id());
+  const Generation generation(suspend.generation());
+  {
+    absl::MutexLock lock(&mu_);
+    if (held_.has_value() && held_->job_id == job && generation < held_->generation) {
+      LOG(INFO) << "ignoring stale Suspend of job " << job << " generation " << generation
+                << " (holding generation " << held_->generation << ")";
+      return;
+    }
+    if (!held_.has_value() || held_->job_id != job) {
+      // Nothing of this job here: say so, so the coordinator does not wait.
+      LOG(INFO) << "Suspend of job " << job << " which this worker does not hold";
+    }
+  }
+  const std::vector<v1::HeldState> held = trainer_->Suspend();
+  {
+    absl::MutexLock lock(&mu_);
+    if (held_.has_value() && held_->job_id == job) held_state_ = v1::ASSIGNMENT_STATE_SUSPENDED;
+  }
+  LOG(INFO) << "suspended job " << job << " generation " << generation << " ("
+            << suspend.reason() << "): holding " << held.size() << " consistent state(s)"
+            << (held.empty() ? "" : absl::StrCat(", newest step ", held[0].step(), " of generation ",
+                                                 held[0].generation()));
+  SendStatus(job, generation, v1::ASSIGNMENT_STATE_SUSPENDED, suspend.reason(), held);
+}
+
+void WorkerAgent::ExecuteDonate(Assignment assignment) {
+  const JobId job = assignment.job_id;
+  const Generation generation = assignment.generation;
+  LOG(INFO) << "donating this worker's state of job " << job << " to generation " << generation
+            << " as participant " << assignment.participant;
+  const absl::Status donated = assignment.participant < 0
+                                   ? absl::InvalidArgumentError("not among the plan's donors")
+                                   : trainer_->Donate(assignment);
+  {
+    absl::MutexLock lock(&mu_);
+    held_.reset();
+    held_state_ = v1::ASSIGNMENT_STATE_UNSPECIFIED;
+  }
+  metrics_.assignment_generation.Set(0);
+  if (!donated.ok()) LOG(WARNING) << "donating to job " << job << ": " << donated;
+  SendStatus(job, generation, v1::ASSIGNMENT_STATE_DONATED, donated.ok() ? "" : donated.ToString());
+}
+
+void WorkerAgent::ReportSuspended(const JobId& job, Generation generation,
+                                  const std::vector<v1::HeldState>& held,
+                                  const std::string& reason) {
+  {
+    absl::MutexLock lock(&mu_);
+    if (!held_.has_value() || held_->job_id != job || held_->generation != generation) return;
+    held_state_ = v1::ASSIGNMENT_STATE_SUSPENDED;
+  }
+  SendStatus(job, generation, v1::ASSIGNMENT_STATE_SUSPENDED, reason, held);
+}
+
 void WorkerAgent::PrepareAndReport(Assignment assignment) {
   const JobId job = assignment.job_id;
   const Generation generation = assignment.generation;
@@ -499,6 +597,20 @@ void WorkerAgent::PrepareAndReport(Assignment assignment) {
     }
     LOG(INFO) << "ready for job " << job << " generation " << generation;
     SendStatus(job, generation, v1::ASSIGNMENT_STATE_READY, "");
+    return;
+  }
+  if (absl::IsUnavailable(prepared) || absl::IsAborted(prepared) ||
+      absl::IsCancelled(prepared) || absl::IsDeadlineExceeded(prepared)) {
+    // A peer or the coordinator went away: not this job's failure. The state
+    // held before stays; the coordinator re-plans.
+    LOG(WARNING) << "preparing job " << job << " generation " << generation
+                 << " was cut short: " << prepared << "; waiting for a new plan";
+    const std::vector<v1::HeldState> held = trainer_->Suspend();
+    {
+      absl::MutexLock lock(&mu_);
+      if (held_.has_value() && held_->job_id == job) held_state_ = v1::ASSIGNMENT_STATE_SUSPENDED;
+    }
+    SendStatus(job, generation, v1::ASSIGNMENT_STATE_SUSPENDED, prepared.ToString(), held);
     return;
   }
   LOG(ERROR) << "cannot run job " << job << " generation " << generation << ": " << prepared;
@@ -534,12 +646,13 @@ void WorkerAgent::ReportTrainingFinished(const JobId& job, Generation generation
 }
 
 void WorkerAgent::SendStatus(const JobId& job, Generation generation, v1::AssignmentState state,
-                             const std::string& message) {
+                             const std::string& message, const std::vector<v1::HeldState>& held) {
   v1::AssignmentStatus status;
   status.set_job_id(job.value());
   status.set_generation(generation.value());
   status.set_state(state);
   status.set_message(message);
+  for (const v1::HeldState& h : held) *status.add_held_states() = h;
   *status.mutable_progress() = ToProto(trainer_->progress());
   std::shared_ptr<AttachStream> stream;
   {

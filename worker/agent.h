@@ -110,6 +110,11 @@ class WorkerAgent {
   // otherwise FAILED with the status as the message. Ignored when the
   // assignment has since changed. Thread-safe.
   void ReportTrainingFinished(const JobId& job, Generation generation, const absl::Status& status);
+  // Called by the trainer when training of the held generation stopped
+  // because a peer failed (the state is kept): reported SUSPENDED with
+  // `held`, so the coordinator can recover even before it notices the loss.
+  void ReportSuspended(const JobId& job, Generation generation,
+                       const std::vector<v1::HeldState>& held, const std::string& reason);
 
   // The assignment held now, if any.
   std::optional<Assignment> held() const;
@@ -144,11 +149,16 @@ class WorkerAgent {
   void ExecuteReconfigure(const v1::Reconfigure& reconfigure);
   void ExecuteStop(const v1::Stop& stop);
   void ExecuteDrain(const v1::Drain& drain);
+  void ExecuteSuspend(const v1::Suspend& suspend);
+  void ExecuteDonate(Assignment assignment);
+  // An arriving Suspend or Stop for the held job interrupts a Prepare of it
+  // (reader thread).
+  void InterruptFor(const std::string& job, uint64_t generation);
   // Prepares `assignment` and reports READY or FAILED.
   void PrepareAndReport(Assignment assignment);
   // Writes the status to the welcomed stream, or keeps it for the next one.
   void SendStatus(const JobId& job, Generation generation, v1::AssignmentState state,
-                  const std::string& message);
+                  const std::string& message, const std::vector<v1::HeldState>& held = {});
   // Writes undelivered statuses, oldest first, until one fails.
   void FlushPendingStatuses(const std::shared_ptr<AttachStream>& stream)
       ABSL_LOCKS_EXCLUDED(flush_mu_);

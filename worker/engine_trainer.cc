@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cstdio>
+#include <optional>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
@@ -10,7 +11,10 @@
 #include "common/status_macros.h"
 #include "worker/checkpoint/checkpoint_loader.h"
 #include "worker/checkpoint/checkpoint_writer.h"
+#include "worker/checkpoint/live_transfer.h"
+#include "worker/checkpoint/state_transfer.h"
 #include "worker/comm/mesh_groups.h"
+#include "worker/comm/tracked_communicator.h"
 #include "worker/comm/ucx_communicator.h"
 #include "worker/comm/ucx_context.h"
 #include "worker/train/mesh_communicators.h"
@@ -45,34 +49,64 @@ class CancellableKvClient : public comm::KvClient {
  private:
   static constexpr absl::Duration kSlice = absl::Milliseconds(250);
   static absl::Status Cancelled() {
-    return absl::CancelledError("trainer stopped while building communicators");
+    return absl::CancelledError("trainer interrupted while building communicators");
   }
   std::unique_ptr<comm::KvClient> inner_;
   const std::atomic<bool>* cancelled_;
 };
+
+// Chunks of a state transfer: 4 Mi floats (16 MiB) at most.
+constexpr int64_t kTransferElements = 4 << 20;
+
+// The ZeRO-1 optimizer copies the spec asks for (normalised by the
+// coordinator; the engine applies the same default to specs that skipped it).
+int OptimizerReplicas(const v1::JobSpec& spec) {
+  if (spec.elastic().optimizer_replicas() > 0) return spec.elastic().optimizer_replicas();
+  const int replica = std::max(1, spec.parallelism().tensor()) *
+                      std::max(1, spec.parallelism().pipeline());
+  return std::max(spec.elastic().max_workers(), spec.elastic().min_workers()) / replica >= 2 ? 2
+                                                                                             : 1;
+}
 
 }  // namespace
 
 struct EngineTrainer::Run {
   JobId job_id;
   Generation generation;
+  v1::Mesh mesh;
+  v1::MeshCoordinates coordinates;
+  checkpoint::StateLayout layout;
+  int participant = 0;
+  int participants = 1;
   int64_t steps = 0;
   int64_t start_step = 0;
   int64_t checkpoint_interval = 0;
   std::unique_ptr<comm::KvClient> kv;
   std::unique_ptr<comm::UcxContext> context;
   train::MeshCommunicators communicators;
-  std::unique_ptr<train::TrainingSession> session;
+  // The mesh groups as the step runner sees them: counted, for
+  // waiting_for_peers.
+  std::unique_ptr<comm::TrackedCommunicator> tracked_data, tracked_tensor, tracked_pipeline;
+  std::unique_ptr<comm::UcxCommunicator> world;  // every participant: state transfers
+  std::unique_ptr<train::TrainingSession> session;  // members only
   std::unique_ptr<checkpoint::CheckpointClient> checkpoints;
   std::unique_ptr<checkpoint::CheckpointWriter> writer;  // when checkpointing
   checkpoint::ArenaRange optimizer;
   std::FILE* loss_log = nullptr;
   std::atomic<bool> stop{false};
+  std::atomic<bool> trained{false};  // completed a step in this generation
   std::thread thread;
 
+  void Abort(const absl::Status& reason) {
+    communicators.Abort(reason);
+    if (world != nullptr) world->Abort(reason);
+  }
+
   ~Run() {
-    // The writer waits for its upload; the log closes last.
-    writer.reset();
+    stop = true;
+    Abort(absl::AbortedError("generation released"));
+    if (thread.joinable()) thread.join();
+    writer.reset();  // waits for its upload
     if (loss_log != nullptr) std::fclose(loss_log);
   }
 };
@@ -88,78 +122,114 @@ EngineTrainer::~EngineTrainer() { Stop(); }
 absl::StatusOr<std::unique_ptr<EngineTrainer::Run>> EngineTrainer::Build(
     const Assignment& assignment) {
   const v1::Mesh& mesh = assignment.mesh;
-  ASSIGN_OR_RETURN(train::TrainingConfig config,
-                   train::TrainingConfigFromSpec(assignment.spec, std::max(1, mesh.data_parallel())));
   auto run = std::make_unique<Run>();
   run->job_id = assignment.job_id;
   run->generation = assignment.generation;
-  run->steps = config.steps;
-  run->checkpoint_interval = assignment.spec.checkpoint().interval_steps();
-  const int world = mesh.members_size();
-  if (world > 1) {
-    ASSIGN_OR_RETURN(comm::MeshGroups groups,
-                     comm::ComputeMeshGroups(mesh, assignment.coordinates));
-    const comm::KvScopeRef scope{assignment.job_id.value(), assignment.generation.value()};
-    std::unique_ptr<comm::KvClient> inner =
-        options_.kv_factory ? options_.kv_factory(scope)
-                            : comm::NewCoordinatorKvClient(options_.coordinator, scope);
-    run->kv = std::make_unique<CancellableKvClient>(std::move(inner), &cancelled_);
-    comm::UcxContextOptions context;
-    context.rank = groups.rank;
-    context.size = groups.world_size;
-    context.kv = run->kv.get();
-    context.bootstrap_timeout = options_.bootstrap_timeout;
-    ASSIGN_OR_RETURN(run->context, comm::UcxContext::Create(context));
-    ASSIGN_OR_RETURN(run->communicators, train::CreateMeshCommunicators(run->context.get(), groups));
+  run->mesh = mesh;
+  run->coordinates = assignment.coordinates;
+  run->layout = checkpoint::StateLayout{
+      std::max(1, mesh.data_parallel()), std::max(1, mesh.tensor_parallel()),
+      std::max(1, mesh.pipeline_parallel()), assignment.spec.parallelism().zero1(),
+      OptimizerReplicas(assignment.spec)};
+  run->participant = assignment.participant;
+  const bool peer = assignment.recovery.kind() == v1::RECOVERY_KIND_PEER;
+  run->participants = mesh.members_size() + (peer ? assignment.recovery.donors_size() : 0);
+  {
+    absl::MutexLock lock(&building_mu_);
+    building_ = run.get();
   }
-  const model::ModelLayout layout = train::LayoutOf(mesh, assignment.coordinates);
-  train::TrainingSessionOptions session;
-  session.num_threads = options_.num_threads;
-  session.collective_timeout = options_.collective_timeout;
-  ASSIGN_OR_RETURN(run->session, train::TrainingSession::Create(config, layout,
-                                                                run->communicators.groups(), session));
-  const train::DataParallel& dp = run->session->data_parallel();
-  run->optimizer = {dp.update_begin(), dp.update_end()};
-  run->checkpoints = options_.checkpoint_factory
-                         ? options_.checkpoint_factory()
-                         : checkpoint::NewGrpcCheckpointClient(options_.coordinator);
-  ASSIGN_OR_RETURN(run->start_step, Restore(assignment, run.get()));
-  if (run->checkpoint_interval > 0) {
-    checkpoint::CheckpointWriterOptions writer;
-    writer.job_id = assignment.job_id.value();
-    writer.generation = assignment.generation;
-    writer.writer = static_cast<uint32_t>(assignment.coordinates.rank());
-    writer.position = {layout, std::max(1, mesh.data_parallel()), assignment.coordinates.data()};
-    writer.zero1 = config.zero1;
-    writer.upload_timeout = options_.checkpoint_timeout;
-    if (checkpoint_metrics_ != nullptr) {
-      writer.on_result = [metrics = checkpoint_metrics_.get()](
-                             const checkpoint::UploadResult& r) { metrics->Uploaded(r); };
+  auto unregister = [this] {
+    absl::MutexLock lock(&building_mu_);
+    building_ = nullptr;
+  };
+  absl::Status built = [&]() -> absl::Status {
+    if (run->participants > 1) {
+      const comm::KvScopeRef scope{assignment.job_id.value(), assignment.generation.value()};
+      std::unique_ptr<comm::KvClient> inner =
+          options_.kv_factory ? options_.kv_factory(scope)
+                              : comm::NewCoordinatorKvClient(options_.coordinator, scope);
+      run->kv = std::make_unique<CancellableKvClient>(std::move(inner), &cancelled_);
+      comm::UcxContextOptions context;
+      context.rank = run->participant;
+      context.size = run->participants;
+      context.kv = run->kv.get();
+      context.bootstrap_timeout = options_.bootstrap_timeout;
+      ASSIGN_OR_RETURN(run->context, comm::UcxContext::Create(context));
+      if (!assignment.donor && mesh.members_size() > 1) {
+        ASSIGN_OR_RETURN(comm::MeshGroups groups,
+                         comm::ComputeMeshGroups(mesh, assignment.coordinates));
+        ASSIGN_OR_RETURN(run->communicators,
+                         train::CreateMeshCommunicators(run->context.get(), groups));
+      }
+      if (peer) {
+        comm::UcxCommunicatorOptions world;
+        world.comm_id = comm::MeshCommunicatorId(comm::MeshAxis::kWorld, 1);
+        ASSIGN_OR_RETURN(run->world, comm::UcxCommunicator::Create(run->context.get(), world));
+      }
     }
-    run->writer = std::make_unique<checkpoint::CheckpointWriter>(
-        run->checkpoints.get(), config.model, run->session->model().table(), std::move(writer));
-  }
-  if (!options_.loss_log.empty()) {
-    run->loss_log = std::fopen(options_.loss_log.c_str(), "a");
-    if (run->loss_log == nullptr) {
-      return absl::FailedPreconditionError(
-          absl::StrCat("--loss_log ", options_.loss_log, ": cannot open for appending"));
+    run->checkpoints = options_.checkpoint_factory
+                           ? options_.checkpoint_factory()
+                           : checkpoint::NewGrpcCheckpointClient(options_.coordinator);
+    if (assignment.donor) return absl::OkStatus();
+
+    ASSIGN_OR_RETURN(train::TrainingConfig config,
+                     train::TrainingConfigFromSpec(assignment.spec, run->layout.dp));
+    run->steps = config.steps;
+    run->checkpoint_interval = assignment.spec.checkpoint().interval_steps();
+    auto track = [this](comm::UcxCommunicator* inner,
+                        std::unique_ptr<comm::TrackedCommunicator>* slot) -> comm::Communicator* {
+      if (inner == nullptr) return nullptr;
+      *slot = std::make_unique<comm::TrackedCommunicator>(inner, &in_collective_);
+      return slot->get();
+    };
+    train::TrainingGroups groups;
+    groups.data = track(run->communicators.data.get(), &run->tracked_data);
+    groups.tensor = track(run->communicators.tensor.get(), &run->tracked_tensor);
+    groups.pipeline = track(run->communicators.pipeline.get(), &run->tracked_pipeline);
+    const model::ModelLayout layout = train::LayoutOf(mesh, assignment.coordinates);
+    train::TrainingSessionOptions session;
+    session.num_threads = options_.num_threads;
+    session.collective_timeout = options_.collective_timeout;
+    // Keep what a peer recovery needs, unless the job can never have a peer.
+    session.state_versions.keep_previous = std::max(assignment.spec.elastic().max_workers(),
+                                                    mesh.members_size()) > 1;
+    session.state_versions.optimizer_replicas = run->layout.optimizer_replicas;
+    ASSIGN_OR_RETURN(run->session,
+                     train::TrainingSession::Create(config, layout, groups, session));
+    const train::DataParallel& dp = run->session->data_parallel();
+    run->optimizer = {dp.update_begin(), dp.update_end()};
+    if (!options_.loss_log.empty()) {
+      run->loss_log = std::fopen(options_.loss_log.c_str(), "a");
+      if (run->loss_log == nullptr) {
+        return absl::FailedPreconditionError(
+            absl::StrCat("--loss_log ", options_.loss_log, ": cannot open for appending"));
+      }
     }
-  }
+    return absl::OkStatus();
+  }();
+  unregister();
+  if (!built.ok()) return built;
   return run;
 }
 
-absl::StatusOr<int64_t> EngineTrainer::Restore(const Assignment& assignment, Run* run) {
+absl::StatusOr<int64_t> EngineTrainer::RestoreFromCheckpoint(const Assignment& assignment,
+                                                             Run* run,
+                                                             std::optional<int64_t> step) {
   const v1::CheckpointPolicy& policy = assignment.spec.checkpoint();
   absl::StatusOr<v1::CheckpointManifest> manifest = run->checkpoints->GetManifest(
-      assignment.job_id.value(), -1, options_.checkpoint_timeout);
+      assignment.job_id.value(), step.value_or(-1), options_.checkpoint_timeout);
+  if (absl::IsNotFound(manifest.status()) && step.has_value()) {
+    // Retention may have replaced it meanwhile: take the newest.
+    manifest = run->checkpoints->GetManifest(assignment.job_id.value(), -1,
+                                             options_.checkpoint_timeout);
+  }
   if (absl::IsNotFound(manifest.status()) && !policy.resume_from_job().empty()) {
-    const int64_t step = policy.resume_from_step() > 0 ? policy.resume_from_step() : -1;
-    manifest = run->checkpoints->GetManifest(policy.resume_from_job(), step,
+    const int64_t from = policy.resume_from_step() > 0 ? policy.resume_from_step() : -1;
+    manifest = run->checkpoints->GetManifest(policy.resume_from_job(), from,
                                              options_.checkpoint_timeout);
     if (absl::IsNotFound(manifest.status())) {
-      return absl::FailedPreconditionError(absl::StrCat(
-          "checkpoint.resume_from_job: ", manifest.status().message()));
+      return absl::FailedPreconditionError(
+          absl::StrCat("checkpoint.resume_from_job: ", manifest.status().message()));
     }
   }
   if (absl::IsNotFound(manifest.status())) return 0;  // nothing to resume from
@@ -186,28 +256,181 @@ absl::StatusOr<int64_t> EngineTrainer::Restore(const Assignment& assignment, Run
   return manifest->step();
 }
 
+absl::StatusOr<int64_t> EngineTrainer::Restore(const Assignment& assignment, Run* run,
+                                               Run* source) {
+  const v1::RecoveryPlan& plan = assignment.recovery;
+  if (plan.kind() != v1::RECOVERY_KIND_PEER) {
+    return RestoreFromCheckpoint(assignment, run,
+                                 plan.kind() == v1::RECOVERY_KIND_CHECKPOINT
+                                     ? std::optional<int64_t>(plan.checkpoint_step())
+                                     : std::nullopt);
+  }
+  const absl::Time start = absl::Now();
+  // What this worker serves, from its memory of the source generation.
+  std::optional<checkpoint::SourceState> serving;
+  if (source != nullptr && source->session != nullptr) {
+    ASSIGN_OR_RETURN(train::StateVersions::View view,
+                     source->session->runner().versions().Version(plan.step()));
+    checkpoint::SourceState s;
+    s.table = &source->session->model().table();
+    s.rank = source->coordinates.rank();
+    s.layout = source->layout;
+    s.params = view.params;
+    s.adam_m = view.adam_m;
+    s.adam_v = view.adam_v;
+    s.optimizer = source->optimizer;
+    for (const auto& mirror : view.mirrors) {
+      s.mirrors.push_back({mirror.adam_m, mirror.adam_v, {mirror.begin, mirror.end}});
+    }
+    serving = std::move(s);
+  }
+  std::optional<checkpoint::DestinationState> destination;
+  if (run->session != nullptr) {
+    train::TrainingSession& session = *run->session;
+    destination = checkpoint::DestinationState{
+        &session.model().table(),
+        checkpoint::StateBuffers{session.model().params(), session.runner().adam_m(),
+                                 session.runner().adam_v(), run->optimizer}};
+  }
+  const model::GptConfig& model = run->session != nullptr ? run->session->config().model
+                                                          : source->session->config().model;
+  const std::vector<checkpoint::Transfer> transfers =
+      checkpoint::PlanTransfers(model, plan, run->layout, kTransferElements);
+  const std::vector<std::vector<int>> rounds = checkpoint::ScheduleRounds(transfers);
+  checkpoint::TransferStats stats;
+  if (run->world == nullptr && run->participants > 1) {
+    return absl::InternalError("a peer recovery without a transfer communicator");
+  }
+  RETURN_IF_ERROR(checkpoint::RunTransfers(run->world.get(), run->participant, transfers, rounds,
+                                           serving ? &*serving : nullptr,
+                                           destination ? &*destination : nullptr,
+                                           options_.collective_timeout, &stats));
+  LOG(INFO) << "job " << assignment.job_id << " generation " << assignment.generation
+            << (run->session != nullptr ? " resumes" : " donated") << " at step " << plan.step()
+            << " from peers (generation " << plan.source_generation() << "'s memory): received "
+            << stats.received_bytes << " bytes, sent " << stats.sent_bytes << ", copied "
+            << stats.copied_bytes << " locally, " << stats.rounds << " rounds in "
+            << absl::FormatDuration(absl::Trunc(absl::Now() - start, absl::Milliseconds(1)));
+  return plan.step();
+}
+
+EngineTrainer::Run* EngineTrainer::HeldRunLocked(uint64_t generation) {
+  for (Run* run : {run_.get(), previous_.get()}) {
+    if (run != nullptr && run->generation.value() == generation && run->session != nullptr) {
+      return run;
+    }
+  }
+  return nullptr;
+}
+
+std::vector<v1::HeldState> EngineTrainer::HeldStatesLocked() const {
+  std::vector<v1::HeldState> held;
+  for (const Run* run : {run_.get(), previous_.get()}) {
+    if (run == nullptr || run->session == nullptr) continue;
+    const int64_t newest = run->session->runner().versions().newest();
+    if (newest < 0) continue;
+    v1::HeldState state;
+    state.set_generation(run->generation.value());
+    state.set_step(newest);
+    held.push_back(state);
+  }
+  return held;
+}
+
 absl::Status EngineTrainer::Prepare(const Assignment& assignment) {
-  {
-    absl::MutexLock lock(&mu_);
-    StopLocked();
-    cancelled_ = false;
-  }
-  {
-    absl::MutexLock lock(&progress_mu_);
-    progress_ = TrainingProgress{};
-  }
-  absl::StatusOr<std::unique_ptr<Run>> built = Build(assignment);
   absl::MutexLock lock(&mu_);
-  if (cancelled_) return absl::CancelledError("trainer stopped during Prepare");
-  if (!built.ok()) return built.status();
-  run_ = std::move(*built);
-  Run* run = run_.get();
+  SuspendLocked();
+  cancelled_ = false;
   {
     absl::MutexLock progress_lock(&progress_mu_);
-    progress_.step = Step(run->start_step);
+    progress_ = TrainingProgress{};
   }
-  run->thread = std::thread([this, run] { Train(run); });
+  // The generation the plan takes state from must stay until this one
+  // has trained; everything else can go.
+  const bool peer = assignment.recovery.kind() == v1::RECOVERY_KIND_PEER;
+  Run* source = peer ? HeldRunLocked(assignment.recovery.source_generation()) : nullptr;
+  absl::StatusOr<std::unique_ptr<Run>> built = Build(assignment);
+  if (!built.ok()) return built.status();
+  std::unique_ptr<Run> run = *std::move(built);
+  {
+    absl::MutexLock building(&building_mu_);
+    building_ = run.get();
+  }
+  absl::StatusOr<int64_t> start = Restore(assignment, run.get(), source);
+  absl::Status mirrored;
+  if (start.ok()) {
+    train::StateVersions& versions = run->session->runner().versions();
+    versions.SetCurrent(*start);
+    // The new layout's mirrors, from the restored moments.
+    mirrored = versions.ExchangeMirrors(run->session->data_parallel().group(),
+                                        options_.collective_timeout);
+  }
+  {
+    absl::MutexLock building(&building_mu_);
+    building_ = nullptr;
+  }
+  if (cancelled_) return absl::CancelledError("trainer interrupted during Prepare");
+  if (!start.ok()) return start.status();
+  if (!mirrored.ok()) return mirrored;
+  run->start_step = *start;
+  if (run->checkpoint_interval > 0) {
+    checkpoint::CheckpointWriterOptions writer;
+    writer.job_id = assignment.job_id.value();
+    writer.generation = assignment.generation;
+    writer.writer = static_cast<uint32_t>(assignment.coordinates.rank());
+    writer.position = checkpoint::PositionOf(run->layout, assignment.coordinates.rank());
+    writer.zero1 = run->layout.zero1;
+    writer.upload_timeout = options_.checkpoint_timeout;
+    if (checkpoint_metrics_ != nullptr) {
+      writer.on_result = [metrics = checkpoint_metrics_.get()](
+                             const checkpoint::UploadResult& r) { metrics->Uploaded(r); };
+    }
+    run->writer = std::make_unique<checkpoint::CheckpointWriter>(
+        run->checkpoints.get(), run->session->config().model, run->session->model().table(),
+        std::move(writer));
+  }
+  // Keep the source generation (if it is not this one) until this one has
+  // trained a step; drop anything else.
+  std::unique_ptr<Run> keep;
+  if (source == run_.get()) keep = std::move(run_);
+  if (source == previous_.get()) keep = std::move(previous_);
+  run_.reset();
+  previous_ = std::move(keep);
+  run_ = std::move(run);
+  {
+    absl::MutexLock progress_lock(&progress_mu_);
+    progress_.step = Step(run_->start_step);
+  }
+  Run* training = run_.get();
+  training->thread = std::thread([this, training] { Train(training); });
   return absl::OkStatus();
+}
+
+absl::Status EngineTrainer::Donate(const Assignment& assignment) {
+  absl::MutexLock lock(&mu_);
+  SuspendLocked();
+  cancelled_ = false;
+  Run* source = HeldRunLocked(assignment.recovery.source_generation());
+  absl::Status donated = [&]() -> absl::Status {
+    if (assignment.recovery.kind() != v1::RECOVERY_KIND_PEER) return absl::OkStatus();
+    if (source == nullptr) {
+      return absl::FailedPreconditionError(absl::StrCat(
+          "no state of generation ", assignment.recovery.source_generation(), " to donate"));
+    }
+    ASSIGN_OR_RETURN(std::unique_ptr<Run> run, Build(assignment));
+    {
+      absl::MutexLock building(&building_mu_);
+      building_ = run.get();
+    }
+    absl::StatusOr<int64_t> served = Restore(assignment, run.get(), source);
+    {
+      absl::MutexLock building(&building_mu_);
+      building_ = nullptr;
+    }
+    return served.status();
+  }();
+  StopLocked();  // a donor keeps nothing
+  return donated;
 }
 
 void EngineTrainer::Train(Run* run) {
@@ -220,16 +443,28 @@ void EngineTrainer::Train(Run* run) {
     absl::StatusOr<train::StepResult> result = session.RunStep(Step(s));
     if (!result.ok()) {
       if (run->stop.load() || absl::IsAborted(result.status())) return;
-      if (absl::IsUnavailable(result.status())) {
+      if (absl::IsUnavailable(result.status()) || absl::IsDeadlineExceeded(result.status())) {
         LOG(WARNING) << "job " << run->job_id << " generation " << run->generation << " step "
-                     << s << ": " << result.status()
-                     << "; waiting for the coordinator to reconfigure";
+                     << s << ": " << result.status() << "; state kept for the next generation";
+        if (options_.on_suspended) {
+          std::vector<v1::HeldState> held;
+          const int64_t newest = session.runner().versions().newest();
+          if (newest >= 0) {
+            v1::HeldState state;
+            state.set_generation(run->generation.value());
+            state.set_step(newest);
+            held.push_back(state);
+          }
+          options_.on_suspended(run->job_id, run->generation, held,
+                                std::string(result.status().message()));
+        }
         return;
       }
       LOG(ERROR) << "job " << run->job_id << " step " << s << " failed: " << result.status();
       if (options_.on_finished) options_.on_finished(run->job_id, run->generation, result.status());
       return;
     }
+    run->trained = true;
     const double seconds = std::max(1e-9, absl::ToDoubleSeconds(absl::Now() - begin));
     const int64_t done = s + 1;
     if (run->loss_log != nullptr) {
@@ -278,23 +513,48 @@ void EngineTrainer::Train(Run* run) {
   if (options_.on_finished) options_.on_finished(run->job_id, run->generation, absl::OkStatus());
 }
 
-void EngineTrainer::Stop() {
+std::vector<v1::HeldState> EngineTrainer::Suspend() {
+  absl::MutexLock lock(&mu_);
+  SuspendLocked();
+  return HeldStatesLocked();
+}
+
+void EngineTrainer::SuspendLocked() {
+  if (run_ == nullptr) return;
+  run_->stop = true;
+  run_->Abort(absl::AbortedError("trainer suspended"));
+  if (run_->thread.joinable()) run_->thread.join();
+  // Once the current generation has trained, the older state is obsolete.
+  if (run_->trained) previous_.reset();
+}
+
+void EngineTrainer::Interrupt() {
   cancelled_ = true;
+  absl::MutexLock lock(&building_mu_);
+  if (building_ != nullptr) building_->Abort(absl::CancelledError("trainer interrupted"));
+}
+
+void EngineTrainer::Stop() {
+  Interrupt();
   absl::MutexLock lock(&mu_);
   StopLocked();
 }
 
 void EngineTrainer::StopLocked() {
-  if (run_ == nullptr) return;
-  run_->stop = true;
-  run_->communicators.Abort(absl::AbortedError("trainer stopped"));
-  if (run_->thread.joinable()) run_->thread.join();
+  if (run_ != nullptr) {
+    run_->stop = true;
+    run_->Abort(absl::AbortedError("trainer stopped"));
+    if (run_->thread.joinable()) run_->thread.join();
+  }
   run_.reset();
+  previous_.reset();
 }
 
 TrainingProgress EngineTrainer::progress() const {
   absl::MutexLock lock(&progress_mu_);
-  return progress_;
+  TrainingProgress progress = progress_;
+  progress.waiting_for_peers = in_collective_.load() > 0;
+  return progress;
 }
 
 }  // namespace cohort::worker

@@ -1,36 +1,46 @@
 #pragma once
-// EngineTrainer: the worker's Trainer that really trains. Prepare builds,
-// for the assignment's generation, the communicators (UCX context over the
-// whole mesh, bootstrapped through the coordinator's KeyValue service scoped
-// to (job, generation); one communicator per mesh axis group in use) and a
-// TrainingSession, restores the newest committed checkpoint (the job's own,
-// else the one checkpoint.resume_from_job names) re-sharded to this rank's
-// layout, then starts a training thread that runs steps until the job's
-// step count, reporting progress, and tells the agent when it ends.
+// EngineTrainer: the worker's Trainer that really trains. For each
+// generation of a job it builds the communicators (one UCX context over the
+// generation's participants, bootstrapped through the coordinator's
+// KeyValue service under (job, generation); one communicator per mesh axis
+// group, plus one over every participant for state transfers), a
+// TrainingSession for the rank's layout, then gets the state the
+// generation's recovery plan names and trains from its step:
+//
+//   PEER        from the previous generation's members' memory (this
+//               worker's own included), box by box over UCX
+//               (worker/checkpoint/state_transfer.h), into any layout
+//   CHECKPOINT  from the checkpoint the plan names, re-sharded
+//   NONE        the job's newest checkpoint if any, else
+//               checkpoint.resume_from_job's, else the initial weights
+//
+// State kept for peer recovery: every step keeps its previous version and,
+// with ZeRO-1, mirrors of the neighbours' optimizer shards (train/
+// state_versions.h). A generation's session stays in memory after a
+// Suspend, and the previous generation's is kept until the new one has
+// completed a step, so a failure during a recovery can still be recovered
+// from the older state.
 //
 // Checkpoints. With checkpoint.interval_steps = N > 0, after every N-th step
 // and after the last one, the rank snapshots its share of the state and
 // uploads it in the background (worker/checkpoint/checkpoint_writer.h); the
-// training loop is blocked only for the copy (and for the previous upload,
-// if it is still running). The final upload ends before the run reports
-// completion.
+// final upload ends before the run reports completion.
 //
 // How a run ends:
 //   all steps done              on_finished(OK)         -> COMPLETED
-//   a peer died (Unavailable)   nothing: the coordinator notices the death
-//                               and sends Reconfigure (a new Prepare) or Stop
-//   Stop()/a new Prepare        nothing (Aborted is expected)
+//   a peer died (Unavailable)   on_suspended(held states): the coordinator
+//                               suspends the others and re-plans
+//   Suspend/Stop/a new Prepare  nothing (Aborted is expected)
 //   anything else               on_finished(error)      -> FAILED
 //
-// Thread-safe, per the Trainer contract: Prepare and Stop from the agent's
-// command thread, Stop also from its run thread (possibly during Prepare,
-// which then gives up with Cancelled), progress() from any thread.
+// Thread-safe, per the Trainer contract.
 
 #include <atomic>
 #include <functional>
 #include <memory>
 #include <string>
 #include <thread>
+#include <vector>
 
 #include "absl/base/thread_annotations.h"
 #include "absl/synchronization/mutex.h"
@@ -51,17 +61,21 @@ struct EngineTrainerOptions {
   int num_threads = 0;
   // Bound on building the communicators (all peers must publish).
   absl::Duration bootstrap_timeout = absl::Seconds(120);
-  // Bound on each collective of a step.
+  // Bound on each collective of a step, and on each round of a state transfer.
   absl::Duration collective_timeout = absl::Seconds(60);
   // Bound on restoring from a checkpoint, and on each upload.
   absl::Duration checkpoint_timeout = absl::Minutes(10);
   // Called from the training thread when a run ends on its own (see above).
   std::function<void(const JobId&, Generation, const absl::Status&)> on_finished;
+  // Called from the training thread when a peer failed mid-step.
+  std::function<void(const JobId&, Generation, const std::vector<v1::HeldState>&,
+                     const std::string&)>
+      on_suspended;
   // Makes the bootstrap KvClient for a scope; default: the coordinator's.
   std::function<std::unique_ptr<comm::KvClient>(const comm::KvScopeRef&)> kv_factory;
   // Makes the checkpoint client; default: gRPC to `coordinator`.
   std::function<std::unique_ptr<checkpoint::CheckpointClient>()> checkpoint_factory;
-  // Where the checkpoint metrics go (none when null).
+  // Where the checkpoint and recovery metrics go (none when null).
   std::shared_ptr<prometheus::Registry> registry;
   // When set, one line per completed step is appended to this file:
   //   job <id> generation <g> step <s> loss <loss as %a>
@@ -78,9 +92,13 @@ class EngineTrainer : public Trainer {
   // GPU jobs), the data's (NotFound, DataLoss), the bootstrap's
   // (DeadlineExceeded when peers never show up, Aborted when the generation
   // ends first), the restore's (FailedPrecondition for a checkpoint of
-  // another model or a missing resume_from checkpoint, DataLoss for a
-  // corrupt one), Cancelled when Stop() interrupts it.
+  // another model or a missing resume_from checkpoint or peer state,
+  // DataLoss for a corrupt checkpoint, Unavailable when a peer died during
+  // the transfer), Cancelled when Stop() or Interrupt() interrupts it.
   absl::Status Prepare(const Assignment& assignment) override;
+  std::vector<v1::HeldState> Suspend() override;
+  void Interrupt() override;
+  absl::Status Donate(const Assignment& assignment) override;
   void Stop() override;
   TrainingProgress progress() const override;
 
@@ -88,19 +106,32 @@ class EngineTrainer : public Trainer {
   // One generation's resources; destroyed in reverse order.
   struct Run;
 
+  // Communicators and (members) the session of `assignment`.
   absl::StatusOr<std::unique_ptr<Run>> Build(const Assignment& assignment);
-  // Loads the newest committed checkpoint that applies into the run's
-  // session; returns the step to resume at (0: none).
-  absl::StatusOr<int64_t> Restore(const Assignment& assignment, Run* run);
+  // Loads the state the plan names into the run's session; returns the step
+  // to resume at.
+  absl::StatusOr<int64_t> Restore(const Assignment& assignment, Run* run, Run* source);
+  absl::StatusOr<int64_t> RestoreFromCheckpoint(const Assignment& assignment, Run* run,
+                                                std::optional<int64_t> step);
+  // The held run whose state is of `generation`, or null.
+  Run* HeldRunLocked(uint64_t generation) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  std::vector<v1::HeldState> HeldStatesLocked() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void Train(Run* run);
+  // Stops the current run's training thread, keeping its state.
+  void SuspendLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void StopLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
   const EngineTrainerOptions options_;
   std::unique_ptr<checkpoint::CheckpointMetrics> checkpoint_metrics_;
   std::atomic<bool> cancelled_{false};
+  std::atomic<int> in_collective_{0};
 
-  absl::Mutex mu_;  // Prepare/Stop
-  std::unique_ptr<Run> run_ ABSL_GUARDED_BY(mu_);
+  absl::Mutex mu_;  // Prepare/Suspend/Donate/Stop
+  std::unique_ptr<Run> run_ ABSL_GUARDED_BY(mu_);       // the current generation
+  std::unique_ptr<Run> previous_ ABSL_GUARDED_BY(mu_);  // kept until run_ trains a step
+
+  absl::Mutex building_mu_;  // never held while waiting on mu_
+  Run* building_ ABSL_GUARDED_BY(building_mu_) = nullptr;
 
   mutable absl::Mutex progress_mu_;
   TrainingProgress progress_ ABSL_GUARDED_BY(progress_mu_);

@@ -8,6 +8,12 @@ absl::Status IdleTrainer::Prepare(const Assignment& assignment) {
   return absl::OkStatus();
 }
 
+absl::Status IdleTrainer::Donate(const Assignment& assignment) {
+  absl::MutexLock lock(&mu_);
+  current_.reset();
+  return absl::OkStatus();
+}
+
 void IdleTrainer::Stop() {
   absl::MutexLock lock(&mu_);
   current_.reset();

@@ -1,8 +1,8 @@
 #pragma once
-// IdleTrainer: accepts assignments, reports them ready and does no work.
-// Training lands with the GPT engine issue; until then this is the only
-// Trainer, so a worker joins meshes and follows commands but its step stays 0
-// and it reports no loss.
+// IdleTrainer: accepts assignments, reports them ready and does no work
+// (`cohort-worker --trainer idle`): a worker joins meshes and follows
+// commands, holds no state, its step stays 0 and it reports no loss. For
+// control-plane tests and failure drills.
 
 #include <optional>
 
@@ -17,6 +17,11 @@ class IdleTrainer : public Trainer {
  public:
   // Always OK: there is nothing to set up.
   absl::Status Prepare(const Assignment& assignment) override;
+  // Nothing is held.
+  std::vector<v1::HeldState> Suspend() override { return {}; }
+  void Interrupt() override {}
+  // Nothing to serve; drops the assignment.
+  absl::Status Donate(const Assignment& assignment) override;
   void Stop() override;
   // Always step 0, no loss.
   TrainingProgress progress() const override { return TrainingProgress{}; }

@@ -4,9 +4,11 @@
 // the trainer owns the work.
 
 #include <optional>
+#include <vector>
 
 #include "absl/status/status.h"
 #include "cohort/v1/job.pb.h"
+#include "cohort/v1/workers.pb.h"
 #include "common/ids.h"
 
 namespace cohort::worker {
@@ -17,7 +19,12 @@ struct Assignment {
   Generation generation;
   v1::JobSpec spec;  // from the Assign; a Reconfigure keeps the held spec
   v1::Mesh mesh;
-  v1::MeshCoordinates coordinates;  // this worker's place in `mesh`
+  v1::MeshCoordinates coordinates;  // this worker's place in `mesh` (members)
+  v1::RecoveryPlan recovery;        // where the generation's state comes from
+  bool donor = false;               // serves state to `mesh`, is not in it
+  // This worker's index among the transfer's participants: its rank in
+  // `mesh`, or (donors) the mesh size plus its index in recovery.donors.
+  int participant = 0;
 };
 
 // What the trainer has done so far for the current assignment.
@@ -26,11 +33,13 @@ struct TrainingProgress {
   std::optional<double> loss;  // loss of the last step; absent before the first
   double tokens_per_second = 0;
   double step_time_seconds = 0;
+  bool waiting_for_peers = false;  // inside a collective right now
 };
 
-// Implementations must be thread-safe: the agent calls Prepare and Stop from
-// its command thread, progress() from its heartbeat thread, and Stop from its
-// run thread at shutdown (possibly while Prepare is in flight).
+// Implementations must be thread-safe: the agent calls Prepare, Suspend,
+// Donate and Stop from its command thread, progress() from its heartbeat
+// thread, Interrupt from its reader thread, and Stop from its run thread at
+// shutdown (possibly while Prepare is in flight).
 class Trainer {
  public:
   virtual ~Trainer() = default;
@@ -41,7 +50,22 @@ class Trainer {
   // (with a message an operator can act on) if it cannot, in which case the
   // trainer holds nothing. Must give up promptly (Cancelled) when Stop is
   // called concurrently.
+  // An error that means a peer or the coordinator went away (Unavailable,
+  // Aborted, Cancelled, DeadlineExceeded) leaves the state held before the
+  // call untouched, to be reported by the next Suspend.
   virtual absl::Status Prepare(const Assignment& assignment) = 0;
+
+  // Stops training the current generation but keeps its state in memory;
+  // returns the consistent states held, newest first (empty: none).
+  virtual std::vector<v1::HeldState> Suspend() = 0;
+
+  // Makes an in-flight Prepare or Donate give up promptly (Cancelled), so a
+  // Suspend or Stop that just arrived can run. From any thread.
+  virtual void Interrupt() = 0;
+
+  // As a donor of `assignment` (assignment.donor): serves this worker's
+  // pieces of the held state to the new mesh, then drops all state.
+  virtual absl::Status Donate(const Assignment& assignment) = 0;
 
   // Stops all work on the current assignment and releases it. Idempotent;
   // a no-op when nothing is held.

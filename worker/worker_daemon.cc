@@ -65,6 +65,11 @@ absl::StatusOr<std::unique_ptr<WorkerDaemon>> WorkerDaemon::Create(const WorkerC
     engine.loss_log = config.loss_log;
     // The agent exists before any Prepare can start training.
     WorkerDaemon* self = daemon.get();
+    engine.on_suspended = [self](const JobId& job, Generation generation,
+                                 const std::vector<v1::HeldState>& held,
+                                 const std::string& reason) {
+      self->agent_->ReportSuspended(job, generation, held, reason);
+    };
     engine.on_finished = [self](const JobId& job, Generation generation,
                                 const absl::Status& status) {
       self->agent_->ReportTrainingFinished(job, generation, status);

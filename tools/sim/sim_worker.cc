@@ -143,7 +143,15 @@ void SimWorker::OnReadDone(bool ok) {
           break;
         case v1::CoordinatorMessage::kReconfigure:
           ReplyStatus(incoming_.reconfigure().job_id(), incoming_.reconfigure().generation(),
-                      v1::ASSIGNMENT_STATE_READY, &actions);
+                      incoming_.reconfigure().role() == v1::RECONFIGURE_ROLE_DONOR
+                          ? v1::ASSIGNMENT_STATE_DONATED
+                          : v1::ASSIGNMENT_STATE_READY,
+                      &actions);
+          break;
+        case v1::CoordinatorMessage::kSuspend:
+          // A simulated worker holds no state.
+          ReplyStatus(incoming_.suspend().job_id(), incoming_.suspend().generation(),
+                      v1::ASSIGNMENT_STATE_SUSPENDED, &actions);
           break;
         case v1::CoordinatorMessage::kStop:
           ReplyStatus(incoming_.stop().job_id(), incoming_.stop().generation(),

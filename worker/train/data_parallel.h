@@ -67,6 +67,8 @@ class DataParallel {
   size_t update_begin() const { return update_begin_; }
   size_t update_end() const { return update_end_; }
   size_t shard_size() const { return shard_; }
+  // The data group (null with a single replica).
+  comm::Communicator* group() const { return group_; }
 
   // Sums `grads` (num_params floats) over the group. Under ZeRO-1 only
   // [update_begin, update_end) holds the sum afterwards; the rest is stale.

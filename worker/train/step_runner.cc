@@ -88,6 +88,10 @@ StepRunner::StepRunner(const TrainingConfig& config, model::GptModel* model,
   v_.assign(own, 0.0f);
   decay_ranges_ = WeightDecayRanges(model->table(), data_parallel->update_begin(),
                                     data_parallel->update_end());
+  versions_ = std::make_unique<StateVersions>(
+      model, m_.data(), v_.data(), data_parallel->update_begin(), data_parallel->update_end(),
+      data_parallel->dp(), data_parallel->rank(), data_parallel->zero1(), options.state_versions);
+  versions_->SetCurrent(0);  // the initial weights; a restore moves it
 }
 
 absl::Status StepRunner::FlushSend() {
@@ -263,8 +267,12 @@ absl::StatusOr<StepResult> StepRunner::Run(Step step) {
   slice.v = v_.data();
   slice.begin = begin;
   slice.count = count;
+  // From here the state changes: keep the version it had.
+  versions_->BeforeUpdate(step.value());
   RETURN_IF_ERROR(AdamWUpdate(adamw, slice, decay_ranges_, lr, step.value() + 1));
   RETURN_IF_ERROR(data_parallel_->GatherParameters(model_->params()));
+  RETURN_IF_ERROR(versions_->ExchangeMirrors(data_parallel_->group(), options_.timeout));
+  versions_->AfterUpdate(step.value() + 1);
 
   StepResult result;
   result.loss = loss;

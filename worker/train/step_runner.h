@@ -55,6 +55,7 @@
 #include "worker/train/data_parallel.h"
 #include "worker/train/grad_norm_plan.h"
 #include "worker/train/pipeline_schedule.h"
+#include "worker/train/state_versions.h"
 #include "worker/train/training_config.h"
 
 namespace cohort::train {
@@ -80,6 +81,8 @@ struct StepRunnerOptions {
   // How the tied wte's parts are added (see above); unset: per micro-batch
   // without pipeline parallelism, once per step with it (which it requires).
   std::optional<bool> tie_per_micro_batch;
+  // What the rank keeps for peer recovery (state_versions.h).
+  StateVersionOptions state_versions;
   // Called (if set) with the summed gradient of each step before clipping:
   // the model's num_params floats, valid in [begin, end) (the own ZeRO-1
   // shard, or everything). For tests and debugging.
@@ -111,6 +114,9 @@ class StepRunner {
   // AdamW's first and second moments of the own update range
   // [data_parallel.update_begin(), update_end()), zero before the first
   // step: what checkpoints save and restore.
+  // The rank's consistent versions (current and previous) and mirrors.
+  StateVersions& versions() { return *versions_; }
+  const StateVersions& versions() const { return *versions_; }
   float* adam_m() { return m_.data(); }
   float* adam_v() { return v_.data(); }
   const float* adam_m() const { return m_.data(); }
@@ -162,6 +168,7 @@ class StepRunner {
   std::vector<float> m_;                // AdamW state for the own update range
   std::vector<float> v_;
   std::vector<DecayRange> decay_ranges_;
+  std::unique_ptr<StateVersions> versions_;
   std::optional<PendingSend> pending_;
   absl::Duration last_pipeline_wait_;
 };

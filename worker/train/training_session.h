@@ -40,6 +40,8 @@ struct TrainingSessionOptions {
   std::optional<bool> tie_per_micro_batch;
   // StepRunnerOptions::gradient_observer.
   GradientObserver gradient_observer;
+  // StepRunnerOptions::state_versions.
+  StateVersionOptions state_versions;
 };
 
 // This rank's communicators, one per mesh axis; each may be null where its

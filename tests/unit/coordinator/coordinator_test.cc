@@ -87,6 +87,17 @@ class CoordinatorTest : public ::testing::Test {
     return coordinator_->OnWorkerMessage(WorkerId(id), message);
   }
 
+  // The worker answers a Suspend of `job`'s current generation.
+  absl::Status Suspended(const std::string& id, uint64_t incarnation, const v1::Job& job) {
+    v1::WorkerMessage message;
+    message.set_incarnation(incarnation);
+    v1::AssignmentStatus* status = message.mutable_status();
+    status->set_job_id(job.job_id());
+    status->set_generation(coordinator_->GetJob(JobId(job.job_id()))->generation());
+    status->set_state(v1::ASSIGNMENT_STATE_SUSPENDED);
+    return coordinator_->OnWorkerMessage(WorkerId(id), message);
+  }
+
   v1::Job SubmitRunningJob() {
     v1::SubmitJobRequest request;
     *request.mutable_spec() = testing::SmallJobSpec("kv", 2, 2, 2);
@@ -150,6 +161,12 @@ TEST_F(CoordinatorTest, MissedHeartbeatsLoseTheWorkerAndReplanItsJob) {
   for (const auto& w : workers) {
     EXPECT_EQ(w.state() == v1::WORKER_STATE_LOST, w.worker_id() == "w1") << w.worker_id();
   }
+  // The survivor is suspended first; the new generation follows its answer.
+  bool suspended = false;
+  for (const auto& m : s0->Take()) suspended |= m.has_suspend();
+  EXPECT_TRUE(suspended);
+  EXPECT_EQ(coordinator_->GetJob(JobId(job->job_id()))->generation(), 1u);
+  ASSERT_TRUE(Suspended("w0", 1, *job).ok());
   auto after = coordinator_->GetJob(JobId(job->job_id()));
   ASSERT_TRUE(after.ok());
   EXPECT_EQ(after->generation(), 2u);
@@ -203,6 +220,7 @@ TEST_F(CoordinatorTest, KeyValueIsFencedByGeneration) {
                           [&](absl::StatusOr<std::string> v) { waited = std::move(v); });
   EXPECT_EQ(waited.status().code(), absl::StatusCode::kUnknown);  // still parked
   coordinator_->Detach(WorkerId("w1"), Incarnation(2));
+  ASSERT_TRUE(Suspended("w0", 1, job).ok());
   ASSERT_EQ(coordinator_->GetJob(JobId(job.job_id()))->generation(), job.generation() + 1);
   EXPECT_EQ(waited.status().code(), absl::StatusCode::kAborted);
   EXPECT_EQ(coordinator_->KvGet(current, "ucx/0").status().code(), absl::StatusCode::kAborted);

@@ -29,6 +29,16 @@ v1::Hello Hello(const std::string& id, const std::string& host, int index, uint6
   return hello;
 }
 
+// The Hello of a member re-attaching with its place in `job`.
+v1::Hello HelloHolding(const v1::MeshMember& member, const v1::Job& job) {
+  v1::Hello hello = Hello(member.worker_id(), member.host(), member.device_index(),
+                          member.incarnation());
+  hello.mutable_held()->set_job_id(job.job_id());
+  hello.mutable_held()->set_generation(job.generation());
+  *hello.mutable_held()->mutable_coordinates() = member.coordinates();
+  return hello;
+}
+
 // Messages of one kind sent to `worker`.
 std::vector<v1::CoordinatorMessage> MessagesTo(const Effects& effects, const std::string& worker,
                                                v1::CoordinatorMessage::KindCase kind) {
@@ -51,8 +61,12 @@ class JobManagerTest : public ::testing::Test {
 
   void Reset() {
     membership_ = std::make_unique<MembershipTable>(MembershipTable::Options{});
-    jobs_ = std::make_unique<JobManager>(JobManager::Options{.readopt_grace = absl::Seconds(10)},
-                                         membership_.get(), &store_);
+    JobManager::Options options;
+    options.readopt_grace = absl::Seconds(10);
+    options.suspend_timeout = absl::Seconds(5);
+    options.hang_timeout_floor = absl::Seconds(30);
+    options.latest_checkpoint = [this](const JobId&) { return checkpoint_step_; };
+    jobs_ = std::make_unique<JobManager>(std::move(options), membership_.get(), &store_);
   }
 
   // Joins a worker as the Coordinator does: membership first, then the manager.
@@ -104,11 +118,47 @@ class JobManagerTest : public ::testing::Test {
 
   v1::Job Get(const v1::Job& job) { return *jobs_->Get(JobId(job.job_id())); }
 
+  // Every current member of `job` answers its Suspend, holding the live
+  // state at `step` (none when step < 0). Returns the effects of all answers.
+  Effects SuspendAll(const v1::Job& job, int64_t step) {
+    const v1::Job current = Get(job);
+    Effects effects;
+    for (const auto& member : current.mesh().members()) {
+      EXPECT_TRUE(Suspended(member.worker_id(), current, step, &effects).ok());
+    }
+    return effects;
+  }
+  absl::Status Suspended(const std::string& worker, const v1::Job& job, int64_t step,
+                         Effects* effects) {
+    v1::AssignmentStatus status;
+    status.set_job_id(job.job_id());
+    status.set_generation(job.generation());
+    status.set_state(v1::ASSIGNMENT_STATE_SUSPENDED);
+    if (step >= 0 && job.live_state().generation() != 0) {
+      v1::HeldState* held = status.add_held_states();
+      held->set_generation(job.live_state().generation());
+      held->set_step(step);
+    }
+    return jobs_->OnAssignmentStatus(WorkerId(worker), status, now_, effects);
+  }
+
+  void Heartbeat(const std::string& worker, const v1::Job& job, int64_t step, bool waiting,
+                 Effects* effects) {
+    v1::Heartbeat heartbeat;
+    heartbeat.set_job_id(job.job_id());
+    heartbeat.set_generation(job.generation());
+    heartbeat.mutable_progress()->set_step(step);
+    heartbeat.mutable_progress()->set_step_time_seconds(0.1);
+    heartbeat.mutable_progress()->set_waiting_for_peers(waiting);
+    jobs_->OnProgress(WorkerId(worker), heartbeat, now_, effects);
+  }
+
   InMemoryJobStore store_;
   std::unique_ptr<MembershipTable> membership_;
   std::unique_ptr<JobManager> jobs_;
   absl::Time now_ = kT0;
   uint64_t next_incarnation_ = 100;
+  std::optional<int64_t> checkpoint_step_;
 };
 
 TEST_F(JobManagerTest, InvalidSpecIsRefusedWithFieldMessage) {
@@ -177,13 +227,25 @@ TEST_F(JobManagerTest, LostWorkerBumpsGenerationAndReconfiguresSurvivors) {
   ASSERT_EQ(job.mesh().members_size(), 4);
   const std::string victim = job.mesh().members(3).worker_id();
 
-  Effects effects = Lose(victim);
+  // Phase 1: the survivors are asked to suspend; no new generation yet.
+  Effects suspend = Lose(victim);
+  EXPECT_EQ(CountKind(suspend, v1::CoordinatorMessage::kSuspend), 3);
+  EXPECT_EQ(CountKind(suspend, v1::CoordinatorMessage::kReconfigure), 0);
+  EXPECT_EQ(Get(job).generation(), 1u);
+  EXPECT_EQ(Get(job).state(), v1::JOB_STATE_RECONFIGURING);
+  EXPECT_THAT(Get(job).message(), HasSubstr(victim));
+
+  // Phase 2 once every survivor answered with the state it holds.
+  Effects effects = SuspendAll(job, /*step=*/12);
   v1::Job after = Get(job);
   EXPECT_EQ(after.generation(), 2u);
   EXPECT_EQ(after.state(), v1::JOB_STATE_RECONFIGURING);
-  EXPECT_THAT(after.message(), HasSubstr(victim));
   // 3 survivors with tp 2 and 8 micro-batches: dp 1, so 2 workers remain.
   ASSERT_EQ(after.mesh().members_size(), 2);
+  // Without ZeRO-1 every replica holds everything: resume from peers at 12.
+  EXPECT_EQ(after.recovery().kind(), v1::RECOVERY_KIND_PEER);
+  EXPECT_EQ(after.recovery().step(), 12);
+  EXPECT_EQ(after.recovery().donors_size(), 0);
   EXPECT_EQ(CountKind(effects, v1::CoordinatorMessage::kReconfigure), 2);
   EXPECT_EQ(CountKind(effects, v1::CoordinatorMessage::kStop), 1);
   for (const auto& member : after.mesh().members()) {
@@ -212,7 +274,8 @@ TEST_F(JobManagerTest, SurvivorsKeepTheirCoordinatesWhenASpareFillsTheHole) {
   EXPECT_EQ(Get(job).generation(), 1u);
   const auto before = job.mesh();
   const std::string victim = before.members(1).worker_id();
-  Effects effects = Lose(victim);
+  Lose(victim);
+  Effects effects = SuspendAll(job, /*step=*/0);
   v1::Job after = Get(job);
   EXPECT_EQ(after.generation(), 2u);
   ASSERT_EQ(after.mesh().members_size(), 4);
@@ -232,6 +295,7 @@ TEST_F(JobManagerTest, TooFewSurvivorsWaitThenResumeWhenAWorkerJoins) {
   for (int i = 0; i < 4; ++i) Join(absl::StrCat("w", i), "h", i);
   v1::Job job = Submit(Spec(2, 4, 4));
   Lose("w0");
+  SuspendAll(job, 0);
   v1::Job waiting = Get(job);
   EXPECT_EQ(waiting.state(), v1::JOB_STATE_RECONFIGURING);
   EXPECT_THAT(waiting.message(), HasSubstr("waiting for workers"));
@@ -251,17 +315,21 @@ TEST_F(JobManagerTest, JoiningWorkersGrowTheMeshTowardMax) {
   Join("w1", "h", 1);
   v1::Job job = Submit(Spec(2, 2, 4));
   EXPECT_EQ(Get(job).mesh().members_size(), 2);
-  Join("w2", "h", 2);  // 3 workers cannot form dp 1.5: no change
+  Effects none = Join("w2", "h", 2);  // 3 workers cannot form dp 1.5: no change
+  EXPECT_EQ(CountKind(none, v1::CoordinatorMessage::kSuspend), 0);
   EXPECT_EQ(Get(job).generation(), 1u);
-  Effects effects = Join("w3", "h", 3);
+  Effects suspend = Join("w3", "h", 3);
+  EXPECT_EQ(CountKind(suspend, v1::CoordinatorMessage::kSuspend), 2);
+  Effects effects = SuspendAll(job, 0);
   v1::Job grown = Get(job);
   EXPECT_EQ(grown.generation(), 2u);
   EXPECT_EQ(grown.mesh().members_size(), 4);
   EXPECT_EQ(grown.mesh().data_parallel(), 2);
   EXPECT_EQ(CountKind(effects, v1::CoordinatorMessage::kReconfigure), 2);
   EXPECT_EQ(CountKind(effects, v1::CoordinatorMessage::kAssign), 2);
-  Join("w4", "h", 4);
-  EXPECT_EQ(Get(job).generation(), 2u);  // at max
+  Effects at_max = Join("w4", "h", 4);
+  EXPECT_EQ(CountKind(at_max, v1::CoordinatorMessage::kSuspend), 0);
+  EXPECT_EQ(Get(job).generation(), 2u);
 }
 
 TEST_F(JobManagerTest, AWorkerBelongsToAtMostOneJobAndLaterJobsBackfill) {
@@ -335,8 +403,10 @@ TEST_F(JobManagerTest, ScaleValidatesAndShrinks) {
   EXPECT_EQ(bad.status().code(), absl::StatusCode::kInvalidArgument);
   absl::StatusOr<v1::Job> scaled = jobs_->Scale(JobId(job.job_id()), 2, 2, now_, &effects);
   ASSERT_TRUE(scaled.ok()) << scaled.status();
-  EXPECT_EQ(scaled->mesh().members_size(), 2);
-  EXPECT_EQ(scaled->generation(), 2u);
+  EXPECT_EQ(scaled->generation(), 1u);  // suspending first
+  SuspendAll(job, 0);
+  EXPECT_EQ(Get(job).mesh().members_size(), 2);
+  EXPECT_EQ(Get(job).generation(), 2u);
   EXPECT_EQ(membership_->CountInState(WorkerState::kIdle), 2);
 }
 
@@ -365,12 +435,7 @@ TEST_F(JobManagerTest, RestartReadoptsReturningWorkersWithoutReplan) {
   // Three come back holding their place; one never does.
   for (int i = 0; i < 3; ++i) {
     const auto& member = job.mesh().members(i);
-    v1::Hello hello = Hello(member.worker_id(), member.host(), member.device_index(),
-                            member.incarnation());
-    hello.mutable_held()->set_job_id(job.job_id());
-    hello.mutable_held()->set_generation(job.generation());
-    *hello.mutable_held()->mutable_coordinates() = member.coordinates();
-    Effects effects = JoinHello(hello);
+    Effects effects = JoinHello(HelloHolding(member, job));
     EXPECT_TRUE(effects.messages.empty());
   }
   EXPECT_EQ(Get(job).generation(), 1u);
@@ -388,6 +453,7 @@ TEST_F(JobManagerTest, RestartReasksReadoptedWorkersWhoseReadinessWasNotRecorded
   for (int i = 0; i < 4; ++i) Join(absl::StrCat("w", i), "h", i);
   v1::Job job = Submit(Spec(2, 2, 4));
   Lose(Get(job).mesh().members(3).worker_id());
+  SuspendAll(job, 0);
   v1::Job reconfiguring = Get(job);
   ASSERT_EQ(reconfiguring.state(), v1::JOB_STATE_RECONFIGURING);
   ASSERT_EQ(reconfiguring.mesh().members_size(), 2);
@@ -399,12 +465,7 @@ TEST_F(JobManagerTest, RestartReasksReadoptedWorkersWhoseReadinessWasNotRecorded
   Reset();
   ASSERT_TRUE(jobs_->Restore(now_).ok());
   for (const auto& member : reconfiguring.mesh().members()) {
-    v1::Hello hello = Hello(member.worker_id(), member.host(), member.device_index(),
-                            member.incarnation());
-    hello.mutable_held()->set_job_id(job.job_id());
-    hello.mutable_held()->set_generation(reconfiguring.generation());
-    *hello.mutable_held()->mutable_coordinates() = member.coordinates();
-    Effects effects = JoinHello(hello);
+    Effects effects = JoinHello(HelloHolding(member, reconfiguring));
     auto reconf = MessagesTo(effects, member.worker_id(), v1::CoordinatorMessage::kReconfigure);
     ASSERT_EQ(reconf.size(), 1u) << member.worker_id();
     EXPECT_EQ(reconf[0].reconfigure().generation(), reconfiguring.generation());
@@ -449,14 +510,256 @@ TEST_F(JobManagerTest, ProgressFromRankZeroIsPublished) {
   heartbeat.mutable_progress()->set_step(7);
   heartbeat.mutable_progress()->set_loss(2.5);
   Effects effects;
-  jobs_->OnProgress(WorkerId("w0"), heartbeat, &effects);
+  jobs_->OnProgress(WorkerId("w0"), heartbeat, now_, &effects);
   EXPECT_EQ(Get(job).progress().step(), 7);
   ASSERT_EQ(effects.events.size(), 1u);
   EXPECT_EQ(effects.events[0].kind, v1::JOB_EVENT_KIND_PROGRESS);
   heartbeat.set_generation(job.generation() + 5);
   heartbeat.mutable_progress()->set_step(8);
-  jobs_->OnProgress(WorkerId("w0"), heartbeat, &effects);
+  jobs_->OnProgress(WorkerId("w0"), heartbeat, now_, &effects);
   EXPECT_EQ(Get(job).progress().step(), 7);
+}
+
+// dp 4 with ZeRO-1 and the default mirror on the next data rank.
+v1::JobSpec Zero1Spec(int min_workers, int max_workers, int optimizer_replicas = 0) {
+  v1::JobSpec spec = Spec(1, min_workers, max_workers);
+  spec.mutable_parallelism()->set_zero1(true);
+  spec.mutable_elastic()->set_optimizer_replicas(optimizer_replicas);
+  return spec;
+}
+
+TEST_F(JobManagerTest, SpareTakesALostRanksPlaceWithPeerRecovery) {
+  for (int i = 0; i < 5; ++i) Join(absl::StrCat("w", i), "h", i);
+  v1::Job job = Submit(Zero1Spec(4, 4));
+  EXPECT_EQ(Get(job).spec().elastic().optimizer_replicas(), 2);  // the default
+  ReportAll(Get(job), v1::ASSIGNMENT_STATE_READY);
+  job = Get(job);
+  ASSERT_EQ(job.live_state().generation(), 1u);
+  const std::string victim = job.mesh().members(2).worker_id();
+  now_ += absl::Milliseconds(100);
+  Lose(victim);
+  now_ += absl::Milliseconds(5);
+  Effects effects = SuspendAll(job, /*step=*/40);
+  v1::Job after = Get(job);
+  ASSERT_EQ(after.generation(), 2u);
+  EXPECT_EQ(after.recovery().kind(), v1::RECOVERY_KIND_PEER);
+  EXPECT_EQ(after.recovery().step(), 40);
+  EXPECT_EQ(after.recovery().source_generation(), 1u);
+  // Rank 2's moments come from its mirror on data rank 3.
+  ASSERT_EQ(after.recovery().pieces_size(), 4);
+  EXPECT_EQ(after.recovery().pieces(2).optimizer_holder_rank(), 3);
+  const std::string spare = after.mesh().members(2).worker_id();
+  EXPECT_NE(spare, victim);
+  auto assigns = MessagesTo(effects, spare, v1::CoordinatorMessage::kAssign);
+  ASSERT_EQ(assigns.size(), 1u);
+  EXPECT_EQ(assigns[0].assign().recovery().kind(), v1::RECOVERY_KIND_PEER);
+
+  now_ += absl::Milliseconds(50);
+  Effects ready;
+  for (const auto& member : after.mesh().members()) {
+    ASSERT_TRUE(Report(member.worker_id(), after, v1::ASSIGNMENT_STATE_READY, &ready).ok());
+  }
+  v1::Job running = Get(job);
+  EXPECT_EQ(running.state(), v1::JOB_STATE_RUNNING);
+  EXPECT_EQ(running.live_state().generation(), 2u);
+  EXPECT_EQ(running.recovery_stats().peer(), 1);
+  EXPECT_EQ(running.recovery_stats().spare(), 1);
+  EXPECT_EQ(running.recovery_stats().lost_steps(), 0);
+  ASSERT_EQ(ready.recoveries.size(), 1u);
+  EXPECT_TRUE(ready.recoveries[0].spare);
+  EXPECT_EQ(ready.recoveries[0].detect_to_running, absl::Milliseconds(55));
+  bool recovered_event = false;
+  for (const auto& event : ready.events) recovered_event |= event.kind == v1::JOB_EVENT_KIND_RECOVERED;
+  EXPECT_TRUE(recovered_event);
+}
+
+TEST_F(JobManagerTest, LostOptimizerShardFallsBackToTheNewestCheckpoint) {
+  for (int i = 0; i < 2; ++i) Join(absl::StrCat("w", i), "h", i);
+  v1::Job job = Submit(Zero1Spec(1, 2, /*optimizer_replicas=*/1));
+  ReportAll(Get(job), v1::ASSIGNMENT_STATE_READY);
+  Effects progress;
+  Heartbeat(Get(job).mesh().members(0).worker_id(), Get(job), 23, false, &progress);
+  checkpoint_step_ = 20;
+  Lose(Get(job).mesh().members(1).worker_id());
+  SuspendAll(job, /*step=*/23);
+  v1::Job after = Get(job);
+  ASSERT_EQ(after.generation(), 2u);
+  ASSERT_EQ(after.mesh().members_size(), 1);
+  EXPECT_EQ(after.recovery().kind(), v1::RECOVERY_KIND_CHECKPOINT);
+  EXPECT_EQ(after.recovery().checkpoint_step(), 20);
+  EXPECT_EQ(after.recovery().lost_steps(), 3);
+  EXPECT_THAT(after.recovery().reason(), HasSubstr("optimizer state of source rank 1"));
+}
+
+TEST_F(JobManagerTest, ScaleDownLeavesOutMembersWhoDonateTheirShardsFirst) {
+  for (int i = 0; i < 4; ++i) Join(absl::StrCat("w", i), "h", i);
+  v1::Job job = Submit(Zero1Spec(2, 4, /*optimizer_replicas=*/1));
+  ReportAll(Get(job), v1::ASSIGNMENT_STATE_READY);
+  job = Get(job);
+  Effects effects;
+  ASSERT_TRUE(jobs_->Scale(JobId(job.job_id()), 2, 2, now_, &effects).ok());
+  EXPECT_EQ(CountKind(effects, v1::CoordinatorMessage::kSuspend), 4);
+  Effects plan = SuspendAll(job, 9);
+  v1::Job after = Get(job);
+  ASSERT_EQ(after.mesh().members_size(), 2);
+  EXPECT_EQ(after.recovery().kind(), v1::RECOVERY_KIND_PEER);
+  // Data ranks 2 and 3 alone hold their optimizer shards.
+  ASSERT_EQ(after.recovery().donors_size(), 2);
+  std::vector<std::string> donors;
+  for (const auto& donor : after.recovery().donors()) {
+    donors.push_back(donor.worker_id());
+    auto reconf = MessagesTo(plan, donor.worker_id(), v1::CoordinatorMessage::kReconfigure);
+    ASSERT_EQ(reconf.size(), 1u);
+    EXPECT_EQ(reconf[0].reconfigure().role(), v1::RECONFIGURE_ROLE_DONOR);
+    EXPECT_TRUE(MessagesTo(plan, donor.worker_id(), v1::CoordinatorMessage::kStop).empty());
+  }
+  EXPECT_EQ(membership_->CountInState(WorkerState::kIdle), 0);  // donors still reserved
+  v1::AssignmentStatus donated;
+  donated.set_job_id(job.job_id());
+  donated.set_generation(after.generation());
+  donated.set_state(v1::ASSIGNMENT_STATE_DONATED);
+  Effects done;
+  ASSERT_TRUE(jobs_->OnAssignmentStatus(WorkerId(donors[0]), donated, now_, &done).ok());
+  EXPECT_EQ(membership_->CountInState(WorkerState::kIdle), 1);
+  // A second DONATED from the same worker is refused.
+  EXPECT_EQ(jobs_->OnAssignmentStatus(WorkerId(donors[0]), donated, now_, &done).code(),
+            absl::StatusCode::kAborted);
+}
+
+TEST_F(JobManagerTest, MembersSilentAfterSuspendAreFencedAsHung) {
+  for (int i = 0; i < 4; ++i) Join(absl::StrCat("w", i), "h", i);
+  v1::Job job = Submit(Spec(1, 2, 4));
+  ReportAll(Get(job), v1::ASSIGNMENT_STATE_READY);
+  job = Get(job);
+  Lose(job.mesh().members(0).worker_id());
+  Effects effects;
+  ASSERT_TRUE(Suspended(job.mesh().members(1).worker_id(), Get(job), 3, &effects).ok());
+  ASSERT_TRUE(Suspended(job.mesh().members(2).worker_id(), Get(job), 3, &effects).ok());
+  EXPECT_EQ(Get(job).generation(), 1u);  // member 3 has not answered
+  now_ += absl::Seconds(4);
+  Effects early;
+  jobs_->Tick(now_, &early);
+  EXPECT_TRUE(early.lost.empty());
+  now_ += absl::Seconds(2);
+  Effects fenced;
+  jobs_->Tick(now_, &fenced);
+  ASSERT_EQ(fenced.lost.size(), 1u);
+  EXPECT_EQ(fenced.lost[0].id.value(), job.mesh().members(3).worker_id());
+  EXPECT_EQ(fenced.lost[0].reason, LossReason::kHang);
+  v1::Job after = Get(job);
+  EXPECT_EQ(after.generation(), 2u);
+  EXPECT_EQ(after.mesh().members_size(), 2);
+  EXPECT_EQ(after.recovery().kind(), v1::RECOVERY_KIND_PEER);
+}
+
+TEST_F(JobManagerTest, StalledJobFencesTheMemberThatIsNotWaitingForPeers) {
+  for (int i = 0; i < 2; ++i) Join(absl::StrCat("w", i), "h", i);
+  v1::Job job = Submit(Spec(1, 1, 2));
+  ReportAll(Get(job), v1::ASSIGNMENT_STATE_READY);
+  job = Get(job);
+  const std::string w0 = job.mesh().members(0).worker_id();
+  const std::string w1 = job.mesh().members(1).worker_id();
+  Effects effects;
+  Heartbeat(w0, job, 5, false, &effects);
+  Heartbeat(w1, job, 5, false, &effects);
+  // w1 hangs in compute; w0 waits for it in the allreduce.
+  now_ += absl::Seconds(20);
+  Heartbeat(w0, job, 5, true, &effects);
+  Heartbeat(w1, job, 5, false, &effects);
+  Effects early;
+  jobs_->Tick(now_, &early);
+  EXPECT_TRUE(early.lost.empty());
+  now_ += absl::Seconds(11);
+  Effects fenced;
+  jobs_->Tick(now_, &fenced);
+  ASSERT_EQ(fenced.lost.size(), 1u);
+  EXPECT_EQ(fenced.lost[0].id.value(), w1);
+  EXPECT_EQ(fenced.lost[0].reason, LossReason::kHang);
+  EXPECT_EQ(CountKind(fenced, v1::CoordinatorMessage::kSuspend), 1);  // w0
+}
+
+TEST_F(JobManagerTest, JobBelowMinWorkersFailsAfterWaitingForWorkers) {
+  for (int i = 0; i < 2; ++i) Join(absl::StrCat("w", i), "h", i);
+  v1::JobSpec spec = Spec(1, 2, 2);
+  spec.mutable_elastic()->set_wait_for_workers_seconds(60);
+  v1::Job job = Submit(spec);
+  ReportAll(Get(job), v1::ASSIGNMENT_STATE_READY);
+  Lose(Get(job).mesh().members(1).worker_id());
+  SuspendAll(job, 4);
+  EXPECT_EQ(Get(job).state(), v1::JOB_STATE_RECONFIGURING);
+  EXPECT_THAT(Get(job).message(), HasSubstr("the survivors keep their state"));
+  now_ += absl::Seconds(59);
+  Effects effects;
+  jobs_->Tick(now_, &effects);
+  EXPECT_EQ(Get(job).state(), v1::JOB_STATE_RECONFIGURING);
+  now_ += absl::Seconds(2);
+  jobs_->Tick(now_, &effects);
+  EXPECT_EQ(Get(job).state(), v1::JOB_STATE_FAILED);
+  EXPECT_THAT(Get(job).message(), HasSubstr("wait_for_workers_seconds"));
+  EXPECT_EQ(membership_->CountInState(WorkerState::kIdle), 1);
+}
+
+TEST_F(JobManagerTest, DrainedMemberIsReplannedOutAndToldToLeave) {
+  for (int i = 0; i < 3; ++i) Join(absl::StrCat("w", i), "h", i);
+  v1::Job job = Submit(Spec(1, 1, 2));
+  ReportAll(Get(job), v1::ASSIGNMENT_STATE_READY);
+  job = Get(job);
+  const std::string drained = job.mesh().members(1).worker_id();
+  ASSERT_TRUE(membership_->MarkDraining(WorkerId(drained)).ok());
+  Effects effects;
+  jobs_->OnWorkerDraining(WorkerId(drained), "maintenance", now_, &effects);
+  EXPECT_EQ(CountKind(effects, v1::CoordinatorMessage::kSuspend), 2);
+  Effects plan = SuspendAll(job, 6);
+  v1::Job after = Get(job);
+  ASSERT_EQ(after.generation(), 2u);
+  for (const auto& member : after.mesh().members()) EXPECT_NE(member.worker_id(), drained);
+  EXPECT_EQ(after.mesh().members_size(), 2);  // the idle worker took its place
+  EXPECT_EQ(MessagesTo(plan, drained, v1::CoordinatorMessage::kDrain).size(), 1u);
+  EXPECT_THAT(after.message(), HasSubstr("maintenance"));
+}
+
+TEST_F(JobManagerTest, AMemberStoppingOnItsOwnStartsTheSuspension) {
+  for (int i = 0; i < 3; ++i) Join(absl::StrCat("w", i), "h", i);
+  v1::Job job = Submit(Spec(1, 1, 2));
+  ReportAll(Get(job), v1::ASSIGNMENT_STATE_READY);
+  job = Get(job);
+  Effects effects;
+  ASSERT_TRUE(Suspended(job.mesh().members(0).worker_id(), job, 8, &effects).ok());
+  EXPECT_EQ(Get(job).state(), v1::JOB_STATE_RECONFIGURING);
+  // The other member is asked; the one that stopped is not asked again.
+  EXPECT_EQ(MessagesTo(effects, job.mesh().members(1).worker_id(),
+                       v1::CoordinatorMessage::kSuspend).size(), 1u);
+  EXPECT_EQ(MessagesTo(effects, job.mesh().members(0).worker_id(),
+                       v1::CoordinatorMessage::kSuspend).size(), 1u);
+  ASSERT_TRUE(Suspended(job.mesh().members(1).worker_id(), job, 8, &effects).ok());
+  EXPECT_EQ(Get(job).generation(), 2u);
+  EXPECT_EQ(Get(job).recovery().step(), 8);
+}
+
+TEST_F(JobManagerTest, RestartDuringSuspensionWaitsForReattachingMembers) {
+  for (int i = 0; i < 4; ++i) Join(absl::StrCat("w", i), "h", i);
+  v1::Job job = Submit(Spec(1, 2, 4));
+  ReportAll(Get(job), v1::ASSIGNMENT_STATE_READY);
+  job = Get(job);
+  Reset();
+  ASSERT_TRUE(jobs_->Restore(now_).ok());
+  // w3 comes back as a new process: its old self is lost, the others are
+  // still within the grace and are not planned around.
+  const auto& m3 = job.mesh().members(3);
+  Join(m3.worker_id(), m3.host(), m3.device_index(), /*incarnation=*/999);
+  EXPECT_EQ(Get(job).generation(), 1u);
+  for (int i = 0; i < 3; ++i) {
+    const auto& member = job.mesh().members(i);
+    Effects effects = JoinHello(HelloHolding(member, job));
+    EXPECT_EQ(MessagesTo(effects, member.worker_id(), v1::CoordinatorMessage::kSuspend).size(),
+              1u);
+  }
+  SuspendAll(job, 11);
+  v1::Job after = Get(job);
+  EXPECT_EQ(after.generation(), 2u);
+  EXPECT_EQ(after.mesh().members_size(), 4);  // the restarted worker joins as new
+  EXPECT_EQ(after.recovery().kind(), v1::RECOVERY_KIND_PEER);
+  EXPECT_EQ(after.recovery().step(), 11);
 }
 
 }  // namespace

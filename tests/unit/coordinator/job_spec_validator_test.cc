@@ -50,6 +50,8 @@ TEST(JobSpecValidatorTest, ValidSpecGetsDefaults) {
   expected.mutable_optimizer()->set_epsilon(1e-8);
   expected.mutable_elastic()->set_min_workers(2);
   expected.mutable_elastic()->set_max_workers(2);
+  expected.mutable_elastic()->set_optimizer_replicas(2);
+  expected.mutable_elastic()->set_wait_for_workers_seconds(600);
   expected.mutable_checkpoint()->set_keep_last(3);
   expected.mutable_data()->mutable_synthetic()->set_branching(4);
   expected.mutable_data()->mutable_synthetic()->set_alphabet_size(16);
@@ -76,6 +78,8 @@ TEST(JobSpecValidatorTest, ExplicitValuesAreKept) {
   spec.mutable_optimizer()->set_epsilon(1e-6);
   spec.mutable_elastic()->set_min_workers(5);  // not a multiple of 4: allowed
   spec.mutable_elastic()->set_max_workers(16);
+  spec.mutable_elastic()->set_optimizer_replicas(3);
+  spec.mutable_elastic()->set_wait_for_workers_seconds(45);
   spec.mutable_checkpoint()->set_keep_last(7);
   spec.mutable_checkpoint()->set_keep_every(1000);
   spec.mutable_data()->mutable_synthetic()->set_branching(2);
@@ -242,6 +246,15 @@ INSTANTIATE_TEST_SUITE_P(
                 "elastic.max_workers: 100002 exceeds the limit of 100000"},
         BadCase{"NegativeMin", [](v1::JobSpec& s) { s.mutable_elastic()->set_min_workers(-1); },
                 "elastic.min_workers: must be >= 0, got -1"},
+        BadCase{"TooManyOptimizerReplicas",
+                [](v1::JobSpec& s) { s.mutable_elastic()->set_optimizer_replicas(9); },
+                "elastic.optimizer_replicas: must be in [1, 8] (0 means 2), got 9"},
+        BadCase{"NegativeOptimizerReplicas",
+                [](v1::JobSpec& s) { s.mutable_elastic()->set_optimizer_replicas(-1); },
+                "elastic.optimizer_replicas: must be in [1, 8]"},
+        BadCase{"NegativeWaitForWorkers",
+                [](v1::JobSpec& s) { s.mutable_elastic()->set_wait_for_workers_seconds(-5); },
+                "elastic.wait_for_workers_seconds: must be >= 0 (0 means 600), got -5"},
         BadCase{"NoDpDividesMicroBatches",
                 [](v1::JobSpec& s) {
                   // 4 micro-batches; 6..6 workers of 2 per replica: dp 3 only.

@@ -181,6 +181,9 @@ class FailingTrainer : public Trainer {
   absl::Status Prepare(const Assignment&) override {
     return absl::ResourceExhaustedError("model does not fit in 1 MiB");
   }
+  std::vector<v1::HeldState> Suspend() override { return {}; }
+  void Interrupt() override {}
+  absl::Status Donate(const Assignment&) override { return absl::OkStatus(); }
   void Stop() override {}
   TrainingProgress progress() const override { return {}; }
 };

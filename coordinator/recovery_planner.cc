@@ -1,0 +1,144 @@
+#include "coordinator/recovery_planner.h"
+
+#include <algorithm>
+#include <limits>
+#include <set>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+
+namespace cohort::coordinator {
+namespace {
+
+v1::RecoveryPlan Fallback(const RecoveryInput& input, int64_t live_step, const std::string& why) {
+  v1::RecoveryPlan plan;
+  const int64_t reached = std::max(live_step, input.reported_step);
+  if (input.checkpoint_step.has_value()) {
+    plan.set_kind(v1::RECOVERY_KIND_CHECKPOINT);
+    plan.set_step(*input.checkpoint_step);
+    plan.set_checkpoint_step(*input.checkpoint_step);
+    plan.set_lost_steps(std::max<int64_t>(0, reached - *input.checkpoint_step));
+    plan.set_reason(absl::StrCat(why, "; resuming from the checkpoint of step ",
+                                 *input.checkpoint_step));
+  } else {
+    plan.set_kind(v1::RECOVERY_KIND_NONE);
+    plan.set_step(0);
+    plan.set_lost_steps(reached);
+    plan.set_reason(reached > 0 ? absl::StrCat(why, "; no checkpoint: starting over") : why);
+  }
+  return plan;
+}
+
+}  // namespace
+
+v1::RecoveryPlan PlanRecovery(const RecoveryInput& input) {
+  if (!input.source.has_value() || input.holders.empty()) {
+    return Fallback(input, 0,
+                    input.source.has_value() ? "no survivor holds state" : "no state to recover");
+  }
+  const StateSource& source = *input.source;
+  int64_t t = std::numeric_limits<int64_t>::max();
+  for (const auto& [worker, step] : input.holders) t = std::min(t, step);
+
+  const int dp = source.mesh.data_parallel();
+  const int tp = source.mesh.tensor_parallel();
+  const int pp = source.mesh.pipeline_parallel();
+  const int world = dp * tp * pp;
+  // Source rank -> holder's worker id (holding version t: newest t or t+1).
+  std::vector<std::string> holder_at(static_cast<size_t>(world));
+  for (const v1::MeshMember& m : source.mesh.members()) {
+    auto it = input.holders.find(m.worker_id());
+    const int rank = m.coordinates().rank();
+    if (it == input.holders.end() || rank < 0 || rank >= world) continue;
+    if (it->second == t || it->second == t + 1) holder_at[static_cast<size_t>(rank)] = m.worker_id();
+  }
+  // Participants: the new mesh's ranks, then donors in order of first use.
+  std::map<std::string, int> participant;
+  for (const v1::MeshMember& m : input.next_mesh.members()) {
+    participant[m.worker_id()] = m.coordinates().rank();
+  }
+  const int members = input.next_mesh.members_size();
+  std::set<std::string> in_next;
+  for (const v1::MeshMember& m : input.next_mesh.members()) in_next.insert(m.worker_id());
+  v1::RecoveryPlan plan;
+  auto participant_of = [&](int source_rank) {
+    const std::string& worker = holder_at[static_cast<size_t>(source_rank)];
+    auto it = participant.find(worker);
+    if (it != participant.end()) return it->second;
+    const int index = members + plan.donors_size();
+    participant[worker] = index;
+    v1::Donor* donor = plan.add_donors();
+    donor->set_worker_id(worker);
+    for (const v1::MeshMember& m : source.mesh.members()) {
+      if (m.worker_id() == worker) {
+        donor->set_incarnation(m.incarnation());
+        *donor->mutable_source_coordinates() = m.coordinates();
+      }
+    }
+    return index;
+  };
+  auto rank_of = [&](int d, int t_rank, int p) { return p * dp * tp + d * tp + t_rank; };
+
+  for (int r = 0; r < world; ++r) {
+    const int p = r / (dp * tp);
+    const int d = (r / tp) % dp;
+    const int t_rank = r % tp;
+    // Weights: the owner, else the replicas starting after it (so the
+    // pieces of a lost rank spread over the survivors); holders in the new
+    // mesh first, so a survivor left out serves only what nobody else has.
+    const int replicas = source.zero1 ? std::clamp(source.optimizer_replicas, 1, dp) : dp;
+    auto find_holder = [&](int copies) {
+      for (const bool member_only : {true, false}) {
+        for (int j = 0; j < copies; ++j) {
+          const int candidate = rank_of((d + j) % dp, t_rank, p);
+          const std::string& worker = holder_at[static_cast<size_t>(candidate)];
+          if (worker.empty() || (member_only && !in_next.contains(worker))) continue;
+          return candidate;
+        }
+      }
+      return -1;
+    };
+    const int params_holder = find_holder(dp);
+    const int optimizer_holder = find_holder(replicas);
+    if (params_holder < 0 || optimizer_holder < 0) {
+      return Fallback(input, t,
+                      absl::StrCat("no survivor holds ", params_holder < 0 ? "the weights" :
+                                   "the optimizer state", " of source rank ", r, " (data ", d,
+                                   ", tensor ", t_rank, ", pipeline ", p, ")"));
+    }
+    v1::PieceSource* piece = plan.add_pieces();
+    piece->set_params_from(participant_of(params_holder));
+    piece->set_optimizer_from(participant_of(optimizer_holder));
+    piece->set_optimizer_holder_rank(optimizer_holder);
+  }
+  plan.set_kind(v1::RECOVERY_KIND_PEER);
+  plan.set_step(t);
+  plan.set_source_generation(source.generation.value());
+  plan.set_source_data_parallel(dp);
+  plan.set_source_tensor_parallel(tp);
+  plan.set_source_pipeline_parallel(pp);
+  plan.set_source_zero1(source.zero1);
+  plan.set_source_optimizer_replicas(source.optimizer_replicas);
+  plan.set_lost_steps(0);
+  plan.set_reason(absl::StrCat("every piece of generation ", source.generation.value(),
+                               "'s state survives; resuming at step ", t));
+  return plan;
+}
+
+bool IsSpareReplacement(const v1::RecoveryPlan& plan, const v1::Mesh& source,
+                        const v1::Mesh& next) {
+  if (plan.kind() != v1::RECOVERY_KIND_PEER) return false;
+  if (source.data_parallel() != next.data_parallel() ||
+      source.tensor_parallel() != next.tensor_parallel() ||
+      source.pipeline_parallel() != next.pipeline_parallel()) {
+    return false;
+  }
+  std::map<std::string, bool> before;
+  for (const v1::MeshMember& m : source.members()) before[m.worker_id()] = true;
+  for (const v1::MeshMember& m : next.members()) {
+    if (!before.contains(m.worker_id())) return true;
+  }
+  return false;
+}
+
+}  // namespace cohort::coordinator

@@ -1,0 +1,108 @@
+#pragma once
+// StateVersions: what a rank keeps so that, whenever a peer fails, it can
+// hand a consistent state to the next generation (docs/architecture.md,
+// "Elasticity").
+//
+// A step mutates the rank's state only at its end: AdamW on the own range,
+// the ZeRO-1 gather of the weights, and the refresh of the mirrors. Before
+// that phase the rank copies what it will change (the whole shard's weights,
+// the moments of its range, its mirrors) as the *previous* version; after it
+// the current buffers hold the *current* version. So a rank always holds its
+// newest complete step, and the one before it, unless it failed inside the
+// end phase, where it holds only the one before (the current buffers are
+// half written). No rank completes step s + 1 before every rank has completed
+// step s, so every survivor holds the smallest newest step among them.
+//
+// Mirrors (ZeRO-1 with optimizer_replicas R > 1): rank d of the data group
+// keeps copies of the moments of data ranks d-1, ..., d-R+1, refreshed at the
+// end of every step by R-1 ring shifts over the data group, so any R-1 of
+// those ranks can be lost without losing their optimizer state.
+//
+// Thread-compatible: the step runner's thread; views are read by the same
+// thread between steps (or after the generation's training stopped).
+
+#include <cstddef>
+#include <cstdint>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "absl/time/time.h"
+#include "worker/comm/communicator.h"
+#include "worker/model/gpt_model.h"
+
+namespace cohort::train {
+
+struct StateVersionOptions {
+  // Keep the previous version (for peer recovery). Off: only the current
+  // buffers exist and a failure mid-update leaves nothing consistent.
+  bool keep_previous = false;
+  // Copies of each ZeRO-1 optimizer shard, the owner's included (1: none).
+  int optimizer_replicas = 1;
+};
+
+class StateVersions {
+ public:
+  // A consistent version's buffers.
+  struct View {
+    int64_t step = -1;
+    const float* params = nullptr;  // the whole shard
+    const float* adam_m = nullptr;  // the own update range
+    const float* adam_v = nullptr;
+    struct Mirror {
+      int owner = 0;  // data rank whose moments these are
+      const float* adam_m = nullptr;
+      const float* adam_v = nullptr;
+      size_t begin = 0, end = 0;  // its range
+    };
+    std::vector<Mirror> mirrors;
+  };
+
+  // `model`'s params and the moments `m`, `v` of [begin, end) are the current
+  // buffers (they must outlive this object). `dp` and `dp_rank` place the
+  // rank in its data group; mirrors exist with ZeRO-1 only.
+  StateVersions(model::GptModel* model, float* m, float* v, size_t begin, size_t end, int dp,
+                int dp_rank, bool zero1, StateVersionOptions options);
+
+  // The current buffers hold a consistent state of `steps` steps (after a
+  // restore, or a fresh start at 0).
+  void SetCurrent(int64_t steps);
+  // Before the end phase of the step that turns `steps` into `steps + 1`.
+  void BeforeUpdate(int64_t steps);
+  // Refreshes the mirrors from the data group (each rank's current moments
+  // go to the next R-1 ranks). The communicator's errors.
+  absl::Status ExchangeMirrors(comm::Communicator* data_group, absl::Duration timeout);
+  // After the end phase: the current buffers hold `steps` steps.
+  void AfterUpdate(int64_t steps);
+
+  // The newest consistent version (-1: none).
+  int64_t newest() const;
+  // Version `step`, if held. NotFound otherwise.
+  absl::StatusOr<View> Version(int64_t step) const;
+
+  int optimizer_replicas() const { return replicas_; }
+  // Bytes held besides the current buffers.
+  size_t extra_bytes() const;
+
+ private:
+  model::GptModel* const model_;
+  float* const m_;
+  float* const v_;
+  const size_t begin_, end_;
+  const int dp_, dp_rank_;
+  const StateVersionOptions options_;
+  const int replicas_;  // mirrors = replicas_ - 1
+
+  int64_t current_step_ = -1;  // -1: the current buffers are not consistent
+  int64_t previous_step_ = -1;
+  std::vector<float> previous_params_, previous_m_, previous_v_;
+  struct MirrorBuffers {
+    int owner = 0;
+    size_t begin = 0, end = 0;
+    std::vector<float> m, v, previous_m, previous_v;
+  };
+  std::vector<MirrorBuffers> mirrors_;
+  std::vector<float> exchange_;  // send staging: own m then v
+  std::vector<float> receive_;
+};
+
+}  // namespace cohort::train
