@@ -319,6 +319,35 @@ std::vector<v1::WorkerInfo> Coordinator::ListWorkers() const {
   return out;
 }
 
+absl::StatusOr<v1::WorkerInfo> Coordinator::DrainWorker(const WorkerId& worker,
+                                                        const std::string& reason) {
+  if (worker.value().empty()) return absl::InvalidArgumentError("worker_id: must not be empty");
+  const std::string why = reason.empty() ? "drained by an operator" : reason;
+  absl::Status drained = WithEffects([&](Effects* effects) -> absl::Status {
+    const WorkerRecord* record = membership_.Find(worker);
+    if (record == nullptr) {
+      return absl::NotFoundError(absl::StrCat("worker ", worker.value(), " is not attached"));
+    }
+    if (record->state == WorkerState::kDraining) return absl::OkStatus();  // already on its way
+    RETURN_IF_ERROR(membership_.MarkDraining(worker));
+    LOG(INFO) << "draining worker " << worker << ": " << why;
+    if (record->job.has_value()) {
+      // It leaves once its job no longer needs it (ApplyMesh / DONATED).
+      jobs_.OnWorkerDraining(worker, why, clock_->Now(), effects);
+    } else {
+      v1::CoordinatorMessage message;
+      message.mutable_drain()->set_reason(why);
+      effects->messages.push_back(Effects::Message{worker, record->incarnation, std::move(message)});
+    }
+    return absl::OkStatus();
+  });
+  RETURN_IF_ERROR(drained);
+  for (v1::WorkerInfo& info : ListWorkers()) {
+    if (info.worker_id() == worker.value()) return info;
+  }
+  return absl::NotFoundError(absl::StrCat("worker ", worker.value(), " left while draining"));
+}
+
 absl::StatusOr<v1::Job> Coordinator::Submit(const v1::SubmitJobRequest& request) {
   const v1::CheckpointPolicy& policy = request.spec().checkpoint();
   if (!policy.resume_from_job().empty() && options_.checkpoint_exists) {

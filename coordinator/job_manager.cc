@@ -400,8 +400,10 @@ absl::Status JobManager::OnAssignmentStatus(const WorkerId& worker,
 void JobManager::OnProgress(const WorkerId& worker, const v1::Heartbeat& heartbeat,
                             absl::Time now, Effects* effects) {
   JobEntry* entry = FindEntry(JobId(heartbeat.job_id()));
+  // Progress counts from members that restored this generation's state
+  // (READY): before that a worker reports no step of its own.
   if (entry == nullptr || heartbeat.generation() != entry->job.generation() ||
-      !IsMember(*entry, worker)) {
+      !IsMember(*entry, worker) || !entry->ready.contains(worker.value())) {
     return;
   }
   auto member = entry->progress.find(worker.value());
@@ -603,7 +605,15 @@ void JobManager::Replan(JobEntry& entry, const std::string& reason, bool only_if
     Suspension& s = *entry.suspension;
     if (!only_if_larger) {
       s.growth = false;
-      if (s.reason.find(reason) == std::string::npos) absl::StrAppend(&s.reason, "; ", reason);
+      if (s.reason.find(reason) == std::string::npos) {
+        absl::StrAppend(&s.reason, "; ", reason);
+        // Published at once: operators (and failure-detection timing) see
+        // every loss when it is noticed, not when the re-plan completes.
+        SetMessage(entry, absl::StrCat("re-planning (", s.reason, "): suspending ",
+                                       s.awaiting.size(), " members"),
+                   now);
+        Emit(entry, v1::JOB_EVENT_KIND_STATE_CHANGED, effects);
+      }
     }
     if (s.awaiting.empty()) CompleteSuspension(entry, now, effects);
     return;

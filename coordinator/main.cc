@@ -39,6 +39,15 @@ ABSL_FLAG(absl::Duration, heartbeat_timeout, absl::Seconds(3),
 ABSL_FLAG(absl::Duration, readopt_grace, absl::Seconds(10),
           "after a restart, how long members of running jobs may take to re-attach before they "
           "are treated as lost and their jobs re-planned");
+ABSL_FLAG(absl::Duration, suspend_timeout, absl::Seconds(10),
+          "how long members of a job being re-planned may take to answer Suspend with the state "
+          "they hold; members silent that long are fenced as hung");
+ABSL_FLAG(absl::Duration, hang_timeout_floor, absl::Seconds(30),
+          "a running job whose steps stop advancing for max(this, --hang_step_multiple x its "
+          "median step time) fences its members that are not waiting for peers; 0 disables "
+          "stall detection");
+ABSL_FLAG(double, hang_step_multiple, 20.0,
+          "see --hang_timeout_floor");
 ABSL_FLAG(std::string, log_level, "",
           "debug, info, warning or error; empty means $COHORT_LOG_LEVEL, else info");
 
@@ -85,6 +94,16 @@ int main(int argc, char** argv) {
   config.coordinator.heartbeat_interval = absl::GetFlag(FLAGS_heartbeat_interval);
   config.coordinator.heartbeat_timeout = absl::GetFlag(FLAGS_heartbeat_timeout);
   config.coordinator.readopt_grace = absl::GetFlag(FLAGS_readopt_grace);
+  config.coordinator.suspend_timeout = absl::GetFlag(FLAGS_suspend_timeout);
+  config.coordinator.hang_timeout_floor = absl::GetFlag(FLAGS_hang_timeout_floor);
+  config.coordinator.hang_step_multiple = absl::GetFlag(FLAGS_hang_step_multiple);
+  if (config.coordinator.suspend_timeout <= absl::ZeroDuration() ||
+      config.coordinator.hang_timeout_floor < absl::ZeroDuration() ||
+      config.coordinator.hang_step_multiple < 1) {
+    std::cerr << "cohort-coordinator: --suspend_timeout must be > 0, --hang_timeout_floor >= 0 "
+                 "and --hang_step_multiple >= 1\n";
+    return 64;
+  }
   config.checkpoints.max_uploads = absl::GetFlag(FLAGS_max_checkpoint_uploads);
   config.checkpoints.max_downloads = absl::GetFlag(FLAGS_max_checkpoint_downloads);
   config.checkpoints.max_chunk_bytes = absl::GetFlag(FLAGS_max_checkpoint_chunk_bytes);

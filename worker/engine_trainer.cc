@@ -154,6 +154,7 @@ absl::StatusOr<std::unique_ptr<EngineTrainer::Run>> EngineTrainer::Build(
       context.size = run->participants;
       context.kv = run->kv.get();
       context.bootstrap_timeout = options_.bootstrap_timeout;
+      context.cancelled = &cancelled_;
       ASSIGN_OR_RETURN(run->context, comm::UcxContext::Create(context));
       if (!assignment.donor && mesh.members_size() > 1) {
         ASSIGN_OR_RETURN(comm::MeshGroups groups,
@@ -305,6 +306,10 @@ absl::StatusOr<int64_t> EngineTrainer::Restore(const Assignment& assignment, Run
                                            serving ? &*serving : nullptr,
                                            destination ? &*destination : nullptr,
                                            options_.collective_timeout, &stats));
+  if (checkpoint_metrics_ != nullptr) {
+    checkpoint_metrics_->PeerTransferred(stats.sent_bytes, stats.received_bytes,
+                                         absl::Now() - start);
+  }
   LOG(INFO) << "job " << assignment.job_id << " generation " << assignment.generation
             << (run->session != nullptr ? " resumes" : " donated") << " at step " << plan.step()
             << " from peers (generation " << plan.source_generation() << "'s memory): received "
@@ -342,8 +347,10 @@ absl::Status EngineTrainer::Prepare(const Assignment& assignment) {
   SuspendLocked();
   cancelled_ = false;
   {
+    // Until the state is restored the step is the one it will resume at.
     absl::MutexLock progress_lock(&progress_mu_);
     progress_ = TrainingProgress{};
+    progress_.step = Step(assignment.recovery.step());
   }
   // The generation the plan takes state from must stay until this one
   // has trained; everything else can go.
@@ -362,7 +369,7 @@ absl::Status EngineTrainer::Prepare(const Assignment& assignment) {
     train::StateVersions& versions = run->session->runner().versions();
     versions.SetCurrent(*start);
     // The new layout's mirrors, from the restored moments.
-    mirrored = versions.ExchangeMirrors(run->session->data_parallel().group(),
+    mirrored = versions.ExchangeMirrors(run->session->data_parallel().group(), *start,
                                         options_.collective_timeout);
   }
   {
@@ -468,10 +475,11 @@ void EngineTrainer::Train(Run* run) {
     const double seconds = std::max(1e-9, absl::ToDoubleSeconds(absl::Now() - begin));
     const int64_t done = s + 1;
     if (run->loss_log != nullptr) {
-      std::fprintf(run->loss_log, "job %s generation %llu step %lld loss %a\n",
+      std::fprintf(run->loss_log, "job %s generation %llu step %lld loss %a time %.6f\n",
                    run->job_id.value().c_str(),
                    static_cast<unsigned long long>(run->generation.value()),
-                   static_cast<long long>(done), result->loss);
+                   static_cast<long long>(done), result->loss,
+                   absl::ToDoubleSeconds(absl::Now() - absl::UnixEpoch()));
       std::fflush(run->loss_log);
     }
     if (run->writer != nullptr && (done % run->checkpoint_interval == 0 || done == run->steps)) {

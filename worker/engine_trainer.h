@@ -78,8 +78,9 @@ struct EngineTrainerOptions {
   // Where the checkpoint and recovery metrics go (none when null).
   std::shared_ptr<prometheus::Registry> registry;
   // When set, one line per completed step is appended to this file:
-  //   job <id> generation <g> step <s> loss <loss as %a>
-  // (hex float, exact bits), for comparing trajectories across runs.
+  //   job <id> generation <g> step <s> loss <loss as %a> time <unix seconds>
+  // (hex float, exact bits; the time the step completed, to microseconds),
+  // for comparing trajectories across runs and timing recoveries.
   std::string loss_log;
 };
 

@@ -44,7 +44,8 @@ ABSL_FLAG(int, threads, 0,
           "Results do not depend on it.");
 ABSL_FLAG(std::string, loss_log, "",
           "append one line per completed training step (job, generation, step, loss as a hex "
-          "float: exact bits) to this file, to compare trajectories across runs; empty: off");
+          "float: exact bits, completion time in unix seconds) to this file, to compare "
+          "trajectories across runs; empty: off");
 ABSL_FLAG(std::string, log_level, "",
           "Minimum log level: debug, info, warning or error; empty means $COHORT_LOG_LEVEL, "
           "else info.");

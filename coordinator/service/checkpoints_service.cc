@@ -75,8 +75,12 @@ class ReactorLifetime {
 // whose bytes are complete is stored on the executor while the next one is
 // received, with at most kChunksInFlight being stored, so the network and
 // the store overlap and memory stays bounded (kChunksInFlight + 1 chunks).
-// Reactions never overlap one another; what executor work shares with them
-// is under mu_. Deleted after OnDone (see ReactorLifetime).
+// A store that completes may start the next read from the executor, so the
+// next reaction can begin while the one that scheduled the store is still
+// returning: a reaction touches the read state (request_, chunk_,
+// buffer_) only before it publishes its store under mu_. What executor work
+// shares with reactions is under mu_. Deleted after OnDone (see
+// ReactorLifetime).
 class UploadReactor : public grpc::ServerReadReactor<v1::UploadRequest> {
  public:
   static constexpr int kChunksInFlight = 2;
@@ -163,14 +167,10 @@ class UploadReactor : public grpc::ServerReadReactor<v1::UploadRequest> {
     buffer_->append(data);
     if (buffer_->size() < chunk_.bytes()) return StartRead(&request_);
     in_chunk_ = false;
-    bool read_now = false;
-    {
-      absl::MutexLock lock(&mu_);
-      ++storing_;
-      read_now = storing_ < kChunksInFlight;
-      waiting_to_read_ = !read_now;
-    }
-    lifetime_.Run(service_->executor_, this, [this, chunk = chunk_, bytes = std::move(buffer_)] {
+    // Captured before the store can complete: once it has, the next read
+    // may be started from the executor and the next reaction reuses chunk_
+    // and buffer_ while this one is still returning.
+    auto store = [this, chunk = chunk_, bytes = std::move(buffer_)] {
       const absl::Status stored = writer_->AddChunk(chunk, *bytes);
       if (stored.ok()) {
         service_->metrics_->CheckpointTransfer("upload", static_cast<int64_t>(bytes->size()));
@@ -180,7 +180,7 @@ class UploadReactor : public grpc::ServerReadReactor<v1::UploadRequest> {
       {
         absl::MutexLock lock(&mu_);
         bytes->clear();  // keeps its capacity for the next chunk
-        spare_.push_back(std::move(bytes));
+        spare_.push_back(bytes);
         --storing_;
         if (!stored.ok() && failure_.ok()) failure_ = stored;
         if (!failure_.ok()) {
@@ -198,7 +198,17 @@ class UploadReactor : public grpc::ServerReadReactor<v1::UploadRequest> {
       if (!fail.ok()) return Fail(fail);
       if (end) return RunEnd();
       if (read) StartRead(&request_);
-    });
+    };
+    bool read_now = false;
+    {
+      absl::MutexLock lock(&mu_);
+      ++storing_;
+      read_now = storing_ < kChunksInFlight;
+      waiting_to_read_ = !read_now;
+      // Scheduled (and counted by lifetime_) before an earlier store can
+      // start the next read, whose reaction may end the call.
+      lifetime_.Run(service_->executor_, this, std::move(store));
+    }
     if (read_now) StartRead(&request_);
   }
 

@@ -32,6 +32,18 @@ absl::StatusOr<std::unique_ptr<CoordinatorServer>> CoordinatorServer::Start(
                                                             int64_t step) -> absl::Status {
     return checkpoint_store->Open(JobId(job), step).status();
   };
+  config.coordinator.latest_checkpoint =
+      [checkpoint_store](const JobId& job) -> std::optional<int64_t> {
+    absl::StatusOr<std::unique_ptr<CheckpointReader>> newest = checkpoint_store->Open(job, -1);
+    if (!newest.ok()) {
+      if (!absl::IsNotFound(newest.status())) {
+        LOG(WARNING) << "job " << job << ": cannot read its newest checkpoint: "
+                     << newest.status();
+      }
+      return std::nullopt;
+    }
+    return (*newest)->manifest().step();
+  };
   ASSIGN_OR_RETURN(server->coordinator_,
                    Coordinator::Create(config.coordinator, std::move(store), RealClock::Get(),
                                        server->metrics_.get()));

@@ -185,4 +185,18 @@ grpc::ServerUnaryReactor* WorkersService::List(grpc::CallbackServerContext* cont
   return reactor;
 }
 
+grpc::ServerUnaryReactor* WorkersService::Drain(grpc::CallbackServerContext* context,
+                                                const v1::DrainWorkerRequest* request,
+                                                v1::WorkerInfo* response) {
+  const absl::Time start = absl::Now();
+  absl::StatusOr<v1::WorkerInfo> info =
+      coordinator_->DrainWorker(WorkerId(request->worker_id()), request->reason());
+  if (info.ok()) *response = *std::move(info);
+  metrics_->ObserveRpc("Workers.Drain", StatusCodeLabel(info.status()),
+                       absl::Now() - start);
+  auto* reactor = context->DefaultReactor();
+  reactor->Finish(ToGrpcStatus(info.status()));
+  return reactor;
+}
+
 }  // namespace cohort::coordinator

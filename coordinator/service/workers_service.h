@@ -20,6 +20,9 @@ class WorkersService final : public v1::Workers::CallbackService {
   grpc::ServerUnaryReactor* List(grpc::CallbackServerContext* context,
                                  const v1::ListWorkersRequest* request,
                                  v1::ListWorkersResponse* response) override;
+  grpc::ServerUnaryReactor* Drain(grpc::CallbackServerContext* context,
+                                  const v1::DrainWorkerRequest* request,
+                                  v1::WorkerInfo* response) override;
 
  private:
   Coordinator* coordinator_;

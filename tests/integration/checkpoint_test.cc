@@ -22,6 +22,7 @@
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "tests/integration/local_cluster.h"
+#include "tests/integration/loss_log.h"
 #include "tests/integration/synthetic_checkpoint.h"
 #include "worker/checkpoint/checkpoint_client.h"
 
@@ -102,22 +103,11 @@ class CheckpointTest : public ::testing::Test {
     return job;
   }
 
-  // step -> loss text (hex float) of `job_id`, from every worker's loss log;
-  // all ranks that logged a step must agree on it exactly.
+  // step -> loss text (hex float) of `job_id`; ranks must agree exactly.
   std::map<int, std::string> Losses(const std::string& job_id) {
-    std::map<int, std::string> losses;
-    for (int i = 0; i < kWorkers; ++i) {
-      std::ifstream in(LossLog(i));
-      std::string line;
-      while (std::getline(in, line)) {
-        const std::vector<std::string> w = absl::StrSplit(line, ' ');
-        if (w.size() != 8 || w[1] != job_id) continue;
-        const int step = std::stoi(w[5]);
-        auto [it, inserted] = losses.emplace(step, w[7]);
-        EXPECT_EQ(it->second, w[7]) << job_id << " step " << step << ": ranks disagree";
-      }
-    }
-    return losses;
+    std::vector<std::string> paths;
+    for (int i = 0; i < kWorkers; ++i) paths.push_back(LossLog(i));
+    return ReadLosses(paths, job_id);
   }
 
   LocalCluster cluster_{"checkpoint"};

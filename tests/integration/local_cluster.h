@@ -75,6 +75,8 @@ class LocalCluster {
   }
 
   std::string address() const { return absl::StrCat("127.0.0.1:", port_); }
+  // The channel to the current coordinator (replaced by StartCoordinator).
+  std::shared_ptr<grpc::Channel> channel() const { return channel_; }
   const std::string& dir() const { return dir_; }
   Subprocess* coordinator() { return coordinator_.get(); }
 
@@ -98,6 +100,31 @@ class LocalCluster {
     grpc::Status status = jobs_->Get(&context, request, &job);
     if (!status.ok()) return FromGrpcStatus(status);
     return job;
+  }
+
+  absl::StatusOr<v1::Job> Scale(const std::string& job_id, int min_workers, int max_workers) {
+    grpc::ClientContext context;
+    context.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(10));
+    v1::ScaleJobRequest request;
+    request.set_job_id(job_id);
+    request.set_min_workers(min_workers);
+    request.set_max_workers(max_workers);
+    v1::Job job;
+    grpc::Status status = jobs_->Scale(&context, request, &job);
+    if (!status.ok()) return FromGrpcStatus(status);
+    return job;
+  }
+
+  absl::StatusOr<v1::WorkerInfo> Drain(const std::string& worker_id, const std::string& reason) {
+    grpc::ClientContext context;
+    context.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(10));
+    v1::DrainWorkerRequest request;
+    request.set_worker_id(worker_id);
+    request.set_reason(reason);
+    v1::WorkerInfo info;
+    grpc::Status status = workers_->Drain(&context, request, &info);
+    if (!status.ok()) return FromGrpcStatus(status);
+    return info;
   }
 
   absl::StatusOr<std::vector<v1::WorkerInfo>> ListWorkers() {

@@ -58,6 +58,11 @@ ABSL_FLAG(int, seq, 64, "tokens per sequence (the model's context)");
 ABSL_FLAG(int, warmup, 1, "untimed steps first");
 ABSL_FLAG(int, steps, 3, "timed steps");
 ABSL_FLAG(int, threads, 0, "threads shared by the ranks; 0 = the machine's cores");
+ABSL_FLAG(bool, zero1, false, "shard the optimizer state over the data-parallel group");
+ABSL_FLAG(bool, elastic, false,
+          "keep what a peer recovery needs, as elastic jobs do: the previous step's state and "
+          "(with --zero1) --optimizer_replicas copies of each optimizer shard");
+ABSL_FLAG(int, optimizer_replicas, 2, "with --elastic and --zero1: copies of each optimizer shard");
 // Set by the launcher for each rank.
 ABSL_FLAG(int, rank, -1, "internal: this process's rank");
 ABSL_FLAG(std::string, layout, "", "internal: this rank's layout");
@@ -107,6 +112,7 @@ train::TrainingConfig BenchConfig() {
   c.data.markov.branching = 4;
   c.data.synthetic_tokens = 200000;
   c.data.sample_seed = 11;
+  c.zero1 = absl::GetFlag(FLAGS_zero1);
   return c;
 }
 
@@ -168,6 +174,9 @@ int RunRank(int rank, const Layout& l) {
   }
   train::TrainingSessionOptions options;
   options.num_threads = ThreadsPerRank(l);
+  options.state_versions.keep_previous = absl::GetFlag(FLAGS_elastic);
+  options.state_versions.optimizer_replicas =
+      absl::GetFlag(FLAGS_elastic) ? absl::GetFlag(FLAGS_optimizer_replicas) : 1;
   auto session = train::TrainingSession::Create(
       BenchConfig(), train::LayoutOf(mesh, mesh.members(rank).coordinates()), groups_timed,
       options);
@@ -221,6 +230,9 @@ bool RunLayout(const std::string& text, const Layout& l, char** argv) {
     args.push_back(absl::StrCat("--warmup=", absl::GetFlag(FLAGS_warmup)));
     args.push_back(absl::StrCat("--steps=", absl::GetFlag(FLAGS_steps)));
     args.push_back(absl::StrCat("--threads=", absl::GetFlag(FLAGS_threads)));
+    args.push_back(absl::StrCat("--zero1=", absl::GetFlag(FLAGS_zero1)));
+    args.push_back(absl::StrCat("--elastic=", absl::GetFlag(FLAGS_elastic)));
+    args.push_back(absl::StrCat("--optimizer_replicas=", absl::GetFlag(FLAGS_optimizer_replicas)));
     std::vector<char*> c_args;
     for (std::string& a : args) c_args.push_back(a.data());
     c_args.push_back(nullptr);
@@ -283,10 +295,17 @@ int main(int argc, char** argv) {
     if (!cohort::bench::ParseLayout(absl::GetFlag(FLAGS_layout), &l)) return 2;
     return cohort::bench::RunRank(rank, l);
   }
-  std::printf("model %s, batch %d x %d tokens, micro-batch %d, %d timed steps after %d warm-up\n\n",
+  std::printf("model %s, batch %d x %d tokens, micro-batch %d, %d timed steps after %d warm-up%s%s\n\n",
               absl::GetFlag(FLAGS_model).c_str(), absl::GetFlag(FLAGS_global_batch),
               absl::GetFlag(FLAGS_seq), absl::GetFlag(FLAGS_micro_batch),
-              absl::GetFlag(FLAGS_steps), absl::GetFlag(FLAGS_warmup));
+              absl::GetFlag(FLAGS_steps), absl::GetFlag(FLAGS_warmup),
+              absl::GetFlag(FLAGS_zero1) ? ", ZeRO-1" : "",
+              absl::GetFlag(FLAGS_elastic)
+                  ? absl::StrCat(", elastic state (previous step kept, ",
+                                 absl::GetFlag(FLAGS_optimizer_replicas),
+                                 " optimizer shard copies)")
+                        .c_str()
+                  : "");
   std::printf("| (dp,tp,pp) | ranks | threads/rank | step ms | tokens/s | tp comm %% | pp wait %% "
               "| dp comm %% | 1F1B bubble %% | RSS MiB max / min |\n");
   std::printf("|---|---|---|---|---|---|---|---|---|---|\n");

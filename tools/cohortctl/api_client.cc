@@ -126,6 +126,16 @@ absl::StatusOr<v1::ListWorkersResponse> ApiClient::ListWorkers() {
       });
 }
 
+absl::StatusOr<v1::WorkerInfo> ApiClient::Drain(const std::string& worker_id,
+                                                const std::string& reason) {
+  v1::DrainWorkerRequest request;
+  request.set_worker_id(worker_id);
+  request.set_reason(reason);
+  return Unary<v1::WorkerInfo>([&](grpc::ClientContext* context, v1::WorkerInfo* response) {
+    return workers_->Drain(context, request, response);
+  });
+}
+
 absl::Status ApiClient::Watch(const std::string& job_id,
                               absl::FunctionRef<bool(const v1::JobEvent&)> on_event) {
   // The stream itself has no deadline, so bound the connection attempt here:

@@ -1,7 +1,8 @@
 #pragma once
 // cohortctl's gRPC client of the coordinator's public API (Jobs,
-// Workers.List and Checkpoints). Converts gRPC statuses to absl::Status once, here, and tells
-// "the coordinator cannot be reached" apart from "the coordinator refused".
+// Workers.List, Workers.Drain and Checkpoints). Converts gRPC statuses to
+// absl::Status once, here, and tells "the coordinator cannot be reached"
+// apart from "the coordinator refused".
 //
 // Thread-safe: the gRPC stubs are, and the client holds no other state.
 
@@ -49,6 +50,11 @@ class ApiClient {
   absl::StatusOr<v1::Job> Cancel(const std::string& job_id);
   absl::StatusOr<v1::Job> Scale(const v1::ScaleJobRequest& request);
   absl::StatusOr<v1::ListWorkersResponse> ListWorkers();
+  // Workers.Drain: the worker as it is after the call (DRAINING). The
+  // coordinator answers NOT_FOUND for an unknown worker and
+  // FAILED_PRECONDITION for a lost one; draining a draining worker is OK.
+  // An empty `reason` lets the coordinator use its default.
+  absl::StatusOr<v1::WorkerInfo> Drain(const std::string& worker_id, const std::string& reason);
 
   // Streams Jobs.Watch, calling `on_event` for each event until it returns
   // false (then the stream is cancelled) or the stream ends. OK when

@@ -75,9 +75,11 @@ int RunWatch(ApiClient& client, const CtlConfig& config, const Command& command,
     if (json) {
       out << ToJson(event, /*multiline=*/false) << "\n";
     } else if (live) {
-      // State and mesh changes stay on screen as lines above the bar.
+      // State and mesh changes and recoveries stay on screen as lines above
+      // the bar.
       if (event.kind() == v1::JOB_EVENT_KIND_STATE_CHANGED ||
-          event.kind() == v1::JOB_EVENT_KIND_MESH_CHANGED) {
+          event.kind() == v1::JOB_EVENT_KIND_MESH_CHANGED ||
+          event.kind() == v1::JOB_EVENT_KIND_RECOVERED) {
         out << "\r\x1b[K" << FormatEventLine(event) << "\n";
       }
       out << RedrawProgressBar(event.job(), config.terminal_width);
@@ -182,8 +184,8 @@ int RunCommand(ApiClient& client, const CtlConfig& config, const Command& comman
     case CommandKind::kScale: {
       v1::ScaleJobRequest request;
       request.set_job_id(command.operand);
-      request.set_min_workers(*config.spec.min_workers);  // ParseCommand checked
-      request.set_max_workers(config.spec.max_workers.value_or(*config.spec.min_workers));
+      request.set_min_workers(command.min_workers);
+      request.set_max_workers(command.max_workers);
       auto reply = client.Scale(request);
       if (!reply.ok()) return ReportError(reply.status(), command.name, err);
       return PrintReply(config, *reply, summary, out);
@@ -192,6 +194,13 @@ int RunCommand(ApiClient& client, const CtlConfig& config, const Command& comman
       auto reply = client.ListWorkers();
       if (!reply.ok()) return ReportError(reply.status(), command.name, err);
       return PrintReply(config, *reply, FormatWorkerTable, out);
+    }
+    case CommandKind::kDrain: {
+      auto reply = client.Drain(command.operand, config.reason.value_or(""));
+      if (!reply.ok()) return ReportError(reply.status(), command.name, err);
+      return PrintReply(
+          config, *reply,
+          [](const v1::WorkerInfo& worker) { return FormatDrainedWorker(worker) + "\n"; }, out);
     }
     case CommandKind::kCheckpoints:
       return RunCheckpoints(client, config, command, out, err);

@@ -1,5 +1,6 @@
 #include "tools/cohortctl/command_line.h"
 
+#include <algorithm>
 #include <array>
 #include <string>
 #include <vector>
@@ -22,9 +23,11 @@ constexpr char kSubmit[] =
     "submit flags (override FILE's fields; without a FILE, the demo job's\n"
     "values shown in parentheses apply):";
 constexpr char kElastic[] = "Elastic bounds (submit and scale):";
+constexpr char kScale[] = "scale flags:";
+constexpr char kDrain[] = "drain flags:";
 constexpr char kExport[] = "checkpoints export flags:";
 
-constexpr std::array<FlagDoc, 32> kFlags = {{
+constexpr std::array<FlagDoc, 34> kFlags = {{
     {"coordinator", FlagKind::kValue, "HOST:PORT", kGlobal,
      "coordinator gRPC address (default: $COHORT_COORDINATOR, else "
      "localhost:7070)"},
@@ -69,10 +72,17 @@ constexpr std::array<FlagDoc, 32> kFlags = {{
      "checkpoint every N steps, 0 disables (50)"},
     {"keep_last", FlagKind::kValue, "N", kSubmit, "checkpoints to retain (3)"},
     {"min_workers", FlagKind::kValue, "N", kElastic,
-     "fewest workers the job runs with (demo: 2; required by scale)"},
+     "fewest workers the job runs with (demo: 2; scale needs it or "
+     "--workers)"},
     {"max_workers", FlagKind::kValue, "N", kElastic,
      "most workers the job grows to (demo: 4; scale: defaults to "
      "--min_workers)"},
+    {"workers", FlagKind::kValue, "N", kScale,
+     "run the job on exactly N workers: --min_workers=N --max_workers=N "
+     "(not with either of them)"},
+    {"reason", FlagKind::kValue, "TEXT", kDrain,
+     "why the worker leaves; the coordinator logs it and gives it as the "
+     "reason its job is re-planned (default: drained by an operator)"},
     {"out", FlagKind::kValue, "FILE", kExport, "file to write (required)"},
     {"format", FlagKind::kValue, "safetensors", kExport,
      "file format; safetensors is the one supported (default: safetensors)"},
@@ -90,17 +100,22 @@ Commands:
   submit --name=NAME ...  submit a job built from the submit flags
   list [--all]            table of jobs: JOB, NAME, STATE, GEN, WORKERS,
                           MESH (data x tensor x pipeline), STEP/STEPS, MESSAGE
-  get JOB                 a job's spec, progress and mesh (RANK, WORKER, HOST,
-                          DEVICE, DATA, TENSOR, PIPELINE)
+  get JOB                 a job's spec, progress, recoveries and mesh (RANK,
+                          WORKER, HOST, DEVICE, DATA, TENSOR, PIPELINE)
   watch JOB               follow a job until it finishes: a live progress line
                           on a terminal, else one line per event; exit status
                           0 when it COMPLETED, 1 when it FAILED or was
                           CANCELLED
   cancel JOB              cancel a job
+  scale JOB --workers=N   run a job on exactly N workers (both bounds N)
   scale JOB --min_workers=A [--max_workers=B]
                           change a job's elastic bounds
   workers                 table of workers: WORKER, HOST, DEVICE, STATE, JOB,
                           RANK, HEARTBEAT AGE, METRICS
+  drain WORKER [--reason=TEXT]
+                          take a worker out of service: it gets no new work,
+                          its job is re-planned without it (it hands its
+                          state over first), then it exits
   checkpoints list JOB    a job's committed checkpoints: STEP, GENERATION,
                           LAYOUT, TENSORS, CHUNKS, SIZE, COMMITTED
   checkpoints show JOB [STEP]
@@ -271,7 +286,35 @@ std::vector<std::string> CommandFlagNames(const CtlConfig& config) {
   if (config.validate_only) flags.push_back("--validate_only");
   if (config.out.has_value()) flags.push_back("--out");
   if (config.format.has_value()) flags.push_back("--format");
+  if (config.workers.has_value()) flags.push_back("--workers");
+  if (config.reason.has_value()) flags.push_back("--reason");
   return flags;
+}
+
+// Sets command->min_workers and max_workers from --workers=N or from
+// --min_workers=A [--max_workers=B]; a usage error when neither form is
+// given, or when --workers is mixed with the other two.
+absl::Status ResolveScaleBounds(const CtlConfig& config, Command* command) {
+  const SpecFlags& spec = config.spec;
+  if (config.workers.has_value()) {
+    std::vector<std::string> conflicting;
+    if (spec.min_workers.has_value()) conflicting.push_back("--min_workers");
+    if (spec.max_workers.has_value()) conflicting.push_back("--max_workers");
+    if (!conflicting.empty()) {
+      return UsageError(absl::StrCat("scale: --workers cannot be combined with ",
+                                     absl::StrJoin(conflicting, ", "),
+                                     " (--workers=N sets both bounds)"));
+    }
+    command->min_workers = command->max_workers = *config.workers;
+    return absl::OkStatus();
+  }
+  if (!spec.min_workers.has_value()) {
+    return UsageError(
+        "scale needs --workers=N, or --min_workers=A (and optionally --max_workers=B)");
+  }
+  command->min_workers = *spec.min_workers;
+  command->max_workers = spec.max_workers.value_or(*spec.min_workers);
+  return absl::OkStatus();
 }
 
 absl::StatusOr<Command> ParseCheckpointsCommand(const CtlConfig& config, Command command,
@@ -367,6 +410,10 @@ absl::StatusOr<Command> ParseCommand(const CtlConfig& config) {
     operand_name = "JOB";
   } else if (command.name == "workers") {
     command.kind = CommandKind::kWorkers;
+  } else if (command.name == "drain") {
+    command.kind = CommandKind::kDrain;
+    min_operands = max_operands = 1;
+    operand_name = "WORKER";
   } else if (command.name == "checkpoints") {
     return ParseCheckpointsCommand(config, std::move(command), operands);
   } else {
@@ -389,18 +436,23 @@ absl::StatusOr<Command> ParseCommand(const CtlConfig& config) {
   // Command flags go with their command only, so a typo such as
   // `cohortctl list --tensor 2` is reported instead of ignored.
   const std::vector<std::string> flags = CommandFlagNames(config);
+  const std::vector<std::string> spec_flags = SetSpecFlagNames(config.spec);
   std::vector<std::string> misplaced;
   for (const std::string& flag : flags) {
     bool allowed = command.kind == CommandKind::kHelp;
     switch (command.kind) {
       case CommandKind::kSubmit:
-        allowed = flag != "--all" && flag != "--out" && flag != "--format";
+        allowed = flag == "--validate_only" ||
+                  std::find(spec_flags.begin(), spec_flags.end(), flag) != spec_flags.end();
         break;
       case CommandKind::kList:
         allowed = flag == "--all";
         break;
       case CommandKind::kScale:
-        allowed = flag == "--min_workers" || flag == "--max_workers";
+        allowed = flag == "--min_workers" || flag == "--max_workers" || flag == "--workers";
+        break;
+      case CommandKind::kDrain:
+        allowed = flag == "--reason";
         break;
       default:
         break;
@@ -418,8 +470,9 @@ absl::StatusOr<Command> ParseCommand(const CtlConfig& config) {
           absl::StrCat("--device must be cpu or gpu, not \"", *config.spec.device, "\""));
     }
   }
-  if (command.kind == CommandKind::kScale && !config.spec.min_workers.has_value()) {
-    return UsageError("scale needs --min_workers (and optionally --max_workers)");
+  if (command.kind == CommandKind::kScale) {
+    absl::Status bounds = ResolveScaleBounds(config, &command);
+    if (!bounds.ok()) return bounds;
   }
   if (command.kind == CommandKind::kSubmit && command.operand.empty() &&
       SetSpecFlagNames(config.spec).empty()) {

@@ -3,6 +3,7 @@
 // of argv into flags and operands, and the check that a command got the
 // operands and flags it takes. Pure functions, thread-safe.
 
+#include <cstdint>
 #include <optional>
 #include <string>
 #include <utility>
@@ -63,6 +64,7 @@ enum class CommandKind {
   kCancel,
   kScale,
   kWorkers,
+  kDrain,
   kCheckpoints,
 };
 
@@ -71,10 +73,14 @@ enum class CheckpointsCommand { kList, kShow, kDelete, kExport };
 struct Command {
   CommandKind kind = CommandKind::kHelp;
   std::string name;     // as typed, e.g. "submit"
-  std::string operand;  // FILE or JOB; empty when the command takes none
+  std::string operand;  // FILE, JOB or WORKER; empty when the command takes none
   // checkpoints: the subcommand and its STEP operand (absent: the newest).
   CheckpointsCommand checkpoints = CheckpointsCommand::kList;
   std::optional<int64_t> step;
+  // scale: the bounds to set, from --workers=N (both N) or from
+  // --min_workers=A [--max_workers=B] (B defaults to A).
+  int32_t min_workers = 0;
+  int32_t max_workers = 0;
 };
 
 // Reads the command from config.args and checks its operands and that only

@@ -56,6 +56,10 @@ struct CtlConfig {
   // checkpoints export: the file format ("safetensors") and the output file.
   std::optional<std::string> format;
   std::optional<std::string> out;
+  // scale: --workers=N, shorthand for --min_workers=N --max_workers=N.
+  std::optional<int32_t> workers;
+  // drain: why the worker is taken out of service (the coordinator logs it).
+  std::optional<std::string> reason;
   // watch draws a progress bar in place when stdout is a terminal.
   bool stdout_is_terminal = false;
   int terminal_width = 80;

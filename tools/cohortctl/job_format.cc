@@ -54,6 +54,29 @@ std::string DescribeData(const v1::DataConfig& data) {
   }
 }
 
+// "1 step", "20 steps".
+std::string Count(int64_t n, absl::string_view singular, absl::string_view plural) {
+  return absl::StrCat(n, " ", n == 1 ? singular : plural);
+}
+
+std::string StepsLost(int64_t n) { return absl::StrCat(Count(n, "step", "steps"), " lost"); }
+
+std::string Seconds(double seconds) { return absl::StrFormat("%.3f s", seconds); }
+
+// "PEER at step 120", "CHECKPOINT step 100", "NONE, fresh start at step 0".
+std::string RecoveryHeadline(const v1::RecoveryPlan& plan) {
+  switch (plan.kind()) {
+    case v1::RECOVERY_KIND_PEER:
+      return absl::StrCat("PEER at step ", plan.step());
+    case v1::RECOVERY_KIND_CHECKPOINT:
+      return absl::StrCat("CHECKPOINT step ", plan.checkpoint_step());
+    case v1::RECOVERY_KIND_NONE:
+      return absl::StrCat("NONE, fresh start at step ", plan.step());
+    default:
+      return absl::StrCat(RecoveryKindName(plan.kind()), " at step ", plan.step());
+  }
+}
+
 }  // namespace
 
 std::string JobStateName(v1::JobState state) {
@@ -69,6 +92,11 @@ std::string WorkerStateName(v1::WorkerState state) {
 std::string JobEventKindName(v1::JobEventKind kind) {
   return ShortEnumName(
       kind, [](v1::JobEventKind k) { return v1::JobEventKind_Name(k); }, "JOB_EVENT_KIND_");
+}
+
+std::string RecoveryKindName(v1::RecoveryKind kind) {
+  return ShortEnumName(
+      kind, [](v1::RecoveryKind k) { return v1::RecoveryKind_Name(k); }, "RECOVERY_KIND_");
 }
 
 bool IsTerminal(v1::JobState state) {
@@ -115,6 +143,53 @@ std::string FormatJobTable(const v1::ListJobsResponse& response) {
   return table.Render();
 }
 
+std::string FormatRecoveryPlan(const v1::Job& job) {
+  const v1::RecoveryPlan& plan = job.recovery();
+  if (plan.kind() == v1::RECOVERY_KIND_UNSPECIFIED) return "";
+  std::string line = RecoveryHeadline(plan);
+  if (plan.kind() == v1::RECOVERY_KIND_PEER) {
+    absl::StrAppend(&line, " (generation ", job.generation(), " from generation ",
+                    plan.source_generation(), "'s memory, ");
+    if (plan.donors_size() > 0) {
+      absl::StrAppend(&line, Count(plan.donors_size(), "donor", "donors"), ", ");
+    }
+    absl::StrAppend(&line, StepsLost(plan.lost_steps()), ")");
+  } else {
+    absl::StrAppend(&line, ", ", StepsLost(plan.lost_steps()));
+  }
+  if (!plan.reason().empty()) {
+    absl::StrAppend(&line, ": ", absl::StrReplaceAll(plan.reason(), {{"\n", " "}}));
+  }
+  return line;
+}
+
+std::string FormatRecoveryStats(const v1::RecoveryStats& stats) {
+  if (stats.peer() == 0 && stats.checkpoint() == 0 && stats.spare() == 0 &&
+      stats.lost_steps() == 0 && stats.last_detect_to_running_seconds() == 0) {
+    return "";
+  }
+  std::string line = absl::StrCat(stats.peer(), " peer");
+  if (stats.spare() > 0) absl::StrAppend(&line, " (", stats.spare(), " with a spare)");
+  absl::StrAppend(&line, ", ", stats.checkpoint(), " from checkpoint, ",
+                  StepsLost(stats.lost_steps()));
+  if (stats.last_detect_to_running_seconds() > 0) {
+    absl::StrAppend(&line, "; last took ", Seconds(stats.last_detect_to_running_seconds()),
+                    " from detection to running");
+  }
+  return line;
+}
+
+std::string FormatRecovered(const v1::Job& job) {
+  const v1::RecoveryPlan& plan = job.recovery();
+  std::string line = absl::StrCat("generation ", job.generation(), ": ", RecoveryHeadline(plan),
+                                  ", ", StepsLost(plan.lost_steps()));
+  const double seconds = job.recovery_stats().last_detect_to_running_seconds();
+  if (seconds > 0) {
+    absl::StrAppend(&line, ", ", Seconds(seconds), " from detection to running");
+  }
+  return line;
+}
+
 std::string FormatJobDetails(const v1::Job& job) {
   const v1::JobSpec& spec = job.spec();
   const v1::Progress& progress = job.progress();
@@ -124,6 +199,12 @@ std::string FormatJobDetails(const v1::Job& job) {
   AddLine(&out, "State", JobStateName(job.state()));
   AddLine(&out, "Message", OrDash(job.message()));
   AddLine(&out, "Generation", absl::StrCat(job.generation()));
+  if (const std::string plan = FormatRecoveryPlan(job); !plan.empty()) {
+    AddLine(&out, "Recovery", plan);
+  }
+  if (const std::string totals = FormatRecoveryStats(job.recovery_stats()); !totals.empty()) {
+    AddLine(&out, "Recoveries", totals);
+  }
   AddLine(&out, "Created", FormatTime(job.create_time()));
   AddLine(&out, "Updated", FormatTime(job.update_time()));
   if (progress.step() == 0) {
@@ -192,6 +273,20 @@ std::string FormatWorkerTable(const v1::ListWorkersResponse& response) {
                   OrDash(worker.metrics_address())});
   }
   return table.Render();
+}
+
+std::string FormatDrainedWorker(const v1::WorkerInfo& worker) {
+  std::string line =
+      absl::StrCat("worker ", worker.worker_id(), ": ", WorkerStateName(worker.state()));
+  if (worker.state() == v1::WORKER_STATE_DRAINING) {
+    if (worker.job_id().empty()) {
+      absl::StrAppend(&line, " (in no job; it exits now)");
+    } else {
+      absl::StrAppend(&line, " (its job ", worker.job_id(),
+                      " is re-planned without it; it exits once its state is handed over)");
+    }
+  }
+  return line;
 }
 
 std::string FormatJobSummary(const v1::Job& job) {

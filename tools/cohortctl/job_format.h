@@ -17,6 +17,8 @@ std::string JobStateName(v1::JobState state);
 std::string WorkerStateName(v1::WorkerState state);
 // "PROGRESS" for JOB_EVENT_KIND_PROGRESS, likewise.
 std::string JobEventKindName(v1::JobEventKind kind);
+// "PEER" for RECOVERY_KIND_PEER, likewise.
+std::string RecoveryKindName(v1::RecoveryKind kind);
 
 // True for COMPLETED, FAILED and CANCELLED.
 bool IsTerminal(v1::JobState state);
@@ -40,9 +42,39 @@ std::string FormatJobTable(const v1::ListJobsResponse& response);
 // (RANK, WORKER, HOST, DEVICE, DATA, TENSOR, PIPELINE). Times print in UTC.
 std::string FormatJobDetails(const v1::Job& job);
 
+// How the job's current generation got its training state, for `get`:
+//   PEER at step 120 (generation 3 from generation 2's memory, 1 donor,
+//     0 steps lost): <reason>
+//   CHECKPOINT step 100, 20 steps lost: <reason>
+//   NONE, fresh start at step 0, 120 steps lost: <reason>
+// (one line each; the donor count only when there are donors, ": <reason>"
+// only when the plan has one). Empty when the generation has no recovery
+// plan (kind UNSPECIFIED).
+std::string FormatRecoveryPlan(const v1::Job& job);
+
+// The job's recovery totals, for `get`:
+//   2 peer (1 with a spare), 1 from checkpoint, 20 steps lost; last took
+//     0.184 s from detection to running
+// (one line; the spare count only when nonzero). Empty when the job has
+// never recovered.
+std::string FormatRecoveryStats(const v1::RecoveryStats& stats);
+
+// What a RECOVERED event reports about `job`, for `watch`:
+//   generation 3: PEER at step 120, 0 steps lost, 0.184 s from detection to
+//     running
+// (one line; "CHECKPOINT step 100" or "NONE, fresh start at step 0" for
+// the other kinds; the time only when the coordinator measured one).
+std::string FormatRecovered(const v1::Job& job);
+
 // Table of workers: WORKER, HOST, DEVICE, STATE, JOB, RANK, HEARTBEAT AGE,
 // METRICS.
 std::string FormatWorkerTable(const v1::ListWorkersResponse& response);
+
+// The line drain prints: "worker w3: DRAINING (its job j-1 is re-planned
+// without it; it exits once its state is handed over)", or "worker w3:
+// DRAINING (in no job; it exits now)", or "worker w3: <STATE>" in any other
+// state.
+std::string FormatDrainedWorker(const v1::WorkerInfo& worker);
 
 // One line after submit, cancel or scale: "<job id> <STATE>" and, when the
 // coordinator gave one, " (<message>)".

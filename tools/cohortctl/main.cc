@@ -53,6 +53,8 @@ ABSL_FLAG(int32_t, checkpoint_interval, 0, "see cohortctl help");
 ABSL_FLAG(int32_t, keep_last, 0, "see cohortctl help");
 ABSL_FLAG(std::string, out, "", "see cohortctl help");
 ABSL_FLAG(std::string, format, "safetensors", "see cohortctl help");
+ABSL_FLAG(int32_t, workers, 0, "see cohortctl help");
+ABSL_FLAG(std::string, reason, "", "see cohortctl help");
 
 namespace {
 
@@ -120,6 +122,8 @@ int main(int argc, char** argv) {
   config.validate_only = absl::GetFlag(FLAGS_validate_only);
   if (set("out")) config.out = absl::GetFlag(FLAGS_out);
   if (set("format")) config.format = absl::GetFlag(FLAGS_format);
+  if (set("workers")) config.workers = absl::GetFlag(FLAGS_workers);
+  if (set("reason")) config.reason = absl::GetFlag(FLAGS_reason);
 
   ctl::SpecFlags& spec = config.spec;
 #define COHORT_SPEC_FLAG(flag) \

@@ -78,6 +78,9 @@ std::string FormatEventLine(const v1::JobEvent& event) {
     time =
         absl::FormatTime("%Y-%m-%dT%H:%M:%E3SZ", FromProtoTime(event.time()), absl::UTCTimeZone());
   }
+  if (event.kind() == v1::JOB_EVENT_KIND_RECOVERED) {
+    return absl::StrCat(time, " RECOVERED job=", job.job_id(), " ", FormatRecovered(job));
+  }
   std::string line = absl::StrFormat(
       "%s %s job=%s state=%s gen=%d step=%s loss=%s tok/s=%.0f mesh=%s "
       "workers=%d",

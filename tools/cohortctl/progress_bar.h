@@ -26,6 +26,9 @@ std::string RedrawProgressBar(const v1::Job& job, int width);
 // One line (no line ending) per event for pipes and logs:
 //   2024-05-01T10:00:00Z PROGRESS job=j1 state=RUNNING gen=3 step=120/200
 //   loss=3.2104 tok/s=12345 mesh=2x2x1 workers=4 message="..."
+// except RECOVERED events, which say how the new generation got its state:
+//   2024-05-01T10:00:00Z RECOVERED job=j1 generation 3: PEER at step 120,
+//   0 steps lost, 0.184 s from detection to running
 std::string FormatEventLine(const v1::JobEvent& event);
 
 // The line watch ends with: "job j1 COMPLETED at step 200/200" or

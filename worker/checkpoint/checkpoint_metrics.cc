@@ -46,7 +46,24 @@ CheckpointMetrics::CheckpointMetrics(std::shared_ptr<prometheus::Registry> regis
                     .Help("Step of this rank's last successful checkpoint upload")
                     .Register(*registry_)
                     .Add({});
+  peer_seconds_ = &prometheus::BuildHistogram()
+                       .Name("cohort_worker_peer_transfer_seconds")
+                       .Help("Duration of this worker's part of peer recoveries (state sent to "
+                             "and received from other workers' memory)")
+                       .Register(*registry_)
+                       .Add({}, Seconds());
+  peer_bytes_ = &prometheus::BuildCounter()
+                     .Name("cohort_worker_peer_transfer_bytes_total")
+                     .Help("State bytes this worker sent to (direction=sent) and received from "
+                           "(direction=received) peers in recoveries")
+                     .Register(*registry_);
+  peer_restores_ = &prometheus::BuildCounter()
+                        .Name("cohort_worker_peer_transfers_total")
+                        .Help("Peer recoveries this worker took part in")
+                        .Register(*registry_)
+                        .Add({});
   for (const char* d : {"upload", "download"}) bytes_->Add({{"direction", d}});
+  for (const char* d : {"sent", "received"}) peer_bytes_->Add({{"direction", d}});
   for (const char* r : {"ok", "failed"}) uploads_->Add({{"result", r}});
 }
 
@@ -67,6 +84,14 @@ void CheckpointMetrics::Restored(uint64_t bytes, absl::Duration duration) {
   restores_->Increment();
   restore_seconds_->Observe(absl::ToDoubleSeconds(duration));
   bytes_->Add({{"direction", "download"}}).Increment(static_cast<double>(bytes));
+}
+
+void CheckpointMetrics::PeerTransferred(int64_t sent_bytes, int64_t received_bytes,
+                                        absl::Duration duration) {
+  peer_restores_->Increment();
+  peer_seconds_->Observe(absl::ToDoubleSeconds(duration));
+  peer_bytes_->Add({{"direction", "sent"}}).Increment(static_cast<double>(sent_bytes));
+  peer_bytes_->Add({{"direction", "received"}}).Increment(static_cast<double>(received_bytes));
 }
 
 }  // namespace cohort::checkpoint

@@ -1,6 +1,7 @@
 #pragma once
-// The worker's checkpoint metrics (cohort_worker_checkpoint_*; catalogue in
-// docs/metrics.md). Thread-safe (prometheus-cpp metrics are).
+// The worker's checkpoint and peer-recovery metrics (cohort_worker_checkpoint_*,
+// cohort_worker_peer_*; catalogue in docs/metrics.md). Thread-safe
+// (prometheus-cpp metrics are).
 
 #include <memory>
 
@@ -23,6 +24,8 @@ class CheckpointMetrics {
   void Uploaded(const UploadResult& result);
   // State was restored from a checkpoint.
   void Restored(uint64_t bytes, absl::Duration duration);
+  // A peer recovery's transfers ended on this worker (as a member or donor).
+  void PeerTransferred(int64_t sent_bytes, int64_t received_bytes, absl::Duration duration);
 
  private:
   std::shared_ptr<prometheus::Registry> registry_;
@@ -33,6 +36,9 @@ class CheckpointMetrics {
   prometheus::Family<prometheus::Counter>* uploads_;
   prometheus::Counter* restores_;
   prometheus::Gauge* last_step_;
+  prometheus::Histogram* peer_seconds_;
+  prometheus::Family<prometheus::Counter>* peer_bytes_;
+  prometheus::Counter* peer_restores_;
 };
 
 }  // namespace cohort::checkpoint

@@ -27,21 +27,6 @@ struct ConfigDeleter {
   void operator()(ucp_config_t* config) const { ucp_config_release(config); }
 };
 
-// Progresses the worker until `request` completes or `deadline` passes;
-// frees the request either way. Returns the completion status (UCS_INPROGRESS
-// on timeout). `request` may be null (done) or an error pointer.
-ucs_status_t WaitRequest(ucp_worker_h worker, void* request, absl::Time deadline) {
-  if (request == nullptr) return UCS_OK;
-  if (UCS_PTR_IS_ERR(request)) return UCS_PTR_STATUS(request);
-  ucs_status_t status = UCS_INPROGRESS;
-  while ((status = ucp_request_check_status(request)) == UCS_INPROGRESS) {
-    if (ucp_worker_progress(worker) == 0 && absl::Now() > deadline) break;
-  }
-  if (status == UCS_INPROGRESS) ucp_request_cancel(worker, request);
-  ucp_request_free(request);
-  return status;
-}
-
 }  // namespace
 
 absl::Status UcxStatusToStatus(ucs_status_t status, const std::string& what) {
@@ -219,11 +204,46 @@ absl::Status UcxContext::Init(const UcxContextOptions& options) {
       return UcxStatusToStatus(st, absl::StrCat("ucp_ep_create to rank ", r));
     }
   }
-  if (options.warm_up) return WarmUp(deadline);
+  if (options.warm_up) return WarmUp(deadline, options.cancelled);
   return absl::OkStatus();
 }
 
-absl::Status UcxContext::WarmUp(absl::Time deadline) {
+absl::Status UcxContext::AwaitWarmUp(void* request, int peer, absl::Time deadline,
+                                     const std::atomic<bool>* cancelled) {
+  if (request == nullptr) return absl::OkStatus();
+  if (UCS_PTR_IS_ERR(request)) {
+    return UcxStatusToStatus(UCS_PTR_STATUS(request), absl::StrCat("ucx warm-up with rank ", peer));
+  }
+  absl::Status result;
+  ucs_status_t status = UCS_INPROGRESS;
+  while ((status = ucp_request_check_status(request)) == UCS_INPROGRESS) {
+    if (ucp_worker_progress(worker_) != 0) continue;
+    // A peer that died after publishing its address never answers: a local
+    // one is seen gone through /proc, a remote one by UCX's error handler.
+    CheckLocalPeers();
+    if (peers_[peer]->dead.load(std::memory_order_acquire)) {
+      result = absl::UnavailableError(absl::StrCat("ucx warm-up with rank ", peer, ": it failed"));
+      break;
+    }
+    if (cancelled != nullptr && cancelled->load(std::memory_order_acquire)) {
+      result = absl::CancelledError(absl::StrCat("ucx warm-up with rank ", peer, ": cancelled"));
+      break;
+    }
+    if (absl::Now() > deadline) {
+      result = absl::DeadlineExceededError(absl::StrCat("ucx warm-up with rank ", peer));
+      break;
+    }
+  }
+  if (status == UCS_INPROGRESS) {
+    ucp_request_cancel(worker_, request);
+  } else if (status != UCS_OK) {
+    result = UcxStatusToStatus(status, absl::StrCat("ucx warm-up with rank ", peer));
+  }
+  ucp_request_free(request);
+  return result;
+}
+
+absl::Status UcxContext::WarmUp(absl::Time deadline, const std::atomic<bool>* cancelled) {
   // Every rank sends one byte to and receives one byte from every peer. The
   // buffers are per peer so receives can all be posted first.
   std::vector<uint8_t> in(static_cast<size_t>(size_), 0);
@@ -246,12 +266,10 @@ absl::Status UcxContext::WarmUp(absl::Time deadline) {
   for (int r = 0; r < size_; ++r) {
     if (r == rank_) continue;
     for (void* request : {recvs[r], sends[r]}) {
-      const ucs_status_t st = WaitRequest(worker_, request, deadline);
-      if (st == UCS_INPROGRESS && result.ok()) {
-        result = absl::DeadlineExceededError(absl::StrCat("ucx warm-up with rank ", r));
-      } else if (st != UCS_OK && st != UCS_INPROGRESS && result.ok()) {
-        result = UcxStatusToStatus(st, absl::StrCat("ucx warm-up with rank ", r));
-      }
+      // After a failure the rest are only cancelled and freed.
+      const absl::Status waited =
+          AwaitWarmUp(request, r, result.ok() ? deadline : absl::InfinitePast(), cancelled);
+      if (result.ok()) result = waited;
     }
   }
   return result;

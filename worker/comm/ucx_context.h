@@ -52,6 +52,10 @@ struct UcxContextOptions {
   absl::Duration bootstrap_timeout = absl::Seconds(60);
   // Exchange one small message with every peer during Create.
   bool warm_up = true;
+  // When set, Create gives up (Cancelled) soon after it becomes true while
+  // it waits for peers in the warm-up. (The address exchange is cancelled
+  // through the KvClient.)
+  const std::atomic<bool>* cancelled = nullptr;
   // Bound on closing endpoints at destruction.
   absl::Duration close_timeout = absl::Seconds(2);
   // With UCX_TLS unset, peers on this host (same kernel and pid namespace)
@@ -131,7 +135,11 @@ class UcxContext {
 
   UcxContext(int rank, int size);
   absl::Status Init(const UcxContextOptions& options);
-  absl::Status WarmUp(absl::Time deadline);
+  absl::Status WarmUp(absl::Time deadline, const std::atomic<bool>* cancelled);
+  // Waits for a warm-up request with peer `peer` (then frees it): OK,
+  // Unavailable (the peer failed), Cancelled, or DeadlineExceeded.
+  absl::Status AwaitWarmUp(void* request, int peer, absl::Time deadline,
+                           const std::atomic<bool>* cancelled);
   void CloseEndpoints(absl::Duration timeout);
   static void OnPeerError(void* arg, ucp_ep_h ep, ucs_status_t status);
 

@@ -36,8 +36,10 @@ StateVersions::StateVersions(model::GptModel* model, float* m, float* v, size_t 
     const ShardRange range = DataShardRange(model_->num_params(), dp_, mirror.owner);
     mirror.begin = range.begin;
     mirror.end = range.end;
-    mirror.m.assign(range.end - range.begin, 0.0f);
-    mirror.v.assign(range.end - range.begin, 0.0f);
+    for (int b = 0; b < 2; ++b) {
+      mirror.m[b].assign(range.end - range.begin, 0.0f);
+      mirror.v[b].assign(range.end - range.begin, 0.0f);
+    }
     mirrors_.push_back(std::move(mirror));
   }
 }
@@ -45,6 +47,7 @@ StateVersions::StateVersions(model::GptModel* model, float* m, float* v, size_t 
 void StateVersions::SetCurrent(int64_t steps) {
   current_step_ = steps;
   previous_step_ = -1;
+  mirror_step_[0] = mirror_step_[1] = -1;  // until the next refresh
 }
 
 void StateVersions::BeforeUpdate(int64_t steps) {
@@ -52,10 +55,6 @@ void StateVersions::BeforeUpdate(int64_t steps) {
     Copy(model_->params(), model_->num_params(), &previous_params_);
     Copy(m_, end_ - begin_, &previous_m_);
     Copy(v_, end_ - begin_, &previous_v_);
-    for (MirrorBuffers& mirror : mirrors_) {
-      Copy(mirror.m.data(), mirror.m.size(), &mirror.previous_m);
-      Copy(mirror.v.data(), mirror.v.size(), &mirror.previous_v);
-    }
     previous_step_ = steps;
   } else {
     previous_step_ = -1;
@@ -63,38 +62,48 @@ void StateVersions::BeforeUpdate(int64_t steps) {
   current_step_ = -1;  // being rewritten
 }
 
-absl::Status StateVersions::ExchangeMirrors(comm::Communicator* data_group,
+absl::Status StateVersions::ExchangeMirrors(comm::Communicator* data_group, int64_t steps,
                                             absl::Duration timeout) {
   if (mirrors_.empty()) return absl::OkStatus();
   if (data_group == nullptr || data_group->size() != dp_) {
     return absl::InvalidArgumentError("mirrors need the data group");
   }
+  const int target = 1 - newest_buffer_;
+  mirror_step_[target] = -1;  // being overwritten
   const size_t own = end_ - begin_;
-  exchange_.resize(2 * own);
-  if (own > 0) {
-    std::memcpy(exchange_.data(), m_, own * sizeof(float));
-    std::memcpy(exchange_.data() + own, v_, own * sizeof(float));
-  }
   for (size_t j = 0; j < mirrors_.size(); ++j) {
     MirrorBuffers& mirror = mirrors_[j];
     const int shift = static_cast<int>(j) + 1;
+    const int to = (dp_rank_ + shift) % dp_;
     const size_t theirs = mirror.end - mirror.begin;
-    receive_.resize(2 * theirs);
-    RETURN_IF_ERROR(data_group->SendRecv(exchange_.data(), 2 * own * sizeof(float),
-                                         (dp_rank_ + shift) % dp_, receive_.data(),
-                                         2 * theirs * sizeof(float), mirror.owner,
-                                         kMirrorTag + static_cast<uint32_t>(shift), timeout));
-    if (theirs > 0) {
-      std::memcpy(mirror.m.data(), receive_.data(), theirs * sizeof(float));
-      std::memcpy(mirror.v.data(), receive_.data() + theirs, theirs * sizeof(float));
-    }
+    // Straight from the moments into the mirror: no staging copies.
+    const uint32_t tag = kMirrorTag + 2 * static_cast<uint32_t>(shift);
+    RETURN_IF_ERROR(data_group->SendRecv(m_, own * sizeof(float), to, mirror.m[target].data(),
+                                         theirs * sizeof(float), mirror.owner, tag, timeout));
+    RETURN_IF_ERROR(data_group->SendRecv(v_, own * sizeof(float), to, mirror.v[target].data(),
+                                         theirs * sizeof(float), mirror.owner, tag + 1, timeout));
   }
+  newest_buffer_ = target;
+  mirror_step_[target] = steps;
   return absl::OkStatus();
 }
 
 void StateVersions::AfterUpdate(int64_t steps) { current_step_ = steps; }
 
-int64_t StateVersions::newest() const { return std::max(current_step_, previous_step_); }
+int64_t StateVersions::newest() const {
+  // A version counts once its mirrors (if any) are held too.
+  int64_t newest = -1;
+  for (const int64_t step : {current_step_, previous_step_}) {
+    if (step > newest && (mirrors_.empty() || MirrorBufferOf(step) >= 0)) newest = step;
+  }
+  return newest;
+}
+
+int StateVersions::MirrorBufferOf(int64_t step) const {
+  if (step >= 0 && mirror_step_[newest_buffer_] == step) return newest_buffer_;
+  if (step >= 0 && mirror_step_[1 - newest_buffer_] == step) return 1 - newest_buffer_;
+  return -1;
+}
 
 absl::StatusOr<StateVersions::View> StateVersions::Version(int64_t step) const {
   View view;
@@ -103,31 +112,33 @@ absl::StatusOr<StateVersions::View> StateVersions::Version(int64_t step) const {
     view.params = model_->params();
     view.adam_m = m_;
     view.adam_v = v_;
-    for (const MirrorBuffers& mirror : mirrors_) {
-      view.mirrors.push_back({mirror.owner, mirror.m.data(), mirror.v.data(), mirror.begin,
-                              mirror.end});
-    }
-    return view;
-  }
-  if (step >= 0 && step == previous_step_) {
+  } else if (step >= 0 && step == previous_step_) {
     view.params = previous_params_.data();
     view.adam_m = previous_m_.data();
     view.adam_v = previous_v_.data();
-    for (const MirrorBuffers& mirror : mirrors_) {
-      view.mirrors.push_back({mirror.owner, mirror.previous_m.data(), mirror.previous_v.data(),
-                              mirror.begin, mirror.end});
-    }
-    return view;
+  } else {
+    return absl::NotFoundError(absl::StrCat("state of step ", step, " is not held (current ",
+                                            current_step_, ", previous ", previous_step_, ")"));
   }
-  return absl::NotFoundError(absl::StrCat("state of step ", step, " is not held (current ",
-                                          current_step_, ", previous ", previous_step_, ")"));
+  if (!mirrors_.empty()) {
+    const int b = MirrorBufferOf(step);
+    if (b < 0) {
+      return absl::NotFoundError(absl::StrCat("the optimizer mirrors of step ", step,
+                                              " are not held (refreshed for steps ",
+                                              mirror_step_[0], " and ", mirror_step_[1], ")"));
+    }
+    for (const MirrorBuffers& mirror : mirrors_) {
+      view.mirrors.push_back(
+          {mirror.owner, mirror.m[b].data(), mirror.v[b].data(), mirror.begin, mirror.end});
+    }
+  }
+  return view;
 }
 
 size_t StateVersions::extra_bytes() const {
   size_t floats = previous_params_.capacity() + previous_m_.capacity() + previous_v_.capacity();
   for (const MirrorBuffers& mirror : mirrors_) {
-    floats += mirror.m.capacity() + mirror.v.capacity() + mirror.previous_m.capacity() +
-              mirror.previous_v.capacity();
+    for (int b = 0; b < 2; ++b) floats += mirror.m[b].capacity() + mirror.v[b].capacity();
   }
   return floats * sizeof(float);
 }

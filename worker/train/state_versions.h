@@ -16,7 +16,10 @@
 // Mirrors (ZeRO-1 with optimizer_replicas R > 1): rank d of the data group
 // keeps copies of the moments of data ranks d-1, ..., d-R+1, refreshed at the
 // end of every step by R-1 ring shifts over the data group, so any R-1 of
-// those ranks can be lost without losing their optimizer state.
+// those ranks can be lost without losing their optimizer state. Each mirror
+// has two buffers: a refresh is received straight into the older one, which
+// becomes the newer only once the whole refresh arrived, so the previous
+// version costs no copy and a refresh cut short leaves both intact.
 //
 // Thread-compatible: the step runner's thread; views are read by the same
 // thread between steps (or after the generation's training stopped).
@@ -68,13 +71,15 @@ class StateVersions {
   void SetCurrent(int64_t steps);
   // Before the end phase of the step that turns `steps` into `steps + 1`.
   void BeforeUpdate(int64_t steps);
-  // Refreshes the mirrors from the data group (each rank's current moments
-  // go to the next R-1 ranks). The communicator's errors.
-  absl::Status ExchangeMirrors(comm::Communicator* data_group, absl::Duration timeout);
+  // Refreshes the mirrors from the data group (each rank's current moments,
+  // those of `steps` steps, go to the next R-1 ranks). The communicator's
+  // errors; the mirrors of the step before are kept either way.
+  absl::Status ExchangeMirrors(comm::Communicator* data_group, int64_t steps,
+                               absl::Duration timeout);
   // After the end phase: the current buffers hold `steps` steps.
   void AfterUpdate(int64_t steps);
 
-  // The newest consistent version (-1: none).
+  // The newest consistent version, mirrors included (-1: none).
   int64_t newest() const;
   // Version `step`, if held. NotFound otherwise.
   absl::StatusOr<View> Version(int64_t step) const;
@@ -98,11 +103,15 @@ class StateVersions {
   struct MirrorBuffers {
     int owner = 0;
     size_t begin = 0, end = 0;
-    std::vector<float> m, v, previous_m, previous_v;
+    std::vector<float> m[2], v[2];
   };
   std::vector<MirrorBuffers> mirrors_;
-  std::vector<float> exchange_;  // send staging: own m then v
-  std::vector<float> receive_;
+  // Which of the two buffers each mirror's newest refresh went to, and the
+  // step each buffer holds (-1: none); the same for every mirror.
+  int newest_buffer_ = 0;
+  int64_t mirror_step_[2] = {-1, -1};
+  // The mirrors' view of `step` (their buffer index), or -1.
+  int MirrorBufferOf(int64_t step) const;
 };
 
 }  // namespace cohort::train

@@ -271,7 +271,8 @@ absl::StatusOr<StepResult> StepRunner::Run(Step step) {
   versions_->BeforeUpdate(step.value());
   RETURN_IF_ERROR(AdamWUpdate(adamw, slice, decay_ranges_, lr, step.value() + 1));
   RETURN_IF_ERROR(data_parallel_->GatherParameters(model_->params()));
-  RETURN_IF_ERROR(versions_->ExchangeMirrors(data_parallel_->group(), options_.timeout));
+  RETURN_IF_ERROR(
+      versions_->ExchangeMirrors(data_parallel_->group(), step.value() + 1, options_.timeout));
   versions_->AfterUpdate(step.value() + 1);
 
   StepResult result;

@@ -21,12 +21,16 @@
 #include "coordinator/recovery_planner.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "tests/testing/hub_communicator.h"
 #include "worker/checkpoint/live_transfer.h"
 #include "worker/checkpoint/state_transfer.h"
 #include "worker/train/data_parallel.h"
 
 namespace cohort::checkpoint {
 namespace {
+
+using ::cohort::testing::Hub;
+using ::cohort::testing::HubCommunicator;
 
 const model::GptConfig kSmall{
     .layers = 4, .heads = 4, .width = 64, .vocab_size = 256, .context_length = 32};
@@ -51,74 +55,6 @@ std::vector<float> Arena(const model::ParameterTable& table, StateKind kind) {
   }
   return arena;
 }
-
-// Point-to-point messages in memory: Send never blocks, Recv waits.
-class Hub {
- public:
-  void Post(int from, int to, uint32_t tag, const void* data, size_t bytes) {
-    absl::MutexLock lock(&mu_);
-    boxes_[{from, to, tag}].emplace_back(static_cast<const char*>(data),
-                                         static_cast<const char*>(data) + bytes);
-  }
-  absl::Status Take(int from, int to, uint32_t tag, void* data, size_t bytes) {
-    absl::MutexLock lock(&mu_);
-    const auto key = std::make_tuple(from, to, tag);
-    auto ready = [&] { return !boxes_[key].empty(); };
-    if (!mu_.AwaitWithTimeout(absl::Condition(&ready), absl::Seconds(20))) {
-      return absl::DeadlineExceededError("no message");
-    }
-    std::vector<char> message = std::move(boxes_[key].front());
-    boxes_[key].pop_front();
-    if (message.size() != bytes) return absl::InvalidArgumentError("size mismatch");
-    std::memcpy(data, message.data(), bytes);
-    return absl::OkStatus();
-  }
-
- private:
-  absl::Mutex mu_;
-  std::map<std::tuple<int, int, uint32_t>, std::deque<std::vector<char>>> boxes_
-      ABSL_GUARDED_BY(mu_);
-};
-
-class HubCommunicator : public comm::Communicator {
- public:
-  HubCommunicator(Hub* hub, int rank, int size) : hub_(hub), rank_(rank), size_(size) {}
-  int rank() const override { return rank_; }
-  int size() const override { return size_; }
-  absl::Status AllReduce(void*, size_t, comm::DataType, comm::ReduceOp, absl::Duration) override {
-    return absl::UnimplementedError("not in this test");
-  }
-  absl::Status ReduceScatter(const void*, void*, size_t, comm::DataType, comm::ReduceOp,
-                             absl::Duration) override {
-    return absl::UnimplementedError("not in this test");
-  }
-  absl::Status AllGather(const void*, void*, size_t, comm::DataType, absl::Duration) override {
-    return absl::UnimplementedError("not in this test");
-  }
-  absl::Status Broadcast(void*, size_t, comm::DataType, int, absl::Duration) override {
-    return absl::UnimplementedError("not in this test");
-  }
-  absl::Status Send(const void* data, size_t bytes, int peer, uint32_t tag,
-                    absl::Duration) override {
-    hub_->Post(rank_, peer, tag, data, bytes);
-    return absl::OkStatus();
-  }
-  absl::Status Recv(void* data, size_t bytes, int peer, uint32_t tag, absl::Duration) override {
-    return hub_->Take(peer, rank_, tag, data, bytes);
-  }
-  absl::Status SendRecv(const void* send_data, size_t send_bytes, int send_peer, void* recv_data,
-                        size_t recv_bytes, int recv_peer, uint32_t tag,
-                        absl::Duration timeout) override {
-    hub_->Post(rank_, send_peer, tag, send_data, send_bytes);
-    return hub_->Take(recv_peer, rank_, tag, recv_data, recv_bytes);
-  }
-  absl::Status Barrier(absl::Duration) override { return absl::OkStatus(); }
-  void Abort(const absl::Status&) override {}
-
- private:
-  Hub* hub_;
-  int rank_, size_;
-};
 
 v1::Mesh MeshOf(const StateLayout& l, const std::string& prefix) {
   v1::Mesh mesh;

@@ -510,6 +510,11 @@ TEST_F(JobManagerTest, ProgressFromRankZeroIsPublished) {
   heartbeat.mutable_progress()->set_step(7);
   heartbeat.mutable_progress()->set_loss(2.5);
   Effects effects;
+  // Not before the member is READY: it has not restored a step yet.
+  jobs_->OnProgress(WorkerId("w0"), heartbeat, now_, &effects);
+  EXPECT_EQ(Get(job).progress().step(), 0);
+  ReportAll(job, v1::ASSIGNMENT_STATE_READY);
+  effects = Effects();
   jobs_->OnProgress(WorkerId("w0"), heartbeat, now_, &effects);
   EXPECT_EQ(Get(job).progress().step(), 7);
   ASSERT_EQ(effects.events.size(), 1u);

@@ -181,18 +181,45 @@ class FakeJobs final : public v1::Jobs::Service {
   bool last_include_finished_ ABSL_GUARDED_BY(mu_) = false;
 };
 
-// Workers service listing a fixed set. Thread-safe (read-only after setup).
+// Workers service over a fixed set; Drain answers as the coordinator does
+// (NOT_FOUND unknown, FAILED_PRECONDITION lost, else DRAINING). Thread-safe.
 class FakeWorkers final : public v1::Workers::Service {
  public:
   explicit FakeWorkers(v1::ListWorkersResponse workers) : workers_(std::move(workers)) {}
   grpc::Status List(grpc::ServerContext*, const v1::ListWorkersRequest*,
                     v1::ListWorkersResponse* response) override {
+    absl::MutexLock lock(&mu_);
     *response = workers_;
     return grpc::Status::OK;
   }
 
+  grpc::Status Drain(grpc::ServerContext*, const v1::DrainWorkerRequest* request,
+                     v1::WorkerInfo* response) override {
+    absl::MutexLock lock(&mu_);
+    drains_.push_back(*request);
+    for (v1::WorkerInfo& worker : *workers_.mutable_workers()) {
+      if (worker.worker_id() != request->worker_id()) continue;
+      if (worker.state() == v1::WORKER_STATE_LOST) {
+        return grpc::Status(grpc::StatusCode::FAILED_PRECONDITION,
+                            absl::StrCat("worker ", worker.worker_id(), " is lost"));
+      }
+      worker.set_state(v1::WORKER_STATE_DRAINING);
+      *response = worker;
+      return grpc::Status::OK;
+    }
+    return grpc::Status(grpc::StatusCode::NOT_FOUND,
+                        absl::StrCat("worker ", request->worker_id(), " is not attached"));
+  }
+
+  std::vector<v1::DrainWorkerRequest> drains() {
+    absl::MutexLock lock(&mu_);
+    return drains_;
+  }
+
  private:
-  const v1::ListWorkersResponse workers_;
+  absl::Mutex mu_;
+  v1::ListWorkersResponse workers_ ABSL_GUARDED_BY(mu_);
+  std::vector<v1::DrainWorkerRequest> drains_ ABSL_GUARDED_BY(mu_);
 };
 
 v1::ListWorkersResponse TwoWorkers() {
@@ -208,6 +235,10 @@ v1::ListWorkersResponse TwoWorkers() {
   w1.set_worker_id("w1");
   w1.set_host("host-b");
   w1.set_state(v1::WORKER_STATE_IDLE);
+  v1::WorkerInfo& w2 = *response.add_workers();
+  w2.set_worker_id("w2");
+  w2.set_host("host-c");
+  w2.set_state(v1::WORKER_STATE_LOST);
   return response;
 }
 
@@ -386,7 +417,124 @@ TEST_F(CohortctlTest, WorkersTable) {
   EXPECT_EQ(out(),
             "WORKER  HOST    DEVICE  STATE     JOB  RANK  HEARTBEAT AGE  METRICS\n"
             "w0      host-a  cpu:0   ASSIGNED  j-1  1     300ms          -\n"
-            "w1      host-b  cpu:0   IDLE      -    -     0ms            -\n");
+            "w1      host-b  cpu:0   IDLE      -    -     0ms            -\n"
+            "w2      host-c  cpu:0   LOST      -    -     0ms            -\n");
+}
+
+TEST_F(CohortctlTest, ScaleWorkersSetsBothBounds) {
+  jobs_.AddJob(MakeJob("j-5", v1::JOB_STATE_RUNNING, 20));
+  config_.workers = 4;
+  EXPECT_EQ(Run({"scale", "j-5"}), kExitOk) << err();
+  EXPECT_EQ(out(), "j-5 RUNNING\n");
+  const std::vector<v1::ScaleJobRequest> scales = jobs_.scales();
+  ASSERT_EQ(scales.size(), 1u);
+  EXPECT_EQ(scales[0].min_workers(), 4);
+  EXPECT_EQ(scales[0].max_workers(), 4);
+
+  config_.spec.max_workers = 6;
+  EXPECT_EQ(Run({"scale", "j-5"}), kExitUsage);
+  EXPECT_THAT(err(), StartsWith("cohortctl: scale: --workers cannot be combined with "
+                                "--max_workers (--workers=N sets both bounds)\n\n"));
+  EXPECT_EQ(jobs_.scales().size(), 1u);
+}
+
+TEST_F(CohortctlTest, DrainPrintsTheWorkersNewState) {
+  config_.reason.emplace("replace its disk");
+  EXPECT_EQ(Run({"drain", "w0"}), kExitOk) << err();
+  EXPECT_EQ(out(),
+            "worker w0: DRAINING (its job j-1 is re-planned without it; it exits once its state "
+            "is handed over)\n");
+  EXPECT_EQ(err(), "");
+  config_.reason.reset();
+  EXPECT_EQ(Run({"drain", "w1"}), kExitOk) << err();
+  EXPECT_EQ(out(), "worker w1: DRAINING (in no job; it exits now)\n");
+  const std::vector<v1::DrainWorkerRequest> drains = workers_.drains();
+  ASSERT_EQ(drains.size(), 2u);
+  EXPECT_EQ(drains[0].worker_id(), "w0");
+  EXPECT_EQ(drains[0].reason(), "replace its disk");
+  EXPECT_EQ(drains[1].worker_id(), "w1");
+  EXPECT_EQ(drains[1].reason(), "");
+}
+
+TEST_F(CohortctlTest, DrainRefusedExitsOne) {
+  EXPECT_EQ(Run({"drain", "w9"}), kExitFailure);
+  EXPECT_EQ(out(), "");
+  EXPECT_EQ(err(), "cohortctl: drain: NOT_FOUND: worker w9 is not attached\n");
+  EXPECT_EQ(Run({"drain", "w2"}), kExitFailure);
+  EXPECT_EQ(err(), "cohortctl: drain: FAILED_PRECONDITION: worker w2 is lost\n");
+}
+
+TEST_F(CohortctlTest, DrainJsonIsTheWorkerInfo) {
+  config_.output = OutputFormat::kJson;
+  EXPECT_EQ(Run({"drain", "w0"}), kExitOk) << err();
+  v1::WorkerInfo parsed;
+  ASSERT_TRUE(ParseMessage(out(), JobSpecFormat::kJson, &parsed).ok()) << out();
+  EXPECT_EQ(parsed.worker_id(), "w0");
+  EXPECT_EQ(parsed.state(), v1::WORKER_STATE_DRAINING);
+}
+
+TEST_F(CohortctlTest, DrainWithoutAWorkerIsAUsageError) {
+  EXPECT_EQ(Run({"drain"}), kExitUsage);
+  EXPECT_THAT(err(), StartsWith("cohortctl: drain needs a WORKER operand\n\n"));
+  EXPECT_TRUE(workers_.drains().empty());
+}
+
+v1::Job PeerRecovered(v1::Job job) {
+  job.set_generation(3);
+  v1::RecoveryPlan& plan = *job.mutable_recovery();
+  plan.set_kind(v1::RECOVERY_KIND_PEER);
+  plan.set_step(120);
+  plan.set_source_generation(2);
+  plan.set_reason("every piece survives");
+  job.mutable_recovery_stats()->set_peer(1);
+  job.mutable_recovery_stats()->set_last_detect_to_running_seconds(0.184);
+  return job;
+}
+
+TEST_F(CohortctlTest, GetShowsRecovery) {
+  jobs_.AddJob(PeerRecovered(MakeJob("j-5", v1::JOB_STATE_RUNNING, 120)));
+  EXPECT_EQ(Run({"get", "j-5"}), kExitOk) << err();
+  EXPECT_THAT(out(), HasSubstr("Recovery:    PEER at step 120 (generation 3 from generation 2's "
+                               "memory, 0 steps lost): every piece survives\n"
+                               "Recoveries:  1 peer, 0 from checkpoint, 0 steps lost; last took "
+                               "0.184 s from detection to running\n"));
+}
+
+// A run that loses a worker at step 100 and recovers from peers at step 120.
+std::vector<v1::JobEvent> RunWithARecovery() {
+  v1::Job job = MakeJob("j-5", v1::JOB_STATE_RUNNING, 0);
+  std::vector<v1::JobEvent> events;
+  events.push_back(MakeEvent(v1::JOB_EVENT_KIND_SNAPSHOT, job));
+  job.mutable_progress()->set_step(120);
+  events.push_back(MakeEvent(v1::JOB_EVENT_KIND_PROGRESS, job));
+  job = PeerRecovered(job);
+  events.push_back(MakeEvent(v1::JOB_EVENT_KIND_RECOVERED, job));
+  job.mutable_progress()->set_step(200);
+  job.set_state(v1::JOB_STATE_COMPLETED);
+  events.push_back(MakeEvent(v1::JOB_EVENT_KIND_STATE_CHANGED, job));
+  return events;
+}
+
+TEST_F(CohortctlTest, WatchPrintsRecoveredEvents) {
+  jobs_.AddJob(MakeJob("j-5", v1::JOB_STATE_RUNNING, 0));
+  jobs_.ScriptWatch(RunWithARecovery());
+  EXPECT_EQ(Run({"watch", "j-5"}), kExitOk) << err();
+  const std::vector<std::string> lines = absl::StrSplit(out(), '\n', absl::SkipEmpty());
+  ASSERT_EQ(lines.size(), 5u) << out();
+  EXPECT_EQ(lines[2],
+            "- RECOVERED job=j-5 generation 3: PEER at step 120, 0 steps lost, 0.184 s from "
+            "detection to running");
+}
+
+TEST_F(CohortctlTest, WatchOnATerminalPrintsRecoveredAboveTheBar) {
+  jobs_.AddJob(MakeJob("j-5", v1::JOB_STATE_RUNNING, 0));
+  jobs_.ScriptWatch(RunWithARecovery());
+  config_.stdout_is_terminal = true;
+  config_.terminal_width = 100;
+  EXPECT_EQ(Run({"watch", "j-5"}), kExitOk) << err();
+  // Erase the bar, print the line, then redraw the bar below it.
+  EXPECT_THAT(out(), HasSubstr("\r\x1b[K- RECOVERED job=j-5 generation 3: PEER at step 120, 0 "
+                               "steps lost, 0.184 s from detection to running\n\r["));
 }
 
 std::vector<v1::JobEvent> RunToEnd(v1::JobState end) {
@@ -538,7 +686,7 @@ TEST(CohortctlUnreachableTest, NoServerListeningExitsTwoQuickly) {
   ASSERT_GT(refusing.port(), 0);
   const std::string address = absl::StrCat("127.0.0.1:", refusing.port());
   for (const std::vector<std::string>& args : std::vector<std::vector<std::string>>{
-           {"list"}, {"get", "j-1"}, {"watch", "j-1"}, {"workers"}}) {
+           {"list"}, {"get", "j-1"}, {"watch", "j-1"}, {"workers"}, {"drain", "w1"}}) {
     CtlConfig config;
     config.coordinator = address;
     config.timeout = absl::Seconds(20);

@@ -44,6 +44,16 @@ TEST(ScanCommandLineTest, DoubleDashEndsFlagsAndNegativeValuesAreValues) {
   EXPECT_THAT(scanned->flags, ElementsAre(Pair("seed", "-1")));
 }
 
+TEST(ScanCommandLineTest, DrainReasonAndScaleWorkersTakeValues) {
+  absl::StatusOr<ScannedCommandLine> scanned =
+      ScanCommandLine({"drain", "w3", "--reason", "bad disk", "--workers=2"});
+  ASSERT_TRUE(scanned.ok()) << scanned.status();
+  EXPECT_THAT(scanned->positional, ElementsAre("drain", "w3"));
+  EXPECT_THAT(scanned->flags, ElementsAre(Pair("reason", "bad disk"), Pair("workers", "2")));
+  EXPECT_EQ(ScanCommandLine({"drain", "w3", "--reason"}).status().message(),
+            "flag --reason needs a value (--reason=TEXT)");
+}
+
 TEST(ScanCommandLineTest, HelpIsRecognisedInEverySpelling) {
   for (const char* spelling : {"--help", "-h", "-help", "--h"}) {
     absl::StatusOr<ScannedCommandLine> scanned = ScanCommandLine({spelling});
@@ -86,6 +96,7 @@ TEST(ParseCommandTest, ReadsEveryCommand) {
       {{"watch", "j2"}, CommandKind::kWatch, "j2"},
       {{"cancel", "j3"}, CommandKind::kCancel, "j3"},
       {{"workers"}, CommandKind::kWorkers, ""},
+      {{"drain", "w3"}, CommandKind::kDrain, "w3"},
       {{"help", "submit"}, CommandKind::kHelp, ""},
   };
   for (const Case& c : cases) {
@@ -104,6 +115,11 @@ TEST(ParseCommandTest, OperandCountsAreChecked) {
             "list: unexpected operand \"x\"");
   EXPECT_EQ(ParseCommand(ConfigWithArgs({"cancel", "a", "b"})).status().message(),
             "cancel: unexpected operand \"b\"");
+  EXPECT_EQ(ParseCommand(ConfigWithArgs({"drain"})).status().message(),
+            "drain needs a WORKER operand");
+  EXPECT_EQ(ParseCommand(ConfigWithArgs({"drain", "w1", "w2"})).status().message(),
+            "drain: unexpected operand \"w2\"");
+  EXPECT_EQ(ParseCommand(ConfigWithArgs({"drain", ""})).status().message(), "drain: empty WORKER");
   EXPECT_EQ(ParseCommand(ConfigWithArgs({"frobnicate"})).status().message(),
             "unknown command \"frobnicate\"");
 }
@@ -175,13 +191,103 @@ TEST(ParseCommandTest, CheckpointsSubcommandsTheirOperandsAndFlags) {
   EXPECT_EQ(ParseCommand(config).status().message(), "submit does not take --out");
 }
 
-TEST(ParseCommandTest, ScaleNeedsMinWorkers) {
+TEST(ParseCommandTest, ScaleNeedsWorkersOrMinWorkers) {
   CtlConfig config = ConfigWithArgs({"scale", "j1"});
+  EXPECT_EQ(ParseCommand(config).status().message(),
+            "scale needs --workers=N, or --min_workers=A (and optionally --max_workers=B)");
   config.spec.max_workers = 4;
-  EXPECT_THAT(std::string(ParseCommand(config).status().message()),
-              HasSubstr("scale needs --min_workers"));
+  EXPECT_EQ(ParseCommand(config).status().message(),
+            "scale needs --workers=N, or --min_workers=A (and optionally --max_workers=B)");
   config.spec.min_workers = 2;
-  EXPECT_TRUE(ParseCommand(config).ok());
+  absl::StatusOr<Command> command = ParseCommand(config);
+  ASSERT_TRUE(command.ok()) << command.status();
+  EXPECT_EQ(command->min_workers, 2);
+  EXPECT_EQ(command->max_workers, 4);
+}
+
+TEST(ParseCommandTest, ScaleMaxWorkersDefaultsToMinWorkers) {
+  CtlConfig config = ConfigWithArgs({"scale", "j1"});
+  config.spec.min_workers = 3;
+  absl::StatusOr<Command> command = ParseCommand(config);
+  ASSERT_TRUE(command.ok()) << command.status();
+  EXPECT_EQ(command->kind, CommandKind::kScale);
+  EXPECT_EQ(command->operand, "j1");
+  EXPECT_EQ(command->min_workers, 3);
+  EXPECT_EQ(command->max_workers, 3);
+}
+
+TEST(ParseCommandTest, ScaleWorkersSetsBothBounds) {
+  CtlConfig config = ConfigWithArgs({"scale", "j1"});
+  config.workers = 6;
+  absl::StatusOr<Command> command = ParseCommand(config);
+  ASSERT_TRUE(command.ok()) << command.status();
+  EXPECT_EQ(command->min_workers, 6);
+  EXPECT_EQ(command->max_workers, 6);
+}
+
+TEST(ParseCommandTest, ScaleWorkersWithMinOrMaxWorkersNamesBothFlags) {
+  CtlConfig config = ConfigWithArgs({"scale", "j1"});
+  config.workers = 6;
+  config.spec.min_workers = 2;
+  EXPECT_EQ(ParseCommand(config).status().message(),
+            "scale: --workers cannot be combined with --min_workers (--workers=N sets both "
+            "bounds)");
+  config.spec.min_workers.reset();
+  config.spec.max_workers = 8;
+  EXPECT_EQ(ParseCommand(config).status().message(),
+            "scale: --workers cannot be combined with --max_workers (--workers=N sets both "
+            "bounds)");
+  config.spec.min_workers = 2;
+  EXPECT_EQ(ParseCommand(config).status().message(),
+            "scale: --workers cannot be combined with --min_workers, --max_workers "
+            "(--workers=N sets both bounds)");
+}
+
+TEST(ParseCommandTest, WorkersFlagBelongsToScaleOnly) {
+  CtlConfig config = ConfigWithArgs({"submit", "f.yaml"});
+  config.workers = 2;
+  EXPECT_EQ(ParseCommand(config).status().message(), "submit does not take --workers");
+  config = ConfigWithArgs({"workers"});
+  config.workers = 2;
+  EXPECT_EQ(ParseCommand(config).status().message(), "workers does not take --workers");
+}
+
+TEST(ParseCommandTest, DrainTakesAWorkerAndReason) {
+  CtlConfig config = ConfigWithArgs({"drain", "w3"});
+  config.reason = "replace its disk";
+  absl::StatusOr<Command> command = ParseCommand(config);
+  ASSERT_TRUE(command.ok()) << command.status();
+  EXPECT_EQ(command->kind, CommandKind::kDrain);
+  EXPECT_EQ(command->name, "drain");
+  EXPECT_EQ(command->operand, "w3");
+
+  config.spec.min_workers = 1;
+  config.all = true;
+  EXPECT_EQ(ParseCommand(config).status().message(), "drain does not take --min_workers, --all");
+}
+
+TEST(ParseCommandTest, ReasonBelongsToDrainOnly) {
+  struct Case {
+    std::vector<std::string> args;
+    std::string message;
+  };
+  const std::vector<Case> cases = {
+      {{"list"}, "list does not take --reason"},
+      {{"get", "j1"}, "get does not take --reason"},
+      {{"cancel", "j1"}, "cancel does not take --reason"},
+      {{"workers"}, "workers does not take --reason"},
+      {{"submit", "f.yaml"}, "submit does not take --reason"},
+      {{"checkpoints", "list", "j1"}, "checkpoints list does not take --reason"},
+  };
+  for (const Case& c : cases) {
+    CtlConfig config = ConfigWithArgs(c.args);
+    config.reason = "why";
+    EXPECT_EQ(ParseCommand(config).status().message(), c.message) << c.args[0];
+  }
+  CtlConfig config = ConfigWithArgs({"scale", "j1"});
+  config.workers = 2;
+  config.reason = "why";
+  EXPECT_EQ(ParseCommand(config).status().message(), "scale does not take --reason");
 }
 
 TEST(ParseCommandTest, SubmitNeedsAFileOrSpecFlags) {
@@ -226,8 +332,9 @@ TEST(CommandLineTest, SetSpecFlagNamesListsOnlySetFlags) {
 
 TEST(CommandLineTest, UsageDocumentsEveryCommandAndFlag) {
   const std::string usage = UsageText();
-  for (const char* command : {"submit FILE", "list", "get JOB", "watch JOB", "cancel JOB",
-                              "scale JOB", "workers", "help"}) {
+  for (const char* command :
+       {"submit FILE", "list", "get JOB", "watch JOB", "cancel JOB", "scale JOB --workers=N",
+        "scale JOB --min_workers=A", "workers", "drain WORKER [--reason=TEXT]", "help"}) {
     EXPECT_THAT(usage, HasSubstr(command));
   }
   for (const FlagDoc& flag : FlagDocs()) {

@@ -74,6 +74,8 @@ TEST(JobFormatTest, NamesAndShapes) {
   EXPECT_EQ(JobStateName(static_cast<v1::JobState>(42)), "UNKNOWN(42)");
   EXPECT_EQ(WorkerStateName(v1::WORKER_STATE_LOST), "LOST");
   EXPECT_EQ(JobEventKindName(v1::JOB_EVENT_KIND_MESH_CHANGED), "MESH_CHANGED");
+  EXPECT_EQ(JobEventKindName(v1::JOB_EVENT_KIND_RECOVERED), "RECOVERED");
+  EXPECT_EQ(RecoveryKindName(v1::RECOVERY_KIND_CHECKPOINT), "CHECKPOINT");
   EXPECT_TRUE(IsTerminal(v1::JOB_STATE_CANCELLED));
   EXPECT_FALSE(IsTerminal(v1::JOB_STATE_RECONFIGURING));
   EXPECT_EQ(MeshShape(RunningJob().mesh()), "2x2x1");
@@ -171,6 +173,146 @@ TEST(JobFormatTest, Summary) {
   job.set_job_id("j-1");
   job.set_state(v1::JOB_STATE_PENDING);
   EXPECT_EQ(FormatJobSummary(job), "j-1 PENDING");
+}
+
+// RunningJob() after its generation 3 took generation 2's state from peers.
+v1::Job PeerRecoveredJob() {
+  v1::Job job = RunningJob();
+  v1::RecoveryPlan& plan = *job.mutable_recovery();
+  plan.set_kind(v1::RECOVERY_KIND_PEER);
+  plan.set_step(120);
+  plan.set_source_generation(2);
+  plan.set_lost_steps(0);
+  plan.set_reason("every piece of generation 2's state survives; resuming at step 120");
+  v1::RecoveryStats& stats = *job.mutable_recovery_stats();
+  stats.set_peer(2);
+  stats.set_spare(1);
+  stats.set_checkpoint(1);
+  stats.set_lost_steps(20);
+  stats.set_last_detect_to_running_seconds(0.1837);
+  return job;
+}
+
+// RunningJob() after its generation 3 loaded the checkpoint of step 100.
+v1::Job CheckpointRecoveredJob() {
+  v1::Job job = RunningJob();
+  v1::RecoveryPlan& plan = *job.mutable_recovery();
+  plan.set_kind(v1::RECOVERY_KIND_CHECKPOINT);
+  plan.set_step(100);
+  plan.set_checkpoint_step(100);
+  plan.set_lost_steps(20);
+  plan.set_reason(
+      "no survivor holds the weights of source rank 1 (data 0, tensor 1, pipeline 0); "
+      "resuming from the checkpoint of step 100");
+  v1::RecoveryStats& stats = *job.mutable_recovery_stats();
+  stats.set_checkpoint(1);
+  stats.set_lost_steps(20);
+  stats.set_last_detect_to_running_seconds(2.5);
+  return job;
+}
+
+TEST(RecoveryFormatTest, PeerPlan) {
+  v1::Job job = PeerRecoveredJob();
+  EXPECT_EQ(FormatRecoveryPlan(job),
+            "PEER at step 120 (generation 3 from generation 2's memory, 0 steps lost): every "
+            "piece of generation 2's state survives; resuming at step 120");
+  // A drained worker serves its state as a donor.
+  job.mutable_recovery()->add_donors()->set_worker_id("w9");
+  job.mutable_recovery()->clear_reason();
+  EXPECT_EQ(FormatRecoveryPlan(job),
+            "PEER at step 120 (generation 3 from generation 2's memory, 1 donor, 0 steps lost)");
+  job.mutable_recovery()->add_donors()->set_worker_id("w8");
+  EXPECT_EQ(FormatRecoveryPlan(job),
+            "PEER at step 120 (generation 3 from generation 2's memory, 2 donors, 0 steps lost)");
+}
+
+TEST(RecoveryFormatTest, CheckpointAndFreshStartPlans) {
+  EXPECT_EQ(FormatRecoveryPlan(CheckpointRecoveredJob()),
+            "CHECKPOINT step 100, 20 steps lost: no survivor holds the weights of source rank 1 "
+            "(data 0, tensor 1, pipeline 0); resuming from the checkpoint of step 100");
+  v1::Job job = RunningJob();
+  job.mutable_recovery()->set_kind(v1::RECOVERY_KIND_NONE);
+  job.mutable_recovery()->set_lost_steps(1);
+  job.mutable_recovery()->set_reason("no survivor holds state; no checkpoint: starting over");
+  EXPECT_EQ(FormatRecoveryPlan(job),
+            "NONE, fresh start at step 0, 1 step lost: no survivor holds state; no checkpoint: "
+            "starting over");
+}
+
+TEST(RecoveryFormatTest, NoPlanAndNoRecoveriesPrintNothing) {
+  const v1::Job job = RunningJob();
+  EXPECT_EQ(FormatRecoveryPlan(job), "");
+  EXPECT_EQ(FormatRecoveryStats(job.recovery_stats()), "");
+  const std::string details = FormatJobDetails(job);
+  EXPECT_THAT(details, Not(HasSubstr("Recovery")));
+  EXPECT_THAT(details, Not(HasSubstr("Recoveries")));
+}
+
+TEST(RecoveryFormatTest, Totals) {
+  EXPECT_EQ(FormatRecoveryStats(PeerRecoveredJob().recovery_stats()),
+            "2 peer (1 with a spare), 1 from checkpoint, 20 steps lost; last took 0.184 s from "
+            "detection to running");
+  EXPECT_EQ(FormatRecoveryStats(CheckpointRecoveredJob().recovery_stats()),
+            "0 peer, 1 from checkpoint, 20 steps lost; last took 2.500 s from detection to "
+            "running");
+  v1::RecoveryStats stats;
+  stats.set_peer(1);
+  EXPECT_EQ(FormatRecoveryStats(stats), "1 peer, 0 from checkpoint, 0 steps lost");
+}
+
+TEST(RecoveryFormatTest, JobDetailsShowThePlanAndTotalsAfterTheGeneration) {
+  EXPECT_THAT(FormatJobDetails(PeerRecoveredJob()),
+              HasSubstr("Generation:  3\n"
+                        "Recovery:    PEER at step 120 (generation 3 from generation 2's memory, "
+                        "0 steps lost): every piece of generation 2's state survives; resuming "
+                        "at step 120\n"
+                        "Recoveries:  2 peer (1 with a spare), 1 from checkpoint, 20 steps lost; "
+                        "last took 0.184 s from detection to running\n"
+                        "Created:     "));
+  // A fresh job's plan shows without totals.
+  v1::Job job = RunningJob();
+  job.mutable_recovery()->set_kind(v1::RECOVERY_KIND_NONE);
+  job.mutable_recovery()->set_reason("no state to recover");
+  EXPECT_THAT(FormatJobDetails(job),
+              HasSubstr("Generation:  3\n"
+                        "Recovery:    NONE, fresh start at step 0, 0 steps lost: no state to "
+                        "recover\n"
+                        "Created:     "));
+}
+
+TEST(RecoveryFormatTest, RecoveredEventLine) {
+  v1::JobEvent event;
+  event.set_kind(v1::JOB_EVENT_KIND_RECOVERED);
+  *event.mutable_job() = PeerRecoveredJob();
+  *event.mutable_time() = ToProtoTime(absl::FromUnixMillis(1'700'000'000'250));
+  EXPECT_EQ(FormatRecovered(event.job()),
+            "generation 3: PEER at step 120, 0 steps lost, 0.184 s from detection to running");
+  EXPECT_EQ(FormatEventLine(event),
+            "2023-11-14T22:13:20.250Z RECOVERED job=j-7f3a generation 3: PEER at step 120, "
+            "0 steps lost, 0.184 s from detection to running");
+  *event.mutable_job() = CheckpointRecoveredJob();
+  event.clear_time();
+  EXPECT_EQ(FormatEventLine(event),
+            "- RECOVERED job=j-7f3a generation 3: CHECKPOINT step 100, 20 steps lost, 2.500 s "
+            "from detection to running");
+  // Without a measured time the line says nothing about it.
+  event.mutable_job()->clear_recovery_stats();
+  EXPECT_EQ(FormatEventLine(event),
+            "- RECOVERED job=j-7f3a generation 3: CHECKPOINT step 100, 20 steps lost");
+}
+
+TEST(JobFormatTest, DrainedWorker) {
+  v1::WorkerInfo worker;
+  worker.set_worker_id("w3");
+  worker.set_state(v1::WORKER_STATE_DRAINING);
+  worker.set_job_id("j-7f3a");
+  EXPECT_EQ(FormatDrainedWorker(worker),
+            "worker w3: DRAINING (its job j-7f3a is re-planned without it; it exits once its "
+            "state is handed over)");
+  worker.clear_job_id();
+  EXPECT_EQ(FormatDrainedWorker(worker), "worker w3: DRAINING (in no job; it exits now)");
+  worker.set_state(v1::WORKER_STATE_IDLE);
+  EXPECT_EQ(FormatDrainedWorker(worker), "worker w3: IDLE");
 }
 
 TEST(ProgressBarTest, Rates) {
