@@ -142,6 +142,7 @@ absl::StatusOr<std::unique_ptr<EngineTrainer::Run>> EngineTrainer::Build(
     absl::MutexLock lock(&building_mu_);
     building_ = nullptr;
   };
+  const absl::Time build_start = absl::Now();
   absl::Status built = [&]() -> absl::Status {
     if (run->participants > 1) {
       const comm::KvScopeRef scope{assignment.job_id.value(), assignment.generation.value()};
@@ -195,6 +196,9 @@ absl::StatusOr<std::unique_ptr<EngineTrainer::Run>> EngineTrainer::Build(
     session.state_versions.keep_previous = std::max(assignment.spec.elastic().max_workers(),
                                                     mesh.members_size()) > 1;
     session.state_versions.optimizer_replicas = run->layout.optimizer_replicas;
+    // Restore overwrites every weight (or fails); the initial draw happens
+    // only when there is nothing to restore (RestoreFromCheckpoint).
+    session.initialize_parameters = false;
     ASSIGN_OR_RETURN(run->session,
                      train::TrainingSession::Create(config, layout, groups, session));
     const train::DataParallel& dp = run->session->data_parallel();
@@ -210,6 +214,9 @@ absl::StatusOr<std::unique_ptr<EngineTrainer::Run>> EngineTrainer::Build(
   }();
   unregister();
   if (!built.ok()) return built;
+  LOG(INFO) << "job " << assignment.job_id << " generation " << assignment.generation
+            << ": communicators and training session built in "
+            << absl::FormatDuration(absl::Trunc(absl::Now() - build_start, absl::Milliseconds(1)));
   return run;
 }
 
@@ -233,7 +240,10 @@ absl::StatusOr<int64_t> EngineTrainer::RestoreFromCheckpoint(const Assignment& a
           absl::StrCat("checkpoint.resume_from_job: ", manifest.status().message()));
     }
   }
-  if (absl::IsNotFound(manifest.status())) return 0;  // nothing to resume from
+  if (absl::IsNotFound(manifest.status())) {  // nothing to resume from: a fresh start
+    run->session->InitializeParameters();
+    return 0;
+  }
   if (!manifest.ok()) {
     return absl::Status(manifest.status().code(),
                         absl::StrCat("looking for a checkpoint to resume from: ",

@@ -29,7 +29,7 @@ absl::StatusOr<std::unique_ptr<TrainingSession>> TrainingSession::Create(
       StepRunner::ActivationSlots(layout, config.micro_batches_per_step() / dp);
   ASSIGN_OR_RETURN(session->model_,
                    model::GptModel::Create(config.model, session->backend_.get(), model_options));
-  session->model_->InitializeParameters(config.init_seed);
+  if (options.initialize_parameters) session->model_->InitializeParameters(config.init_seed);
 
   ASSIGN_OR_RETURN(session->dataset_, LoadDataset(config.data));
   data::SamplerOptions sampler;
