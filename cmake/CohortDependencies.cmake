@@ -9,6 +9,8 @@ find_package(yaml-cpp CONFIG REQUIRED)
 find_package(ucx CONFIG REQUIRED)
 find_package(OpenBLAS CONFIG REQUIRED)
 find_package(OpenMP REQUIRED COMPONENTS CXX)
+# TLS material checks (common/tls_credentials.cc) and token digests.
+find_package(OpenSSL REQUIRED)
 # Debian's OpenBLAS config sets variables, not a target.
 add_library(cohort_openblas INTERFACE)
 target_include_directories(cohort_openblas INTERFACE ${OpenBLAS_INCLUDE_DIRS})

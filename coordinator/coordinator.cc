@@ -66,7 +66,7 @@ Coordinator::Coordinator(Options options, std::unique_ptr<JobStore> store, const
                                 .hang_step_multiple = options_.hang_step_multiple,
                                 .latest_checkpoint = options_.latest_checkpoint},
             &membership_, store_.get()),
-      kv_(KvStore::Options{}) {}
+      kv_(options_.kv) {}
 
 absl::StatusOr<std::unique_ptr<Coordinator>> Coordinator::Create(Options options,
                                                                  std::unique_ptr<JobStore> store,
@@ -431,6 +431,8 @@ absl::Status Coordinator::KvSet(const KvScope& scope, const std::string& key, st
   {
     absl::MutexLock lock(&mu_);
     metrics_->KvOperation("set");
+    // Limits first: they are about the request itself, whatever the scope.
+    RETURN_IF_ERROR(kv_.CheckLimits(scope, key, value));
     RETURN_IF_ERROR(CheckKvScope(scope));
     ASSIGN_OR_RETURN(deliveries.kv, kv_.Set(scope, key, std::move(value)));
   }

@@ -55,6 +55,7 @@ class Coordinator {
     absl::Duration heartbeat_timeout = absl::Seconds(3);
     absl::Duration readopt_grace = absl::Seconds(10);
     absl::Duration max_kv_wait = absl::Seconds(60);
+    KvStore::Options kv;  // KeyValue limits
     std::string coordinator_id;  // random per start when empty
     // Elasticity (JobManager::Options).
     absl::Duration suspend_timeout = absl::Seconds(10);

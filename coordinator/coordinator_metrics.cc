@@ -64,6 +64,11 @@ CoordinatorMetrics::CoordinatorMetrics(std::shared_ptr<prometheus::Registry> reg
                       .Name("cohort_rpc_duration_seconds")
                       .Help("Latency of unary RPCs handled by the coordinator, by method and code.")
                       .Register(*registry_);
+  rpc_rejected_ = &prometheus::BuildCounter()
+                       .Name("cohort_rpc_rejected_total")
+                       .Help("Calls refused before their handler ran (credentials, role, stream "
+                             "limit), by method and code.")
+                       .Register(*registry_);
   kv_ops_ = &prometheus::BuildCounter()
                  .Name("cohort_kv_operations_total")
                  .Help("KeyValue operations by kind.")
@@ -185,6 +190,10 @@ void CoordinatorMetrics::ObserveRpc(const std::string& method, const std::string
                                     absl::Duration latency) {
   rpc_latency_->Add({{"method", method}, {"code", code}}, LatencyBuckets())
       .Observe(absl::ToDoubleSeconds(latency));
+}
+
+void CoordinatorMetrics::RpcRejected(const std::string& method, const std::string& code) {
+  rpc_rejected_->Add({{"method", method}, {"code", code}}).Increment();
 }
 
 void CoordinatorMetrics::RecoveryCompleted(v1::RecoveryKind kind, bool spare, int64_t lost_steps,

@@ -36,6 +36,9 @@ class CoordinatorMetrics {
   void SetJobCounts(const std::map<v1::JobState, int>& counts);
   // Latency of a unary RPC by method and gRPC status code name.
   void ObserveRpc(const std::string& method, const std::string& code, absl::Duration latency);
+  // A call refused before its handler ran: unauthenticated, permission
+  // denied, or over the per-client stream limit (`code` as for ObserveRpc).
+  void RpcRejected(const std::string& method, const std::string& code);
   void KvOperation(const std::string& op) { kv_ops_->Add({{"op", op}}).Increment(); }
   void SetAttachedStreams(int n) { attached_streams_->Set(n); }
 
@@ -65,6 +68,7 @@ class CoordinatorMetrics {
   prometheus::Family<prometheus::Gauge>* jobs_;
   prometheus::Family<prometheus::Histogram>* rpc_latency_;
   prometheus::Family<prometheus::Counter>* kv_ops_;
+  prometheus::Family<prometheus::Counter>* rpc_rejected_;
   prometheus::Gauge* attached_streams_;
   prometheus::Family<prometheus::Counter>* recoveries_;
   prometheus::Family<prometheus::Histogram>* recovery_seconds_;

@@ -23,8 +23,8 @@ std::string DescribeKey(const KvScope& scope, const std::string& key) {
 absl::Status ValidateKey(const KvStore::Options& options, const std::string& key) {
   if (key.empty()) return absl::InvalidArgumentError("key must not be empty");
   if (key.size() > options.max_key_bytes) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "key is ", key.size(), " bytes, over the limit max_key_bytes=", options.max_key_bytes));
+    return absl::ResourceExhaustedError(absl::StrCat(
+        "key is ", key.size(), " bytes, over the limit of ", options.max_key_bytes, " bytes"));
   }
   return absl::OkStatus();
 }
@@ -33,14 +33,21 @@ absl::Status ValidateKey(const KvStore::Options& options, const std::string& key
 
 KvStore::KvStore(Options options) : options_(options) {}
 
-absl::StatusOr<std::vector<KvCompletion>> KvStore::Set(const KvScope& scope, const std::string& key,
-                                                       std::string value) {
+absl::Status KvStore::CheckLimits(const KvScope& scope, const std::string& key,
+                                  const std::string& value) const {
   if (absl::Status status = ValidateKey(options_, key); !status.ok()) return status;
   if (value.size() > options_.max_value_bytes) {
-    return absl::InvalidArgumentError(
+    return absl::ResourceExhaustedError(
         absl::StrCat("value of ", DescribeKey(scope, key), " is ", value.size(),
-                     " bytes, over the limit max_value_bytes=", options_.max_value_bytes));
+                     " bytes, over the limit of ", options_.max_value_bytes,
+                     " bytes (--max_kv_value_bytes)"));
   }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<std::vector<KvCompletion>> KvStore::Set(const KvScope& scope, const std::string& key,
+                                                       std::string value) {
+  if (absl::Status status = CheckLimits(scope, key, value); !status.ok()) return status;
   // Check the key limit before creating the scope, so a refused Set leaves
   // nothing behind.
   auto existing = scopes_.find(scope);

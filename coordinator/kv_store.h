@@ -53,15 +53,19 @@ class KvStore {
   explicit KvStore(Options options);
 
   // Stores the value (overwriting) and returns the waiters it completes.
-  // InvalidArgument for an empty or too long key or too large value;
-  // ResourceExhausted when the scope holds max_keys_per_scope keys.
+  // InvalidArgument for an empty key; ResourceExhausted for a too long key,
+  // a too large value, or when the scope holds max_keys_per_scope keys.
   absl::StatusOr<std::vector<KvCompletion>> Set(const KvScope& scope, const std::string& key,
                                                 std::string value);
-  // NotFound if absent; InvalidArgument for an empty or too long key.
+  // Set's key and value checks alone (not the keys-per-scope limit).
+  absl::Status CheckLimits(const KvScope& scope, const std::string& key,
+                           const std::string& value) const;
+  // NotFound if absent; InvalidArgument for an empty key, ResourceExhausted
+  // for a too long one.
   absl::StatusOr<std::string> Get(const KvScope& scope, const std::string& key) const;
   // If the key exists, returns a completion with its value at once; otherwise
   // registers the waiter until `deadline` and returns nothing. An empty or
-  // too long key completes at once with InvalidArgument.
+  // too long key completes at once with its ValidateKey error.
   std::vector<KvCompletion> WaitFor(const KvScope& scope, const std::string& key,
                                     absl::Time deadline, KvWaiterCallback callback);
   // Completes waiters whose deadline <= now with DeadlineExceeded (message

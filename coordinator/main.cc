@@ -12,8 +12,30 @@
 #include "common/log.h"
 #include "coordinator/service/coordinator_server.h"
 
-ABSL_FLAG(std::string, listen, "0.0.0.0:7070",
-          "gRPC address (host:port) for workers and clients; port 0 picks a free port");
+ABSL_FLAG(std::string, listen, "127.0.0.1:7070",
+          "gRPC address (host:port) for workers and clients; port 0 picks a free port. An "
+          "address other than loopback needs --tls_cert/--tls_key or --allow_insecure");
+ABSL_FLAG(std::string, tls_cert, "",
+          "PEM certificate chain of the gRPC port (leaf first); with --tls_key turns TLS on");
+ABSL_FLAG(std::string, tls_key, "", "PEM private key of --tls_cert");
+ABSL_FLAG(std::string, tls_client_ca, "",
+          "PEM bundle of the cluster CA: worker RPCs (Attach, KeyValue, checkpoint upload) then "
+          "need a client certificate it signed, and a certificate from another CA fails the "
+          "handshake");
+ABSL_FLAG(std::string, auth_tokens_file, "",
+          "file of `ROLE NAME TOKEN` lines (ROLE read or admin): user RPCs then need a bearer "
+          "token from it (admin for Submit, Cancel, Scale, Drain, Checkpoints.Delete). Needs "
+          "TLS. Read once at start-up");
+ABSL_FLAG(bool, allow_insecure, false,
+          "allow plaintext gRPC on an address other than loopback (anyone who can reach it can "
+          "steer the cluster)");
+ABSL_FLAG(int, max_streams_per_client, 1024,
+          "long-lived calls (Attach, Watch, checkpoint streams, KeyValue.WaitFor) one client "
+          "address may hold open; more get RESOURCE_EXHAUSTED. 0: no limit");
+ABSL_FLAG(int, max_message_bytes, 4 << 20,
+          "largest gRPC request message accepted; larger ones get RESOURCE_EXHAUSTED");
+ABSL_FLAG(int, max_kv_value_bytes, 1 << 20,
+          "largest KeyValue value; larger Sets get RESOURCE_EXHAUSTED");
 ABSL_FLAG(std::string, metrics_address, "127.0.0.1:9464",
           "host:port serving Prometheus /metrics; port 0 picks a free port");
 ABSL_FLAG(std::string, data_dir, "cohort-data",
@@ -76,7 +98,7 @@ int main(int argc, char** argv) {
   absl::SetProgramUsageMessage(
       "cohort-coordinator: membership, mesh planning, job state, checkpoints and the KeyValue "
       "service.\n"
-      "Usage: cohort-coordinator [--listen 0.0.0.0:7070] [--data_dir DIR] [flags]");
+      "Usage: cohort-coordinator [--listen 127.0.0.1:7070] [--data_dir DIR] [flags]");
   absl::ParseCommandLine(argc, argv);
   // Block before any thread starts so every thread inherits the mask and
   // the signal waiter below receives them.
@@ -91,6 +113,21 @@ int main(int argc, char** argv) {
   config.listen_address = absl::GetFlag(FLAGS_listen);
   config.metrics_address = absl::GetFlag(FLAGS_metrics_address);
   config.data_dir = absl::GetFlag(FLAGS_data_dir);
+  config.tls.cert = absl::GetFlag(FLAGS_tls_cert);
+  config.tls.key = absl::GetFlag(FLAGS_tls_key);
+  config.tls.client_ca = absl::GetFlag(FLAGS_tls_client_ca);
+  config.auth_tokens_file = absl::GetFlag(FLAGS_auth_tokens_file);
+  config.allow_insecure = absl::GetFlag(FLAGS_allow_insecure);
+  config.max_streams_per_client = absl::GetFlag(FLAGS_max_streams_per_client);
+  config.max_message_bytes = absl::GetFlag(FLAGS_max_message_bytes);
+  config.coordinator.kv.max_value_bytes = static_cast<size_t>(
+      std::max(1, absl::GetFlag(FLAGS_max_kv_value_bytes)));
+  if (config.max_streams_per_client < 0 || config.max_message_bytes < (64 << 10) ||
+      absl::GetFlag(FLAGS_max_kv_value_bytes) < 1) {
+    std::cerr << "cohort-coordinator: --max_streams_per_client must be >= 0, "
+                 "--max_message_bytes >= 64 KiB and --max_kv_value_bytes >= 1\n";
+    return 64;
+  }
   config.coordinator.heartbeat_interval = absl::GetFlag(FLAGS_heartbeat_interval);
   config.coordinator.heartbeat_timeout = absl::GetFlag(FLAGS_heartbeat_timeout);
   config.coordinator.readopt_grace = absl::GetFlag(FLAGS_readopt_grace);

@@ -26,12 +26,12 @@ absl::Status AttachStream::Finish() {
   return FromGrpcStatus(rw_->Finish());
 }
 
-std::shared_ptr<grpc::Channel> NewCoordinatorChannel(const std::string& target) {
+std::shared_ptr<grpc::Channel> NewCoordinatorChannel(const CoordinatorTarget& target) {
   grpc::ChannelArguments args;
   args.SetInt(GRPC_ARG_INITIAL_RECONNECT_BACKOFF_MS, 100);
   args.SetInt(GRPC_ARG_MIN_RECONNECT_BACKOFF_MS, 100);
   args.SetInt(GRPC_ARG_MAX_RECONNECT_BACKOFF_MS, 5000);
-  return grpc::CreateCustomChannel(target, grpc::InsecureChannelCredentials(), args);
+  return target.NewChannel(args);
 }
 
 }  // namespace cohort::worker

@@ -9,6 +9,7 @@
 #include "absl/status/status.h"
 #include "absl/synchronization/mutex.h"
 #include "cohort/v1/workers.grpc.pb.h"
+#include "common/tls_credentials.h"
 #include "grpcpp/channel.h"
 #include "grpcpp/client_context.h"
 
@@ -42,6 +43,6 @@ class AttachStream {
 
 // A channel to the coordinator whose own reconnect backoff is short (100 ms
 // .. 5 s), so it does not hold back the agent's attach retries.
-std::shared_ptr<grpc::Channel> NewCoordinatorChannel(const std::string& target);
+std::shared_ptr<grpc::Channel> NewCoordinatorChannel(const CoordinatorTarget& target);
 
 }  // namespace cohort::worker

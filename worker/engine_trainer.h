@@ -47,6 +47,7 @@
 #include "absl/time/time.h"
 #include "prometheus/registry.h"
 #include "worker/checkpoint/checkpoint_client.h"
+#include "common/tls_credentials.h"
 #include "worker/checkpoint/checkpoint_metrics.h"
 #include "worker/comm/kv_client.h"
 #include "worker/trainer.h"
@@ -54,9 +55,9 @@
 namespace cohort::worker {
 
 struct EngineTrainerOptions {
-  // host:port of the coordinator (its KeyValue service bootstraps the
-  // communicators; its Checkpoints service stores the checkpoints).
-  std::string coordinator;
+  // The coordinator (its KeyValue service bootstraps the communicators; its
+  // Checkpoints service stores the checkpoints).
+  CoordinatorTarget coordinator;
   // OpenMP threads for compute; 0 = all cores.
   int num_threads = 0;
   // Bound on building the communicators (all peers must publish).

@@ -21,6 +21,15 @@
 ABSL_FLAG(std::string, coordinator, "localhost:7070",
           "Coordinator gRPC address, host:port. The worker keeps retrying (with backoff) "
           "while it is unreachable.");
+ABSL_FLAG(std::string, tls_ca, "",
+          "PEM bundle that signed the coordinator's certificate; set: connect with TLS");
+ABSL_FLAG(std::string, tls_cert, "",
+          "PEM client certificate signed by the cluster CA (a coordinator with --tls_client_ca "
+          "refuses workers without one); needs --tls_ca");
+ABSL_FLAG(std::string, tls_key, "", "PEM private key of --tls_cert");
+ABSL_FLAG(std::string, tls_server_name, "",
+          "name the coordinator's certificate must carry, when it differs from the host of "
+          "--coordinator (e.g. connecting by IP)");
 ABSL_FLAG(std::string, worker_id, "",
           "Stable worker name; a restart with the same name replaces the old process. "
           "Default: <host>-<device>-<device_index>.");
@@ -95,6 +104,10 @@ int main(int argc, char** argv) {
 
   cohort::worker::WorkerConfig config;
   config.coordinator = absl::GetFlag(FLAGS_coordinator);
+  config.tls.ca = absl::GetFlag(FLAGS_tls_ca);
+  config.tls.cert = absl::GetFlag(FLAGS_tls_cert);
+  config.tls.key = absl::GetFlag(FLAGS_tls_key);
+  config.tls.server_name = absl::GetFlag(FLAGS_tls_server_name);
   config.worker_id = absl::GetFlag(FLAGS_worker_id);
   config.host = absl::GetFlag(FLAGS_host);
   const std::string device = absl::AsciiStrToLower(absl::GetFlag(FLAGS_device));

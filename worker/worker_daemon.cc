@@ -40,6 +40,7 @@ absl::StatusOr<std::unique_ptr<WorkerDaemon>> WorkerDaemon::Create(const WorkerC
                    MetricsServer::Create(config.metrics_address, registry));
   LOG(INFO) << "serving metrics at http://" << daemon->metrics_server_->address() << "/metrics";
 
+  ASSIGN_OR_RETURN(CoordinatorTarget target, MakeCoordinatorTarget(config.coordinator, config.tls));
   WorkerAgentOptions options;
   options.identity.host = config.host.empty() ? HostName() : config.host;
   options.identity.worker_id =
@@ -54,12 +55,13 @@ absl::StatusOr<std::unique_ptr<WorkerDaemon>> WorkerDaemon::Create(const WorkerC
   options.incarnation = daemon->incarnation_;
   options.backoff = config.backoff;
   LOG(INFO) << "worker " << options.identity.worker_id << " on host " << options.identity.host
-            << ", incarnation " << options.incarnation << ", coordinator " << config.coordinator;
+            << ", incarnation " << options.incarnation << ", coordinator " << config.coordinator
+            << (target.secure ? " (TLS)" : " (plaintext)");
   if (config.trainer == "idle") {
     daemon->trainer_ = std::make_unique<IdleTrainer>();
   } else {
     EngineTrainerOptions engine;
-    engine.coordinator = config.coordinator;
+    engine.coordinator = target;
     engine.num_threads = config.threads;
     engine.registry = registry;
     engine.loss_log = config.loss_log;
@@ -77,7 +79,7 @@ absl::StatusOr<std::unique_ptr<WorkerDaemon>> WorkerDaemon::Create(const WorkerC
     daemon->trainer_ = std::make_unique<EngineTrainer>(std::move(engine));
   }
   daemon->agent_ = std::make_unique<WorkerAgent>(
-      v1::Workers::NewStub(NewCoordinatorChannel(config.coordinator)), daemon->trainer_.get(),
+      v1::Workers::NewStub(NewCoordinatorChannel(target)), daemon->trainer_.get(),
       RealClock::Get(), std::move(registry), std::move(options));
   return daemon;
 }

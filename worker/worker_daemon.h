@@ -12,6 +12,7 @@
 #include "common/metrics_server.h"
 #include "worker/agent.h"
 #include "worker/backoff.h"
+#include "common/tls_credentials.h"
 #include "worker/device/device_info.h"
 #include "worker/idle_trainer.h"
 
@@ -20,6 +21,7 @@ namespace cohort::worker {
 // Built by main.cc from flags; see the flag help strings there.
 struct WorkerConfig {
   std::string coordinator = "localhost:7070";  // gRPC target host:port
+  ClientTlsFiles tls;  // --tls_ca, --tls_cert, --tls_key, --tls_server_name
   std::string worker_id;  // empty: DefaultWorkerId(host, device_kind, device_index)
   std::string host;       // empty: this machine's hostname
   v1::DeviceKind device_kind = v1::DEVICE_KIND_CPU;

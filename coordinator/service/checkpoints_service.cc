@@ -85,11 +85,13 @@ class UploadReactor : public grpc::ServerReadReactor<v1::UploadRequest> {
  public:
   static constexpr int kChunksInFlight = 2;
 
-  UploadReactor(CheckpointsService* service, v1::UploadResponse* response)
+  UploadReactor(CheckpointsService* service, v1::UploadResponse* response,
+                StreamLimiter::Lease lease)
       : service_(service),
         response_(response),
         slot_(&service->uploads_active_, service->limits_.max_uploads),
-        start_(absl::Now()) {
+        start_(absl::Now()),
+        lease_(std::move(lease)) {
     service_->metrics_->SetCheckpointStreams("upload", service_->uploads_active_.load());
     if (!slot_.acquired()) {
       Fail(absl::ResourceExhaustedError(absl::StrCat(
@@ -280,6 +282,7 @@ class UploadReactor : public grpc::ServerReadReactor<v1::UploadRequest> {
   v1::UploadResponse* const response_;
   StreamSlot slot_;
   const absl::Time start_;
+  StreamLimiter::Lease lease_;  // this client's stream slot
   ReactorLifetime lifetime_;
   // Reactions only (they never overlap); writer_ is set before any executor
   // work that uses it is scheduled.
@@ -305,11 +308,13 @@ class UploadReactor : public grpc::ServerReadReactor<v1::UploadRequest> {
 // Deleted after OnDone (see ReactorLifetime).
 class DownloadReactor : public grpc::ServerWriteReactor<v1::DownloadResponse> {
  public:
-  DownloadReactor(CheckpointsService* service, const v1::DownloadRequest& request)
+  DownloadReactor(CheckpointsService* service, const v1::DownloadRequest& request,
+                  StreamLimiter::Lease lease)
       : service_(service),
         request_(request),
         slot_(&service->downloads_active_, service->limits_.max_downloads),
-        start_(absl::Now()) {
+        start_(absl::Now()),
+        lease_(std::move(lease)) {
     service_->metrics_->SetCheckpointStreams("download", service_->downloads_active_.load());
     if (!slot_.acquired()) {
       Finish(absl::ResourceExhaustedError(absl::StrCat(
@@ -452,6 +457,7 @@ class DownloadReactor : public grpc::ServerWriteReactor<v1::DownloadResponse> {
   const v1::DownloadRequest request_;
   StreamSlot slot_;
   const absl::Time start_;
+  StreamLimiter::Lease lease_;  // this client's stream slot
   ReactorLifetime lifetime_;
   std::unique_ptr<CheckpointReader> reader_;
   std::vector<std::pair<const v1::TensorInfo*, const v1::ChunkInfo*>> todo_;
@@ -470,26 +476,41 @@ class DownloadReactor : public grpc::ServerWriteReactor<v1::DownloadResponse> {
 
 CheckpointsService::CheckpointsService(CheckpointUploads* uploads, CheckpointStore* store,
                                        BlockingExecutor* executor, CoordinatorMetrics* metrics,
-                                       CheckpointsServiceLimits limits)
-    : uploads_(uploads), store_(store), executor_(executor), metrics_(metrics), limits_(limits) {}
+                                       const CallGate* gate, CheckpointsServiceLimits limits)
+    : uploads_(uploads),
+      store_(store),
+      executor_(executor),
+      metrics_(metrics),
+      gate_(gate),
+      limits_(limits) {}
 
 grpc::ServerReadReactor<v1::UploadRequest>* CheckpointsService::Upload(
     grpc::CallbackServerContext* context, v1::UploadResponse* response) {
-  return new UploadReactor(this, response);
+  absl::StatusOr<StreamLimiter::Lease> lease =
+      gate_->AdmitStream(*context, "Checkpoints.Upload", Access::kWorker);
+  if (!lease.ok()) return new RejectedReader<v1::UploadRequest>(lease.status());
+  return new UploadReactor(this, response, *std::move(lease));
 }
 
 grpc::ServerWriteReactor<v1::DownloadResponse>* CheckpointsService::Download(
     grpc::CallbackServerContext* context, const v1::DownloadRequest* request) {
-  return new DownloadReactor(this, *request);
+  absl::StatusOr<StreamLimiter::Lease> lease =
+      gate_->AdmitStream(*context, "Checkpoints.Download", Access::kWorkerOrRead);
+  if (!lease.ok()) return new RejectedWriter<v1::DownloadResponse>(lease.status());
+  return new DownloadReactor(this, *request, *std::move(lease));
 }
 
 namespace {
 
-// Runs `work` on the executor and finishes the unary call with its status.
+// Admits the call, runs `work` on the executor and finishes the unary call
+// with its status.
 template <typename Work>
-grpc::ServerUnaryReactor* RunUnary(grpc::CallbackServerContext* context,
-                                   BlockingExecutor* executor, CoordinatorMetrics* metrics,
-                                   const char* method, Work work) {
+grpc::ServerUnaryReactor* RunUnary(grpc::CallbackServerContext* context, const CallGate* gate,
+                                   Access access, BlockingExecutor* executor,
+                                   CoordinatorMetrics* metrics, const char* method, Work work) {
+  if (absl::Status admitted = gate->Admit(*context, method, access); !admitted.ok()) {
+    return CallGate::Refuse(context, admitted);
+  }
   auto* reactor = context->DefaultReactor();
   const absl::Time start = absl::Now();
   executor->Schedule([reactor, metrics, method, start, work = std::move(work)]() mutable {
@@ -505,7 +526,7 @@ grpc::ServerUnaryReactor* RunUnary(grpc::CallbackServerContext* context,
 grpc::ServerUnaryReactor* CheckpointsService::List(grpc::CallbackServerContext* context,
                                                    const v1::ListCheckpointsRequest* request,
                                                    v1::ListCheckpointsResponse* response) {
-  return RunUnary(context, executor_, metrics_, "Checkpoints.List", [this, request, response] {
+  return RunUnary(context, gate_, Access::kWorkerOrRead, executor_, metrics_, "Checkpoints.List", [this, request, response] {
     if (absl::Status s = RequireJobId(request->job_id()); !s.ok()) return s;
     absl::StatusOr<std::vector<v1::CheckpointManifest>> listed =
         store_->List(JobId(request->job_id()));
@@ -529,7 +550,7 @@ grpc::ServerUnaryReactor* CheckpointsService::List(grpc::CallbackServerContext* 
 grpc::ServerUnaryReactor* CheckpointsService::GetManifest(grpc::CallbackServerContext* context,
                                                           const v1::GetManifestRequest* request,
                                                           v1::CheckpointManifest* response) {
-  return RunUnary(context, executor_, metrics_, "Checkpoints.GetManifest",
+  return RunUnary(context, gate_, Access::kWorkerOrRead, executor_, metrics_, "Checkpoints.GetManifest",
                   [this, request, response] {
                     if (absl::Status s = RequireJobId(request->job_id()); !s.ok()) return s;
                     absl::StatusOr<std::unique_ptr<CheckpointReader>> reader =
@@ -543,7 +564,7 @@ grpc::ServerUnaryReactor* CheckpointsService::GetManifest(grpc::CallbackServerCo
 grpc::ServerUnaryReactor* CheckpointsService::Delete(grpc::CallbackServerContext* context,
                                                      const v1::DeleteCheckpointRequest* request,
                                                      v1::DeleteCheckpointResponse* response) {
-  return RunUnary(context, executor_, metrics_, "Checkpoints.Delete", [this, request] {
+  return RunUnary(context, gate_, Access::kAdmin, executor_, metrics_, "Checkpoints.Delete", [this, request] {
     if (absl::Status s = RequireJobId(request->job_id()); !s.ok()) return s;
     if (request->step() < 0) {
       return absl::InvalidArgumentError(

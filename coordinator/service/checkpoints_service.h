@@ -12,6 +12,7 @@
 #include "coordinator/checkpoint_store.h"
 #include "coordinator/checkpoint_uploads.h"
 #include "coordinator/coordinator_metrics.h"
+#include "coordinator/service/call_gate.h"
 #include "coordinator/service/blocking_executor.h"
 
 namespace cohort::coordinator {
@@ -31,7 +32,7 @@ class CheckpointsService final : public v1::Checkpoints::CallbackService {
   // Every pointer must outlive the service.
   CheckpointsService(CheckpointUploads* uploads, CheckpointStore* store,
                      BlockingExecutor* executor, CoordinatorMetrics* metrics,
-                     CheckpointsServiceLimits limits = {});
+                     const CallGate* gate, CheckpointsServiceLimits limits = {});
 
   grpc::ServerReadReactor<v1::UploadRequest>* Upload(grpc::CallbackServerContext* context,
                                                      v1::UploadResponse* response) override;
@@ -58,6 +59,7 @@ class CheckpointsService final : public v1::Checkpoints::CallbackService {
   CheckpointStore* const store_;
   BlockingExecutor* const executor_;
   CoordinatorMetrics* const metrics_;
+  const CallGate* const gate_;
   const CheckpointsServiceLimits limits_;
   std::atomic<int> uploads_active_{0};
   std::atomic<int> downloads_active_{0};

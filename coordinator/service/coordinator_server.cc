@@ -20,10 +20,33 @@ absl::StatusOr<std::unique_ptr<CoordinatorServer>> CoordinatorServer::Start(
     CoordinatorServerConfig config) {
   std::unique_ptr<CoordinatorServer> server(new CoordinatorServer());
   server->tick_interval_ = config.tick_interval;
+  // Credentials first: a bad file must fail before any state is opened.
+  ASSIGN_OR_RETURN(std::shared_ptr<grpc::ServerCredentials> credentials,
+                   MakeServerCredentials(config.tls));
+  const bool tls = !config.tls.cert.empty();
+  if (!tls && !config.auth_tokens_file.empty()) {
+    return absl::InvalidArgumentError(
+        "--auth_tokens_file: needs --tls_cert and --tls_key (bearer tokens would cross the "
+        "network in plaintext)");
+  }
+  if (!tls && !config.allow_insecure && !IsLoopbackAddress(config.listen_address)) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "--listen ", config.listen_address,
+        ": plaintext gRPC on a non-loopback address lets anyone who can reach it steer the "
+        "cluster; give --tls_cert and --tls_key (and --tls_client_ca, --auth_tokens_file), or "
+        "--allow_insecure to accept that"));
+  }
+  Authorizer::Options auth;
+  auth.require_worker_certificate = !config.tls.client_ca.empty();
+  auth.tokens_file = config.auth_tokens_file;
+  ASSIGN_OR_RETURN(server->authorizer_, Authorizer::Create(auth));
+  server->streams_ = std::make_unique<StreamLimiter>(config.max_streams_per_client);
   ASSIGN_OR_RETURN(std::unique_ptr<RocksDbJobStore> store,
                    RocksDbJobStore::Open(config.data_dir));
   auto registry = std::make_shared<prometheus::Registry>();
   server->metrics_ = std::make_unique<CoordinatorMetrics>(registry);
+  server->gate_ = std::make_unique<CallGate>(server->authorizer_.get(), server->streams_.get(),
+                                             server->metrics_.get());
   ASSIGN_OR_RETURN(server->metrics_server_, MetricsServer::Create(config.metrics_address, registry));
   ASSIGN_OR_RETURN(server->checkpoint_store_,
                    RocksDbCheckpointStore::Open(config.data_dir + "/checkpoints"));
@@ -76,19 +99,21 @@ absl::StatusOr<std::unique_ptr<CoordinatorServer>> CoordinatorServer::Start(
   server->checkpoint_executor_ = std::make_unique<BlockingExecutor>(config.checkpoint_io_threads);
   server->checkpoints_service_ = std::make_unique<CheckpointsService>(
       server->checkpoint_uploads_.get(), server->checkpoint_store_.get(),
-      server->checkpoint_executor_.get(), server->metrics_.get(), config.checkpoints);
-  server->workers_service_ =
-      std::make_unique<WorkersService>(server->coordinator_.get(), server->metrics_.get());
-  server->jobs_service_ =
-      std::make_unique<JobsService>(server->coordinator_.get(), server->metrics_.get());
-  server->kv_service_ =
-      std::make_unique<KeyValueService>(server->coordinator_.get(), server->metrics_.get());
+      server->checkpoint_executor_.get(), server->metrics_.get(), server->gate_.get(),
+      config.checkpoints);
+  server->workers_service_ = std::make_unique<WorkersService>(
+      server->coordinator_.get(), server->metrics_.get(), server->gate_.get());
+  server->jobs_service_ = std::make_unique<JobsService>(server->coordinator_.get(),
+                                                        server->metrics_.get(), server->gate_.get());
+  server->kv_service_ = std::make_unique<KeyValueService>(
+      server->coordinator_.get(), server->metrics_.get(), server->gate_.get());
 
   grpc::EnableDefaultHealthCheckService(true);
   grpc::reflection::InitProtoReflectionServerBuilderPlugin();
   grpc::ServerBuilder builder;
   int port = 0;
-  builder.AddListeningPort(config.listen_address, grpc::InsecureServerCredentials(), &port);
+  builder.AddListeningPort(config.listen_address, credentials, &port);
+  builder.SetMaxReceiveMessageSize(config.max_message_bytes);
   builder.RegisterService(server->workers_service_.get());
   builder.RegisterService(server->jobs_service_.get());
   builder.RegisterService(server->kv_service_.get());
@@ -112,7 +137,17 @@ absl::StatusOr<std::unique_ptr<CoordinatorServer>> CoordinatorServer::Start(
   server->server_->GetHealthCheckService()->SetServingStatus(true);
   server->ticker_ = std::thread([s = server.get()] { s->TickLoop(); });
   LOG(INFO) << "coordinator " << server->coordinator_->options().coordinator_id
-            << " serving gRPC on " << server->address_ << ", metrics on http://"
+            << " serving gRPC on " << server->address_
+            << (tls ? " with TLS" : " in plaintext (no TLS)") << "; worker RPCs "
+            << (server->authorizer_->worker_certificate_required()
+                    ? "need a client certificate from --tls_client_ca"
+                    : "need no certificate")
+            << "; user RPCs "
+            << (server->authorizer_->tokens_required()
+                    ? absl::StrCat("need one of ", server->authorizer_->token_count(),
+                                   " bearer tokens")
+                    : std::string("need no token"))
+            << "; metrics on http://"
             << server->metrics_server_->address() << "/metrics, data in " << config.data_dir;
   return server;
 }

@@ -11,11 +11,13 @@
 #include "absl/status/statusor.h"
 #include "absl/synchronization/notification.h"
 #include "common/metrics_server.h"
+#include "common/tls_credentials.h"
 #include "coordinator/checkpoint_uploads.h"
 #include "coordinator/coordinator.h"
 #include "coordinator/coordinator_metrics.h"
 #include "coordinator/rocksdb_checkpoint_store.h"
 #include "coordinator/service/blocking_executor.h"
+#include "coordinator/service/call_gate.h"
 #include "coordinator/service/checkpoints_service.h"
 
 namespace grpc {
@@ -29,7 +31,7 @@ class JobsService;
 class KeyValueService;
 
 struct CoordinatorServerConfig {
-  std::string listen_address = "0.0.0.0:7070";  // port 0 picks a free port
+  std::string listen_address = "127.0.0.1:7070";  // port 0 picks a free port
   std::string metrics_address = "127.0.0.1:9464";
   // Jobs in <data_dir>, checkpoints in <data_dir>/checkpoints (two RocksDB
   // databases, docs/checkpoint-format.md).
@@ -39,6 +41,16 @@ struct CoordinatorServerConfig {
   absl::Duration checkpoint_abandon_after = absl::Minutes(10);
   int checkpoint_io_threads = 4;
   absl::Duration tick_interval = absl::Milliseconds(50);
+  // TLS on the gRPC port (empty cert: plaintext) and who may call what
+  // (Authorizer). Plaintext on an address other than loopback needs
+  // allow_insecure, and bearer tokens need TLS.
+  ServerTlsFiles tls;
+  std::string auth_tokens_file;
+  bool allow_insecure = false;
+  // Per-client cap on long-lived calls (StreamLimiter); <= 0: none.
+  int max_streams_per_client = 1024;
+  // Largest request message gRPC accepts (ResourceExhausted above it).
+  int max_message_bytes = 4 << 20;
 };
 
 // Thread-safe: Shutdown may be called from any thread (e.g. a signal waiter).
@@ -68,6 +80,10 @@ class CoordinatorServer {
   std::unique_ptr<CoordinatorMetrics> metrics_;
   std::unique_ptr<MetricsServer> metrics_server_;
   std::unique_ptr<Coordinator> coordinator_;
+  // Before every service: they hold the gate.
+  std::unique_ptr<Authorizer> authorizer_;
+  std::unique_ptr<StreamLimiter> streams_;
+  std::unique_ptr<CallGate> gate_;
   // Declared before the services and the server, so destroyed after them;
   // the executor (whose work uses the uploads and the store) goes first.
   std::unique_ptr<RocksDbCheckpointStore> checkpoint_store_;

@@ -37,8 +37,10 @@ class WatchSink : public JobEventSink {
 // when the client goes away. Deletes itself in OnDone.
 class WatchReactor : public grpc::ServerWriteReactor<v1::JobEvent> {
  public:
-  WatchReactor(Coordinator* coordinator, const std::string& job_id)
-      : coordinator_(coordinator), sink_(std::make_shared<WatchSink>(this)) {
+  WatchReactor(Coordinator* coordinator, const std::string& job_id, StreamLimiter::Lease lease)
+      : coordinator_(coordinator),
+        sink_(std::make_shared<WatchSink>(this)),
+        lease_(std::move(lease)) {
     absl::Status valid = RequireJobId(job_id);
     absl::StatusOr<uint64_t> handle =
         valid.ok() ? coordinator_->Watch(JobId(job_id), sink_) : absl::StatusOr<uint64_t>(valid);
@@ -109,6 +111,7 @@ class WatchReactor : public grpc::ServerWriteReactor<v1::JobEvent> {
 
   Coordinator* coordinator_;
   std::shared_ptr<WatchSink> sink_;
+  StreamLimiter::Lease lease_;  // this client's stream slot
   absl::Mutex mu_;
   std::deque<v1::JobEvent> outbox_ ABSL_GUARDED_BY(mu_);
   bool writing_ ABSL_GUARDED_BY(mu_) = false;
@@ -144,12 +147,18 @@ grpc::ServerUnaryReactor* JobsService::Reply(grpc::CallbackServerContext* contex
 grpc::ServerUnaryReactor* JobsService::Submit(grpc::CallbackServerContext* context,
                                               const v1::SubmitJobRequest* request,
                                               v1::Job* response) {
+  if (absl::Status admitted = gate_->Admit(*context, "Jobs.Submit", Access::kAdmin); !admitted.ok()) {
+    return CallGate::Refuse(context, admitted);
+  }
   const absl::Time start = absl::Now();
   return Reply(context, "Jobs.Submit", start, coordinator_->Submit(*request), response);
 }
 
 grpc::ServerUnaryReactor* JobsService::Get(grpc::CallbackServerContext* context,
                                            const v1::GetJobRequest* request, v1::Job* response) {
+  if (absl::Status admitted = gate_->Admit(*context, "Jobs.Get", Access::kRead); !admitted.ok()) {
+    return CallGate::Refuse(context, admitted);
+  }
   const absl::Time start = absl::Now();
   absl::Status valid = RequireJobId(request->job_id());
   return Reply(context, "Jobs.Get", start,
@@ -161,6 +170,9 @@ grpc::ServerUnaryReactor* JobsService::Get(grpc::CallbackServerContext* context,
 grpc::ServerUnaryReactor* JobsService::List(grpc::CallbackServerContext* context,
                                             const v1::ListJobsRequest* request,
                                             v1::ListJobsResponse* response) {
+  if (absl::Status admitted = gate_->Admit(*context, "Jobs.List", Access::kRead); !admitted.ok()) {
+    return CallGate::Refuse(context, admitted);
+  }
   const absl::Time start = absl::Now();
   v1::ListJobsResponse list;
   for (v1::Job& job : coordinator_->ListJobs(request->include_finished())) {
@@ -173,6 +185,9 @@ grpc::ServerUnaryReactor* JobsService::List(grpc::CallbackServerContext* context
 grpc::ServerUnaryReactor* JobsService::Cancel(grpc::CallbackServerContext* context,
                                               const v1::CancelJobRequest* request,
                                               v1::Job* response) {
+  if (absl::Status admitted = gate_->Admit(*context, "Jobs.Cancel", Access::kAdmin); !admitted.ok()) {
+    return CallGate::Refuse(context, admitted);
+  }
   const absl::Time start = absl::Now();
   absl::Status valid = RequireJobId(request->job_id());
   return Reply(context, "Jobs.Cancel", start,
@@ -184,6 +199,9 @@ grpc::ServerUnaryReactor* JobsService::Cancel(grpc::CallbackServerContext* conte
 grpc::ServerUnaryReactor* JobsService::Scale(grpc::CallbackServerContext* context,
                                              const v1::ScaleJobRequest* request,
                                              v1::Job* response) {
+  if (absl::Status admitted = gate_->Admit(*context, "Jobs.Scale", Access::kAdmin); !admitted.ok()) {
+    return CallGate::Refuse(context, admitted);
+  }
   const absl::Time start = absl::Now();
   absl::Status valid = RequireJobId(request->job_id());
   return Reply(context, "Jobs.Scale", start,
@@ -193,7 +211,10 @@ grpc::ServerUnaryReactor* JobsService::Scale(grpc::CallbackServerContext* contex
 
 grpc::ServerWriteReactor<v1::JobEvent>* JobsService::Watch(grpc::CallbackServerContext* context,
                                                            const v1::WatchJobRequest* request) {
-  return new WatchReactor(coordinator_, request->job_id());
+  absl::StatusOr<StreamLimiter::Lease> lease =
+      gate_->AdmitStream(*context, "Jobs.Watch", Access::kRead);
+  if (!lease.ok()) return new RejectedWriter<v1::JobEvent>(lease.status());
+  return new WatchReactor(coordinator_, request->job_id(), *std::move(lease));
 }
 
 }  // namespace cohort::coordinator

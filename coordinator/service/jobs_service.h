@@ -5,14 +5,15 @@
 #include "cohort/v1/jobs.grpc.pb.h"
 #include "coordinator/coordinator.h"
 #include "coordinator/coordinator_metrics.h"
+#include "coordinator/service/call_gate.h"
 
 namespace cohort::coordinator {
 
 // Thread-safe.
 class JobsService final : public v1::Jobs::CallbackService {
  public:
-  JobsService(Coordinator* coordinator, CoordinatorMetrics* metrics)
-      : coordinator_(coordinator), metrics_(metrics) {}
+  JobsService(Coordinator* coordinator, CoordinatorMetrics* metrics, const CallGate* gate)
+      : coordinator_(coordinator), metrics_(metrics), gate_(gate) {}
 
   grpc::ServerUnaryReactor* Submit(grpc::CallbackServerContext* context,
                                    const v1::SubmitJobRequest* request, v1::Job* response) override;
@@ -37,6 +38,7 @@ class JobsService final : public v1::Jobs::CallbackService {
 
   Coordinator* coordinator_;
   CoordinatorMetrics* metrics_;
+  const CallGate* gate_;
 };
 
 }  // namespace cohort::coordinator

@@ -29,6 +29,10 @@ grpc::ServerUnaryReactor* KeyValueService::Set(grpc::CallbackServerContext* cont
                                                const v1::SetRequest* request,
                                                v1::SetResponse* response) {
   const absl::Time start = absl::Now();
+  if (absl::Status admitted = gate_->Admit(*context, "KeyValue.Set", Access::kWorker);
+      !admitted.ok()) {
+    return CallGate::Refuse(context, admitted);
+  }
   absl::StatusOr<KvScope> scope = ParseScope(request->scope());
   absl::Status status = scope.ok() ? coordinator_->KvSet(*scope, request->key(), request->value())
                                    : scope.status();
@@ -39,6 +43,10 @@ grpc::ServerUnaryReactor* KeyValueService::Get(grpc::CallbackServerContext* cont
                                                const v1::GetRequest* request,
                                                v1::GetResponse* response) {
   const absl::Time start = absl::Now();
+  if (absl::Status admitted = gate_->Admit(*context, "KeyValue.Get", Access::kWorker);
+      !admitted.ok()) {
+    return CallGate::Refuse(context, admitted);
+  }
   absl::StatusOr<KvScope> scope = ParseScope(request->scope());
   absl::StatusOr<std::string> value =
       scope.ok() ? coordinator_->KvGet(*scope, request->key()) : scope.status();
@@ -50,6 +58,9 @@ grpc::ServerUnaryReactor* KeyValueService::WaitFor(grpc::CallbackServerContext* 
                                                    const v1::WaitForRequest* request,
                                                    v1::GetResponse* response) {
   const absl::Time start = absl::Now();
+  absl::StatusOr<StreamLimiter::Lease> lease =
+      gate_->AdmitStream(*context, "KeyValue.WaitFor", Access::kWorker);
+  if (!lease.ok()) return CallGate::Refuse(context, lease.status());
   absl::StatusOr<KvScope> scope = ParseScope(request->scope());
   if (!scope.ok()) return FinishWith(context, metrics_, "KeyValue.WaitFor", start, scope.status());
   auto* reactor = context->DefaultReactor();
@@ -57,11 +68,14 @@ grpc::ServerUnaryReactor* KeyValueService::WaitFor(grpc::CallbackServerContext* 
   // The Coordinator calls this exactly once; the reactor stays valid until
   // Finish, and `response` until then too.
   coordinator_->KvWaitFor(*scope, request->key(), absl::Milliseconds(request->timeout_ms()),
-                          [reactor, response, metrics, start](absl::StatusOr<std::string> value) {
+                          [reactor, response, metrics, start,
+                           lease = std::make_shared<StreamLimiter::Lease>(*std::move(lease))](
+                              absl::StatusOr<std::string> value) {
                             if (value.ok()) response->set_value(*std::move(value));
                             metrics->ObserveRpc("KeyValue.WaitFor",
                                                 StatusCodeLabel(value.status()),
                                                 absl::Now() - start);
+                            lease->Release();
                             reactor->Finish(ToGrpcStatus(value.status()));
                           });
   return reactor;

@@ -5,14 +5,15 @@
 #include "cohort/v1/kv.grpc.pb.h"
 #include "coordinator/coordinator.h"
 #include "coordinator/coordinator_metrics.h"
+#include "coordinator/service/call_gate.h"
 
 namespace cohort::coordinator {
 
 // Thread-safe.
 class KeyValueService final : public v1::KeyValue::CallbackService {
  public:
-  KeyValueService(Coordinator* coordinator, CoordinatorMetrics* metrics)
-      : coordinator_(coordinator), metrics_(metrics) {}
+  KeyValueService(Coordinator* coordinator, CoordinatorMetrics* metrics, const CallGate* gate)
+      : coordinator_(coordinator), metrics_(metrics), gate_(gate) {}
 
   grpc::ServerUnaryReactor* Set(grpc::CallbackServerContext* context, const v1::SetRequest* request,
                                 v1::SetResponse* response) override;
@@ -25,6 +26,7 @@ class KeyValueService final : public v1::KeyValue::CallbackService {
  private:
   Coordinator* coordinator_;
   CoordinatorMetrics* metrics_;
+  const CallGate* gate_;
 };
 
 }  // namespace cohort::coordinator

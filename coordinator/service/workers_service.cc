@@ -35,8 +35,8 @@ class StreamSink : public WorkerSink {
 // one write are outstanding; writes queue in `outbox_`.
 class AttachReactor : public grpc::ServerBidiReactor<v1::WorkerMessage, v1::CoordinatorMessage> {
  public:
-  AttachReactor(Coordinator* coordinator, std::string peer)
-      : coordinator_(coordinator), peer_(std::move(peer)) {
+  AttachReactor(Coordinator* coordinator, std::string peer, StreamLimiter::Lease lease)
+      : coordinator_(coordinator), peer_(std::move(peer)), lease_(std::move(lease)) {
     StartRead(&incoming_);
   }
 
@@ -147,6 +147,7 @@ class AttachReactor : public grpc::ServerBidiReactor<v1::WorkerMessage, v1::Coor
 
   Coordinator* coordinator_;
   const std::string peer_;
+  StreamLimiter::Lease lease_;  // this client's stream slot
   v1::WorkerMessage incoming_;
   // Written only from OnReadDone, which never runs concurrently with itself.
   std::optional<WorkerId> worker_;
@@ -169,13 +170,22 @@ void StreamSink::Send(const v1::CoordinatorMessage& message) {
 
 grpc::ServerBidiReactor<v1::WorkerMessage, v1::CoordinatorMessage>* WorkersService::Attach(
     grpc::CallbackServerContext* context) {
-  return new AttachReactor(coordinator_, context->peer());
+  absl::StatusOr<StreamLimiter::Lease> lease =
+      gate_->AdmitStream(*context, "Workers.Attach", Access::kWorker);
+  if (!lease.ok()) {
+    return new RejectedBidi<v1::WorkerMessage, v1::CoordinatorMessage>(lease.status());
+  }
+  return new AttachReactor(coordinator_, context->peer(), *std::move(lease));
 }
 
 grpc::ServerUnaryReactor* WorkersService::List(grpc::CallbackServerContext* context,
                                                const v1::ListWorkersRequest* request,
                                                v1::ListWorkersResponse* response) {
   const absl::Time start = absl::Now();
+  if (absl::Status admitted = gate_->Admit(*context, "Workers.List", Access::kRead);
+      !admitted.ok()) {
+    return CallGate::Refuse(context, admitted);
+  }
   for (v1::WorkerInfo& info : coordinator_->ListWorkers()) {
     *response->add_workers() = std::move(info);
   }
@@ -189,6 +199,10 @@ grpc::ServerUnaryReactor* WorkersService::Drain(grpc::CallbackServerContext* con
                                                 const v1::DrainWorkerRequest* request,
                                                 v1::WorkerInfo* response) {
   const absl::Time start = absl::Now();
+  if (absl::Status admitted = gate_->Admit(*context, "Workers.Drain", Access::kAdmin);
+      !admitted.ok()) {
+    return CallGate::Refuse(context, admitted);
+  }
   absl::StatusOr<v1::WorkerInfo> info =
       coordinator_->DrainWorker(WorkerId(request->worker_id()), request->reason());
   if (info.ok()) *response = *std::move(info);

@@ -6,14 +6,15 @@
 #include "cohort/v1/workers.grpc.pb.h"
 #include "coordinator/coordinator.h"
 #include "coordinator/coordinator_metrics.h"
+#include "coordinator/service/call_gate.h"
 
 namespace cohort::coordinator {
 
 // Thread-safe.
 class WorkersService final : public v1::Workers::CallbackService {
  public:
-  WorkersService(Coordinator* coordinator, CoordinatorMetrics* metrics)
-      : coordinator_(coordinator), metrics_(metrics) {}
+  WorkersService(Coordinator* coordinator, CoordinatorMetrics* metrics, const CallGate* gate)
+      : coordinator_(coordinator), metrics_(metrics), gate_(gate) {}
 
   grpc::ServerBidiReactor<v1::WorkerMessage, v1::CoordinatorMessage>* Attach(
       grpc::CallbackServerContext* context) override;
@@ -27,6 +28,7 @@ class WorkersService final : public v1::Workers::CallbackService {
  private:
   Coordinator* coordinator_;
   CoordinatorMetrics* metrics_;
+  const CallGate* gate_;
 };
 
 }  // namespace cohort::coordinator

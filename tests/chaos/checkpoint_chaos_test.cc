@@ -63,7 +63,7 @@ class Uploader {
 
  private:
   void Loop() {
-    auto client = checkpoint::NewGrpcCheckpointClient(cluster_->address());
+    auto client = checkpoint::NewGrpcCheckpointClient(CoordinatorTarget::Insecure(cluster_->address()));
     int64_t step = 0;
     while (!stop_) {
       {
@@ -102,7 +102,7 @@ class Uploader {
 
 // Reads back every listed checkpoint whole; returns how many there were.
 int VerifyListed(const std::string& address, const std::string& job_id) {
-  auto client = checkpoint::NewGrpcCheckpointClient(address);
+  auto client = checkpoint::NewGrpcCheckpointClient(CoordinatorTarget::Insecure(address));
   absl::StatusOr<v1::ListCheckpointsResponse> listed = client->List(job_id, absl::Seconds(10));
   EXPECT_TRUE(listed.ok()) << listed.status();
   if (!listed.ok()) return 0;

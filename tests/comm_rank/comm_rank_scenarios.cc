@@ -80,7 +80,8 @@ struct Session {
 absl::StatusOr<Session> Connect(const RankConfig& c, uint64_t generation) {
   Session session;
   if (c.size > 1) {
-    session.kv = comm::NewCoordinatorKvClient(c.kv_target, comm::KvScopeRef{c.job, generation});
+    session.kv = comm::NewCoordinatorKvClient(CoordinatorTarget::Insecure(c.kv_target),
+                                              comm::KvScopeRef{c.job, generation});
   }
   comm::UcxContextOptions options;
   options.rank = c.rank;

@@ -63,7 +63,7 @@ class CheckpointServer {
             RealClock::Get()),
         metrics_(std::make_shared<prometheus::Registry>()),
         executor_(4),
-        service_(&uploads_, store_.get(), &executor_, &metrics_) {
+        service_(&uploads_, store_.get(), &executor_, &metrics_, &gate_) {
     grpc::ServerBuilder builder;
     int port = 0;
     builder.AddListeningPort("127.0.0.1:0", grpc::InsecureServerCredentials(), &port);
@@ -80,6 +80,9 @@ class CheckpointServer {
   std::unique_ptr<coordinator::RocksDbCheckpointStore> store_;
   coordinator::CheckpointUploads uploads_;
   coordinator::CoordinatorMetrics metrics_;
+  std::unique_ptr<coordinator::Authorizer> authorizer_ = coordinator::Authorizer::AllowAll();
+  coordinator::StreamLimiter streams_{0};
+  coordinator::CallGate gate_{authorizer_.get(), &streams_, &metrics_};
   coordinator::BlockingExecutor executor_;
   coordinator::CheckpointsService service_;
   std::unique_ptr<grpc::Server> server_;
@@ -197,7 +200,7 @@ void LoadAllAndCompare(const Layout& l, bool zero1, int64_t step, CheckpointClie
 
 TEST(CheckpointReshardTest, SavedUnderTwoTwoOneLoadsBitwiseIntoEveryLayout) {
   CheckpointServer server;
-  std::unique_ptr<CheckpointClient> client = NewGrpcCheckpointClient(server.address());
+  std::unique_ptr<CheckpointClient> client = NewGrpcCheckpointClient(CoordinatorTarget::Insecure(server.address()));
   for (bool save_zero1 : {true, false}) {
     const int64_t step = save_zero1 ? 10 : 20;
     ASSERT_EQ(SaveAll(Layout{2, 2, 1}, save_zero1, step, client.get()), 1)
@@ -222,7 +225,7 @@ TEST(CheckpointReshardTest, SavedUnderTwoTwoOneLoadsBitwiseIntoEveryLayout) {
 
 TEST(CheckpointReshardTest, PipelineSavesLoadIntoTensorLayoutsToo) {
   CheckpointServer server;
-  std::unique_ptr<CheckpointClient> client = NewGrpcCheckpointClient(server.address());
+  std::unique_ptr<CheckpointClient> client = NewGrpcCheckpointClient(CoordinatorTarget::Insecure(server.address()));
   ASSERT_EQ(SaveAll(Layout{1, 2, 2}, true, 7, client.get()), 1);
   LoadAllAndCompare(Layout{2, 2, 1}, true, 7, client.get());
   LoadAllAndCompare(Layout{1, 4, 1}, false, 7, client.get());
@@ -230,7 +233,7 @@ TEST(CheckpointReshardTest, PipelineSavesLoadIntoTensorLayoutsToo) {
 
 TEST(CheckpointReshardTest, ACorruptChunkIsDataLossNamingTensorAndChunk) {
   CheckpointServer server;
-  std::unique_ptr<CheckpointClient> client = NewGrpcCheckpointClient(server.address());
+  std::unique_ptr<CheckpointClient> client = NewGrpcCheckpointClient(CoordinatorTarget::Insecure(server.address()));
   ASSERT_EQ(SaveAll(Layout{1, 1, 1}, false, 3, client.get()), 1);
   absl::StatusOr<v1::CheckpointManifest> manifest = client->GetManifest(kJob, 3, absl::Seconds(5));
   ASSERT_TRUE(manifest.ok());
@@ -264,7 +267,7 @@ TEST(CheckpointReshardTest, ACorruptChunkIsDataLossNamingTensorAndChunk) {
 
 TEST(CheckpointReshardTest, AnotherModelIsRefused) {
   CheckpointServer server;
-  std::unique_ptr<CheckpointClient> client = NewGrpcCheckpointClient(server.address());
+  std::unique_ptr<CheckpointClient> client = NewGrpcCheckpointClient(CoordinatorTarget::Insecure(server.address()));
   ASSERT_EQ(SaveAll(Layout{1, 1, 1}, false, 3, client.get()), 1);
   absl::StatusOr<v1::CheckpointManifest> manifest = client->GetManifest(kJob, -1, absl::Seconds(5));
   ASSERT_TRUE(manifest.ok());

@@ -55,8 +55,8 @@ TEST(KvBootstrapIntegrationTest, ScopedToTheCurrentGenerationAcrossAReplacement)
 
   // Within generation g: a value set by one client is read by another, and
   // a waiter is released by a later Set.
-  auto a = NewCoordinatorKvClient(cluster.address(), {job_id, g});
-  auto b = NewCoordinatorKvClient(cluster.address(), {job_id, g});
+  auto a = NewCoordinatorKvClient(CoordinatorTarget::Insecure(cluster.address()), {job_id, g});
+  auto b = NewCoordinatorKvClient(CoordinatorTarget::Insecure(cluster.address()), {job_id, g});
   ASSERT_TRUE(a->Set("k", "v1").ok());
   absl::StatusOr<std::string> value = b->WaitFor("k", absl::Seconds(10));
   ASSERT_TRUE(value.ok()) << value.status();
@@ -66,11 +66,11 @@ TEST(KvBootstrapIntegrationTest, ScopedToTheCurrentGenerationAcrossAReplacement)
             absl::StatusCode::kDeadlineExceeded);
 
   // A generation that does not exist yet is refused, not waited on.
-  auto future = NewCoordinatorKvClient(cluster.address(), {job_id, g + 1});
+  auto future = NewCoordinatorKvClient(CoordinatorTarget::Insecure(cluster.address()), {job_id, g + 1});
   EXPECT_EQ(future->Set("k", "x").code(), absl::StatusCode::kFailedPrecondition);
   EXPECT_EQ(future->WaitFor("k", absl::Seconds(5)).status().code(),
             absl::StatusCode::kFailedPrecondition);
-  auto unknown_job = NewCoordinatorKvClient(cluster.address(), {"no-such-job", 1});
+  auto unknown_job = NewCoordinatorKvClient(CoordinatorTarget::Insecure(cluster.address()), {"no-such-job", 1});
   EXPECT_EQ(unknown_job->Set("k", "x").code(), absl::StatusCode::kNotFound);
 
   // A waiter parked on generation g while the mesh changes under it.
@@ -101,8 +101,8 @@ TEST(KvBootstrapIntegrationTest, ScopedToTheCurrentGenerationAcrossAReplacement)
   EXPECT_LT(absl::Now() - start, absl::Seconds(5));
 
   // Generation g' starts empty and bootstraps afresh.
-  auto a2 = NewCoordinatorKvClient(cluster.address(), {job_id, g2});
-  auto b2 = NewCoordinatorKvClient(cluster.address(), {job_id, g2});
+  auto a2 = NewCoordinatorKvClient(CoordinatorTarget::Insecure(cluster.address()), {job_id, g2});
+  auto b2 = NewCoordinatorKvClient(CoordinatorTarget::Insecure(cluster.address()), {job_id, g2});
   EXPECT_EQ(b2->WaitFor("k", absl::Milliseconds(100)).status().code(),
             absl::StatusCode::kDeadlineExceeded);
   ExchangeAddresses(*a2, *b2, "g2");

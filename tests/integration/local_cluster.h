@@ -31,7 +31,8 @@ class LocalCluster {
       : dir_(MakeTempDir(name)), port_(PickFreePort()) {}
 
   // Starts (or restarts) the coordinator on the same port and data dir.
-  void StartCoordinator(const std::string& readopt_grace = "10s") {
+  void StartCoordinator(const std::string& readopt_grace = "10s",
+                        const std::vector<std::string>& extra_args = {}) {
     Subprocess::Options options;
     options.binary = BinaryPath("cohort-coordinator");
     options.args = {absl::StrCat("--listen=127.0.0.1:", port_),
@@ -40,6 +41,7 @@ class LocalCluster {
                     absl::StrCat("--heartbeat_interval=", kHeartbeatInterval),
                     absl::StrCat("--heartbeat_timeout=", kHeartbeatTimeout),
                     absl::StrCat("--readopt_grace=", readopt_grace)};
+    options.args.insert(options.args.end(), extra_args.begin(), extra_args.end());
     options.log_path = absl::StrCat(dir_, "/coordinator-", coordinator_starts_++, ".log");
     auto process = Subprocess::Start(options);
     ASSERT_TRUE(process.ok()) << process.status();

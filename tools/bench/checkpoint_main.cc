@@ -280,7 +280,8 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "cohort-bench-checkpoint: --job is required\n");
     return 64;
   }
-  auto client = cohort::checkpoint::NewGrpcCheckpointClient(absl::GetFlag(FLAGS_coordinator));
+  auto client = cohort::checkpoint::NewGrpcCheckpointClient(
+      cohort::CoordinatorTarget::Insecure(absl::GetFlag(FLAGS_coordinator)));
   if (absl::GetFlag(FLAGS_rounds) > 0) cohort::bench::Throughput(client.get());
   if (!absl::GetFlag(FLAGS_stall_spec).empty()) return cohort::bench::Stall(client.get());
   return 0;

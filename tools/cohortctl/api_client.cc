@@ -6,6 +6,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "common/grpc_status.h"
+#include "common/status_macros.h"
 #include "grpcpp/client_context.h"
 #include "grpcpp/create_channel.h"
 #include "grpcpp/security/credentials.h"
@@ -24,14 +25,22 @@ bool IsUnreachable(const absl::Status& status) {
   return status.GetPayload(kUnreachablePayload).has_value();
 }
 
-std::unique_ptr<ApiClient> ApiClient::Create(const ApiClientOptions& options) {
+absl::StatusOr<std::unique_ptr<ApiClient>> ApiClient::Create(const ApiClientOptions& options) {
+  ASSIGN_OR_RETURN(CoordinatorTarget target, MakeCoordinatorTarget(options.address, options.tls));
+  if (!options.token.empty()) {
+    if (!target.secure) {
+      return absl::InvalidArgumentError(
+          "a bearer token (--token_file, $COHORT_TOKEN) needs TLS (--tls_ca): it would cross "
+          "the network in plaintext");
+    }
+    target.credentials = grpc::CompositeChannelCredentials(
+        target.credentials, grpc::AccessTokenCredentials(options.token));
+  }
   grpc::ChannelArguments args;
   // Checkpoint downloads arrive in messages of several MiB.
   args.SetMaxReceiveMessageSize(64 << 20);
   args.SetInt(GRPC_ARG_HTTP2_STREAM_LOOKAHEAD_BYTES, 32 << 20);
-  return std::make_unique<ApiClient>(
-      grpc::CreateCustomChannel(options.address, grpc::InsecureChannelCredentials(), args),
-      options);
+  return std::make_unique<ApiClient>(target.NewChannel(args), options);
 }
 
 ApiClient::ApiClient(std::shared_ptr<grpc::Channel> channel, ApiClientOptions options)

@@ -9,6 +9,7 @@
 #include <memory>
 #include <string>
 
+#include "common/tls_credentials.h"
 #include "absl/functional/function_ref.h"
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
@@ -24,6 +25,8 @@ struct ApiClientOptions {
   std::string address;  // host:port
   // Deadline of each unary call; also how long Watch waits for a connection.
   absl::Duration timeout = absl::Seconds(10);
+  ClientTlsFiles tls;  // empty ca: plaintext
+  std::string token;   // bearer token sent with every call; empty: none
 };
 
 // True when `status` came from ApiClient and means no connection to the
@@ -33,9 +36,10 @@ bool IsUnreachable(const absl::Status& status);
 
 class ApiClient {
  public:
-  // An insecure channel to options.address. Connects lazily, so creation
-  // does not fail; an unreachable coordinator shows in the first call.
-  static std::unique_ptr<ApiClient> Create(const ApiClientOptions& options);
+  // A channel to options.address, with TLS and the token when given.
+  // Connects lazily: an unreachable coordinator shows in the first call.
+  // InvalidArgument for unusable TLS files or a token without TLS.
+  static absl::StatusOr<std::unique_ptr<ApiClient>> Create(const ApiClientOptions& options);
 
   ApiClient(std::shared_ptr<grpc::Channel> channel, ApiClientOptions options);
 

@@ -220,9 +220,11 @@ int RunCohortctl(const CtlConfig& config, std::ostream& out, std::ostream& err) 
     out << UsageText();
     return kExitOk;
   }
-  std::unique_ptr<ApiClient> client =
-      ApiClient::Create({.address = config.coordinator, .timeout = config.timeout});
-  return RunCommand(*client, config, *command, out, err);
+  absl::StatusOr<std::unique_ptr<ApiClient>> client = ApiClient::Create(
+      {.address = config.coordinator, .timeout = config.timeout, .tls = config.tls,
+       .token = config.token});
+  if (!client.ok()) return ReportUsageError(client.status().message(), err);
+  return RunCommand(**client, config, *command, out, err);
 }
 
 int ReportUsageError(absl::string_view message, std::ostream& err) {

@@ -27,7 +27,7 @@ constexpr char kScale[] = "scale flags:";
 constexpr char kDrain[] = "drain flags:";
 constexpr char kExport[] = "checkpoints export flags:";
 
-constexpr std::array<FlagDoc, 34> kFlags = {{
+constexpr std::array<FlagDoc, 39> kFlags = {{
     {"coordinator", FlagKind::kValue, "HOST:PORT", kGlobal,
      "coordinator gRPC address (default: $COHORT_COORDINATOR, else "
      "localhost:7070)"},
@@ -37,6 +37,19 @@ constexpr std::array<FlagDoc, 34> kFlags = {{
     {"timeout", FlagKind::kValue, "SECONDS", kGlobal,
      "deadline of each request, and how long watch waits to connect "
      "(default: 10)"},
+    {"tls_ca", FlagKind::kValue, "FILE", kGlobal,
+     "PEM bundle that signed the coordinator's certificate; set: connect "
+     "with TLS (default: $COHORT_TLS_CA, else plaintext)"},
+    {"tls_cert", FlagKind::kValue, "FILE", kGlobal,
+     "PEM client certificate, if the cluster wants one (needs --tls_ca)"},
+    {"tls_key", FlagKind::kValue, "FILE", kGlobal, "PEM private key of --tls_cert"},
+    {"tls_server_name", FlagKind::kValue, "NAME", kGlobal,
+     "name the coordinator's certificate must carry when it differs from "
+     "the host of --coordinator"},
+    {"token_file", FlagKind::kValue, "FILE", kGlobal,
+     "file holding the bearer token sent with every request (needs TLS) "
+     "(default: $COHORT_TOKEN_FILE; the token itself may be given in "
+     "$COHORT_TOKEN)"},
     // Help is handled by the scanner; listed so the text documents it.
     {"help", FlagKind::kBool, "", kGlobal, "print this text (also: -h, help)"},
     {"all", FlagKind::kBool, "", kList, "also list COMPLETED, FAILED and CANCELLED jobs"},

@@ -7,6 +7,7 @@
 #include <string>
 #include <vector>
 
+#include "common/tls_credentials.h"
 #include "absl/time/time.h"
 
 namespace cohort::cohortctl {
@@ -46,6 +47,10 @@ struct CtlConfig {
   // host:port of the coordinator's gRPC endpoint.
   std::string coordinator = "localhost:7070";
   OutputFormat output = OutputFormat::kTable;
+  // TLS material (--tls_ca etc.) and the bearer token (from --token_file or
+  // $COHORT_TOKEN; empty: none).
+  ClientTlsFiles tls;
+  std::string token;
   // Deadline of each unary RPC, and how long a watch waits to connect.
   absl::Duration timeout = absl::Seconds(10);
   // Positional arguments: the command, then its operands.

@@ -13,8 +13,10 @@
 #include "absl/container/flat_hash_set.h"
 #include "absl/flags/flag.h"
 #include "absl/flags/reflection.h"
+#include "absl/strings/ascii.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "common/tls_credentials.h"
 #include "tools/cohortctl/cohortctl.h"
 #include "tools/cohortctl/command_line.h"
 
@@ -25,6 +27,11 @@
 ABSL_FLAG(std::string, coordinator, "", "see cohortctl help");
 ABSL_FLAG(std::string, output, "table", "see cohortctl help");
 ABSL_FLAG(double, timeout, 10.0, "see cohortctl help");
+ABSL_FLAG(std::string, tls_ca, "", "see cohortctl help");
+ABSL_FLAG(std::string, tls_cert, "", "see cohortctl help");
+ABSL_FLAG(std::string, tls_key, "", "see cohortctl help");
+ABSL_FLAG(std::string, tls_server_name, "", "see cohortctl help");
+ABSL_FLAG(std::string, token_file, "", "see cohortctl help");
 ABSL_FLAG(bool, all, false, "see cohortctl help");
 ABSL_FLAG(bool, validate_only, false, "see cohortctl help");
 ABSL_FLAG(std::string, name, "", "see cohortctl help");
@@ -118,6 +125,29 @@ int main(int argc, char** argv) {
         absl::StrCat("--timeout must be a positive number of seconds, not ", timeout), std::cerr);
   }
   config.timeout = absl::Seconds(timeout);
+  auto flag_or_env = [&set](const char* name, const absl::Flag<std::string>& flag,
+                            const char* env) -> std::string {
+    if (set(name)) return absl::GetFlag(flag);
+    const char* value = std::getenv(env);
+    return value == nullptr ? "" : value;
+  };
+  config.tls.ca = flag_or_env("tls_ca", FLAGS_tls_ca, "COHORT_TLS_CA");
+  config.tls.cert = absl::GetFlag(FLAGS_tls_cert);
+  config.tls.key = absl::GetFlag(FLAGS_tls_key);
+  config.tls.server_name = absl::GetFlag(FLAGS_tls_server_name);
+  if (const std::string token_file = flag_or_env("token_file", FLAGS_token_file,
+                                                 "COHORT_TOKEN_FILE");
+      !token_file.empty()) {
+    absl::StatusOr<std::string> token = cohort::ReadSecretFile("--token_file", token_file);
+    if (!token.ok()) return ctl::ReportUsageError(token.status().message(), std::cerr);
+    config.token = std::string(absl::StripAsciiWhitespace(*token));
+    if (config.token.empty()) {
+      return ctl::ReportUsageError(absl::StrCat("--token_file ", token_file, ": is empty"),
+                                   std::cerr);
+    }
+  } else if (const char* token = std::getenv("COHORT_TOKEN"); token != nullptr) {
+    config.token = std::string(absl::StripAsciiWhitespace(token));
+  }
   config.all = absl::GetFlag(FLAGS_all);
   config.validate_only = absl::GetFlag(FLAGS_validate_only);
   if (set("out")) config.out = absl::GetFlag(FLAGS_out);

@@ -24,6 +24,10 @@
 #include "tools/sim/simulator.h"
 
 ABSL_FLAG(std::string, coordinator, "", "coordinator address host:port");
+ABSL_FLAG(std::string, tls_ca, "", "PEM CA of the coordinator's certificate; set: TLS");
+ABSL_FLAG(std::string, tls_cert, "", "PEM worker certificate from the cluster CA");
+ABSL_FLAG(std::string, tls_key, "", "PEM private key of --tls_cert");
+ABSL_FLAG(std::string, tls_server_name, "", "name the coordinator's certificate carries");
 ABSL_FLAG(int, workers, 1000, "number of simulated workers (Attach streams)");
 ABSL_FLAG(double, rate, 1.0, "heartbeats per second per worker");
 ABSL_FLAG(double, duration, 20, "seconds of measurement");
@@ -51,6 +55,8 @@ int RunMain() {
   }
   cohort::sim::SimConfig config;
   config.coordinator = absl::GetFlag(FLAGS_coordinator);
+  config.tls = {absl::GetFlag(FLAGS_tls_ca), absl::GetFlag(FLAGS_tls_cert),
+                absl::GetFlag(FLAGS_tls_key), absl::GetFlag(FLAGS_tls_server_name)};
   config.workers = absl::GetFlag(FLAGS_workers);
   config.rate = absl::GetFlag(FLAGS_rate);
   config.duration = absl::Seconds(absl::GetFlag(FLAGS_duration));

@@ -45,6 +45,8 @@ absl::StatusOr<std::unique_ptr<Simulator>> Simulator::Create(SimConfig config) {
   if (absl::Status status = Validate(config); !status.ok()) return status;
   std::unique_ptr<Simulator> sim(new Simulator(std::move(config)));
   const SimConfig& c = sim->config_;
+  absl::StatusOr<CoordinatorTarget> target = MakeCoordinatorTarget(c.coordinator, c.tls);
+  if (!target.ok()) return target.status();
 
   const int channels = c.channels > 0 ? std::min(c.channels, c.workers)
                                       : (c.workers + kWorkersPerChannel - 1) / kWorkersPerChannel;
@@ -54,8 +56,7 @@ absl::StatusOr<std::unique_ptr<Simulator>> Simulator::Create(SimConfig config) {
     // its own TCP connection instead of sharing one.
     args.SetInt(GRPC_ARG_USE_LOCAL_SUBCHANNEL_POOL, 1);
     args.SetInt("cohort.sim_channel", i);
-    std::shared_ptr<grpc::Channel> channel =
-        grpc::CreateCustomChannel(c.coordinator, grpc::InsecureChannelCredentials(), args);
+    std::shared_ptr<grpc::Channel> channel = target->NewChannel(args);
     sim->stubs_.push_back(v1::Workers::NewStub(channel));
     sim->channels_.push_back(std::move(channel));
   }

@@ -17,6 +17,7 @@
 #include <string>
 #include <vector>
 
+#include "common/tls_credentials.h"
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
 #include "cohort/v1/workers.grpc.pb.h"
@@ -29,6 +30,7 @@ namespace cohort::sim {
 
 struct SimConfig {
   std::string coordinator;  // host:port
+  ClientTlsFiles tls;       // as a worker's --tls_* flags
   int workers = 1000;
   double rate = 1;  // heartbeats per second per worker
   absl::Duration duration = absl::Seconds(20);

@@ -179,15 +179,13 @@ std::unique_ptr<CheckpointClient> NewGrpcCheckpointClient(std::shared_ptr<grpc::
   return std::make_unique<GrpcCheckpointClient>(std::move(channel), wait_for_ready);
 }
 
-std::unique_ptr<CheckpointClient> NewGrpcCheckpointClient(const std::string& address) {
+std::unique_ptr<CheckpointClient> NewGrpcCheckpointClient(const CoordinatorTarget& target) {
   grpc::ChannelArguments args;
   args.SetInt(GRPC_ARG_INITIAL_RECONNECT_BACKOFF_MS, 100);
   args.SetInt(GRPC_ARG_MIN_RECONNECT_BACKOFF_MS, 100);
   args.SetInt(GRPC_ARG_MAX_RECONNECT_BACKOFF_MS, 1000);
   args.SetMaxReceiveMessageSize(64 << 20);  // manifests of very large models
-  return NewGrpcCheckpointClient(
-      grpc::CreateCustomChannel(address, grpc::InsecureChannelCredentials(), args),
-      /*wait_for_ready=*/true);
+  return NewGrpcCheckpointClient(target.NewChannel(args), /*wait_for_ready=*/true);
 }
 
 }  // namespace cohort::checkpoint

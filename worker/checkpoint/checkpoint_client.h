@@ -17,6 +17,7 @@
 #include "absl/time/time.h"
 #include "cohort/v1/checkpoints.pb.h"
 #include "common/box.h"
+#include "common/tls_credentials.h"
 
 namespace grpc {
 class Channel;
@@ -77,6 +78,6 @@ inline constexpr size_t kUploadPieceBytes = 1 << 20;
 std::unique_ptr<CheckpointClient> NewGrpcCheckpointClient(std::shared_ptr<grpc::Channel> channel,
                                                           bool wait_for_ready);
 // A client with its own channel to `address` (host:port) that waits for it.
-std::unique_ptr<CheckpointClient> NewGrpcCheckpointClient(const std::string& address);
+std::unique_ptr<CheckpointClient> NewGrpcCheckpointClient(const CoordinatorTarget& target);
 
 }  // namespace cohort::checkpoint

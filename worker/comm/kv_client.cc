@@ -57,16 +57,15 @@ class Backoff {
 // Thread-safe: the stub is, and nothing else changes after construction.
 class CoordinatorKvClient final : public KvClient {
  public:
-  CoordinatorKvClient(const std::string& target, KvScopeRef scope)
-      : target_(target), scope_(std::move(scope)) {
+  CoordinatorKvClient(const CoordinatorTarget& target, KvScopeRef scope)
+      : target_(target.address), scope_(std::move(scope)) {
     grpc::ChannelArguments args;
     // gRPC's own reconnect backoff grows to minutes by default; keep it in
     // line with ours so a coordinator that comes back is seen at once.
     args.SetInt(GRPC_ARG_INITIAL_RECONNECT_BACKOFF_MS, 100);
     args.SetInt(GRPC_ARG_MIN_RECONNECT_BACKOFF_MS, 100);
     args.SetInt(GRPC_ARG_MAX_RECONNECT_BACKOFF_MS, 1000);
-    stub_ = v1::KeyValue::NewStub(
-        grpc::CreateCustomChannel(target, grpc::InsecureChannelCredentials(), args));
+    stub_ = v1::KeyValue::NewStub(target.NewChannel(args));
     scope_proto_.set_job_id(scope_.job_id);
     scope_proto_.set_generation(scope_.generation);
   }
@@ -145,7 +144,8 @@ class CoordinatorKvClient final : public KvClient {
 
 }  // namespace
 
-std::unique_ptr<KvClient> NewCoordinatorKvClient(const std::string& target, KvScopeRef scope) {
+std::unique_ptr<KvClient> NewCoordinatorKvClient(const CoordinatorTarget& target,
+                                                 KvScopeRef scope) {
   return std::make_unique<CoordinatorKvClient>(target, std::move(scope));
 }
 

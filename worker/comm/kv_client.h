@@ -9,6 +9,7 @@
 
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
+#include "common/tls_credentials.h"
 
 namespace cohort::comm {
 
@@ -33,6 +34,7 @@ struct KvScopeRef {
 // A KvClient over the coordinator's cohort.v1.KeyValue service at `target`
 // (host:port), for one scope. Retries Unavailable with backoff within the
 // caller's timeout.
-std::unique_ptr<KvClient> NewCoordinatorKvClient(const std::string& target, KvScopeRef scope);
+std::unique_ptr<KvClient> NewCoordinatorKvClient(const CoordinatorTarget& target,
+                                                 KvScopeRef scope);
 
 }  // namespace cohort::comm

@@ -83,8 +83,8 @@ class RefusingListener {
 TEST(CoordinatorKvClientTest, SetThenWaitFor) {
   auto server = StartServer();
   ASSERT_NE(server, nullptr);
-  auto writer = NewCoordinatorKvClient(server->address(), {"job", 3});
-  auto reader = NewCoordinatorKvClient(server->address(), {"job", 3});
+  auto writer = NewCoordinatorKvClient(CoordinatorTarget::Insecure(server->address()), {"job", 3});
+  auto reader = NewCoordinatorKvClient(CoordinatorTarget::Insecure(server->address()), {"job", 3});
   ASSERT_TRUE(writer->Set("addr/0", std::string("\x01\x00\x02", 3)).ok());
   absl::StatusOr<std::string> value = reader->WaitFor("addr/0", absl::Seconds(5));
   ASSERT_TRUE(value.ok()) << value.status();
@@ -94,7 +94,7 @@ TEST(CoordinatorKvClientTest, SetThenWaitFor) {
 TEST(CoordinatorKvClientTest, WaitForTimesOut) {
   auto server = StartServer();
   ASSERT_NE(server, nullptr);
-  auto client = NewCoordinatorKvClient(server->address(), {"job", 1});
+  auto client = NewCoordinatorKvClient(CoordinatorTarget::Insecure(server->address()), {"job", 1});
   const absl::Time start = absl::Now();
   absl::StatusOr<std::string> value = client->WaitFor("missing", absl::Milliseconds(100));
   const absl::Duration took = absl::Now() - start;
@@ -106,8 +106,8 @@ TEST(CoordinatorKvClientTest, WaitForTimesOut) {
 TEST(CoordinatorKvClientTest, ScopesAreIsolated) {
   auto server = StartServer();
   ASSERT_NE(server, nullptr);
-  auto gen1 = NewCoordinatorKvClient(server->address(), {"job", 1});
-  auto gen2 = NewCoordinatorKvClient(server->address(), {"job", 2});
+  auto gen1 = NewCoordinatorKvClient(CoordinatorTarget::Insecure(server->address()), {"job", 1});
+  auto gen2 = NewCoordinatorKvClient(CoordinatorTarget::Insecure(server->address()), {"job", 2});
   ASSERT_TRUE(gen1->Set("k", "one").ok());
   EXPECT_EQ(gen2->WaitFor("k", absl::Milliseconds(20)).status().code(),
             absl::StatusCode::kDeadlineExceeded);
@@ -119,11 +119,11 @@ TEST(CoordinatorKvClientTest, ScopesAreIsolated) {
 TEST(CoordinatorKvClientTest, WaiterReleasedBySetFromAnotherClient) {
   auto server = StartServer();
   ASSERT_NE(server, nullptr);
-  auto reader = NewCoordinatorKvClient(server->address(), {"job", 1});
+  auto reader = NewCoordinatorKvClient(CoordinatorTarget::Insecure(server->address()), {"job", 1});
   std::optional<absl::StatusOr<std::string>> result;
   std::jthread waiter([&] { result = reader->WaitFor("late", absl::Seconds(20)); });
   ASSERT_TRUE(WaitUntil([&] { return server->waiting() == 1; }, absl::Seconds(10)));
-  auto writer = NewCoordinatorKvClient(server->address(), {"job", 1});
+  auto writer = NewCoordinatorKvClient(CoordinatorTarget::Insecure(server->address()), {"job", 1});
   ASSERT_TRUE(writer->Set("late", "value").ok());
   waiter.join();
   ASSERT_TRUE(result->ok()) << result->status();
@@ -137,11 +137,11 @@ TEST(CoordinatorKvClientTest, WaitsAcrossServerCap) {
   options.max_wait = absl::Milliseconds(20);
   auto server = StartServer(options);
   ASSERT_NE(server, nullptr);
-  auto reader = NewCoordinatorKvClient(server->address(), {"job", 1});
+  auto reader = NewCoordinatorKvClient(CoordinatorTarget::Insecure(server->address()), {"job", 1});
   std::optional<absl::StatusOr<std::string>> result;
   std::jthread waiter([&] { result = reader->WaitFor("k", absl::Seconds(20)); });
   ASSERT_TRUE(WaitUntil([&] { return server->wait_requests() >= 3; }, absl::Seconds(10)));
-  ASSERT_TRUE(NewCoordinatorKvClient(server->address(), {"job", 1})->Set("k", "v").ok());
+  ASSERT_TRUE(NewCoordinatorKvClient(CoordinatorTarget::Insecure(server->address()), {"job", 1})->Set("k", "v").ok());
   waiter.join();
   ASSERT_TRUE(result->ok()) << result->status();
   EXPECT_EQ(**result, "v");
@@ -150,7 +150,7 @@ TEST(CoordinatorKvClientTest, WaitsAcrossServerCap) {
 TEST(CoordinatorKvClientTest, AbortedWhenGenerationEnds) {
   auto server = StartServer();
   ASSERT_NE(server, nullptr);
-  auto client = NewCoordinatorKvClient(server->address(), {"job", 7});
+  auto client = NewCoordinatorKvClient(CoordinatorTarget::Insecure(server->address()), {"job", 7});
   std::optional<absl::StatusOr<std::string>> result;
   std::jthread waiter([&] { result = client->WaitFor("never", absl::Seconds(20)); });
   ASSERT_TRUE(WaitUntil([&] { return server->waiting() == 1; }, absl::Seconds(10)));
@@ -167,17 +167,17 @@ TEST(CoordinatorKvClientTest, AbortedWhenGenerationEnds) {
 TEST(CoordinatorKvClientTest, InvalidArgumentKeepsItsCode) {
   auto server = StartServer();
   ASSERT_NE(server, nullptr);
-  auto client = NewCoordinatorKvClient(server->address(), {"job", 1});
+  auto client = NewCoordinatorKvClient(CoordinatorTarget::Insecure(server->address()), {"job", 1});
   absl::Status status = client->Set("", "v");
   EXPECT_EQ(status.code(), absl::StatusCode::kInvalidArgument) << status;
   EXPECT_EQ(client->WaitFor("", absl::Seconds(1)).status().code(),
             absl::StatusCode::kInvalidArgument);
-  auto no_generation = NewCoordinatorKvClient(server->address(), {"job", 0});
+  auto no_generation = NewCoordinatorKvClient(CoordinatorTarget::Insecure(server->address()), {"job", 0});
   EXPECT_EQ(no_generation->Set("k", "v").code(), absl::StatusCode::kInvalidArgument);
 }
 
 TEST(CoordinatorKvClientTest, UnreachableServerIsDeadlineExceededWithinTimeout) {
-  auto client = NewCoordinatorKvClient(Address(PickFreePort()), {"job", 1});
+  auto client = NewCoordinatorKvClient(CoordinatorTarget::Insecure(Address(PickFreePort())), {"job", 1});
   const absl::Time start = absl::Now();
   absl::StatusOr<std::string> value = client->WaitFor("k", absl::Milliseconds(300));
   const absl::Duration took = absl::Now() - start;
@@ -192,7 +192,7 @@ TEST(CoordinatorKvClientTest, WaitForRetriesUntilServerComesUp) {
   const int port = PickFreePort();
   RefusingListener down(port);
   ASSERT_TRUE(down.ok());
-  auto reader = NewCoordinatorKvClient(Address(port), {"job", 1});
+  auto reader = NewCoordinatorKvClient(CoordinatorTarget::Insecure(Address(port)), {"job", 1});
   std::optional<absl::StatusOr<std::string>> result;
   std::jthread waiter([&] { result = reader->WaitFor("k", absl::Seconds(30)); });
   // Two failed connection attempts: the client retried at least once.
@@ -203,7 +203,7 @@ TEST(CoordinatorKvClientTest, WaitForRetriesUntilServerComesUp) {
   auto server = StartServer(options);
   ASSERT_NE(server, nullptr);
   ASSERT_TRUE(WaitUntil([&] { return server->waiting() == 1; }, absl::Seconds(10)));
-  ASSERT_TRUE(NewCoordinatorKvClient(server->address(), {"job", 1})->Set("k", "up").ok());
+  ASSERT_TRUE(NewCoordinatorKvClient(CoordinatorTarget::Insecure(server->address()), {"job", 1})->Set("k", "up").ok());
   waiter.join();
   ASSERT_TRUE(result->ok()) << result->status();
   EXPECT_EQ(**result, "up");
@@ -213,7 +213,7 @@ TEST(CoordinatorKvClientTest, SetRetriesUntilServerComesUp) {
   const int port = PickFreePort();
   RefusingListener down(port);
   ASSERT_TRUE(down.ok());
-  auto writer = NewCoordinatorKvClient(Address(port), {"job", 1});
+  auto writer = NewCoordinatorKvClient(CoordinatorTarget::Insecure(Address(port)), {"job", 1});
   absl::Status set_status = absl::UnknownError("not run");
   std::jthread setter([&] { set_status = writer->Set("k", "eventually"); });
   ASSERT_TRUE(down.RefuseConnections(2, absl::Seconds(5)));
@@ -224,7 +224,7 @@ TEST(CoordinatorKvClientTest, SetRetriesUntilServerComesUp) {
   ASSERT_NE(server, nullptr);
   setter.join();
   ASSERT_TRUE(set_status.ok()) << set_status;
-  EXPECT_EQ(NewCoordinatorKvClient(server->address(), {"job", 1})
+  EXPECT_EQ(NewCoordinatorKvClient(CoordinatorTarget::Insecure(server->address()), {"job", 1})
                 ->WaitFor("k", absl::Seconds(5))
                 .value_or(""),
             "eventually");

@@ -298,16 +298,17 @@ TEST(KvStoreLimitsTest, RejectsBadKeysAndValuesNamingTheLimit) {
   EXPECT_EQ(empty_key.status().code(), absl::StatusCode::kInvalidArgument);
 
   absl::StatusOr<std::vector<KvCompletion>> long_key = store.Set(Scope("j", 1), "12345", "v");
-  EXPECT_EQ(long_key.status().code(), absl::StatusCode::kInvalidArgument);
-  EXPECT_THAT(long_key.status().message(), HasSubstr("max_key_bytes=4"));
+  EXPECT_EQ(long_key.status().code(), absl::StatusCode::kResourceExhausted);
+  EXPECT_THAT(long_key.status().message(), HasSubstr("limit of 4 bytes"));
   EXPECT_TRUE(store.Set(Scope("j", 1), "1234", "v").ok());
 
   absl::StatusOr<std::vector<KvCompletion>> big = store.Set(Scope("j", 1), "k", "123456789");
-  EXPECT_EQ(big.status().code(), absl::StatusCode::kInvalidArgument);
-  EXPECT_THAT(big.status().message(), HasSubstr("max_value_bytes=8"));
+  EXPECT_EQ(big.status().code(), absl::StatusCode::kResourceExhausted);
+  EXPECT_THAT(big.status().message(), HasSubstr("limit of 8 bytes (--max_kv_value_bytes)"));
   EXPECT_TRUE(store.Set(Scope("j", 1), "k", "12345678").ok());
 
-  EXPECT_EQ(store.Get(Scope("j", 1), "12345").status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(store.Get(Scope("j", 1), "12345").status().code(),
+            absl::StatusCode::kResourceExhausted);
 
   // An invalid key given to WaitFor completes at once instead of waiting forever.
   Recorder recorder;

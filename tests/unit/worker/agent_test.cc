@@ -300,7 +300,7 @@ class AgentTest : public ::testing::Test {
     options.welcome_timeout = absl::Seconds(2);
     registry_ = std::make_shared<prometheus::Registry>();
     agent_ = std::make_unique<WorkerAgent>(
-        v1::Workers::NewStub(NewCoordinatorChannel(absl::StrCat("127.0.0.1:", port_))),
+        v1::Workers::NewStub(NewCoordinatorChannel(CoordinatorTarget::Insecure(absl::StrCat("127.0.0.1:", port_)))),
         trainer != nullptr ? trainer : &trainer_, RealClock::Get(), registry_, options);
     std::packaged_task<absl::Status()> task([this] { return agent_->Run(); });
     run_result_ = task.get_future();
