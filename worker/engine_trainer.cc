@@ -154,6 +154,12 @@ absl::StatusOr<std::unique_ptr<EngineTrainer::Run>> EngineTrainer::Build(
       context.rank = run->participant;
       context.size = run->participants;
       context.kv = run->kv.get();
+      // Names the job and generation (the KV scope already separates the
+      // keys): shared-memory segment names derive from it, and a held
+      // generation's communicators, destroyed after the next generation's
+      // are built, must not unlink the new segments of the same name.
+      context.key_prefix = absl::StrCat("ucx/", assignment.job_id.value(), "/",
+                                        assignment.generation.value(), "/");
       context.bootstrap_timeout = options_.bootstrap_timeout;
       context.cancelled = &cancelled_;
       ASSIGN_OR_RETURN(run->context, comm::UcxContext::Create(context));

@@ -51,13 +51,21 @@ absl::StatusOr<std::unique_ptr<ShmSegment>> ShmSegment::Create(const std::string
     shm_unlink(name.c_str());
     return status;
   }
+  struct stat st {};
+  if (fstat(fd, &st) != 0) {
+    absl::Status status = ErrnoError("fstat", name);
+    close(fd);
+    shm_unlink(name.c_str());
+    return status;
+  }
   absl::StatusOr<uint8_t*> data = Map(fd, bytes, name);
   close(fd);
   if (!data.ok()) {
     shm_unlink(name.c_str());
     return data.status();
   }
-  return std::unique_ptr<ShmSegment>(new ShmSegment(name, *data, bytes, /*owner=*/true));
+  return std::unique_ptr<ShmSegment>(
+      new ShmSegment(name, *data, bytes, /*owner=*/true, st.st_ino));
 }
 
 absl::StatusOr<std::unique_ptr<ShmSegment>> ShmSegment::Open(const std::string& name,
@@ -81,7 +89,8 @@ absl::StatusOr<std::unique_ptr<ShmSegment>> ShmSegment::Open(const std::string& 
   absl::StatusOr<uint8_t*> data = Map(fd, bytes, name);
   close(fd);
   if (!data.ok()) return data.status();
-  return std::unique_ptr<ShmSegment>(new ShmSegment(name, *data, bytes, /*owner=*/false));
+  return std::unique_ptr<ShmSegment>(
+      new ShmSegment(name, *data, bytes, /*owner=*/false, st.st_ino));
 }
 
 ShmSegment::~ShmSegment() {
@@ -91,8 +100,11 @@ ShmSegment::~ShmSegment() {
 
 void ShmSegment::Unlink() {
   if (!owner_ || !linked_) return;
-  shm_unlink(name_.c_str());
   linked_ = false;
+  // POSIX shared memory objects live in /dev/shm on Linux.
+  struct stat st {};
+  if (stat(absl::StrCat("/dev/shm", name_).c_str(), &st) != 0 || st.st_ino != inode_) return;
+  shm_unlink(name_.c_str());
 }
 
 int RemoveStaleSegments() {

@@ -15,6 +15,8 @@
 #include <memory>
 #include <string>
 
+#include <sys/types.h>
+
 #include "absl/status/statusor.h"
 #include "worker/comm/local_peer.h"
 
@@ -41,7 +43,9 @@ class ShmSegment {
   ShmSegment& operator=(const ShmSegment&) = delete;
 
   // Removes the name (the mapping stays valid). Idempotent; only the owner
-  // unlinks.
+  // unlinks, and only while the name still refers to its own object: a
+  // later Create of the same name (a newer communicator of this process)
+  // replaced it, and that one's name must stay.
   void Unlink();
 
   uint8_t* data() const { return data_; }
@@ -49,13 +53,14 @@ class ShmSegment {
   const std::string& name() const { return name_; }
 
  private:
-  ShmSegment(std::string name, uint8_t* data, size_t size, bool owner)
-      : name_(std::move(name)), data_(data), size_(size), owner_(owner) {}
+  ShmSegment(std::string name, uint8_t* data, size_t size, bool owner, ino_t inode)
+      : name_(std::move(name)), data_(data), size_(size), owner_(owner), inode_(inode) {}
 
   const std::string name_;
   uint8_t* const data_;
   const size_t size_;
   const bool owner_;
+  const ino_t inode_;  // of the object this process created or opened
   bool linked_ = true;
 };
 

@@ -201,6 +201,17 @@ absl::Status UcxContext::Init(const UcxContextOptions& options) {
     }
     if (st != UCS_OK) {
       peers_[r]->ep = nullptr;
+      // A peer on this host that exited, or abandoned this generation (a
+      // newer plan cancelled its build), after publishing its address takes
+      // its shared-memory segments with it: connecting then fails with a
+      // shared-memory error. That is the peer going away (Unavailable: the
+      // job re-plans), not a fault of this process.
+      if (peer.process.host == self.host &&
+          (st == UCS_ERR_SHMEM_SEGMENT || ProcessGone(peer.process))) {
+        return absl::UnavailableError(absl::StrCat(
+            "ucp_ep_create to rank ", r, " (process ", peer.process.pid, " on this host): ",
+            ucs_status_string(st), "; the peer exited or left this generation"));
+      }
       return UcxStatusToStatus(st, absl::StrCat("ucp_ep_create to rank ", r));
     }
   }

@@ -214,3 +214,29 @@ TEST(ShmCollectivesTest, RejectsBadOptions) {
 
 }  // namespace
 }  // namespace cohort::comm
+
+namespace cohort::comm {
+namespace {
+
+// A communicator of an older generation that never ran a collective still
+// owns a linked segment; the next generation's segment of the same name
+// replaces it. Destroying the old one must not unlink the new name, or the
+// new generation's peers can never open it (seen in the chaos run as every
+// generation timing out in its first shared-memory collective).
+TEST(ShmSegmentTest, AReplacedSegmentDoesNotUnlinkItsSuccessor) {
+  const std::string name = ShmSegment::Name(SelfIdentity(), "unit-replaced");
+  absl::StatusOr<std::unique_ptr<ShmSegment>> older = ShmSegment::Create(name, 4096);
+  ASSERT_TRUE(older.ok()) << older.status();
+  absl::StatusOr<std::unique_ptr<ShmSegment>> newer = ShmSegment::Create(name, 8192);
+  ASSERT_TRUE(newer.ok()) << newer.status();
+  older->reset();
+  absl::StatusOr<std::unique_ptr<ShmSegment>> opened = ShmSegment::Open(name, 8192);
+  ASSERT_TRUE(opened.ok()) << opened.status();
+  (*opened)->data()[0] = 42;
+  EXPECT_EQ((*newer)->data()[0], 42);
+  newer->reset();  // the owner of the live name unlinks it
+  EXPECT_EQ(ShmSegment::Open(name, 8192).status().code(), absl::StatusCode::kNotFound);
+}
+
+}  // namespace
+}  // namespace cohort::comm
