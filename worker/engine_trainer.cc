@@ -114,6 +114,7 @@ struct EngineTrainer::Run {
 EngineTrainer::EngineTrainer(EngineTrainerOptions options) : options_(std::move(options)) {
   if (options_.registry != nullptr) {
     checkpoint_metrics_ = std::make_unique<checkpoint::CheckpointMetrics>(options_.registry);
+    communication_metrics_ = std::make_unique<CommunicationMetrics>(*options_.registry);
   }
 }
 
@@ -185,15 +186,20 @@ absl::StatusOr<std::unique_ptr<EngineTrainer::Run>> EngineTrainer::Build(
     run->steps = config.steps;
     run->checkpoint_interval = assignment.spec.checkpoint().interval_steps();
     auto track = [this](comm::UcxCommunicator* inner,
-                        std::unique_ptr<comm::TrackedCommunicator>* slot) -> comm::Communicator* {
+                        std::unique_ptr<comm::TrackedCommunicator>* slot,
+                        MeshGroup group) -> comm::Communicator* {
       if (inner == nullptr) return nullptr;
-      *slot = std::make_unique<comm::TrackedCommunicator>(inner, &in_collective_);
+      *slot = std::make_unique<comm::TrackedCommunicator>(
+          inner, &in_collective_,
+          communication_metrics_ != nullptr ? communication_metrics_->observer(group) : nullptr);
       return slot->get();
     };
     train::TrainingGroups groups;
-    groups.data = track(run->communicators.data.get(), &run->tracked_data);
-    groups.tensor = track(run->communicators.tensor.get(), &run->tracked_tensor);
-    groups.pipeline = track(run->communicators.pipeline.get(), &run->tracked_pipeline);
+    groups.data = track(run->communicators.data.get(), &run->tracked_data, MeshGroup::kData);
+    groups.tensor =
+        track(run->communicators.tensor.get(), &run->tracked_tensor, MeshGroup::kTensor);
+    groups.pipeline =
+        track(run->communicators.pipeline.get(), &run->tracked_pipeline, MeshGroup::kPipeline);
     const model::ModelLayout layout = train::LayoutOf(mesh, assignment.coordinates);
     train::TrainingSessionOptions session;
     session.num_threads = options_.num_threads;

@@ -49,6 +49,7 @@
 #include "worker/checkpoint/checkpoint_client.h"
 #include "common/tls_credentials.h"
 #include "worker/checkpoint/checkpoint_metrics.h"
+#include "worker/communication_metrics.h"
 #include "worker/comm/kv_client.h"
 #include "worker/trainer.h"
 
@@ -125,6 +126,7 @@ class EngineTrainer : public Trainer {
 
   const EngineTrainerOptions options_;
   std::unique_ptr<checkpoint::CheckpointMetrics> checkpoint_metrics_;
+  std::unique_ptr<CommunicationMetrics> communication_metrics_;  // null without a registry
   std::atomic<bool> cancelled_{false};
   std::atomic<int> in_collective_{0};
 

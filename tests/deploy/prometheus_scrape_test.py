@@ -437,6 +437,11 @@ def run(build_dir, keep):
                            labels["worker_id"], generation, job["generation"]))
             for labels, value in tokens:
                 expect(value > 0, "{}: tokens/s {:.0f} > 0".format(labels["worker_id"], value))
+            # dp 2: every step all-reduces the gradients over the data group.
+            comm_bytes = prom.query('sum by (worker_id) (cohort_worker_collective_bytes_total'
+                                    '{job="cohort-worker", group="data"})')
+            expect(len(comm_bytes) == 2 and all(v > 0 for _, v in comm_bytes),
+                   "data-group collective bytes > 0 on both workers")
             time.sleep(2)
 
         log("== alert rules")
