@@ -92,9 +92,20 @@ void Split(const Box& box, int64_t max, std::vector<Box>& out) {
 int64_t Box::NumElements() const { return Product(extent); }
 
 std::string BoxToString(const Box& box) {
+  // Error messages print boxes as received, which may be malformed: start
+  // and extent of different lengths, or an end past INT64_MAX.
+  if (box.start.size() != box.extent.size()) {
+    return absl::StrCat("start [", absl::StrJoin(box.start, ", "), "] extent [",
+                        absl::StrJoin(box.extent, ", "), "]");
+  }
   std::vector<std::string> dims;
   for (int d = 0; d < box.rank(); ++d) {
-    dims.push_back(absl::StrCat(box.start[d], ":", box.start[d] + box.extent[d]));
+    int64_t end;
+    if (__builtin_add_overflow(box.start[d], box.extent[d], &end)) {
+      dims.push_back(absl::StrCat(box.start[d], ":", box.start[d], "+", box.extent[d]));
+    } else {
+      dims.push_back(absl::StrCat(box.start[d], ":", end));
+    }
   }
   return absl::StrCat("[", absl::StrJoin(dims, ", "), "]");
 }

@@ -32,7 +32,9 @@ struct Box {
   friend bool operator==(const Box&, const Box&) = default;
 };
 
-// "[0:4, 8:16]": start:end per dimension.
+// "[0:4, 8:16]": start:end per dimension. A malformed box (start and extent
+// of different lengths) prints as "start [..] extent [..]", and an end past
+// INT64_MAX as "s:s+e", so refusal messages never read out of bounds.
 std::string BoxToString(const Box& box);
 
 // The whole of a tensor of `shape`.

@@ -7,6 +7,7 @@
 #include <cerrno>
 #include <cstdint>
 #include <cstring>
+#include <map>
 #include <string>
 #include <vector>
 
@@ -16,6 +17,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
+#include "absl/strings/strip.h"
 #include "google/protobuf/util/json_util.h"
 #include "yaml-cpp/yaml.h"
 
@@ -243,6 +245,9 @@ absl::Status GuidedConverter::Message(const YAML::Node& node, const Descriptor& 
   }
   out->push_back('{');
   bool first = true;
+  // Where each field was given: YAML keys are unique, and a repeated one
+  // would silently replace the first (protobuf's JSON parser keeps the last).
+  std::map<const FieldDescriptor*, std::string> given;
   for (const auto& entry : node) {
     if (!entry.first.IsScalar()) {
       return absl::InvalidArgumentError(
@@ -259,6 +264,13 @@ absl::Status GuidedConverter::Message(const YAML::Node& node, const Descriptor& 
           absl::StrCat(Where(entry.first), "unknown field \"", key, "\"",
                        path.empty() ? "" : absl::StrCat(" in ", path), " (", type.full_name(),
                        "); known fields: ", absl::StrJoin(known, ", ")));
+    }
+    const auto [earlier, added] = given.emplace(field, Where(entry.first));
+    if (!added) {
+      const absl::string_view first_at = absl::StripSuffix(earlier->second, ": ");
+      return absl::InvalidArgumentError(absl::StrCat(
+          Where(entry.first), "field \"", key, "\"", path.empty() ? "" : absl::StrCat(" in ", path),
+          " is given twice", first_at.empty() ? "" : absl::StrCat(" (first at ", first_at, ")")));
     }
     if (!first) out->push_back(',');
     first = false;

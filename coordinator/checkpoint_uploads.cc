@@ -51,11 +51,13 @@ absl::Status CheckHeader(const v1::UploadHeader& h, const CheckpointUploadsOptio
   if (l.data_parallel() < 1 || l.tensor_parallel() < 1 || l.pipeline_parallel() < 1) {
     return bad("layout", "every degree must be >= 1");
   }
-  if (static_cast<int64_t>(l.data_parallel()) * l.tensor_parallel() * l.pipeline_parallel() !=
-      h.writers()) {
-    return bad("writers", absl::StrCat(h.writers(), " is not data x tensor x pipeline = ",
-                                       l.data_parallel() * l.tensor_parallel() *
-                                           l.pipeline_parallel()));
+  // Degrees are int32 and writers uint32: data x tensor fits in int64, and
+  // times pipeline too once it is at most writers.
+  const int64_t data_tensor = int64_t{l.data_parallel()} * l.tensor_parallel();
+  if (data_tensor > h.writers() || data_tensor * l.pipeline_parallel() != h.writers()) {
+    return bad("writers",
+               absl::StrCat(h.writers(), " is not data x tensor x pipeline = ", l.data_parallel(),
+                            " x ", l.tensor_parallel(), " x ", l.pipeline_parallel()));
   }
   if (h.tensors().empty()) return bad("tensors", "must declare at least one tensor");
   if (h.tensors_size() > options.max_tensors) {

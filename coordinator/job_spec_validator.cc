@@ -225,7 +225,7 @@ void CheckData(v1::DataConfig& data, const v1::ModelConfig& model, bool vocab_ok
       } else if (model.context_length() > 0 && synthetic.tokens() <= model.context_length()) {
         errors.Add("data.synthetic.tokens",
                    absl::StrCat(synthetic.tokens(), " tokens hold no sample of context_length+1 = ",
-                                model.context_length() + 1, " tokens"));
+                                int64_t{model.context_length()} + 1, " tokens"));
       }
       break;
     }

@@ -26,8 +26,9 @@ std::string FormatBytes(uint64_t bytes) {
     value /= 1000.0;
     ++unit;
   }
-  return absl::StrFormat(value < 10 ? "%.2f %s" : value < 100 ? "%.1f %s" : "%.0f %s", value,
-                         units[unit]);
+  if (value < 10) return absl::StrFormat("%.2f %s", value, units[unit]);
+  if (value < 100) return absl::StrFormat("%.1f %s", value, units[unit]);
+  return absl::StrFormat("%.0f %s", value, units[unit]);
 }
 
 std::string CheckpointLayoutLabel(const v1::CheckpointLayout& layout) {

@@ -31,7 +31,8 @@ struct SafetensorsLayout {
 SafetensorsLayout PlanSafetensors(const std::vector<SafetensorsTensor>& tensors,
                                   const std::map<std::string, std::string>& metadata);
 
-// `text` as a JSON string literal (quotes and escapes).
+// `text` as a JSON string literal (quotes and escapes). Bytes that are not
+// valid UTF-8 become U+FFFD, so the header is always valid JSON.
 std::string JsonString(const std::string& text);
 
 }  // namespace cohort::cohortctl
