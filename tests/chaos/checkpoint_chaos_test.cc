@@ -64,6 +64,10 @@ class Uploader {
  private:
   void Loop() {
     auto client = checkpoint::NewGrpcCheckpointClient(CoordinatorTarget::Insecure(cluster_->address()));
+    // Its own stub: the main thread's restarts replace the cluster's (the
+    // address stays the same).
+    auto jobs = v1::Jobs::NewStub(
+        grpc::CreateChannel(cluster_->address(), grpc::InsecureChannelCredentials()));
     int64_t step = 0;
     while (!stop_) {
       {
@@ -75,7 +79,14 @@ class Uploader {
         if (paused_) continue;
         idle_ = false;
       }
-      absl::StatusOr<v1::Job> job = cluster_->GetJob(job_id_);
+      grpc::ClientContext context;
+      context.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(10));
+      v1::GetJobRequest request;
+      request.set_job_id(job_id_);
+      absl::StatusOr<v1::Job> job = v1::Job();
+      if (grpc::Status got = jobs->Get(&context, request, &*job); !got.ok()) {
+        job = FromGrpcStatus(got);
+      }
       if (!job.ok()) {  // the coordinator is down: try again shortly
         absl::SleepFor(absl::Milliseconds(20));
         continue;
