@@ -26,6 +26,7 @@
 #include <string_view>
 #include <vector>
 
+#include "fuzz/coordinator_rpc_ops.h"
 #include "absl/strings/str_cat.h"
 #include "cohort/v1/checkpoints.pb.h"
 #include "cohort/v1/jobs.pb.h"
@@ -52,33 +53,6 @@ using coordinator::InMemoryCheckpointStore;
 using coordinator::InMemoryJobStore;
 using coordinator::KvScope;
 
-// The RPCs, by selector % kOpCount.
-enum Op : uint8_t {
-  kSubmit,
-  kGetJob,
-  kListJobs,
-  kCancel,
-  kScale,
-  kWatch,
-  kUnwatch,
-  kKvSet,
-  kKvGet,
-  kKvWaitFor,
-  kAttachMessage,  // payload: stream slot, then a WorkerMessage
-  kAttachClose,    // payload: stream slot
-  kWorkerReply,    // payload: stream slot, state, step: a status built from the last assignment
-  kListWorkers,
-  kDrain,
-  kTick,           // payload: milliseconds to advance (u32 LE, mod 120 s)
-  kUploadMessage,  // payload: upload slot, then an UploadRequest
-  kUploadClose,    // payload: upload slot
-  kListCheckpoints,
-  kGetManifest,
-  kDownload,
-  kDeleteCheckpoint,
-  kQuiesce,
-  kOpCount
-};
 
 constexpr int kStreamSlots = 8;
 constexpr int kUploadSlots = 4;

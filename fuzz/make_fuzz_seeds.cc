@@ -20,6 +20,7 @@
 #include <string>
 #include <vector>
 
+#include "fuzz/coordinator_rpc_ops.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "cohort/v1/checkpoints.pb.h"
@@ -37,32 +38,6 @@ namespace {
 
 namespace fs = std::filesystem;
 
-// The selectors of coordinator_rpc_fuzzer.cc (its enum Op).
-enum Op : uint8_t {
-  kSubmit,
-  kGetJob,
-  kListJobs,
-  kCancel,
-  kScale,
-  kWatch,
-  kUnwatch,
-  kKvSet,
-  kKvGet,
-  kKvWaitFor,
-  kAttachMessage,
-  kAttachClose,
-  kWorkerReply,
-  kListWorkers,
-  kDrain,
-  kTick,
-  kUploadMessage,
-  kUploadClose,
-  kListCheckpoints,
-  kGetManifest,
-  kDownload,
-  kDeleteCheckpoint,
-  kQuiesce,
-};
 
 std::string ReadFile(const fs::path& path) {
   std::ifstream in(path, std::ios::binary);
