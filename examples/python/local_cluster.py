@@ -20,6 +20,7 @@ import subprocess
 import sys
 import tempfile
 import time
+import unittest
 
 # ctest's SKIP_RETURN_CODE for these tests (examples/python/CMakeLists.txt).
 EXIT_SKIP = 77
@@ -158,6 +159,17 @@ class LocalCluster:
             print("logs kept in " + self.dir, file=sys.stderr)
         else:
             shutil.rmtree(self.dir, ignore_errors=True)
+
+
+class ClusterTestCase(unittest.TestCase):
+    """A TestCase whose class holds a LocalCluster in `cluster`: a failed test
+    marks it failed, so LocalCluster.close prints the processes' logs."""
+
+    def run(self, result=None):
+        result = super().run(result)
+        if result is not None and not result.wasSuccessful():
+            type(self).cluster.failed = True
+        return result
 
 
 def wait_for(what, timeout, predicate, interval=0.05):

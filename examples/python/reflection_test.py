@@ -74,7 +74,7 @@ def file_descriptors(response):
     return files
 
 
-class ReflectionTest(unittest.TestCase):
+class ReflectionTest(local_cluster.ClusterTestCase):
 
     @classmethod
     def setUpClass(cls):
@@ -89,12 +89,6 @@ class ReflectionTest(unittest.TestCase):
         except BaseException:
             cls.cluster.failed = True
             raise
-
-    def run(self, result=None):
-        result = super().run(result)
-        if result is not None and not result.wasSuccessful():
-            type(self).cluster.failed = True
-        return result
 
     def setUp(self):
         self.session = ReflectionSession(self.channel)

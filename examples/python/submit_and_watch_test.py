@@ -55,7 +55,7 @@ def job_id_of(result):
     return match.group(1) if match else None
 
 
-class SubmitAndWatchTest(unittest.TestCase):
+class SubmitAndWatchTest(local_cluster.ClusterTestCase):
 
     @classmethod
     def setUpClass(cls):
@@ -82,13 +82,6 @@ class SubmitAndWatchTest(unittest.TestCase):
         except BaseException:
             cls.cluster.failed = True
             raise
-
-    def run(self, result=None):
-        # Keep the logs of a failed test (LocalCluster.close prints them).
-        result = super().run(result)
-        if result is not None and not result.wasSuccessful():
-            type(self).cluster.failed = True
-        return result
 
     def get_job(self, job_id):
         from cohort.v1 import jobs_pb2
