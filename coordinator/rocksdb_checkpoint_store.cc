@@ -158,7 +158,14 @@ absl::StatusOr<std::unique_ptr<RocksDbCheckpointStore>> RocksDbCheckpointStore::
   db_options.create_if_missing = true;
   db_options.create_missing_column_families = true;
   db_options.keep_log_file_num = 10;
-  db_options.max_background_jobs = 4;
+  // A flush is serial: it copies and checksums a buffer of records, then
+  // waits for its O_DIRECT write, and the CPU idles meanwhile. Two flushes at
+  // once keep the disk busy while the other one computes: a single thread
+  // ingested 1.2 GB/s, two 1.6-1.8 GB/s on a disk that writes 1.7-1.9 GB/s
+  // (2-core VM, 1.5 GB of 9.4 MB chunks). RocksDB runs flushes of one column
+  // family in parallel and still installs their results in memtable order.
+  db_options.max_background_flushes = options.flush_threads;
+  db_options.max_background_compactions = 2;
   // Manifest writes are tiny and synced; the WAL never holds chunk bytes.
   db_options.max_total_wal_size = 64 << 20;
   const bool direct_io = options.direct_io && SupportsDirectIo(dir);

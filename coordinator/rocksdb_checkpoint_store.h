@@ -36,6 +36,8 @@ struct RocksDbCheckpointStoreOptions {
   size_t write_buffer_bytes = 64 << 20;
   int max_write_buffers = 4;
   size_t blob_file_bytes = 256 << 20;
+  // Memtable flushes that may run at once (see Open).
+  int flush_threads = 2;
   // O_DIRECT for flushes, compactions and reads (see Open).
   bool direct_io = true;
 };
