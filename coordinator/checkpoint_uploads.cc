@@ -218,7 +218,7 @@ absl::StatusOr<std::unique_ptr<CheckpointUploads::Writer>> CheckpointUploads::Be
 }
 
 absl::Status CheckpointUploads::AddChunk(Writer* writer, const v1::ChunkHeader& chunk,
-                                         std::string_view bytes) {
+                                         std::string_view bytes, uint32_t crc) {
   Attempt& attempt = *writer->attempt_;
   auto it = attempt.tensors.find(chunk.tensor());  // immutable after creation
   if (it == attempt.tensors.end()) {
@@ -245,7 +245,6 @@ absl::Status CheckpointUploads::AddChunk(Writer* writer, const v1::ChunkHeader& 
                                                      " bytes exceed the chunk limit of ",
                                                      options_.max_chunk_bytes));
   }
-  const uint32_t crc = Crc32c(bytes);
   if (crc != chunk.crc32c()) {
     return absl::DataLossError(absl::StrCat("tensor ", tensor.name(), " chunk ", BoxToString(box),
                                             " arrived corrupt (crc32c mismatch)"));
@@ -503,7 +502,13 @@ CheckpointUploads::Writer::~Writer() {
 
 absl::Status CheckpointUploads::Writer::AddChunk(const v1::ChunkHeader& chunk,
                                                  std::string_view bytes) {
-  return owner_->AddChunk(this, chunk, bytes);
+  return owner_->AddChunk(this, chunk, bytes, Crc32c(bytes));
+}
+
+absl::Status CheckpointUploads::Writer::AddChunk(const v1::ChunkHeader& chunk,
+                                                 std::string_view bytes,
+                                                 uint32_t crc32c_of_bytes) {
+  return owner_->AddChunk(this, chunk, bytes, crc32c_of_bytes);
 }
 
 absl::StatusOr<bool> CheckpointUploads::Writer::End(const v1::UploadEnd& end) {

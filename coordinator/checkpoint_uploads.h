@@ -105,7 +105,8 @@ class CheckpointUploads {
   struct Attempt;
   friend class Writer;
 
-  absl::Status AddChunk(Writer* writer, const v1::ChunkHeader& chunk, std::string_view bytes);
+  absl::Status AddChunk(Writer* writer, const v1::ChunkHeader& chunk, std::string_view bytes,
+                        uint32_t crc32c);
   absl::StatusOr<bool> End(Writer* writer, const v1::UploadEnd& end);
   void Abort(Writer* writer);
   // Commits a complete attempt (taken out of the map), then retires old
@@ -147,6 +148,10 @@ class CheckpointUploads::Writer {
   // chunk over the limit; DataLoss when the crc32c does not match; Aborted
   // when the attempt was abandoned; the store's errors.
   absl::Status AddChunk(const v1::ChunkHeader& chunk, std::string_view bytes);
+  // The same with the CRC-32C of `bytes` computed by the caller, who had
+  // them in cache as they arrived; it is checked against the chunk's.
+  absl::Status AddChunk(const v1::ChunkHeader& chunk, std::string_view bytes,
+                        uint32_t crc32c_of_bytes);
   // Ends the writer: true if it completed and committed the checkpoint.
   // InvalidArgument when end.chunks differs from the chunks received;
   // FailedPrecondition when the chunks do not cover the tensors (the attempt

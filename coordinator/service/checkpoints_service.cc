@@ -1,5 +1,6 @@
 #include "coordinator/service/checkpoints_service.h"
 
+#include <cstring>
 #include <functional>
 #include <map>
 #include <memory>
@@ -8,7 +9,10 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "common/crc32c.h"
 #include "common/grpc_status.h"
+#include "common/raw_bytes_message.h"
+#include "grpcpp/impl/codegen/proto_utils.h"
 #include "common/log.h"
 #include "absl/synchronization/mutex.h"
 
@@ -81,11 +85,16 @@ class ReactorLifetime {
 // buffer_) only before it publishes its store under mu_. What executor work
 // shares with reactions is under mu_. Deleted after OnDone (see
 // ReactorLifetime).
-class UploadReactor : public grpc::ServerReadReactor<v1::UploadRequest> {
+//
+// Messages arrive raw: a `data` message (nearly every byte of a checkpoint)
+// is copied once, from gRPC's slices into the chunk buffer, its CRC computed
+// piecewise on the way (common/raw_bytes_message.h); the others are parsed
+// with protobuf.
+class UploadReactor : public grpc::ServerReadReactor<grpc::ByteBuffer> {
  public:
   static constexpr int kChunksInFlight = 2;
 
-  UploadReactor(CheckpointsService* service, v1::UploadResponse* response,
+  UploadReactor(CheckpointsService* service, grpc::ByteBuffer* response,
                 StreamLimiter::Lease lease)
       : service_(service),
         response_(response),
@@ -99,7 +108,7 @@ class UploadReactor : public grpc::ServerReadReactor<v1::UploadRequest> {
           " checkpoint uploads are in progress (limit: --max_checkpoint_uploads); retry later")));
       return;
     }
-    StartRead(&request_);
+    StartRead(&raw_);
   }
 
   void OnReadDone(bool ok) override {
@@ -107,13 +116,20 @@ class UploadReactor : public grpc::ServerReadReactor<v1::UploadRequest> {
       Fail(absl::InvalidArgumentError("the upload stream ended before its UploadEnd"));
       return;
     }
+    if (std::optional<BytesFieldView> data =
+            BytesFieldView::Of(raw_, v1::UploadRequest::kDataFieldNumber)) {
+      return OnData(*data);
+    }
+    if (!grpc::SerializationTraits<v1::UploadRequest>::Deserialize(&raw_, &request_).ok()) {
+      return Fail(absl::InvalidArgumentError("an UploadRequest that does not parse"));
+    }
     switch (request_.part_case()) {
       case v1::UploadRequest::kHeader:
         return OnHeader();
       case v1::UploadRequest::kChunk:
         return OnChunk();
       case v1::UploadRequest::kData:
-        return OnData();
+        return OnData(request_.data());
       case v1::UploadRequest::kEnd:
         return OnEnd();
       default:
@@ -134,7 +150,7 @@ class UploadReactor : public grpc::ServerReadReactor<v1::UploadRequest> {
           service_->uploads_->Begin(header);
       if (!writer.ok()) return Fail(writer.status());
       writer_ = std::move(*writer);
-      StartRead(&request_);
+      StartRead(&raw_);
     });
   }
 
@@ -155,34 +171,34 @@ class UploadReactor : public grpc::ServerReadReactor<v1::UploadRequest> {
     if (chunk_.bytes() == 0) return Fail(absl::InvalidArgumentError("chunk.bytes: must be > 0"));
     in_chunk_ = true;
     buffer_ = TakeBuffer();
-    buffer_->reserve(chunk_.bytes());
-    StartRead(&request_);
+    buffer_->Reset(chunk_.bytes());
+    StartRead(&raw_);
   }
 
-  void OnData() {
+  // `data`: a BytesFieldView, or the bytes of a parsed message.
+  template <typename Data>
+  void OnData(const Data& data) {
     if (!in_chunk_) return Fail(absl::InvalidArgumentError("data outside a chunk"));
-    const std::string& data = request_.data();
-    if (buffer_->size() + data.size() > chunk_.bytes()) {
+    if (buffer_->size + data.size() > chunk_.bytes()) {
       return Fail(absl::InvalidArgumentError(absl::StrCat(
           "chunk of ", chunk_.tensor(), ": more data than its ", chunk_.bytes(), " bytes")));
     }
-    buffer_->append(data);
-    if (buffer_->size() < chunk_.bytes()) return StartRead(&request_);
+    buffer_->Append(data);
+    if (buffer_->size < chunk_.bytes()) return StartRead(&raw_);
     in_chunk_ = false;
     // Captured before the store can complete: once it has, the next read
     // may be started from the executor and the next reaction reuses chunk_
     // and buffer_ while this one is still returning.
     auto store = [this, chunk = chunk_, bytes = std::move(buffer_)] {
-      const absl::Status stored = writer_->AddChunk(chunk, *bytes);
+      const absl::Status stored = writer_->AddChunk(chunk, bytes->view(), bytes->crc32c);
       if (stored.ok()) {
-        service_->metrics_->CheckpointTransfer("upload", static_cast<int64_t>(bytes->size()));
+        service_->metrics_->CheckpointTransfer("upload", static_cast<int64_t>(bytes->size));
       }
       absl::Status fail;
       bool read = false, end = false;
       {
         absl::MutexLock lock(&mu_);
-        bytes->clear();  // keeps its capacity for the next chunk
-        spare_.push_back(bytes);
+        spare_.push_back(bytes);  // its memory serves the next chunk
         --storing_;
         if (!stored.ok() && failure_.ok()) failure_ = stored;
         if (!failure_.ok()) {
@@ -199,7 +215,7 @@ class UploadReactor : public grpc::ServerReadReactor<v1::UploadRequest> {
       }
       if (!fail.ok()) return Fail(fail);
       if (end) return RunEnd();
-      if (read) StartRead(&request_);
+      if (read) StartRead(&raw_);
     };
     bool read_now = false;
     {
@@ -211,7 +227,7 @@ class UploadReactor : public grpc::ServerReadReactor<v1::UploadRequest> {
       // start the next read, whose reaction may end the call.
       lifetime_.Run(service_->executor_, this, std::move(store));
     }
-    if (read_now) StartRead(&request_);
+    if (read_now) StartRead(&raw_);
   }
 
   void OnEnd() {
@@ -230,11 +246,40 @@ class UploadReactor : public grpc::ServerReadReactor<v1::UploadRequest> {
     if (now) RunEnd();
   }
 
+  // One chunk's bytes as they arrive, and their CRC-32C so far. Not a
+  // std::string: growing one would zero the memory first, a pass over every
+  // byte for nothing.
+  struct ChunkBuffer {
+    std::unique_ptr<char[]> data;
+    size_t capacity = 0;
+    size_t size = 0;
+    uint32_t crc32c = 0;
+
+    void Reset(size_t bytes) {
+      if (bytes > capacity) {
+        data.reset(new char[bytes]);
+        capacity = bytes;
+      }
+      size = 0;
+      crc32c = 0;
+    }
+    void Append(const BytesFieldView& piece) {
+      crc32c = piece.CopyAndExtendCrc32c(data.get() + size, crc32c);
+      size += piece.size();
+    }
+    void Append(const std::string& piece) {
+      std::memcpy(data.get() + size, piece.data(), piece.size());
+      crc32c = Crc32cExtend(crc32c, piece.data(), piece.size());
+      size += piece.size();
+    }
+    std::string_view view() const { return std::string_view(data.get(), size); }
+  };
+
   // A chunk buffer: a spare one (paged in already) when there is one.
-  std::shared_ptr<std::string> TakeBuffer() {
+  std::shared_ptr<ChunkBuffer> TakeBuffer() {
     absl::MutexLock lock(&mu_);
-    if (spare_.empty()) return std::make_shared<std::string>();
-    std::shared_ptr<std::string> buffer = std::move(spare_.back());
+    if (spare_.empty()) return std::make_shared<ChunkBuffer>();
+    std::shared_ptr<ChunkBuffer> buffer = std::move(spare_.back());
     spare_.pop_back();
     return buffer;
   }
@@ -251,8 +296,15 @@ class UploadReactor : public grpc::ServerReadReactor<v1::UploadRequest> {
       absl::StatusOr<bool> committed = writer_->End(end);
       if (!committed.ok()) return Fail(committed.status());
       if (*committed) service_->metrics_->CheckpointCommitted(absl::Now() - begin);
-      response_->set_chunks_stored(writer_->chunks_stored());
-      response_->set_committed(*committed);
+      v1::UploadResponse response;
+      response.set_chunks_stored(writer_->chunks_stored());
+      response.set_committed(*committed);
+      bool own_buffer = false;
+      if (!grpc::SerializationTraits<v1::UploadResponse>::Serialize(response, response_,
+                                                                    &own_buffer)
+               .ok()) {
+        return Fail(absl::InternalError("cannot serialize the UploadResponse"));
+      }
       Finish(absl::OkStatus());
     });
   }
@@ -275,22 +327,23 @@ class UploadReactor : public grpc::ServerReadReactor<v1::UploadRequest> {
     }
     service_->metrics_->ObserveRpc("Checkpoints.Upload", StatusCodeLabel(status),
                                    absl::Now() - start_);
-    grpc::ServerReadReactor<v1::UploadRequest>::Finish(ToGrpcStatus(status));
+    grpc::ServerReadReactor<grpc::ByteBuffer>::Finish(ToGrpcStatus(status));
   }
 
   CheckpointsService* const service_;
-  v1::UploadResponse* const response_;
+  grpc::ByteBuffer* const response_;
   StreamSlot slot_;
   const absl::Time start_;
   StreamLimiter::Lease lease_;  // this client's stream slot
   ReactorLifetime lifetime_;
   // Reactions only (they never overlap); writer_ is set before any executor
   // work that uses it is scheduled.
-  v1::UploadRequest request_;
+  grpc::ByteBuffer raw_;
+  v1::UploadRequest request_;  // raw_ parsed, unless it was data
   std::unique_ptr<CheckpointUploads::Writer> writer_;
   v1::ChunkHeader chunk_;
   bool in_chunk_ = false;
-  std::shared_ptr<std::string> buffer_;
+  std::shared_ptr<ChunkBuffer> buffer_;
   // Shared by reactions and executor work.
   absl::Mutex mu_;
   int storing_ ABSL_GUARDED_BY(mu_) = 0;
@@ -299,7 +352,7 @@ class UploadReactor : public grpc::ServerReadReactor<v1::UploadRequest> {
   bool failure_reported_ ABSL_GUARDED_BY(mu_) = false;
   std::optional<v1::UploadEnd> pending_end_ ABSL_GUARDED_BY(mu_);
   bool finished_ ABSL_GUARDED_BY(mu_) = false;
-  std::vector<std::shared_ptr<std::string>> spare_ ABSL_GUARDED_BY(mu_);  // at most kChunksInFlight
+  std::vector<std::shared_ptr<ChunkBuffer>> spare_ ABSL_GUARDED_BY(mu_);  // at most kChunksInFlight
 };
 
 // Streams chunks: each is read and verified on the executor while the one
@@ -484,11 +537,11 @@ CheckpointsService::CheckpointsService(CheckpointUploads* uploads, CheckpointSto
       gate_(gate),
       limits_(limits) {}
 
-grpc::ServerReadReactor<v1::UploadRequest>* CheckpointsService::Upload(
-    grpc::CallbackServerContext* context, v1::UploadResponse* response) {
+grpc::ServerReadReactor<grpc::ByteBuffer>* CheckpointsService::Upload(
+    grpc::CallbackServerContext* context, grpc::ByteBuffer* response) {
   absl::StatusOr<StreamLimiter::Lease> lease =
       gate_->AdmitStream(*context, "Checkpoints.Upload", Access::kWorker);
-  if (!lease.ok()) return new RejectedReader<v1::UploadRequest>(lease.status());
+  if (!lease.ok()) return new RejectedReader<grpc::ByteBuffer>(lease.status());
   return new UploadReactor(this, response, *std::move(lease));
 }
 

@@ -27,15 +27,18 @@ struct CheckpointsServiceLimits {
 };
 
 // Thread-safe.
-class CheckpointsService final : public v1::Checkpoints::CallbackService {
+// Upload is registered raw (ByteBuffer messages) to receive chunk bytes
+// without protobuf copies; its wire format is unchanged.
+class CheckpointsService final
+    : public v1::Checkpoints::WithRawCallbackMethod_Upload<v1::Checkpoints::CallbackService> {
  public:
   // Every pointer must outlive the service.
   CheckpointsService(CheckpointUploads* uploads, CheckpointStore* store,
                      BlockingExecutor* executor, CoordinatorMetrics* metrics,
                      const CallGate* gate, CheckpointsServiceLimits limits = {});
 
-  grpc::ServerReadReactor<v1::UploadRequest>* Upload(grpc::CallbackServerContext* context,
-                                                     v1::UploadResponse* response) override;
+  grpc::ServerReadReactor<grpc::ByteBuffer>* Upload(grpc::CallbackServerContext* context,
+                                                    grpc::ByteBuffer* response) override;
   grpc::ServerUnaryReactor* List(grpc::CallbackServerContext* context,
                                  const v1::ListCheckpointsRequest* request,
                                  v1::ListCheckpointsResponse* response) override;

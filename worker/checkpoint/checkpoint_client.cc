@@ -7,6 +7,9 @@
 #include "common/box_proto.h"
 #include "common/crc32c.h"
 #include "common/grpc_status.h"
+#include "common/raw_bytes_message.h"
+#include "grpcpp/generic/generic_stub.h"
+#include "grpcpp/impl/codegen/proto_utils.h"
 #include "grpcpp/client_context.h"
 #include "grpcpp/create_channel.h"
 #include "grpcpp/security/credentials.h"
@@ -24,20 +27,48 @@ void Prepare(grpc::ClientContext* context, absl::Duration timeout, bool wait_for
 class GrpcCheckpointClient final : public CheckpointClient {
  public:
   GrpcCheckpointClient(std::shared_ptr<grpc::Channel> channel, bool wait_for_ready)
-      : stub_(v1::Checkpoints::NewStub(std::move(channel))), wait_for_ready_(wait_for_ready) {}
+      : stub_(v1::Checkpoints::NewStub(channel)),
+        generic_(std::move(channel)),
+        wait_for_ready_(wait_for_ready) {}
 
+  // Sent raw through the generic stub, so that chunk bytes go from the
+  // caller's memory to the socket without protobuf copies (the wire format is
+  // the generated code's; common/raw_bytes_message.h). One operation at a
+  // time on a private completion queue: the call is as blocking as a
+  // generated ClientWriter, and its flow control the same.
   absl::StatusOr<v1::UploadResponse> Upload(const v1::UploadHeader& header,
                                             const std::vector<UploadChunk>& chunks,
                                             const v1::UploadEnd& end,
                                             absl::Duration timeout) override {
     grpc::ClientContext context;
     Prepare(&context, timeout, wait_for_ready_);
-    v1::UploadResponse response;
-    std::unique_ptr<grpc::ClientWriter<v1::UploadRequest>> writer =
-        stub_->Upload(&context, &response);
+    grpc::CompletionQueue queue;
+    std::unique_ptr<grpc::GenericClientAsyncReaderWriter> call =
+        generic_.PrepareCall(&context, "/cohort.v1.Checkpoints/Upload", &queue);
+    // Each operation is the only one outstanding, so the next event is its.
+    auto wait = [&queue] {
+      void* tag = nullptr;
+      bool ok = false;
+      return queue.Next(&tag, &ok) && ok;
+    };
+    auto write = [&](const grpc::ByteBuffer& message) {
+      call->Write(message, nullptr);
+      return wait();
+    };
+    auto write_message = [&](const v1::UploadRequest& request) {
+      grpc::ByteBuffer message;
+      bool own = false;
+      return grpc::SerializationTraits<v1::UploadRequest>::Serialize(request, &message, &own)
+                 .ok() &&
+             write(message);
+    };
+    call->StartCall(nullptr);
+    bool ok = wait();
     v1::UploadRequest request;
-    *request.mutable_header() = header;
-    bool ok = writer->Write(request);
+    if (ok) {
+      *request.mutable_header() = header;
+      ok = write_message(request);
+    }
     for (size_t i = 0; ok && i < chunks.size(); ++i) {
       const UploadChunk& chunk = chunks[i];
       request.Clear();
@@ -46,26 +77,44 @@ class GrpcCheckpointClient final : public CheckpointClient {
       BoxToProto(chunk.box, h->mutable_box());
       h->set_bytes(chunk.bytes);
       h->set_crc32c(Crc32c(chunk.data, chunk.bytes));
-      ok = writer->Write(request);
+      ok = write_message(request);
       const char* bytes = static_cast<const char*>(chunk.data);
       for (size_t at = 0; ok && at < chunk.bytes; at += kUploadPieceBytes) {
-        request.Clear();
-        request.set_data(bytes + at, std::min(kUploadPieceBytes, chunk.bytes - at));
-        ok = writer->Write(request);
+        ok = write(BytesFieldMessage(v1::UploadRequest::kDataFieldNumber, bytes + at,
+                                     std::min(kUploadPieceBytes, chunk.bytes - at)));
       }
     }
     if (ok) {
       request.Clear();
       *request.mutable_end() = end;
-      ok = writer->Write(request);
+      ok = write_message(request);
     }
-    // A failed Write means the server finished the call (with the reason)
-    // or the connection broke; Finish reports which.
-    if (ok) writer->WritesDone();
-    grpc::Status status = writer->Finish();
-    if (!status.ok()) {
-      return FromGrpcStatus(status, absl::StrCat("upload of job ", header.job_id(), " step ",
-                                                 header.step(), " writer ", header.writer()));
+    // A failed operation means the server finished the call (with the
+    // reason) or the connection broke; Finish reports which.
+    grpc::ByteBuffer reply;
+    if (ok) {
+      call->WritesDone(nullptr);
+      ok = wait();
+    }
+    if (ok) {
+      call->Read(&reply, nullptr);
+      ok = wait();
+    }
+    grpc::Status status;
+    call->Finish(&status, nullptr);
+    wait();
+    queue.Shutdown();
+    void* tag = nullptr;
+    bool drained_ok = false;
+    while (queue.Next(&tag, &drained_ok)) {
+    }
+    const std::string what = absl::StrCat("upload of job ", header.job_id(), " step ",
+                                          header.step(), " writer ", header.writer());
+    if (!status.ok()) return FromGrpcStatus(status, what);
+    v1::UploadResponse response;
+    if (!ok ||
+        !grpc::SerializationTraits<v1::UploadResponse>::Deserialize(&reply, &response).ok()) {
+      return absl::InternalError(absl::StrCat(what, ": the coordinator's reply does not parse"));
     }
     return response;
   }
@@ -169,6 +218,7 @@ class GrpcCheckpointClient final : public CheckpointClient {
 
  private:
   std::unique_ptr<v1::Checkpoints::Stub> stub_;
+  grpc::GenericStub generic_;
   const bool wait_for_ready_;
 };
 
