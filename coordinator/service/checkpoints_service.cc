@@ -358,8 +358,10 @@ class UploadReactor : public grpc::ServerReadReactor<grpc::ByteBuffer> {
 // Streams chunks: each is read and verified on the executor while the one
 // before it is being sent (at most two chunks in memory), then its header
 // and its bytes in pieces, each write after the previous one completed.
+// Data messages are raw: their slices refer to the chunk read from the store
+// and hold a reference to it until gRPC lets go (common/raw_bytes_message.h).
 // Deleted after OnDone (see ReactorLifetime).
-class DownloadReactor : public grpc::ServerWriteReactor<v1::DownloadResponse> {
+class DownloadReactor : public grpc::ServerWriteReactor<grpc::ByteBuffer> {
  public:
   DownloadReactor(CheckpointsService* service, const v1::DownloadRequest& request,
                   StreamLimiter::Lease lease)
@@ -380,7 +382,7 @@ class DownloadReactor : public grpc::ServerWriteReactor<v1::DownloadResponse> {
 
   void OnWriteDone(bool ok) override {
     if (!ok) return Finish(absl::CancelledError("the client went away"));
-    if (offset_ < current_.size()) return WriteNextPiece();
+    if (offset_ < current_->size()) return WriteNextPiece();
     if (sending_last_) return Finish(absl::OkStatus());
     SendWhenRead();
   }
@@ -475,23 +477,31 @@ class DownloadReactor : public grpc::ServerWriteReactor<v1::DownloadResponse> {
       LOG(WARNING) << "checkpoint download: " << read.bytes.status();
       return Finish(read.bytes.status());
     }
-    current_ = *std::move(read.bytes);
+    current_ = std::make_shared<const std::string>(*std::move(read.bytes));
     offset_ = 0;
-    service_->metrics_->CheckpointTransfer("download", static_cast<int64_t>(current_.size()));
+    service_->metrics_->CheckpointTransfer("download", static_cast<int64_t>(current_->size()));
     sending_last_ = next_read_ == todo_.size();
     if (!sending_last_) lifetime_.Run(service_->executor_, this, [this] { ReadNext(); });
-    response_.Clear();
-    response_.mutable_chunk()->set_tensor(read.tensor->name());
-    *response_.mutable_chunk()->mutable_info() = *read.chunk;
-    StartWrite(&response_);
+    v1::DownloadResponse header;
+    header.mutable_chunk()->set_tensor(read.tensor->name());
+    *header.mutable_chunk()->mutable_info() = *read.chunk;
+    message_.Clear();
+    bool own = false;
+    if (!grpc::SerializationTraits<v1::DownloadResponse>::Serialize(header, &message_, &own).ok()) {
+      return Finish(absl::InternalError("cannot serialize a DownloadResponse"));
+    }
+    StartWrite(&message_);
   }
 
   void WriteNextPiece() {
-    const size_t n = std::min(service_->limits_.download_piece_bytes, current_.size() - offset_);
-    response_.Clear();
-    response_.set_data(current_.data() + offset_, n);
+    const size_t n = std::min(service_->limits_.download_piece_bytes, current_->size() - offset_);
+    // Each message's slice keeps the chunk alive for as long as gRPC holds it.
+    auto* hold = new std::shared_ptr<const std::string>(current_);
+    message_ = BytesFieldMessage(
+        v1::DownloadResponse::kDataFieldNumber, current_->data() + offset_, n,
+        [](void* held) { delete static_cast<std::shared_ptr<const std::string>*>(held); }, hold);
     offset_ += n;
-    StartWrite(&response_);
+    StartWrite(&message_);
   }
 
   // Finishes the call once; later calls do nothing.
@@ -503,7 +513,7 @@ class DownloadReactor : public grpc::ServerWriteReactor<v1::DownloadResponse> {
     }
     service_->metrics_->ObserveRpc("Checkpoints.Download", StatusCodeLabel(status),
                                    absl::Now() - start_);
-    grpc::ServerWriteReactor<v1::DownloadResponse>::Finish(ToGrpcStatus(status));
+    grpc::ServerWriteReactor<grpc::ByteBuffer>::Finish(ToGrpcStatus(status));
   }
 
   CheckpointsService* const service_;
@@ -517,10 +527,10 @@ class DownloadReactor : public grpc::ServerWriteReactor<v1::DownloadResponse> {
   // The sender's state: one chunk is sent at a time, by reactions or by the
   // read that completes while the sender waits, never both.
   size_t next_read_ = 0;
-  std::string current_;
+  std::shared_ptr<const std::string> current_;
   size_t offset_ = 0;
   bool sending_last_ = false;
-  v1::DownloadResponse response_;
+  grpc::ByteBuffer message_;  // the one being written
   absl::Mutex mu_;
   std::optional<Read> prefetched_ ABSL_GUARDED_BY(mu_);
   bool send_when_read_ ABSL_GUARDED_BY(mu_) = false;
@@ -545,12 +555,18 @@ grpc::ServerReadReactor<grpc::ByteBuffer>* CheckpointsService::Upload(
   return new UploadReactor(this, response, *std::move(lease));
 }
 
-grpc::ServerWriteReactor<v1::DownloadResponse>* CheckpointsService::Download(
-    grpc::CallbackServerContext* context, const v1::DownloadRequest* request) {
+grpc::ServerWriteReactor<grpc::ByteBuffer>* CheckpointsService::Download(
+    grpc::CallbackServerContext* context, const grpc::ByteBuffer* raw_request) {
   absl::StatusOr<StreamLimiter::Lease> lease =
       gate_->AdmitStream(*context, "Checkpoints.Download", Access::kWorkerOrRead);
-  if (!lease.ok()) return new RejectedWriter<v1::DownloadResponse>(lease.status());
-  return new DownloadReactor(this, *request, *std::move(lease));
+  if (!lease.ok()) return new RejectedWriter<grpc::ByteBuffer>(lease.status());
+  grpc::ByteBuffer copy(*raw_request);  // refers to the same slices
+  v1::DownloadRequest request;
+  if (!grpc::SerializationTraits<v1::DownloadRequest>::Deserialize(&copy, &request).ok()) {
+    return new RejectedWriter<grpc::ByteBuffer>(
+        absl::InvalidArgumentError("a DownloadRequest that does not parse"));
+  }
+  return new DownloadReactor(this, request, *std::move(lease));
 }
 
 namespace {

@@ -27,10 +27,11 @@ struct CheckpointsServiceLimits {
 };
 
 // Thread-safe.
-// Upload is registered raw (ByteBuffer messages) to receive chunk bytes
-// without protobuf copies; its wire format is unchanged.
+// Upload and Download are registered raw (ByteBuffer messages) to move chunk
+// bytes without protobuf copies; their wire format is unchanged.
 class CheckpointsService final
-    : public v1::Checkpoints::WithRawCallbackMethod_Upload<v1::Checkpoints::CallbackService> {
+    : public v1::Checkpoints::WithRawCallbackMethod_Upload<
+          v1::Checkpoints::WithRawCallbackMethod_Download<v1::Checkpoints::CallbackService>> {
  public:
   // Every pointer must outlive the service.
   CheckpointsService(CheckpointUploads* uploads, CheckpointStore* store,
@@ -45,8 +46,8 @@ class CheckpointsService final
   grpc::ServerUnaryReactor* GetManifest(grpc::CallbackServerContext* context,
                                         const v1::GetManifestRequest* request,
                                         v1::CheckpointManifest* response) override;
-  grpc::ServerWriteReactor<v1::DownloadResponse>* Download(
-      grpc::CallbackServerContext* context, const v1::DownloadRequest* request) override;
+  grpc::ServerWriteReactor<grpc::ByteBuffer>* Download(
+      grpc::CallbackServerContext* context, const grpc::ByteBuffer* request) override;
   grpc::ServerUnaryReactor* Delete(grpc::CallbackServerContext* context,
                                    const v1::DeleteCheckpointRequest* request,
                                    v1::DeleteCheckpointResponse* response) override;

@@ -1,6 +1,7 @@
 #include "worker/checkpoint/checkpoint_client.h"
 
 #include <chrono>
+#include <cstring>
 
 #include "absl/strings/str_cat.h"
 #include "cohort/v1/checkpoints.grpc.pb.h"
@@ -132,65 +133,116 @@ class GrpcCheckpointClient final : public CheckpointClient {
     return manifest;
   }
 
+  // Received raw, like Upload is sent: a data message is copied once, from
+  // gRPC's slices into the chunk buffer, its CRC computed on the way.
   absl::Status Download(const std::string& job_id, int64_t step,
                         const std::vector<v1::ChunkRef>& refs, const ChunkCallback& on_chunk,
                         absl::Duration timeout) override {
     grpc::ClientContext context;
     Prepare(&context, timeout, wait_for_ready_);
+    grpc::CompletionQueue queue;
+    std::unique_ptr<grpc::GenericClientAsyncReaderWriter> call =
+        generic_.PrepareCall(&context, "/cohort.v1.Checkpoints/Download", &queue);
+    auto wait = [&queue] {
+      void* tag = nullptr;
+      bool ok = false;
+      return queue.Next(&tag, &ok) && ok;
+    };
     v1::DownloadRequest request;
     request.set_job_id(job_id);
     request.set_step(step);
     for (const v1::ChunkRef& ref : refs) *request.add_chunks() = ref;
-    std::unique_ptr<grpc::ClientReader<v1::DownloadResponse>> reader =
-        stub_->Download(&context, request);
+    grpc::ByteBuffer message;
+    bool own = false;
+    if (!grpc::SerializationTraits<v1::DownloadRequest>::Serialize(request, &message, &own).ok()) {
+      return absl::InternalError("cannot serialize a DownloadRequest");
+    }
+    call->StartCall(nullptr);
+    bool ok = wait();
+    if (ok) {
+      call->Write(message, nullptr);
+      ok = wait();
+    }
+    if (ok) {
+      call->WritesDone(nullptr);
+      ok = wait();
+    }
     v1::DownloadResponse response;
     v1::DownloadChunk current;
     bool in_chunk = false;
-    std::string bytes;
+    std::unique_ptr<char[]> bytes;
+    size_t capacity = 0, size = 0;
+    uint32_t crc = 0;
     absl::Status failure;
-    auto complete = [&]() -> absl::Status {
-      in_chunk = false;
-      if (Crc32c(bytes) != current.info().crc32c()) {
-        return absl::DataLossError(absl::StrCat("checkpoint of job ", job_id, " step ", step,
-                                                ": tensor ", current.tensor(), " chunk ",
-                                                current.info().index(),
-                                                " arrived corrupt (crc32c mismatch)"));
-      }
-      return on_chunk(current.tensor(), current.info(), bytes);
+    auto where = [&] {
+      return absl::StrCat("tensor ", current.tensor(), " chunk ", current.info().index());
     };
-    while (failure.ok() && reader->Read(&response)) {
-      if (response.has_chunk()) {
+    grpc::ByteBuffer received;
+    while (ok && failure.ok()) {
+      call->Read(&received, nullptr);
+      if (!wait()) break;  // the stream ended; Finish says how
+      std::optional<BytesFieldView> data =
+          BytesFieldView::Of(received, v1::DownloadResponse::kDataFieldNumber);
+      if (!data) {
+        if (!grpc::SerializationTraits<v1::DownloadResponse>::Deserialize(&received, &response)
+                 .ok()) {
+          failure = absl::InternalError("download: a DownloadResponse that does not parse");
+          break;
+        }
+      }
+      if (!data && response.has_chunk()) {
         if (in_chunk) {
-          failure = absl::DataLossError(absl::StrCat("tensor ", current.tensor(), " chunk ",
-                                                     current.info().index(), " ended early"));
+          failure = absl::DataLossError(absl::StrCat(where(), " ended early"));
           break;
         }
         current = response.chunk();
-        bytes.clear();
-        bytes.reserve(current.info().bytes());
+        if (current.info().bytes() > capacity) {
+          capacity = current.info().bytes();
+          bytes.reset(new char[capacity]);
+        }
+        size = 0;
+        crc = 0;
         in_chunk = true;
       } else if (in_chunk) {
-        bytes.append(response.data());
-        if (bytes.size() > current.info().bytes()) {
-          failure = absl::DataLossError(absl::StrCat("tensor ", current.tensor(), " chunk ",
-                                                     current.info().index(), " is too long"));
+        const size_t n = data ? data->size() : response.data().size();
+        if (size + n > current.info().bytes()) {
+          failure = absl::DataLossError(absl::StrCat(where(), " is too long"));
+          break;
         }
+        if (data) {
+          crc = data->CopyAndExtendCrc32c(bytes.get() + size, crc);
+        } else {
+          std::memcpy(bytes.get() + size, response.data().data(), n);
+          crc = Crc32cExtend(crc, response.data().data(), n);
+        }
+        size += n;
       } else {
         failure = absl::InternalError("download: data outside a chunk");
+        break;
       }
-      if (failure.ok() && in_chunk && bytes.size() == current.info().bytes()) failure = complete();
+      if (in_chunk && size == current.info().bytes()) {
+        in_chunk = false;
+        if (crc != current.info().crc32c()) {
+          failure = absl::DataLossError(absl::StrCat("checkpoint of job ", job_id, " step ", step,
+                                                     ": ", where(),
+                                                     " arrived corrupt (crc32c mismatch)"));
+        } else {
+          failure = on_chunk(current.tensor(), current.info(), std::string_view(bytes.get(), size));
+        }
+      }
     }
-    if (!failure.ok()) {
-      context.TryCancel();
-      reader->Finish();
-      return failure;
+    if (!failure.ok()) context.TryCancel();
+    grpc::Status status;
+    call->Finish(&status, nullptr);
+    wait();
+    queue.Shutdown();
+    void* tag = nullptr;
+    bool drained_ok = false;
+    while (queue.Next(&tag, &drained_ok)) {
     }
-    grpc::Status status = reader->Finish();
+    if (!failure.ok()) return failure;
     if (!status.ok()) return FromGrpcStatus(status);
-    if (in_chunk) {
-      return absl::DataLossError(absl::StrCat("tensor ", current.tensor(), " chunk ",
-                                              current.info().index(), " was cut short"));
-    }
+    if (in_chunk) return absl::DataLossError(absl::StrCat(where(), " was cut short"));
     return absl::OkStatus();
   }
 
