@@ -24,6 +24,77 @@ void Prepare(grpc::ClientContext* context, absl::Duration timeout, bool wait_for
   context->set_wait_for_ready(wait_for_ready);
 }
 
+// A raw (ByteBuffer) call through the generic stub, one operation at a time
+// on a private completion queue: as blocking as a generated sync stream, and
+// with the same flow control. Finish must end every call.
+class RawCall {
+ public:
+  RawCall(grpc::GenericStub* stub, grpc::ClientContext* context, const char* method)
+      : context_(context), call_(stub->PrepareCall(context, method, &queue_)) {
+    call_->StartCall(nullptr);
+    ok_ = Wait();
+  }
+  ~RawCall() {
+    if (!finished_) {
+      context_->TryCancel();
+      Finish();
+    }
+  }
+
+  // Each returns false once the call has failed or (Read) the stream ended;
+  // Finish says which.
+  bool Write(const grpc::ByteBuffer& message) {
+    if (!ok_) return false;
+    call_->Write(message, nullptr);
+    return ok_ = Wait();
+  }
+  template <typename Message>
+  bool WriteMessage(const Message& message) {
+    grpc::ByteBuffer buffer;
+    bool own = false;
+    if (!grpc::SerializationTraits<Message>::Serialize(message, &buffer, &own).ok()) {
+      return ok_ = false;
+    }
+    return Write(buffer);
+  }
+  bool WritesDone() {
+    if (!ok_) return false;
+    call_->WritesDone(nullptr);
+    return ok_ = Wait();
+  }
+  bool Read(grpc::ByteBuffer* message) {
+    if (!ok_) return false;
+    call_->Read(message, nullptr);
+    return ok_ = Wait();
+  }
+  grpc::Status Finish() {
+    grpc::Status status;
+    call_->Finish(&status, nullptr);
+    Wait();
+    finished_ = true;
+    queue_.Shutdown();
+    void* tag = nullptr;
+    bool ok = false;
+    while (queue_.Next(&tag, &ok)) {
+    }
+    return status;
+  }
+
+ private:
+  // The only operation outstanding is the one whose event comes next.
+  bool Wait() {
+    void* tag = nullptr;
+    bool ok = false;
+    return queue_.Next(&tag, &ok) && ok;
+  }
+
+  grpc::ClientContext* const context_;
+  grpc::CompletionQueue queue_;  // outlives call_
+  std::unique_ptr<grpc::GenericClientAsyncReaderWriter> call_;
+  bool ok_ = false;
+  bool finished_ = false;
+};
+
 // Thread-safe: the stub is; each call has its own context.
 class GrpcCheckpointClient final : public CheckpointClient {
  public:
@@ -32,44 +103,19 @@ class GrpcCheckpointClient final : public CheckpointClient {
         generic_(std::move(channel)),
         wait_for_ready_(wait_for_ready) {}
 
-  // Sent raw through the generic stub, so that chunk bytes go from the
-  // caller's memory to the socket without protobuf copies (the wire format is
-  // the generated code's; common/raw_bytes_message.h). One operation at a
-  // time on a private completion queue: the call is as blocking as a
-  // generated ClientWriter, and its flow control the same.
+  // Sent raw, so that chunk bytes go from the caller's memory to the socket
+  // without protobuf copies (the wire format is the generated code's;
+  // common/raw_bytes_message.h).
   absl::StatusOr<v1::UploadResponse> Upload(const v1::UploadHeader& header,
                                             const std::vector<UploadChunk>& chunks,
                                             const v1::UploadEnd& end,
                                             absl::Duration timeout) override {
     grpc::ClientContext context;
     Prepare(&context, timeout, wait_for_ready_);
-    grpc::CompletionQueue queue;
-    std::unique_ptr<grpc::GenericClientAsyncReaderWriter> call =
-        generic_.PrepareCall(&context, "/cohort.v1.Checkpoints/Upload", &queue);
-    // Each operation is the only one outstanding, so the next event is its.
-    auto wait = [&queue] {
-      void* tag = nullptr;
-      bool ok = false;
-      return queue.Next(&tag, &ok) && ok;
-    };
-    auto write = [&](const grpc::ByteBuffer& message) {
-      call->Write(message, nullptr);
-      return wait();
-    };
-    auto write_message = [&](const v1::UploadRequest& request) {
-      grpc::ByteBuffer message;
-      bool own = false;
-      return grpc::SerializationTraits<v1::UploadRequest>::Serialize(request, &message, &own)
-                 .ok() &&
-             write(message);
-    };
-    call->StartCall(nullptr);
-    bool ok = wait();
+    RawCall call(&generic_, &context, "/cohort.v1.Checkpoints/Upload");
     v1::UploadRequest request;
-    if (ok) {
-      *request.mutable_header() = header;
-      ok = write_message(request);
-    }
+    *request.mutable_header() = header;
+    bool ok = call.WriteMessage(request);
     for (size_t i = 0; ok && i < chunks.size(); ++i) {
       const UploadChunk& chunk = chunks[i];
       request.Clear();
@@ -78,37 +124,23 @@ class GrpcCheckpointClient final : public CheckpointClient {
       BoxToProto(chunk.box, h->mutable_box());
       h->set_bytes(chunk.bytes);
       h->set_crc32c(Crc32c(chunk.data, chunk.bytes));
-      ok = write_message(request);
+      ok = call.WriteMessage(request);
       const char* bytes = static_cast<const char*>(chunk.data);
       for (size_t at = 0; ok && at < chunk.bytes; at += kUploadPieceBytes) {
-        ok = write(BytesFieldMessage(v1::UploadRequest::kDataFieldNumber, bytes + at,
+        ok = call.Write(BytesFieldMessage(v1::UploadRequest::kDataFieldNumber, bytes + at,
                                      std::min(kUploadPieceBytes, chunk.bytes - at)));
       }
     }
     if (ok) {
       request.Clear();
       *request.mutable_end() = end;
-      ok = write_message(request);
+      ok = call.WriteMessage(request);
     }
     // A failed operation means the server finished the call (with the
     // reason) or the connection broke; Finish reports which.
     grpc::ByteBuffer reply;
-    if (ok) {
-      call->WritesDone(nullptr);
-      ok = wait();
-    }
-    if (ok) {
-      call->Read(&reply, nullptr);
-      ok = wait();
-    }
-    grpc::Status status;
-    call->Finish(&status, nullptr);
-    wait();
-    queue.Shutdown();
-    void* tag = nullptr;
-    bool drained_ok = false;
-    while (queue.Next(&tag, &drained_ok)) {
-    }
+    ok = ok && call.WritesDone() && call.Read(&reply);
+    const grpc::Status status = call.Finish();
     const std::string what = absl::StrCat("upload of job ", header.job_id(), " step ",
                                           header.step(), " writer ", header.writer());
     if (!status.ok()) return FromGrpcStatus(status, what);
@@ -140,33 +172,12 @@ class GrpcCheckpointClient final : public CheckpointClient {
                         absl::Duration timeout) override {
     grpc::ClientContext context;
     Prepare(&context, timeout, wait_for_ready_);
-    grpc::CompletionQueue queue;
-    std::unique_ptr<grpc::GenericClientAsyncReaderWriter> call =
-        generic_.PrepareCall(&context, "/cohort.v1.Checkpoints/Download", &queue);
-    auto wait = [&queue] {
-      void* tag = nullptr;
-      bool ok = false;
-      return queue.Next(&tag, &ok) && ok;
-    };
+    RawCall call(&generic_, &context, "/cohort.v1.Checkpoints/Download");
     v1::DownloadRequest request;
     request.set_job_id(job_id);
     request.set_step(step);
     for (const v1::ChunkRef& ref : refs) *request.add_chunks() = ref;
-    grpc::ByteBuffer message;
-    bool own = false;
-    if (!grpc::SerializationTraits<v1::DownloadRequest>::Serialize(request, &message, &own).ok()) {
-      return absl::InternalError("cannot serialize a DownloadRequest");
-    }
-    call->StartCall(nullptr);
-    bool ok = wait();
-    if (ok) {
-      call->Write(message, nullptr);
-      ok = wait();
-    }
-    if (ok) {
-      call->WritesDone(nullptr);
-      ok = wait();
-    }
+    const bool ok = call.WriteMessage(request) && call.WritesDone();
     v1::DownloadResponse response;
     v1::DownloadChunk current;
     bool in_chunk = false;
@@ -179,8 +190,7 @@ class GrpcCheckpointClient final : public CheckpointClient {
     };
     grpc::ByteBuffer received;
     while (ok && failure.ok()) {
-      call->Read(&received, nullptr);
-      if (!wait()) break;  // the stream ended; Finish says how
+      if (!call.Read(&received)) break;  // the stream ended; Finish says how
       std::optional<BytesFieldView> data =
           BytesFieldView::Of(received, v1::DownloadResponse::kDataFieldNumber);
       if (!data) {
@@ -232,14 +242,7 @@ class GrpcCheckpointClient final : public CheckpointClient {
       }
     }
     if (!failure.ok()) context.TryCancel();
-    grpc::Status status;
-    call->Finish(&status, nullptr);
-    wait();
-    queue.Shutdown();
-    void* tag = nullptr;
-    bool drained_ok = false;
-    while (queue.Next(&tag, &drained_ok)) {
-    }
+    const grpc::Status status = call.Finish();
     if (!failure.ok()) return failure;
     if (!status.ok()) return FromGrpcStatus(status);
     if (in_chunk) return absl::DataLossError(absl::StrCat(where(), " was cut short"));
