@@ -168,6 +168,15 @@ int64_t FlatIndexIn(const Box& box, absl::Span<const int64_t> point) {
   return index;
 }
 
+bool IsContiguousIn(const Box& region, const Box& box) {
+  int d = 0;
+  while (d < region.rank() && region.extent[d] == 1) ++d;
+  for (++d; d < region.rank(); ++d) {
+    if (region.extent[d] != box.extent[d]) return false;
+  }
+  return true;
+}
+
 void CopyRegion(const Box& region, const ConstBoxedBuffer& src, const BoxedBuffer& dst,
                 size_t element_bytes) {
   const int rank = region.rank();

@@ -62,6 +62,12 @@ std::vector<Box> FlatRangeToBoxes(absl::Span<const int64_t> shape, int64_t begin
 // Row-major flat index of `point` (absolute coordinates) within `box`.
 int64_t FlatIndexIn(const Box& box, absl::Span<const int64_t> point);
 
+// Whether the elements of `region` (inside `box`) are one run of consecutive
+// row-major flat indices of `box`: each dimension before the first one
+// where region is longer than 1 has extent 1, and each after it spans the
+// box whole. The run starts at FlatIndexIn(box, region.start).
+bool IsContiguousIn(const Box& region, const Box& box);
+
 // A buffer laid out over `box`, holding its flat elements from `first` on.
 struct BoxedBuffer {
   const Box* box = nullptr;

@@ -52,7 +52,8 @@ class CheckpointReader {
   // The bytes of chunk `chunk` of `tensor` (both from manifest()), verified
   // against the chunk's crc32c and size. DataLoss naming the checkpoint,
   // tensor and chunk when they do not match or the storage reports
-  // corruption; Internal for other storage errors.
+  // corruption; Internal for other storage errors. Thread-safe: a download
+  // reads several chunks at once.
   virtual absl::StatusOr<std::string> ReadChunk(const v1::TensorInfo& tensor,
                                                 const v1::ChunkInfo& chunk) = 0;
 };

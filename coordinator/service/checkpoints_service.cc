@@ -6,6 +6,7 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <tuple>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
@@ -355,14 +356,19 @@ class UploadReactor : public grpc::ServerReadReactor<grpc::ByteBuffer> {
   std::vector<std::shared_ptr<ChunkBuffer>> spare_ ABSL_GUARDED_BY(mu_);  // at most kChunksInFlight
 };
 
-// Streams chunks: each is read and verified on the executor while the one
-// before it is being sent (at most two chunks in memory), then its header
-// and its bytes in pieces, each write after the previous one completed.
-// Data messages are raw: their slices refer to the chunk read from the store
-// and hold a reference to it until gRPC lets go (common/raw_bytes_message.h).
+// Streams chunks in the requested order. Up to kReadAhead chunks are read
+// and verified on the executor at once, ahead of the one being sent, so disk
+// reads overlap each other (a single O_DIRECT read leaves the disk idle while
+// its bytes are copied and checked) and the network; memory stays bounded
+// (kReadAhead + 1 chunks). A chunk is sent as its header, then its bytes in
+// pieces, each write after the previous one completed. Data messages are
+// raw: their slices refer to the chunk read from the store and hold a
+// reference to it until gRPC lets go (common/raw_bytes_message.h).
 // Deleted after OnDone (see ReactorLifetime).
 class DownloadReactor : public grpc::ServerWriteReactor<grpc::ByteBuffer> {
  public:
+  static constexpr size_t kReadAhead = 3;
+
   DownloadReactor(CheckpointsService* service, const v1::DownloadRequest& request,
                   StreamLimiter::Lease lease)
       : service_(service),
@@ -383,8 +389,18 @@ class DownloadReactor : public grpc::ServerWriteReactor<grpc::ByteBuffer> {
   void OnWriteDone(bool ok) override {
     if (!ok) return Finish(absl::CancelledError("the client went away"));
     if (offset_ < current_->size()) return WriteNextPiece();
-    if (sending_last_) return Finish(absl::OkStatus());
-    SendWhenRead();
+    std::optional<Read> next;
+    bool done = false;
+    {
+      absl::MutexLock lock(&mu_);
+      done = next_send_ == todo_.size();
+      if (!done) {
+        next = TakeNextLocked();
+        if (!next) sending_ = false;  // its read will send it
+      }
+    }
+    if (done) return Finish(absl::OkStatus());
+    if (next) Send(*std::move(next));
   }
 
   void OnDone() override {
@@ -408,9 +424,10 @@ class DownloadReactor : public grpc::ServerWriteReactor<grpc::ByteBuffer> {
     const v1::CheckpointManifest& manifest = reader_->manifest();
     std::map<std::string, const v1::TensorInfo*> by_name;
     for (const v1::TensorInfo& t : manifest.tensors()) by_name[t.name()] = &t;
+    std::vector<std::pair<const v1::TensorInfo*, const v1::ChunkInfo*>> todo;
     if (request_.chunks().empty()) {
       for (const v1::TensorInfo& t : manifest.tensors()) {
-        for (const v1::ChunkInfo& c : t.chunks()) todo_.push_back({&t, &c});
+        for (const v1::ChunkInfo& c : t.chunks()) todo.push_back({&t, &c});
       }
     } else {
       for (const v1::ChunkRef& ref : request_.chunks()) {
@@ -425,54 +442,61 @@ class DownloadReactor : public grpc::ServerWriteReactor<grpc::ByteBuffer> {
               "chunks: tensor ", ref.tensor(), " has ", it->second->chunks_size(),
               " chunks, no chunk ", ref.index())));
         }
-        todo_.push_back({it->second, &it->second->chunks(static_cast<int>(ref.index()))});
+        todo.push_back({it->second, &it->second->chunks(static_cast<int>(ref.index()))});
       }
     }
-    if (todo_.empty()) return Finish(absl::OkStatus());
-    {
-      absl::MutexLock lock(&mu_);
-      send_when_read_ = true;  // nothing is being sent yet
-    }
-    ReadNext();
+    if (todo.empty()) return Finish(absl::OkStatus());
+    absl::MutexLock lock(&mu_);
+    todo_ = std::move(todo);
+    ScheduleReadsLocked();
   }
 
-  // Reads the next chunk (executor thread; reads are sequential: the next
-  // is scheduled only when this one has been taken for sending), and sends
-  // it at once if the previous chunk's bytes are all written.
-  void ReadNext() {
-    const auto [tensor, chunk] = todo_[next_read_++];
+  // Starts reads until kReadAhead chunks are read or being read ahead of the
+  // next one to send. Each is counted by lifetime_ before it is scheduled.
+  void ScheduleReadsLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    while (next_read_ < todo_.size() && next_read_ - next_send_ < kReadAhead && !finished_) {
+      const size_t index = next_read_++;
+      lifetime_.Run(service_->executor_, this, [this, index] { ReadOne(index); });
+    }
+  }
+
+  // Executor thread: reads chunk `index` and sends it at once if it is the
+  // next one and nothing is being sent.
+  void ReadOne(size_t index) {
+    const v1::TensorInfo* tensor;
+    const v1::ChunkInfo* chunk;
+    {
+      absl::MutexLock lock(&mu_);
+      std::tie(tensor, chunk) = todo_[index];
+    }
     Read read{tensor, chunk, reader_->ReadChunk(*tensor, *chunk)};
-    bool send = false;
+    std::optional<Read> send;
     {
       absl::MutexLock lock(&mu_);
-      prefetched_ = std::move(read);
-      send = send_when_read_;
-      send_when_read_ = false;
-    }
-    if (send) Send();
-  }
-
-  // The previous chunk is written: send the prefetched one, or have its
-  // read send it when it completes.
-  void SendWhenRead() {
-    {
-      absl::MutexLock lock(&mu_);
-      if (!prefetched_.has_value()) {
-        send_when_read_ = true;
-        return;
+      ready_.emplace(index, std::move(read));
+      if (!sending_ && !finished_) {
+        send = TakeNextLocked();
+        if (send) sending_ = true;
       }
     }
-    Send();
+    if (send) Send(*std::move(send));
   }
 
-  // Starts writing the prefetched chunk and reading the one after it.
-  void Send() {
-    Read read;
-    {
-      absl::MutexLock lock(&mu_);
-      read = *std::move(prefetched_);
-      prefetched_.reset();
-    }
+  // The next chunk to send if its read is complete; schedules the reads
+  // that its removal makes room for.
+  std::optional<Read> TakeNextLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    auto it = ready_.find(next_send_);
+    if (it == ready_.end()) return std::nullopt;
+    Read read = std::move(it->second);
+    ready_.erase(it);
+    ++next_send_;
+    ScheduleReadsLocked();
+    return read;
+  }
+
+  // Writes the header of `read`'s chunk; its bytes follow in OnWriteDone.
+  // Only one Send (and its writes) runs at a time (sending_).
+  void Send(Read read) {
     if (!read.bytes.ok()) {
       LOG(WARNING) << "checkpoint download: " << read.bytes.status();
       return Finish(read.bytes.status());
@@ -480,8 +504,6 @@ class DownloadReactor : public grpc::ServerWriteReactor<grpc::ByteBuffer> {
     current_ = std::make_shared<const std::string>(*std::move(read.bytes));
     offset_ = 0;
     service_->metrics_->CheckpointTransfer("download", static_cast<int64_t>(current_->size()));
-    sending_last_ = next_read_ == todo_.size();
-    if (!sending_last_) lifetime_.Run(service_->executor_, this, [this] { ReadNext(); });
     v1::DownloadResponse header;
     header.mutable_chunk()->set_tensor(read.tensor->name());
     *header.mutable_chunk()->mutable_info() = *read.chunk;
@@ -492,7 +514,6 @@ class DownloadReactor : public grpc::ServerWriteReactor<grpc::ByteBuffer> {
     }
     StartWrite(&message_);
   }
-
   void WriteNextPiece() {
     const size_t n = std::min(service_->limits_.download_piece_bytes, current_->size() - offset_);
     // Each message's slice keeps the chunk alive for as long as gRPC holds it.
@@ -522,18 +543,19 @@ class DownloadReactor : public grpc::ServerWriteReactor<grpc::ByteBuffer> {
   const absl::Time start_;
   StreamLimiter::Lease lease_;  // this client's stream slot
   ReactorLifetime lifetime_;
-  std::unique_ptr<CheckpointReader> reader_;
-  std::vector<std::pair<const v1::TensorInfo*, const v1::ChunkInfo*>> todo_;
+  std::unique_ptr<CheckpointReader> reader_;  // set before any read is scheduled
   // The sender's state: one chunk is sent at a time, by reactions or by the
-  // read that completes while the sender waits, never both.
-  size_t next_read_ = 0;
+  // read that completes while nothing is being sent, never both (sending_).
   std::shared_ptr<const std::string> current_;
   size_t offset_ = 0;
-  bool sending_last_ = false;
   grpc::ByteBuffer message_;  // the one being written
   absl::Mutex mu_;
-  std::optional<Read> prefetched_ ABSL_GUARDED_BY(mu_);
-  bool send_when_read_ ABSL_GUARDED_BY(mu_) = false;
+  // Written once before the first read is scheduled.
+  std::vector<std::pair<const v1::TensorInfo*, const v1::ChunkInfo*>> todo_ ABSL_GUARDED_BY(mu_);
+  size_t next_read_ ABSL_GUARDED_BY(mu_) = 0;  // todo_ index of the next read to start
+  size_t next_send_ ABSL_GUARDED_BY(mu_) = 0;  // todo_ index of the next chunk to send
+  std::map<size_t, Read> ready_ ABSL_GUARDED_BY(mu_);  // reads done, not yet sent
+  bool sending_ ABSL_GUARDED_BY(mu_) = false;
   bool finished_ ABSL_GUARDED_BY(mu_) = false;
 };
 

@@ -1,10 +1,11 @@
 #pragma once
 // gRPC glue for cohort.v1.Checkpoints (callback API). Uploads feed
 // CheckpointUploads; reads go to the CheckpointStore. Every store call runs
-// on a BlockingExecutor, never on a gRPC thread. Each stream holds at most
-// one chunk in memory, and the number of concurrent upload and download
-// streams is capped, which bounds the coordinator's memory:
-// (max_uploads + max_downloads) x max_chunk_bytes.
+// on a BlockingExecutor, never on a gRPC thread. An upload stream holds at
+// most 3 chunks in memory and a download stream 4 (the one being sent and
+// those read ahead), and the number of concurrent streams is capped, which
+// bounds the coordinator's memory: (3 x max_uploads + 4 x max_downloads) x
+// max_chunk_bytes.
 
 #include <atomic>
 

@@ -5,6 +5,7 @@
 // function of its tensor and global index), so every parameter and both
 // AdamW moments, reassembled, must be bitwise what was saved.
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <memory>
@@ -42,6 +43,7 @@ constexpr char kJob[] = "ckpt-1";
 struct Layout {
   int dp, tp, pp;
   int world() const { return dp * tp * pp; }
+  friend bool operator==(const Layout&, const Layout&) = default;
 };
 std::string Name(const Layout& l) { return absl::StrCat("(", l.dp, ",", l.tp, ",", l.pp, ")"); }
 
@@ -172,12 +174,15 @@ int SaveAll(const Layout& l, bool zero1, int64_t step, CheckpointClient* client)
 }
 
 // Loads `step` into every rank of `l` and compares with the synthetic state.
-void LoadAllAndCompare(const Layout& l, bool zero1, int64_t step, CheckpointClient* client) {
+// `saved`: the layout the checkpoint was written in.
+void LoadAllAndCompare(const Layout& l, bool zero1, int64_t step, CheckpointClient* client,
+                       const Layout& saved) {
   absl::StatusOr<v1::CheckpointManifest> manifest = client->GetManifest(kJob, step, absl::Seconds(10));
   ASSERT_TRUE(manifest.ok()) << manifest.status();
   std::vector<RankState> expected = MakeRanks(l, zero1, /*filled=*/true);
   std::vector<RankState> loaded = MakeRanks(l, zero1, /*filled=*/false);
   uint64_t bytes = 0;
+  int64_t chunks = 0, in_place = 0;
   for (size_t r = 0; r < loaded.size(); ++r) {
     RankState& rank = loaded[r];
     LoadStats stats;
@@ -187,6 +192,8 @@ void LoadAllAndCompare(const Layout& l, bool zero1, int64_t step, CheckpointClie
         absl::Seconds(30), &stats);
     ASSERT_TRUE(s.ok()) << Name(l) << " rank " << r << ": " << s;
     bytes += stats.bytes;
+    in_place += stats.chunks_in_place;
+    chunks += stats.chunks;
     ASSERT_EQ(std::memcmp(rank.params.data(), expected[r].params.data(), rank.params.size() * 4), 0)
         << Name(l) << " rank " << r << " weights";
     ASSERT_EQ(std::memcmp(rank.m.data(), expected[r].m.data(), rank.m.size() * 4), 0)
@@ -194,8 +201,20 @@ void LoadAllAndCompare(const Layout& l, bool zero1, int64_t step, CheckpointClie
     ASSERT_EQ(std::memcmp(rank.v.data(), expected[r].v.data(), rank.v.size() * 4), 0)
         << Name(l) << " rank " << r << " adam_v";
   }
-  std::printf("load into %-8s%s: %d ranks read %.2f MB (checkpoint %.2f MB)\n", Name(l).c_str(),
-              zero1 ? " ZeRO-1" : "       ", l.world(), bytes / 1e6, manifest->total_bytes() / 1e6);
+  // Chunks wholly needed and contiguous in a rank's buffers are received in
+  // place: all of them in the layout they were saved in, some elsewhere
+  // (the others straddle shard edges or are column slices of another
+  // tensor-parallel split, and are copied).
+  if (l == saved) {
+    EXPECT_EQ(in_place, chunks) << Name(l);
+  } else {
+    EXPECT_LT(in_place, chunks) << Name(l);
+  }
+  EXPECT_GT(in_place, 0) << Name(l);
+  std::printf("load into %-8s%s: %d ranks read %.2f MB (checkpoint %.2f MB), %lld of %lld chunks in place\n",
+              Name(l).c_str(), zero1 ? " ZeRO-1" : "       ", l.world(), bytes / 1e6,
+              manifest->total_bytes() / 1e6, static_cast<long long>(in_place),
+              static_cast<long long>(chunks));
 }
 
 TEST(CheckpointReshardTest, SavedUnderTwoTwoOneLoadsBitwiseIntoEveryLayout) {
@@ -211,7 +230,7 @@ TEST(CheckpointReshardTest, SavedUnderTwoTwoOneLoadsBitwiseIntoEveryLayout) {
       for (bool load_zero1 : {true, false}) {
         SCOPED_TRACE(absl::StrCat("saved ", save_zero1 ? "with" : "without", " ZeRO-1, loaded into ",
                                   Name(target), load_zero1 ? " with" : " without", " ZeRO-1"));
-        LoadAllAndCompare(target, load_zero1, step, client.get());
+        LoadAllAndCompare(target, load_zero1, step, client.get(), Layout{2, 2, 1});
       }
     }
   }
@@ -227,8 +246,52 @@ TEST(CheckpointReshardTest, PipelineSavesLoadIntoTensorLayoutsToo) {
   CheckpointServer server;
   std::unique_ptr<CheckpointClient> client = NewGrpcCheckpointClient(CoordinatorTarget::Insecure(server.address()));
   ASSERT_EQ(SaveAll(Layout{1, 2, 2}, true, 7, client.get()), 1);
-  LoadAllAndCompare(Layout{2, 2, 1}, true, 7, client.get());
-  LoadAllAndCompare(Layout{1, 4, 1}, false, 7, client.get());
+  LoadAllAndCompare(Layout{2, 2, 1}, true, 7, client.get(), Layout{1, 2, 2});
+  LoadAllAndCompare(Layout{1, 4, 1}, false, 7, client.get(), Layout{1, 2, 2});
+}
+
+// The coordinator reads several chunks ahead of the one it sends; they
+// still arrive in the order asked for. A download the client abandons
+// midway (its callback fails) frees its stream slot: more of them than the
+// service's 64 slots leave a full download working.
+TEST(CheckpointReshardTest, DownloadsKeepTheRequestedOrderAndAbandonedOnesFreeTheirSlots) {
+  CheckpointServer server;
+  std::unique_ptr<CheckpointClient> client = NewGrpcCheckpointClient(CoordinatorTarget::Insecure(server.address()));
+  ASSERT_EQ(SaveAll(Layout{1, 1, 1}, false, 5, client.get()), 1);
+  absl::StatusOr<v1::CheckpointManifest> manifest = client->GetManifest(kJob, 5, absl::Seconds(5));
+  ASSERT_TRUE(manifest.ok());
+  std::vector<v1::ChunkRef> refs;
+  for (const v1::TensorInfo& t : manifest->tensors()) {
+    for (const v1::ChunkInfo& c : t.chunks()) {
+      v1::ChunkRef ref;
+      ref.set_tensor(t.name());
+      ref.set_index(c.index());
+      refs.push_back(std::move(ref));
+    }
+  }
+  std::reverse(refs.begin(), refs.end());  // not the store's key order
+  ASSERT_GT(refs.size(), 20u);
+  auto download = [&](size_t stop_after, std::vector<std::pair<std::string, uint32_t>>* got) {
+    return client->Download(
+        kJob, 5, refs,
+        [&](const std::string& tensor, const v1::ChunkInfo& info, std::string_view) {
+          got->emplace_back(tensor, info.index());
+          return got->size() == stop_after ? absl::AbortedError("enough") : absl::OkStatus();
+        },
+        absl::Seconds(30));
+  };
+  for (int i = 0; i < 70; ++i) {
+    std::vector<std::pair<std::string, uint32_t>> got;
+    absl::Status s = download(3, &got);
+    ASSERT_TRUE(absl::IsAborted(s)) << "abandoned download " << i << ": " << s;
+  }
+  std::vector<std::pair<std::string, uint32_t>> got;
+  absl::Status s = download(0, &got);
+  ASSERT_TRUE(s.ok()) << s;
+  ASSERT_EQ(got.size(), refs.size());
+  for (size_t k = 0; k < refs.size(); ++k) {
+    EXPECT_EQ(got[k], std::make_pair(refs[k].tensor(), refs[k].index())) << "chunk " << k;
+  }
 }
 
 TEST(CheckpointReshardTest, ACorruptChunkIsDataLossNamingTensorAndChunk) {

@@ -167,9 +167,10 @@ class GrpcCheckpointClient final : public CheckpointClient {
 
   // Received raw, like Upload is sent: a data message is copied once, from
   // gRPC's slices into the chunk buffer, its CRC computed on the way.
+  using CheckpointClient::Download;
   absl::Status Download(const std::string& job_id, int64_t step,
-                        const std::vector<v1::ChunkRef>& refs, const ChunkCallback& on_chunk,
-                        absl::Duration timeout) override {
+                        const std::vector<v1::ChunkRef>& refs, const ChunkPlacement& place,
+                        const ChunkCallback& on_chunk, absl::Duration timeout) override {
     grpc::ClientContext context;
     Prepare(&context, timeout, wait_for_ready_);
     RawCall call(&generic_, &context, "/cohort.v1.Checkpoints/Download");
@@ -181,8 +182,9 @@ class GrpcCheckpointClient final : public CheckpointClient {
     v1::DownloadResponse response;
     v1::DownloadChunk current;
     bool in_chunk = false;
-    std::unique_ptr<char[]> bytes;
+    std::unique_ptr<char[]> buffer;
     size_t capacity = 0, size = 0;
+    char* bytes = nullptr;  // where the current chunk goes: `buffer` or its placement
     uint32_t crc = 0;
     absl::Status failure;
     auto where = [&] {
@@ -206,10 +208,12 @@ class GrpcCheckpointClient final : public CheckpointClient {
           break;
         }
         current = response.chunk();
-        if (current.info().bytes() > capacity) {
+        bytes = place ? static_cast<char*>(place(current.tensor(), current.info())) : nullptr;
+        if (bytes == nullptr && current.info().bytes() > capacity) {
           capacity = current.info().bytes();
-          bytes.reset(new char[capacity]);
+          buffer.reset(new char[capacity]);
         }
+        if (bytes == nullptr) bytes = buffer.get();
         size = 0;
         crc = 0;
         in_chunk = true;
@@ -220,9 +224,9 @@ class GrpcCheckpointClient final : public CheckpointClient {
           break;
         }
         if (data) {
-          crc = data->CopyAndExtendCrc32c(bytes.get() + size, crc);
+          crc = data->CopyAndExtendCrc32c(bytes + size, crc);
         } else {
-          std::memcpy(bytes.get() + size, response.data().data(), n);
+          std::memcpy(bytes + size, response.data().data(), n);
           crc = Crc32cExtend(crc, response.data().data(), n);
         }
         size += n;
@@ -237,7 +241,7 @@ class GrpcCheckpointClient final : public CheckpointClient {
                                                      ": ", where(),
                                                      " arrived corrupt (crc32c mismatch)"));
         } else {
-          failure = on_chunk(current.tensor(), current.info(), std::string_view(bytes.get(), size));
+          failure = on_chunk(current.tensor(), current.info(), std::string_view(bytes, size));
         }
       }
     }

@@ -38,6 +38,11 @@ struct UploadChunk {
 // bytes. An error stops the download and is returned.
 using ChunkCallback = std::function<absl::Status(const std::string& tensor,
                                                  const v1::ChunkInfo& info, std::string_view bytes)>;
+// Asked when a chunk's header arrives: a buffer of info.bytes() bytes to
+// receive the chunk directly, sparing a copy through the client's own
+// buffer, or nullptr for that buffer. The ChunkCallback then gets bytes in
+// that buffer. A chunk that fails its check leaves the buffer partly written.
+using ChunkPlacement = std::function<void*(const std::string& tensor, const v1::ChunkInfo& info)>;
 
 class CheckpointClient {
  public:
@@ -58,10 +63,16 @@ class CheckpointClient {
                                                              absl::Duration timeout) = 0;
   // Streams the chunks `refs` names (all when empty), checking each one's
   // size and crc32c against what the server sends (DataLoss naming tensor
-  // and chunk), and hands each to `on_chunk`.
+  // and chunk), and hands each to `on_chunk`; each goes where `place` says
+  // (when it is set).
   virtual absl::Status Download(const std::string& job_id, int64_t step,
-                                const std::vector<v1::ChunkRef>& refs,
+                                const std::vector<v1::ChunkRef>& refs, const ChunkPlacement& place,
                                 const ChunkCallback& on_chunk, absl::Duration timeout) = 0;
+  absl::Status Download(const std::string& job_id, int64_t step,
+                        const std::vector<v1::ChunkRef>& refs, const ChunkCallback& on_chunk,
+                        absl::Duration timeout) {
+    return Download(job_id, step, refs, nullptr, on_chunk, timeout);
+  }
   virtual absl::StatusOr<v1::ListCheckpointsResponse> List(const std::string& job_id,
                                                            absl::Duration timeout) = 0;
   virtual absl::Status Delete(const std::string& job_id, int64_t step,

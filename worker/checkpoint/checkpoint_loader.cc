@@ -74,10 +74,40 @@ absl::Status LoadCheckpoint(CheckpointClient* client, const v1::CheckpointManife
     ref.set_index(key.second);
     refs.push_back(std::move(ref));
   }
+  // Where the overlap lands in the piece's buffer.
+  auto destination = [&](const Overlap& overlap) {
+    const LoadPiece& piece = *overlap.piece;
+    float* base = piece.kind == StateKind::kParam ? buffers.params
+                  : piece.kind == StateKind::kAdamM ? buffers.adam_m
+                                                    : buffers.adam_v;
+    const size_t buffer_begin = piece.kind == StateKind::kParam ? 0 : buffers.optimizer.begin;
+    // The destination buffer holds the piece's flat part of its box.
+    return BoxedBuffer{&piece.local_box, piece.first, base + (piece.arena_offset - buffer_begin)};
+  };
+  // A chunk that is wholly one needed region, contiguous in its buffer, is
+  // received in place (no copy through the client's buffer); typically any
+  // chunk of a tensor this rank holds whole.
+  auto in_place = [&](const std::vector<Overlap>& overlaps, const v1::ChunkInfo& info) -> void* {
+    if (overlaps.size() != 1) return nullptr;
+    const Overlap& overlap = overlaps.front();
+    const Box chunk_box = BoxFromProto(info.box());
+    if (overlap.region != chunk_box ||
+        static_cast<uint64_t>(chunk_box.NumElements()) * sizeof(float) != info.bytes() ||
+        !IsContiguousIn(chunk_box, overlap.piece->local_box)) {
+      return nullptr;
+    }
+    const BoxedBuffer to = destination(overlap);
+    const int64_t at = FlatIndexIn(*to.box, chunk_box.start) - to.first;
+    return static_cast<float*>(to.data) + at;
+  };
   LoadStats local_stats;
   std::map<const LoadPiece*, int64_t> copied;
   RETURN_IF_ERROR(client->Download(
       manifest.job_id(), manifest.step(), refs,
+      [&](const std::string& tensor, const v1::ChunkInfo& info) -> void* {
+        auto it = wanted.find({tensor, info.index()});
+        return it == wanted.end() ? nullptr : in_place(it->second, info);
+      },
       [&](const std::string& tensor, const v1::ChunkInfo& info,
           std::string_view bytes) -> absl::Status {
         auto it = wanted.find({tensor, info.index()});
@@ -90,20 +120,16 @@ absl::Status LoadCheckpoint(CheckpointClient* client, const v1::CheckpointManife
           return absl::DataLossError(absl::StrCat(where, ": tensor ", tensor, " chunk ",
                                                   info.index(), " has the wrong size"));
         }
+        const bool placed = bytes.data() == in_place(it->second, info);
         for (const Overlap& overlap : it->second) {
-          const LoadPiece& piece = *overlap.piece;
-          float* base = piece.kind == StateKind::kParam ? buffers.params
-                        : piece.kind == StateKind::kAdamM ? buffers.adam_m
-                                                          : buffers.adam_v;
-          const size_t buffer_begin = piece.kind == StateKind::kParam ? 0 : buffers.optimizer.begin;
-          // The destination buffer holds the piece's flat part of its box.
-          CopyRegion(overlap.region, ConstBoxedBuffer{&chunk_box, 0, bytes.data()},
-                     BoxedBuffer{&piece.local_box, piece.first,
-                                 base + (piece.arena_offset - buffer_begin)},
-                     sizeof(float));
-          copied[&piece] += overlap.region.NumElements();
+          if (!placed) {
+            CopyRegion(overlap.region, ConstBoxedBuffer{&chunk_box, 0, bytes.data()},
+                       destination(overlap), sizeof(float));
+          }
+          copied[overlap.piece] += overlap.region.NumElements();
         }
         ++local_stats.chunks;
+        local_stats.chunks_in_place += placed ? 1 : 0;
         local_stats.bytes += bytes.size();
         return absl::OkStatus();
       },

@@ -29,6 +29,7 @@ struct StateBuffers {
 
 struct LoadStats {
   int64_t chunks = 0;  // downloaded
+  int64_t chunks_in_place = 0;  // of those, received straight into the state buffers
   uint64_t bytes = 0;  // downloaded
   absl::Duration duration;
 };
@@ -37,7 +38,8 @@ struct LoadStats {
 // FailedPrecondition when the checkpoint is of another model (the message
 // names the tensor or the model fingerprints); DataLoss when a chunk is
 // corrupt (naming tensor and chunk) or the chunks leave part of the state
-// uncovered; the client's errors.
+// uncovered; the client's errors. After an error the buffers hold a partial
+// state, not to be trained on.
 absl::Status LoadCheckpoint(CheckpointClient* client, const v1::CheckpointManifest& manifest,
                             const model::GptConfig& config, const model::ParameterTable& table,
                             const StateBuffers& buffers, absl::Duration timeout,

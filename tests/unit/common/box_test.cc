@@ -85,6 +85,44 @@ TEST(BoxTest, FlatRangeToBoxesCoversRandomRangesExactlyInContiguousRuns) {
 
 // CopyRegion against an element-by-element copy, between buffers over
 // different boxes holding different parts of them.
+// Against brute force: the region's points, visited in row-major order,
+// have consecutive flat indices in the box exactly when IsContiguousIn says.
+TEST(BoxTest, IsContiguousInMatchesConsecutiveFlatIndices) {
+  std::mt19937 rng(21);
+  int contiguous = 0, scattered = 0;
+  for (int trial = 0; trial < 2000; ++trial) {
+    const int rank = 1 + static_cast<int>(rng() % 4);
+    Box box;
+    for (int d = 0; d < rank; ++d) {
+      box.start.push_back(static_cast<int64_t>(rng() % 3));
+      box.extent.push_back(1 + static_cast<int64_t>(rng() % 4));
+    }
+    Box region;
+    for (int d = 0; d < rank; ++d) {
+      const int64_t lo = static_cast<int64_t>(rng() % box.extent[d]);
+      const int64_t len = 1 + static_cast<int64_t>(rng() % (box.extent[d] - lo));
+      region.start.push_back(box.start[d] + lo);
+      region.extent.push_back(rng() % 3 == 0 ? box.extent[d] - lo : len);
+    }
+    bool consecutive = true;
+    std::vector<int64_t> point = region.start;
+    int64_t expected = FlatIndexIn(box, point);
+    for (int64_t k = 0; k < region.NumElements(); ++k, ++expected) {
+      consecutive = consecutive && FlatIndexIn(box, point) == expected;
+      for (int d = rank - 1; d >= 0; --d) {
+        if (++point[d] < region.start[d] + region.extent[d]) break;
+        point[d] = region.start[d];
+      }
+    }
+    ASSERT_EQ(IsContiguousIn(region, box), consecutive)
+        << "region " << BoxToString(region) << " in box " << BoxToString(box);
+    (consecutive ? contiguous : scattered)++;
+  }
+  // Both answers occur often enough for the comparison to mean something.
+  EXPECT_GT(contiguous, 200);
+  EXPECT_GT(scattered, 200);
+}
+
 TEST(BoxTest, CopyRegionMatchesElementwiseCopy) {
   std::mt19937 rng(9);
   for (int trial = 0; trial < 500; ++trial) {
