@@ -9,6 +9,7 @@
 #include "absl/flags/parse.h"
 #include "absl/flags/usage.h"
 #include "absl/time/time.h"
+#include "common/huge_page_malloc.h"
 #include "common/log.h"
 #include "coordinator/service/coordinator_server.h"
 
@@ -87,6 +88,7 @@ sigset_t BlockTerminationSignals() {
 }  // namespace
 
 int main(int argc, char** argv) {
+  cohort::ReexecWithHugePageMalloc(argv);  // first: it may restart the process
   // Checkpoint chunks (up to --max_checkpoint_chunk_bytes each) pass through
   // buffers of a few MiB. glibc maps such sizes afresh for each one and
   // returns them on free, so every chunk paid page faults to zero new pages

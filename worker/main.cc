@@ -15,6 +15,7 @@
 #include "absl/flags/parse.h"
 #include "absl/flags/usage.h"
 #include "absl/strings/ascii.h"
+#include "common/huge_page_malloc.h"
 #include "common/log.h"
 #include "worker/worker_daemon.h"
 
@@ -88,6 +89,7 @@ int Fail(const std::string& message) {
 }  // namespace
 
 int main(int argc, char** argv) {
+  cohort::ReexecWithHugePageMalloc(argv);  // first: it may restart the process
   absl::SetProgramUsageMessage(
       "Cohort worker daemon: attaches to the coordinator and trains on one device.\n"
       "  cohort-worker --coordinator=host:7070 --device=cpu");

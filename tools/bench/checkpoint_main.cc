@@ -35,6 +35,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
 #include "absl/time/clock.h"
+#include "common/huge_page_malloc.h"
 #include "common/job_spec_io.h"
 #include "common/log.h"
 #include "worker/checkpoint/checkpoint_client.h"
@@ -274,6 +275,8 @@ int Stall(checkpoint::CheckpointClient* client) {
 }  // namespace cohort::bench
 
 int main(int argc, char** argv) {
+  // As in cohort-worker, whose checkpoint path this measures.
+  cohort::ReexecWithHugePageMalloc(argv);
   absl::SetProgramUsageMessage("cohort-bench-checkpoint: checkpoint throughput and stall");
   absl::ParseCommandLine(argc, argv);
   if (absl::GetFlag(FLAGS_job).empty()) {

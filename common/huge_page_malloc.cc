@@ -1,0 +1,56 @@
+#include "common/huge_page_malloc.h"
+
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <fstream>
+
+#include "absl/strings/str_cat.h"
+
+namespace cohort {
+namespace {
+
+constexpr char kTunable[] = "glibc.malloc.hugetlb";
+
+}  // namespace
+
+std::optional<std::string> HugePageTunables(const char* tunables, const char* opt_out,
+                                            std::string_view thp_enabled) {
+  if (opt_out != nullptr && std::string_view(opt_out) == "0") return std::nullopt;
+  // The selected mode is the bracketed one; under "never" (or an unknown
+  // kernel) there is nothing to ask for.
+  if (thp_enabled.find("[madvise]") == std::string_view::npos &&
+      thp_enabled.find("[always]") == std::string_view::npos) {
+    return std::nullopt;
+  }
+  const std::string current = tunables == nullptr ? "" : tunables;
+  if (current.find(kTunable) != std::string::npos) return std::nullopt;  // set by us or the operator
+  const std::string setting = absl::StrCat(kTunable, "=1");
+  if (current.empty()) return setting;
+  return absl::StrCat(current, ":", setting);
+}
+
+void ReexecWithHugePageMalloc(char** argv) {
+  std::string thp;
+  {
+    std::ifstream in("/sys/kernel/mm/transparent_hugepage/enabled");
+    std::getline(in, thp);
+  }
+  const std::optional<std::string> tunables =
+      HugePageTunables(std::getenv("GLIBC_TUNABLES"), std::getenv("COHORT_HUGE_PAGE_MALLOC"), thp);
+  if (!tunables) return;
+  if (setenv("GLIBC_TUNABLES", tunables->c_str(), /*overwrite=*/1) != 0) return;
+  execv("/proc/self/exe", argv);
+  // Still here: this process runs with 4 KiB pages (its children would
+  // start with the tunable).
+  const int error = errno;
+  std::fprintf(stderr,
+               "%s: cannot re-execute with transparent huge pages for malloc (%s); going on "
+               "without them\n",
+               argv[0], std::strerror(error));
+}
+
+}  // namespace cohort
