@@ -26,16 +26,6 @@ size_t DTypeBytes(v1::TensorDType dtype) {
   }
 }
 
-bool ValidTensorName(const std::string& name) {
-  if (name.empty() || name.size() > 128) return false;
-  for (char c : name) {
-    const bool ok = (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') ||
-                    c == '_' || c == '/' || c == '.' || c == '-';
-    if (!ok) return false;
-  }
-  return true;
-}
-
 absl::Status CheckHeader(const v1::UploadHeader& h, const CheckpointUploadsOptions& options) {
   auto bad = [](const std::string& field, const std::string& why) {
     return absl::InvalidArgumentError(absl::StrCat("header.", field, ": ", why));
@@ -107,6 +97,16 @@ bool SameDeclaration(const v1::UploadHeader& a, const v1::UploadHeader& b) {
 }
 
 }  // namespace
+
+bool ValidTensorName(const std::string& name) {
+  if (name.empty() || name.size() > 128) return false;
+  for (char c : name) {
+    const bool ok = (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') ||
+                    c == '_' || c == '/' || c == '.' || c == '-';
+    if (!ok) return false;
+  }
+  return true;
+}
 
 std::vector<int64_t> StepsToRetire(std::vector<int64_t> committed,
                                    const v1::CheckpointPolicy& policy) {

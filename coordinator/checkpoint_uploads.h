@@ -61,6 +61,10 @@ struct CheckpointUploadsOptions {
   std::function<void(std::function<void()>)> defer;
 };
 
+// Whether `name` may name a tensor: 1-128 characters of [A-Za-z0-9_/.-]
+// (the header check's rule, so names are safe in keys, logs and files).
+bool ValidTensorName(const std::string& name);
+
 // The committed steps `policy` no longer keeps: all but the newest
 // keep_last (0 means the default) and those that are multiples of
 // keep_every (0: none), in ascending order.

@@ -41,6 +41,7 @@
 #include "common/crc32c.h"
 #include "coordinator/checkpoint_coverage.h"
 #include "coordinator/checkpoint_store.h"
+#include "coordinator/checkpoint_uploads.h"
 #include "coordinator/rocksdb_checkpoint_store.h"
 #include "fuzz/fuzz_support.h"
 #include "google/protobuf/util/message_differencer.h"
@@ -67,17 +68,6 @@ bool AdmittedShape(const v1::TensorInfo& t) {
   for (int64_t d : t.global_shape()) {
     if (d < 0 || (d > 0 && elements > std::numeric_limits<int64_t>::max() / 8 / d)) return false;
     elements *= d;
-  }
-  return true;
-}
-
-// CheckHeader's name rule.
-bool AdmittedTensorName(const std::string& name) {
-  if (name.empty() || name.size() > 128) return false;
-  for (char c : name) {
-    const bool ok = (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') ||
-                    c == '_' || c == '/' || c == '.' || c == '-';
-    if (!ok) return false;
   }
   return true;
 }
@@ -162,7 +152,7 @@ StoreCase MakeStoreCase(v1::CheckpointManifest manifest) {
   std::set<std::pair<std::string, uint32_t>> indices;
   std::set<std::pair<std::string, std::vector<int64_t>>> starts;
   for (v1::TensorInfo& t : *manifest.mutable_tensors()) {
-    if (!AdmittedTensorName(t.name())) t.set_name("t");
+    if (!coordinator::ValidTensorName(t.name())) t.set_name("t");
     if (!AdmittedShape(t)) t.clear_global_shape();
     for (const v1::ChunkInfo& chunk : t.chunks()) {
       std::vector<int64_t> start(chunk.box().start().begin(), chunk.box().start().end());
@@ -307,7 +297,7 @@ void FuzzSafetensors(const v1::CheckpointManifest& manifest) {
   std::set<std::string> names;
   uint64_t data_bytes = 0;
   for (const v1::TensorInfo& t : manifest.tensors()) {
-    if (!AdmittedTensorName(t.name()) || !AdmittedShape(t) || !names.insert(t.name()).second) {
+    if (!coordinator::ValidTensorName(t.name()) || !AdmittedShape(t) || !names.insert(t.name()).second) {
       continue;
     }
     tensors.push_back({t.name(), {t.global_shape().begin(), t.global_shape().end()}});
