@@ -50,7 +50,7 @@ ABSL_FLAG(int, max_checkpoint_downloads, 64,
           "concurrent checkpoint Download streams; more get RESOURCE_EXHAUSTED");
 ABSL_FLAG(int64_t, max_checkpoint_chunk_bytes, 64 << 20,
           "largest checkpoint chunk accepted; with the stream limits it bounds the memory "
-          "checkpoints take: (uploads + downloads) x this");
+          "checkpoints take: (3 x uploads + 4 x downloads) x this");
 ABSL_FLAG(absl::Duration, checkpoint_abandon_after, absl::Minutes(10),
           "an uncommitted checkpoint upload with no activity for this long is abandoned and its "
           "bytes freed");
