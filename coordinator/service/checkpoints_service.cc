@@ -514,6 +514,7 @@ class DownloadReactor : public grpc::ServerWriteReactor<grpc::ByteBuffer> {
     }
     StartWrite(&message_);
   }
+
   void WriteNextPiece() {
     const size_t n = std::min(service_->limits_.download_piece_bytes, current_->size() - offset_);
     // Each message's slice keeps the chunk alive for as long as gRPC holds it.

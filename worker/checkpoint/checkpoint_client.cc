@@ -166,7 +166,8 @@ class GrpcCheckpointClient final : public CheckpointClient {
   }
 
   // Received raw, like Upload is sent: a data message is copied once, from
-  // gRPC's slices into the chunk buffer, its CRC computed on the way.
+  // gRPC's slices into the chunk's placement or else the chunk buffer, its
+  // CRC computed on the way.
   using CheckpointClient::Download;
   absl::Status Download(const std::string& job_id, int64_t step,
                         const std::vector<v1::ChunkRef>& refs, const ChunkPlacement& place,
