@@ -61,7 +61,8 @@ ABSL_FLAG(absl::Duration, heartbeat_timeout, absl::Seconds(3),
           "broken stream is detected at once regardless");
 ABSL_FLAG(absl::Duration, readopt_grace, absl::Seconds(10),
           "after a restart, how long members of running jobs may take to re-attach before they "
-          "are treated as lost and their jobs re-planned");
+          "are treated as lost and their jobs re-planned (workers holding an assignment retry at "
+          "least every ~1.2 s, so keep this above ~3 s)");
 ABSL_FLAG(absl::Duration, suspend_timeout, absl::Seconds(10),
           "how long members of a job being re-planned may take to answer Suspend with the state "
           "they hold; members silent that long are fenced as hung");

@@ -78,8 +78,8 @@ absl::Status WorkerAgent::Run() {
       backoff.Reset();
       failed_attempts = 0;
     }
-    const absl::Duration delay = backoff.Next();
     absl::MutexLock lock(&mu_);
+    const absl::Duration delay = backoff.Next(/*holding=*/held_.has_value());
     if (StoppingLocked()) break;
     LogReconnectLocked(delay, ++failed_attempts, result.status);
     const absl::Time deadline = absl::Now() + delay;

@@ -42,7 +42,10 @@ class AttachStream {
 };
 
 // A channel to the coordinator whose own reconnect backoff is short (100 ms
-// .. 5 s), so it does not hold back the agent's attach retries.
+// .. 1 s), so it does not hold back the agent's attach retries: an attach on
+// a channel still waiting out its backoff fails at once, and a worker
+// holding an assignment must be back within the coordinator's
+// --readopt_grace.
 std::shared_ptr<grpc::Channel> NewCoordinatorChannel(const CoordinatorTarget& target);
 
 }  // namespace cohort::worker

@@ -16,8 +16,10 @@ uint64_t SeedOrRandom(uint64_t seed) {
 Backoff::Backoff(BackoffOptions options)
     : options_(options), base_(options.initial), rng_(SeedOrRandom(options.seed)) {}
 
-absl::Duration Backoff::Next() {
-  const absl::Duration base = std::min(base_, options_.max);
+absl::Duration Backoff::Next(bool holding) {
+  const absl::Duration cap =
+      holding ? std::min(options_.max, options_.max_while_holding) : options_.max;
+  const absl::Duration base = std::min(base_, cap);
   base_ = std::min(base_ * options_.multiplier, options_.max);
   const double jitter = std::clamp(options_.jitter, 0.0, 1.0);
   std::uniform_real_distribution<double> factor(1.0 - jitter, 1.0 + jitter);

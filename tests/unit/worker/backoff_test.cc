@@ -19,6 +19,18 @@ TEST(BackoffTest, DoublesFromInitialUpToTheCapWithinJitter) {
   for (absl::Duration nominal : expected) ExpectWithin(backoff.Next(), nominal, 0.2);
 }
 
+TEST(BackoffTest, HoldingAnAssignmentCapsAtMaxWhileHolding) {
+  // A holder must be back within a restarted coordinator's grace; a worker
+  // with nothing to keep may back off further.
+  Backoff backoff(BackoffOptions{.seed = 7});
+  for (int i = 0; i < 5; ++i) backoff.Next();  // base now 3.2 s
+  ExpectWithin(backoff.Next(/*holding=*/true), absl::Seconds(1), 0.2);
+  ExpectWithin(backoff.Next(/*holding=*/false), absl::Seconds(5), 0.2);
+  ExpectWithin(backoff.Next(/*holding=*/true), absl::Seconds(1), 0.2);
+  Backoff early(BackoffOptions{.seed = 7});
+  ExpectWithin(early.Next(/*holding=*/true), absl::Milliseconds(100), 0.2);
+}
+
 TEST(BackoffTest, ResetStartsOver) {
   Backoff backoff(BackoffOptions{.seed = 7});
   for (int i = 0; i < 10; ++i) backoff.Next();
