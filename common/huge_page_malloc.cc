@@ -27,7 +27,8 @@ std::optional<std::string> HugePageTunables(const char* tunables, const char* op
     return std::nullopt;
   }
   const std::string current = tunables == nullptr ? "" : tunables;
-  if (current.find(kTunable) != std::string::npos) return std::nullopt;  // set by us or the operator
+  // Already set, by an earlier start of this process or by the operator.
+  if (current.find(kTunable) != std::string::npos) return std::nullopt;
   const std::string setting = absl::StrCat(kTunable, "=1");
   if (current.empty()) return setting;
   return absl::StrCat(current, ":", setting);

@@ -297,7 +297,8 @@ void FuzzSafetensors(const v1::CheckpointManifest& manifest) {
   std::set<std::string> names;
   uint64_t data_bytes = 0;
   for (const v1::TensorInfo& t : manifest.tensors()) {
-    if (!coordinator::ValidTensorName(t.name()) || !AdmittedShape(t) || !names.insert(t.name()).second) {
+    if (!coordinator::ValidTensorName(t.name()) || !AdmittedShape(t) ||
+        !names.insert(t.name()).second) {
       continue;
     }
     tensors.push_back({t.name(), {t.global_shape().begin(), t.global_shape().end()}});

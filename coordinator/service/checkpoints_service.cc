@@ -10,12 +10,12 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "absl/synchronization/mutex.h"
 #include "common/crc32c.h"
 #include "common/grpc_status.h"
+#include "common/log.h"
 #include "common/raw_bytes_message.h"
 #include "grpcpp/impl/codegen/proto_utils.h"
-#include "common/log.h"
-#include "absl/synchronization/mutex.h"
 
 namespace cohort::coordinator {
 namespace {
@@ -553,8 +553,8 @@ class DownloadReactor : public grpc::ServerWriteReactor<grpc::ByteBuffer> {
   absl::Mutex mu_;
   // Written once before the first read is scheduled.
   std::vector<std::pair<const v1::TensorInfo*, const v1::ChunkInfo*>> todo_ ABSL_GUARDED_BY(mu_);
-  size_t next_read_ ABSL_GUARDED_BY(mu_) = 0;  // todo_ index of the next read to start
-  size_t next_send_ ABSL_GUARDED_BY(mu_) = 0;  // todo_ index of the next chunk to send
+  size_t next_read_ ABSL_GUARDED_BY(mu_) = 0;          // todo_ index of the next read to start
+  size_t next_send_ ABSL_GUARDED_BY(mu_) = 0;          // todo_ index of the next chunk to send
   std::map<size_t, Read> ready_ ABSL_GUARDED_BY(mu_);  // reads done, not yet sent
   bool sending_ ABSL_GUARDED_BY(mu_) = false;
   bool finished_ ABSL_GUARDED_BY(mu_) = false;

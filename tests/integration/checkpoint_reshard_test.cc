@@ -211,10 +211,12 @@ void LoadAllAndCompare(const Layout& l, bool zero1, int64_t step, CheckpointClie
     EXPECT_LT(in_place, chunks) << Name(l);
   }
   EXPECT_GT(in_place, 0) << Name(l);
-  std::printf("load into %-8s%s: %d ranks read %.2f MB (checkpoint %.2f MB), %lld of %lld chunks in place\n",
-              Name(l).c_str(), zero1 ? " ZeRO-1" : "       ", l.world(), bytes / 1e6,
-              manifest->total_bytes() / 1e6, static_cast<long long>(in_place),
-              static_cast<long long>(chunks));
+  std::printf(
+      "load into %-8s%s: %d ranks read %.2f MB (checkpoint %.2f MB), "
+      "%lld of %lld chunks in place\n",
+      Name(l).c_str(), zero1 ? " ZeRO-1" : "       ", l.world(), bytes / 1e6,
+      manifest->total_bytes() / 1e6, static_cast<long long>(in_place),
+      static_cast<long long>(chunks));
 }
 
 TEST(CheckpointReshardTest, SavedUnderTwoTwoOneLoadsBitwiseIntoEveryLayout) {
@@ -256,7 +258,8 @@ TEST(CheckpointReshardTest, PipelineSavesLoadIntoTensorLayoutsToo) {
 // service's 64 slots leave a full download working.
 TEST(CheckpointReshardTest, DownloadsKeepTheRequestedOrderAndAbandonedOnesFreeTheirSlots) {
   CheckpointServer server;
-  std::unique_ptr<CheckpointClient> client = NewGrpcCheckpointClient(CoordinatorTarget::Insecure(server.address()));
+  std::unique_ptr<CheckpointClient> client =
+      NewGrpcCheckpointClient(CoordinatorTarget::Insecure(server.address()));
   ASSERT_EQ(SaveAll(Layout{1, 1, 1}, false, 5, client.get()), 1);
   absl::StatusOr<v1::CheckpointManifest> manifest = client->GetManifest(kJob, 5, absl::Seconds(5));
   ASSERT_TRUE(manifest.ok());

@@ -77,7 +77,7 @@ absl::Status LoadCheckpoint(CheckpointClient* client, const v1::CheckpointManife
   // Where the overlap lands in the piece's buffer.
   auto destination = [&](const Overlap& overlap) {
     const LoadPiece& piece = *overlap.piece;
-    float* base = piece.kind == StateKind::kParam ? buffers.params
+    float* base = piece.kind == StateKind::kParam   ? buffers.params
                   : piece.kind == StateKind::kAdamM ? buffers.adam_m
                                                     : buffers.adam_v;
     const size_t buffer_begin = piece.kind == StateKind::kParam ? 0 : buffers.optimizer.begin;
