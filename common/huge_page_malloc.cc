@@ -17,6 +17,20 @@ constexpr char kTunable[] = "glibc.malloc.hugetlb";
 
 }  // namespace
 
+bool TunableIsSet(const char* tunables, std::string_view name) {
+  if (tunables == nullptr) return false;
+  // GLIBC_TUNABLES is `name=value` pairs separated by colons.
+  std::string_view rest = tunables;
+  while (!rest.empty()) {
+    const size_t colon = rest.find(':');
+    const std::string_view pair = rest.substr(0, colon);
+    if (pair.substr(0, pair.find('=')) == name) return true;
+    if (colon == std::string_view::npos) break;
+    rest.remove_prefix(colon + 1);
+  }
+  return false;
+}
+
 std::optional<std::string> HugePageTunables(const char* tunables, const char* opt_out,
                                             std::string_view thp_enabled) {
   if (opt_out != nullptr && std::string_view(opt_out) == "0") return std::nullopt;
@@ -26,9 +40,9 @@ std::optional<std::string> HugePageTunables(const char* tunables, const char* op
       thp_enabled.find("[always]") == std::string_view::npos) {
     return std::nullopt;
   }
-  const std::string current = tunables == nullptr ? "" : tunables;
   // Already set, by an earlier start of this process or by the operator.
-  if (current.find(kTunable) != std::string::npos) return std::nullopt;
+  if (TunableIsSet(tunables, kTunable)) return std::nullopt;
+  const std::string current = tunables == nullptr ? "" : tunables;
   const std::string setting = absl::StrCat(kTunable, "=1");
   if (current.empty()) return setting;
   return absl::StrCat(current, ":", setting);
@@ -44,6 +58,14 @@ void ReexecWithHugePageMalloc(char** argv) {
       HugePageTunables(std::getenv("GLIBC_TUNABLES"), std::getenv("COHORT_HUGE_PAGE_MALLOC"), thp);
   if (!tunables) return;
   if (setenv("GLIBC_TUNABLES", tunables->c_str(), /*overwrite=*/1) != 0) return;
+  // The binary's own path rather than /proc/self/exe, which would rename
+  // the process (and every thread) "exe" in ps, top and perf.
+  char path[4096];
+  const ssize_t length = readlink("/proc/self/exe", path, sizeof(path) - 1);
+  if (length > 0) {
+    path[length] = '\0';
+    execv(path, argv);  // fails when the binary was replaced or removed since
+  }
   execv("/proc/self/exe", argv);
   // Still here: this process runs with 4 KiB pages (its children would
   // start with the tunable).

@@ -31,6 +31,11 @@ namespace cohort {
 std::optional<std::string> HugePageTunables(const char* tunables, const char* opt_out,
                                             std::string_view thp_enabled);
 
+// Whether the GLIBC_TUNABLES value `tunables` (nullptr when unset) sets
+// `name` (e.g. "glibc.malloc.arena_max"), so that the process leaves it to
+// the operator.
+bool TunableIsSet(const char* tunables, std::string_view name);
+
 // Call first thing in main(): re-executes the program (same pid, arguments
 // and environment plus the tunable) when HugePageTunables says so. Returns
 // when there is nothing to do, and when the re-execution fails (after

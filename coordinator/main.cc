@@ -2,6 +2,7 @@
 #include <malloc.h>
 
 #include <csignal>
+#include <cstdlib>
 #include <iostream>
 #include <thread>
 
@@ -98,6 +99,17 @@ int main(int argc, char** argv) {
   // still bound how much is held.
   mallopt(M_MMAP_THRESHOLD, 128 << 20);
   mallopt(M_TRIM_THRESHOLD, 1 << 30);
+  // One malloc arena. Chunk memory is allocated on one thread (a gRPC
+  // handler inserting into a memtable) and freed on another (the flush
+  // thread); with glibc's per-thread arenas the freed blocks went back to
+  // arenas that the next allocations did not use, so each save faulted in
+  // fresh memory again: 0.29-0.39 GB/s saves and a 737 MB peak on a VM whose
+  // first-touch faults run at 0.3-0.6 GB/s, against 0.63-0.92 GB/s and
+  // 557 MB with one arena (docs/architecture.md, "Checkpoints"). An operator's
+  // glibc.malloc.arena_max in GLIBC_TUNABLES wins.
+  if (!cohort::TunableIsSet(std::getenv("GLIBC_TUNABLES"), "glibc.malloc.arena_max")) {
+    mallopt(M_ARENA_MAX, 1);
+  }
   absl::SetProgramUsageMessage(
       "cohort-coordinator: membership, mesh planning, job state, checkpoints and the KeyValue "
       "service.\n"

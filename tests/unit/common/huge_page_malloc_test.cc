@@ -26,5 +26,15 @@ TEST(HugePageMallocTest, LeavesTheProcessAloneOtherwise) {
   EXPECT_EQ(HugePageTunables(nullptr, nullptr, ""), std::nullopt);  // no THP in this kernel
 }
 
+TEST(HugePageMallocTest, TunableIsSetMatchesWholeNamesOnly) {
+  EXPECT_FALSE(TunableIsSet(nullptr, "glibc.malloc.arena_max"));
+  EXPECT_FALSE(TunableIsSet("", "glibc.malloc.arena_max"));
+  EXPECT_TRUE(TunableIsSet("glibc.malloc.arena_max=4", "glibc.malloc.arena_max"));
+  EXPECT_TRUE(TunableIsSet("glibc.malloc.hugetlb=1:glibc.malloc.arena_max=4",
+                           "glibc.malloc.arena_max"));
+  EXPECT_FALSE(TunableIsSet("glibc.malloc.arena_test=4", "glibc.malloc.arena_max"));
+  EXPECT_FALSE(TunableIsSet("glibc.malloc.arena_maximum=4", "glibc.malloc.arena_max"));
+}
+
 }  // namespace
 }  // namespace cohort
