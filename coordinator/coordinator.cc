@@ -64,6 +64,7 @@ Coordinator::Coordinator(Options options, std::unique_ptr<JobStore> store, const
                                 .suspend_timeout = options_.suspend_timeout,
                                 .hang_timeout_floor = options_.hang_timeout_floor,
                                 .hang_step_multiple = options_.hang_step_multiple,
+                                .prepare_timeout = options_.prepare_timeout,
                                 .latest_checkpoint = options_.latest_checkpoint},
             &membership_, store_.get()),
       kv_(options_.kv) {}

@@ -59,6 +59,7 @@ class Coordinator {
     std::string coordinator_id;  // random per start when empty
     // Elasticity (JobManager::Options).
     absl::Duration suspend_timeout = absl::Seconds(10);
+    absl::Duration prepare_timeout = absl::Minutes(10);
     absl::Duration hang_timeout_floor = absl::Seconds(30);
     double hang_step_multiple = 20.0;
     std::function<std::optional<int64_t>(const JobId&)> latest_checkpoint;

@@ -4,6 +4,7 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
 #include "common/log.h"
 #include "common/proto_time.h"
 #include "common/status_macros.h"
@@ -84,6 +85,7 @@ absl::Status JobManager::Restore(absl::Time now) {
     JobEntry& entry = jobs_[id];
     entry.number = static_cast<int64_t>(order_.size()) + 1;
     entry.job = std::move(job);
+    entry.reached_step = entry.job.progress().step();
     order_.push_back(id);
     if (IsTerminal(entry.job.state())) continue;
     // READY reports are not persisted one by one: a fully ready mesh was
@@ -93,9 +95,17 @@ absl::Status JobManager::Restore(absl::Time now) {
       for (const auto& member : entry.job.mesh().members()) entry.ready[member.worker_id()] = true;
     } else {
       entry.job.set_ready_workers(0);
+      entry.prepare_deadline = now + options_.prepare_timeout;
     }
     for (const auto& member : entry.job.mesh().members()) {
       awaiting_[WorkerId(member.worker_id())] = Awaited{id, now + options_.readopt_grace};
+    }
+    // Members of the live generation the old coordinator had already lost
+    // may still come back with their state, as after any loss.
+    for (const auto& member : entry.job.live_state().mesh().members()) {
+      if (IsMember(entry, WorkerId(member.worker_id()))) continue;
+      entry.returning[member.worker_id()] =
+          Returning{Incarnation(member.incarnation()), member, now + RejoinGrace(entry)};
     }
   }
   if (!awaiting_.empty()) {
@@ -208,14 +218,7 @@ void JobManager::OnWorkerJoined(const v1::Hello& hello, absl::Time now, Effects*
                   << entry->job.generation();
         if (entry->suspension.has_value()) {
           // A re-plan began while it was away: it suspends like the others.
-          entry->suspension->awaiting[id.value()] = true;
-          v1::CoordinatorMessage message;
-          v1::Suspend* suspend = message.mutable_suspend();
-          suspend->set_job_id(job_id.value());
-          suspend->set_generation(entry->job.generation());
-          suspend->set_reason(entry->suspension->reason);
-          effects->messages.push_back(
-              Effects::Message{id, Incarnation(hello.incarnation()), std::move(message)});
+          AskToSuspend(*entry, id, Incarnation(hello.incarnation()), now, effects);
         } else if (!entry->ready.contains(id.value())) {
           v1::CoordinatorMessage message;
           v1::Reconfigure* reconfigure = message.mutable_reconfigure();
@@ -223,11 +226,34 @@ void JobManager::OnWorkerJoined(const v1::Hello& hello, absl::Time now, Effects*
           reconfigure->set_generation(entry->job.generation());
           *reconfigure->mutable_mesh() = entry->job.mesh();
           *reconfigure->mutable_coordinates() = member->coordinates();
-          reconfigure->set_reason("coordinator restarted; confirm readiness");
+          reconfigure->set_reason("re-adopted; confirm readiness");
           *reconfigure->mutable_recovery() = entry->job.recovery();
           reconfigure->set_role(v1::RECONFIGURE_ROLE_MEMBER);
           effects->messages.push_back(
               Effects::Message{id, Incarnation(hello.incarnation()), std::move(message)});
+        }
+        Schedule(now, effects);
+        return;
+      }
+      // The same process, holding a generation of this job at least as new
+      // as the live state, that missed the newest generation's command (the
+      // old coordinator died first): its state counts. It suspends and
+      // reports what it holds, and the job is re-planned with it.
+      const uint64_t held_generation = held_job == job_id ? hello.held().generation() : 0;
+      const bool holds_live = same_process && held_generation != 0 &&
+                              held_generation >= entry->job.live_state().generation() &&
+                              held_generation <= entry->job.generation();
+      if (holds_live && membership_->AssignToJob(id, job_id).ok()) {
+        LOG(INFO) << "worker " << id << " re-attached holding generation " << held_generation
+                  << " of job " << job_id << " (current " << entry->job.generation()
+                  << "); it is re-planned with its state";
+        if (entry->suspension.has_value()) {
+          AskToSuspend(*entry, id, Incarnation(hello.incarnation()), now, effects);
+        } else {
+          BeginSuspension(*entry,
+                          absl::StrCat("worker ", id.value(), " re-attached without generation ",
+                                       entry->job.generation(), "'s command"),
+                          /*growth=*/false, now, effects);
         }
         Schedule(now, effects);
         return;
@@ -239,6 +265,10 @@ void JobManager::OnWorkerJoined(const v1::Hello& hello, absl::Time now, Effects*
       effects->lost.push_back(lost);
       OnWorkersLost({lost}, now, effects);
     }
+  }
+  if (Rejoin(hello, now, effects)) {
+    Schedule(now, effects);
+    return;
   }
   if (!held_job.value().empty()) {
     // The worker holds an assignment this coordinator no longer gives it.
@@ -262,11 +292,17 @@ void JobManager::OnWorkersLost(const std::vector<LostWorker>& lost, absl::Time n
     JobEntry* entry = FindEntry(*worker.job);
     if (entry == nullptr) continue;
     if (entry->donors.erase(worker.id.value()) > 0) {
-      // A donor died mid-transfer: the members' restore fails and they
-      // report SUSPENDED, which re-plans the job.
+      // A donor died: members still preparing may be waiting for its address
+      // or its pieces until their own deadlines. Re-plan now.
+      if (entry->job.state() != v1::JOB_STATE_RECONFIGURING) continue;
+      std::string& reason = reasons[*worker.job];
+      if (!reason.empty()) reason += ", ";
+      absl::StrAppend(&reason, "donor ", worker.id.value(), " lost (",
+                      LossReasonName(worker.reason), ")");
       continue;
     }
     if (!IsMember(*entry, worker.id)) continue;
+    RememberReturning(*entry, worker, now);
     RemoveMember(*entry, worker.id);
     std::string& reason = reasons[*worker.job];
     if (!reason.empty()) reason += ", ";
@@ -274,9 +310,57 @@ void JobManager::OnWorkersLost(const std::vector<LostWorker>& lost, absl::Time n
                     ")");
   }
   for (const auto& [job_id, reason] : reasons) {
-    Replan(*FindEntry(job_id), reason, /*only_if_larger=*/false, now, effects);
+    JobEntry& entry = *FindEntry(job_id);
+    if (AwaitEveryMember(entry, reason, now, effects)) continue;
+    Replan(entry, reason, /*only_if_larger=*/false, now, effects);
   }
   Schedule(now, effects);
+}
+
+bool JobManager::AwaitEveryMember(JobEntry& entry, const std::string& reason, absl::Time now,
+                                  Effects* effects) {
+  // Only when the last member is gone, the job was running its live
+  // generation, and every member of it may still be alive.
+  const v1::LiveState& live = entry.job.live_state();
+  if (entry.job.mesh().members_size() != 0 || live.generation() == 0 ||
+      live.generation() != entry.job.generation() ||
+      entry.returning.size() != static_cast<size_t>(live.mesh().members_size())) {
+    return false;
+  }
+  for (const v1::MeshMember& member : live.mesh().members()) {
+    auto it = entry.returning.find(member.worker_id());
+    if (it == entry.returning.end() || it->second.incarnation.value() != member.incarnation()) {
+      return false;
+    }
+  }
+  // Back to the mesh as it was, every member awaited as after a coordinator
+  // restart: one that re-attaches as the same process in the same place is
+  // re-adopted into this generation (asked to confirm what it holds), and
+  // if all come back the job goes on without a re-plan, in its own layout.
+  const JobId id(entry.job.job_id());
+  absl::Time until = now;
+  for (const v1::MeshMember& member : live.mesh().members()) {
+    *entry.job.mutable_mesh()->add_members() = member;
+    const absl::Time deadline = entry.returning.at(member.worker_id()).deadline;
+    awaiting_[WorkerId(member.worker_id())] = Awaited{id, deadline};
+    until = std::max(until, deadline);
+  }
+  entry.returning.clear();
+  entry.suspension.reset();
+  entry.ready.clear();
+  entry.job.set_ready_workers(0);
+  const std::string message = absl::StrCat(
+      reason, "; every member was lost at once: awaiting them for up to ",
+      absl::FormatDuration(absl::Trunc(until - now, absl::Milliseconds(1))),
+      " to re-attach with the job's state");
+  LOG(WARNING) << "job " << id << ": " << message;
+  if (entry.job.state() != v1::JOB_STATE_RECONFIGURING) {
+    SetState(entry, v1::JOB_STATE_RECONFIGURING, message, now, effects);
+  } else {
+    SetMessage(entry, message, now);
+    Emit(entry, v1::JOB_EVENT_KIND_STATE_CHANGED, effects);
+  }
+  return true;
 }
 
 absl::Status JobManager::OnAssignmentStatus(const WorkerId& worker,
@@ -308,6 +392,14 @@ absl::Status JobManager::OnAssignmentStatus(const WorkerId& worker,
       message.mutable_drain()->set_reason("drained: its state was handed over");
       effects->messages.push_back(Effects::Message{worker, record->incarnation, std::move(message)});
     }
+    if (!status.message().empty() && entry->job.state() == v1::JOB_STATE_RECONFIGURING) {
+      // The donation failed and the donor keeps nothing: the members waiting
+      // for its pieces would wait out their own deadlines. Re-plan now.
+      Replan(*entry,
+             absl::StrCat("donor ", worker.value(), " could not serve its state: ",
+                          status.message()),
+             /*only_if_larger=*/false, now, effects);
+    }
     Schedule(now, effects);
     return absl::OkStatus();
   }
@@ -330,6 +422,10 @@ absl::Status JobManager::OnAssignmentStatus(const WorkerId& worker,
       *live->mutable_mesh() = entry->job.mesh();
       live->set_zero1(entry->job.spec().parallelism().zero1());
       live->set_optimizer_replicas(std::max(1, entry->job.spec().elastic().optimizer_replicas()));
+      // The recovery took effect: its lost steps are counted (below), and
+      // the next one counts from its step.
+      entry->reached_step = entry->job.recovery().step();
+      entry->prepare_deadline.reset();
       entry->progress.clear();
       for (const auto& member : entry->job.mesh().members()) {
         entry->progress[member.worker_id()] = MemberProgress{entry->job.recovery().step(), false, now};
@@ -373,6 +469,7 @@ absl::Status JobManager::OnAssignmentStatus(const WorkerId& worker,
       if (status.has_progress() && status.progress().step() > entry->job.progress().step()) {
         *entry->job.mutable_progress() = status.progress();
       }
+      entry->reached_step = std::max(entry->reached_step, status.progress().step());
       if (static_cast<int>(entry->completed.size()) == entry->job.mesh().members_size()) {
         Finish(*entry, v1::JOB_STATE_COMPLETED, "", now, effects);
         Schedule(now, effects);
@@ -400,12 +497,16 @@ absl::Status JobManager::OnAssignmentStatus(const WorkerId& worker,
 void JobManager::OnProgress(const WorkerId& worker, const v1::Heartbeat& heartbeat,
                             absl::Time now, Effects* effects) {
   JobEntry* entry = FindEntry(JobId(heartbeat.job_id()));
-  // Progress counts from members that restored this generation's state
-  // (READY): before that a worker reports no step of its own.
   if (entry == nullptr || heartbeat.generation() != entry->job.generation() ||
-      !IsMember(*entry, worker) || !entry->ready.contains(worker.value())) {
+      !IsMember(*entry, worker)) {
     return;
   }
+  // Steps a member completed count for lost steps whenever they are heard
+  // of (a suspension clears the READY set, not what was trained).
+  entry->reached_step = std::max(entry->reached_step, heartbeat.progress().step());
+  // Progress counts from members that restored this generation's state
+  // (READY): before that a worker reports no step of its own.
+  if (!entry->ready.contains(worker.value())) return;
   auto member = entry->progress.find(worker.value());
   if (member != entry->progress.end()) {
     member->second.waiting = heartbeat.progress().waiting_for_peers();
@@ -441,7 +542,8 @@ void JobManager::Tick(absl::Time now, Effects* effects) {
   for (auto it = awaiting_.begin(); it != awaiting_.end();) {
     if (it->second.deadline <= now) {
       expired.push_back(LostWorker{it->first, Incarnation(0), it->second.job,
-                                   LossReason::kHeartbeatTimeout, options_.readopt_grace});
+                                   LossReason::kHeartbeatTimeout, options_.readopt_grace,
+                                   /*grace_expired=*/true});
       awaiting_.erase(it++);
     } else {
       ++it;
@@ -488,6 +590,11 @@ void JobManager::CheckTimeouts(JobEntry& entry, absl::Time now, Effects* effects
                                  absl::FormatDuration(options_.suspend_timeout)));
       return;
     }
+    if (s.awaiting.empty() && s.rejoin_deadline.has_value() && now >= *s.rejoin_deadline) {
+      s.rejoin_deadline.reset();
+      CompleteSuspension(entry, now, effects);
+      return;
+    }
     if (s.waiting_since.has_value() && now - *s.waiting_since >= WaitForWorkers(entry.job.spec())) {
       Finish(entry, v1::JOB_STATE_FAILED,
              absl::StrCat("waited ", absl::FormatDuration(now - *s.waiting_since),
@@ -496,6 +603,22 @@ void JobManager::CheckTimeouts(JobEntry& entry, absl::Time now, Effects* effects
       Schedule(now, effects);
     }
     return;
+  }
+  if (entry.prepare_deadline.has_value() && now >= *entry.prepare_deadline) {
+    std::vector<std::string> preparing;
+    for (const auto& member : entry.job.mesh().members()) {
+      if (!entry.ready.contains(member.worker_id())) preparing.push_back(member.worker_id());
+    }
+    std::sort(preparing.begin(), preparing.end());
+    entry.prepare_deadline.reset();
+    if (!preparing.empty()) {
+      Replan(entry,
+             absl::StrCat("generation ", entry.job.generation(), " not ready within ",
+                          absl::FormatDuration(options_.prepare_timeout), " (",
+                          absl::StrJoin(preparing, ", "), " still preparing)"),
+             /*only_if_larger=*/false, now, effects);
+      return;
+    }
   }
   // Stall: nobody advanced for the hang timeout.
   if (entry.job.state() != v1::JOB_STATE_RUNNING || options_.hang_timeout_floor <= absl::ZeroDuration() ||
@@ -622,9 +745,9 @@ void JobManager::Replan(JobEntry& entry, const std::string& reason, bool only_if
 }
 
 void JobManager::BeginSuspension(JobEntry& entry, const std::string& reason, bool growth,
-                                 absl::Time now, Effects* effects) {
+                                 absl::Time now, Effects* effects, const std::string& answered) {
   const JobId id(entry.job.job_id());
-  Suspension s;
+  Suspension& s = entry.suspension.emplace();
   s.reason = reason;
   s.started = now;
   s.deadline = now + options_.suspend_timeout;
@@ -633,16 +756,13 @@ void JobManager::BeginSuspension(JobEntry& entry, const std::string& reason, boo
     const WorkerId worker(member.worker_id());
     const WorkerRecord* record = membership_->Find(worker);
     if (record == nullptr || record->job != id || record->state == WorkerState::kLost) continue;
-    s.awaiting[worker.value()] = true;
-    v1::CoordinatorMessage message;
-    v1::Suspend* suspend = message.mutable_suspend();
-    suspend->set_job_id(id.value());
-    suspend->set_generation(entry.job.generation());
-    suspend->set_reason(reason);
-    effects->messages.push_back(Effects::Message{worker, record->incarnation, std::move(message)});
+    if (worker.value() == answered) {
+      s.awaiting[worker.value()] = true;  // its answer is in hand (OnSuspended)
+    } else {
+      AskToSuspend(entry, worker, record->incarnation, now, effects);
+    }
   }
   const size_t asked = s.awaiting.size();
-  entry.suspension = std::move(s);
   entry.ready.clear();
   entry.job.set_ready_workers(0);
   LOG(INFO) << "job " << id << " generation " << entry.job.generation() << ": re-planning ("
@@ -666,13 +786,17 @@ void JobManager::OnSuspended(JobEntry& entry, const WorkerId& worker,
     BeginSuspension(entry,
                     absl::StrCat("worker ", worker.value(), " stopped",
                                  status.message().empty() ? "" : ": " + status.message()),
-                    /*growth=*/false, now, effects);
+                    /*growth=*/false, now, effects, /*answered=*/worker.value());
   }
   if (!entry.suspension.has_value()) return;  // planned at once
   Suspension& s = *entry.suspension;
   const uint64_t live = entry.job.live_state().generation();
   for (const v1::HeldState& held : status.held_states()) {
-    if (live != 0 && held.generation() == live) s.holders[worker.value()] = held.step();
+    if (live != 0 && held.generation() == live) {
+      s.holders[worker.value()] = held.step();
+      // Known to be done, even if this holder is gone by the next plan.
+      entry.reached_step = std::max(entry.reached_step, held.step());
+    }
   }
   s.awaiting.erase(worker.value());
   if (s.awaiting.empty()) CompleteSuspension(entry, now, effects);
@@ -694,6 +818,30 @@ void JobManager::CompleteSuspension(JobEntry& entry, absl::Time now, Effects* ef
     }
   }
   const size_t members = request.candidates.size();
+  // Every member was lost (a stall of the whole job, a partition of all of
+  // it) and some may come back: wait for them all, so the job resumes in
+  // its own layout rather than on whoever re-attached first.
+  std::vector<std::string> pending;
+  absl::Time until = absl::InfinitePast();
+  for (const auto& [worker, returning] : entry.returning) {
+    if (returning.deadline <= now) continue;
+    pending.push_back(worker);
+    until = std::max(until, returning.deadline);
+  }
+  if (!pending.empty() && members <= s.rejoined.size()) {
+    std::sort(pending.begin(), pending.end());
+    s.rejoin_deadline = until;
+    const std::string message = absl::StrCat(
+        s.reason, "; every member was lost: waiting up to ",
+        absl::FormatDuration(absl::Trunc(until - now, absl::Milliseconds(1))), " for ",
+        absl::StrJoin(pending, ", "), " to re-attach with the job's state");
+    if (entry.job.message() != message) {
+      LOG(INFO) << "job " << id << ": " << message;
+      SetMessage(entry, message, now);
+      Emit(entry, v1::JOB_EVENT_KIND_STATE_CHANGED, effects);
+    }
+    return;
+  }
   for (const WorkerRecord* record : membership_->Idle(entry.job.spec().device_kind())) {
     request.candidates.push_back(ToPlannerWorker(*record));
   }
@@ -724,8 +872,34 @@ void JobManager::CompleteSuspension(JobEntry& entry, absl::Time now, Effects* ef
   input.holders = s.holders;
   input.next_mesh = *mesh;
   if (options_.latest_checkpoint) input.checkpoint_step = options_.latest_checkpoint(id);
-  input.reported_step = entry.job.progress().step();
+  input.reported_step = entry.reached_step;
   const v1::RecoveryPlan plan = PlanRecovery(input);
+  if (plan.kind() != v1::RECOVERY_KIND_PEER && live.generation() != 0) {
+    // State would be given up: first wait for lost members that may come
+    // back with it (a stall, a partition).
+    absl::Time until = absl::InfinitePast();
+    std::vector<std::string> names;
+    for (const auto& [worker, returning] : entry.returning) {
+      if (returning.deadline <= now) continue;
+      until = std::max(until, returning.deadline);
+      names.push_back(worker);
+    }
+    if (!names.empty()) {
+      std::sort(names.begin(), names.end());
+      s.rejoin_deadline = until;
+      const std::string message = absl::StrCat(
+          s.reason, "; waiting up to ", absl::FormatDuration(absl::Trunc(until - now, absl::Milliseconds(1))),
+          " for ", absl::StrJoin(names, ", "),
+          " (lost, possibly still holding the job's state) to re-attach; otherwise: ",
+          plan.reason());
+      if (entry.job.message() != message) {
+        LOG(INFO) << "job " << id << ": " << message;
+        SetMessage(entry, message, now);
+        Emit(entry, v1::JOB_EVENT_KIND_STATE_CHANGED, effects);
+      }
+      return;
+    }
+  }
   const std::string reason = s.reason;
   entry.recovery_started = s.started;
   entry.recovery_spare = IsSpareReplacement(plan, live.mesh(), *mesh);
@@ -744,6 +918,7 @@ void JobManager::ApplyMesh(JobEntry& entry, v1::Mesh mesh, const std::string& re
   for (const auto& member : mesh.members()) in_new[member.worker_id()] = true;
   entry.donors.clear();
   for (const v1::Donor& donor : plan.donors()) entry.donors[donor.worker_id()] = true;
+  entry.returning.clear();
 
   // Members left out of the new mesh (shrink to a divisible size) serve their
   // state as donors if the plan needs it, and are released otherwise.
@@ -813,6 +988,12 @@ void JobManager::ApplyMesh(JobEntry& entry, v1::Mesh mesh, const std::string& re
   *entry.job.mutable_mesh() = std::move(mesh);
   entry.job.set_generation(generation.value());
   *entry.job.mutable_recovery() = plan;
+  // The job's progress is where this generation starts: steps reported
+  // beyond it belong to the timeline the plan gave up (still counted in
+  // reached_step until the plan takes effect), and a restarted coordinator
+  // must not count them again.
+  entry.job.mutable_progress()->set_step(plan.step());
+  entry.prepare_deadline = now + options_.prepare_timeout;
   entry.ready.clear();
   entry.completed.clear();
   entry.job.set_ready_workers(0);
@@ -849,11 +1030,95 @@ void JobManager::Finish(JobEntry& entry, v1::JobState state, const std::string& 
     }
   }
   entry.donors.clear();
+  entry.returning.clear();
+  entry.prepare_deadline.reset();
   entry.suspension.reset();
   effects->finished_jobs.push_back(id);
   SetState(entry, state, message, now, effects);
   LOG(INFO) << "job " << id << " " << v1::JobState_Name(state)
             << (message.empty() ? "" : ": " + message);
+}
+
+absl::Duration JobManager::RejoinGrace(const JobEntry& entry) const {
+  return std::min(options_.readopt_grace, WaitForWorkers(entry.job.spec()));
+}
+
+void JobManager::RememberReturning(JobEntry& entry, const LostWorker& lost, absl::Time now) {
+  // Only a process that may still be alive: not one replaced by a new
+  // process, gone on purpose, or fenced as hung.
+  if ((lost.reason != LossReason::kStreamBroken && lost.reason != LossReason::kHeartbeatTimeout) ||
+      lost.grace_expired) {
+    return;
+  }
+  if (entry.job.live_state().generation() == 0) return;  // nothing trained to keep
+  for (const v1::MeshMember& member : entry.job.mesh().members()) {
+    if (member.worker_id() != lost.id.value()) continue;
+    if (lost.incarnation.value() != 0 && member.incarnation() != lost.incarnation.value()) return;
+    entry.returning[member.worker_id()] =
+        Returning{Incarnation(member.incarnation()), member, now + RejoinGrace(entry)};
+  }
+}
+
+bool JobManager::Rejoin(const v1::Hello& hello, absl::Time now, Effects* effects) {
+  const WorkerId id(hello.worker_id());
+  bool rejoined = false;
+  for (auto& [job_id, entry] : jobs_) {
+    auto it = entry.returning.find(id.value());
+    if (it == entry.returning.end()) continue;
+    const Returning returning = it->second;
+    entry.returning.erase(it);
+    const uint64_t held = hello.held().job_id() == job_id.value() ? hello.held().generation() : 0;
+    const bool holds = returning.incarnation.value() == hello.incarnation() && held != 0 &&
+                       held >= entry.job.live_state().generation() &&
+                       held <= entry.job.generation();
+    if (!holds || IsTerminal(entry.job.state()) || now > returning.deadline ||
+        !membership_->AssignToJob(id, job_id).ok()) {
+      // A new process (its state died with the old one), or no longer
+      // awaited: a plan waiting for it need not wait any more.
+      Suspension* s = entry.suspension ? &*entry.suspension : nullptr;
+      if (s != nullptr && s->rejoin_deadline.has_value() && s->awaiting.empty()) {
+        CompleteSuspension(entry, now, effects);
+      }
+      continue;
+    }
+    // Back in its place, it suspends like the other members and reports
+    // the state it holds.
+    auto* members = entry.job.mutable_mesh()->mutable_members();
+    int at = 0;
+    while (at < members->size() &&
+           members->Get(at).coordinates().rank() < returning.member.coordinates().rank()) {
+      ++at;
+    }
+    *members->Add() = returning.member;
+    for (int i = members->size() - 1; i > at; --i) members->SwapElements(i, i - 1);
+    LOG(INFO) << "worker " << id << " re-attached holding generation " << held << " of job "
+              << job_id << "; it rejoins the re-plan with its state";
+    rejoined = true;
+    if (!entry.suspension.has_value()) {
+      // After a coordinator restart: the re-plan starts now, with it.
+      BeginSuspension(entry, absl::StrCat("worker ", id.value(), " re-attached with its state"),
+                      /*growth=*/false, now, effects);
+      if (entry.suspension.has_value()) entry.suspension->rejoined[id.value()] = true;
+      continue;
+    }
+    entry.suspension->rejoined[id.value()] = true;
+    AskToSuspend(entry, id, Incarnation(hello.incarnation()), now, effects);
+  }
+  return rejoined;
+}
+
+void JobManager::AskToSuspend(JobEntry& entry, const WorkerId& worker, Incarnation incarnation,
+                              absl::Time now, Effects* effects) {
+  Suspension& s = *entry.suspension;
+  s.awaiting[worker.value()] = true;
+  // Its answer is due suspend_timeout after it was asked, like anyone's.
+  s.deadline = std::max(s.deadline, now + options_.suspend_timeout);
+  v1::CoordinatorMessage message;
+  v1::Suspend* suspend = message.mutable_suspend();
+  suspend->set_job_id(entry.job.job_id());
+  suspend->set_generation(entry.job.generation());
+  suspend->set_reason(s.reason);
+  effects->messages.push_back(Effects::Message{worker, incarnation, std::move(message)});
 }
 
 void JobManager::RemoveMember(JobEntry& entry, const WorkerId& worker) {

@@ -43,6 +43,14 @@
 // workers in submit order; a job that cannot start does not block later,
 // smaller jobs. Running jobs below max_workers grow when idle workers appear.
 //
+// A member lost while its process may still be alive (its stream broke, its
+// heartbeats stopped: a stall, a partition) is remembered for
+// min(readopt_grace, elastic.wait_for_workers_seconds). When a re-plan would
+// give up state (a checkpoint or a fresh start), planning waits for such
+// members; one that re-attaches as the same process holding the job's
+// generation rejoins the suspension (Suspend, then its held states), so the
+// job recovers from memory. Starting over is the last resort.
+//
 // After a coordinator restart (Restore), members of RUNNING/RECONFIGURING
 // jobs are awaited for `readopt_grace`: a worker re-attaching with the same
 // incarnation, job, generation and coordinates is re-adopted without a
@@ -115,6 +123,11 @@ class JobManager {
     // fences its members that are not waiting for peers. Zero floor: off.
     absl::Duration hang_timeout_floor = absl::Seconds(30);
     double hang_step_multiple = 20.0;
+    // A new generation whose members have not all reported READY within
+    // this time is re-planned (members stuck preparing are asked to suspend;
+    // silent ones are fenced). The workers' own deadlines (bootstrap,
+    // collectives, checkpoint loads) normally end a failed Prepare first.
+    absl::Duration prepare_timeout = absl::Minutes(10);
     // The job's newest committed checkpoint step, for recovery plans; unset:
     // none known.
     std::function<std::optional<int64_t>(const JobId&)> latest_checkpoint;
@@ -186,6 +199,18 @@ class JobManager {
     std::map<std::string, int64_t> holders;
     bool growth = false;  // nobody was lost: a growth or a scale
     std::optional<absl::Time> waiting_since;  // no mesh possible yet
+    // The plan would give up state while lost holders may still come back:
+    // planning waits for them until this time.
+    std::optional<absl::Time> rejoin_deadline;
+    // Members that were lost and came back during this suspension.
+    absl::flat_hash_map<std::string, bool> rejoined;
+  };
+  // A member lost while its process may still be alive (broken stream,
+  // heartbeat timeout) holding the job's live state.
+  struct Returning {
+    Incarnation incarnation;
+    v1::MeshMember member;  // its place in the mesh it left
+    absl::Time deadline;    // awaited until then
   };
   struct MemberProgress {
     int64_t step = 0;
@@ -200,8 +225,12 @@ class JobManager {
     absl::flat_hash_map<std::string, bool> completed;
     bool dirty = false;  // persisted copy is stale (a Put failed)
     std::optional<Suspension> suspension;
+    // Lost members that may come back with the live state (see Returning).
+    absl::flat_hash_map<std::string, Returning> returning;
     // Donors of the current generation, released when they report DONATED.
     absl::flat_hash_map<std::string, bool> donors;
+    // Every member of the current generation must be READY by then.
+    std::optional<absl::Time> prepare_deadline;
     // The current generation's re-plan began at this time (for its
     // detect-to-running time), and whether it replaced a worker by a spare.
     std::optional<absl::Time> recovery_started;
@@ -209,6 +238,11 @@ class JobManager {
     // Heartbeat progress per member, for stall detection.
     absl::flat_hash_map<std::string, MemberProgress> progress;
     std::vector<double> step_seconds;  // recent step times (rank 0)
+    // The newest step any member reported completing since the last
+    // recovery took effect (every member READY; from its step), for the
+    // lost steps of the next plan. A plan that never took effect is not
+    // counted, so the next one counts its steps again.
+    int64_t reached_step = 0;
   };
   struct Awaited {
     JobId job;
@@ -227,9 +261,11 @@ class JobManager {
   // `only_if_larger` restricts it to growth.
   void Replan(JobEntry& entry, const std::string& reason, bool only_if_larger, absl::Time now,
               Effects* effects);
-  // Phase 1: asks every remaining member to suspend.
+  // Phase 1: asks every remaining member to suspend, except `answered` (a
+  // member whose unasked SUSPENDED starts the phase: a second Suspend could
+  // reach it after the next generation's command and interrupt it).
   void BeginSuspension(JobEntry& entry, const std::string& reason, bool growth, absl::Time now,
-                       Effects* effects);
+                       Effects* effects, const std::string& answered = "");
   // Phase 2, once every member answered: plans and applies the next mesh,
   // or waits for workers.
   void CompleteSuspension(JobEntry& entry, absl::Time now, Effects* effects);
@@ -247,6 +283,25 @@ class JobManager {
               Effects* effects);
   // Drops a member from the job's mesh and membership.
   void RemoveMember(JobEntry& entry, const WorkerId& worker);
+  // Adds a member back during a suspension: it is awaited (due by
+  // suspend_timeout from now at the latest) and sent Suspend.
+  void AskToSuspend(JobEntry& entry, const WorkerId& worker, Incarnation incarnation,
+                    absl::Time now, Effects* effects);
+  // A lost member of the live generation whose process may be alive is
+  // remembered (JobEntry::returning) for the rejoin grace.
+  void RememberReturning(JobEntry& entry, const LostWorker& lost, absl::Time now);
+  // When the last member of a job running its live generation was lost and
+  // every member may still be alive (a stall of the whole job), puts the
+  // mesh back and awaits every member for the grace instead of re-planning;
+  // true if it did.
+  bool AwaitEveryMember(JobEntry& entry, const std::string& reason, absl::Time now,
+                        Effects* effects);
+  // A worker attached: takes it back into the suspension of a job it left
+  // with that job's state (true), or forgets it where it came back as a new
+  // process (its state is gone).
+  bool Rejoin(const v1::Hello& hello, absl::Time now, Effects* effects);
+  // How long lost holders are awaited before state is given up.
+  absl::Duration RejoinGrace(const JobEntry& entry) const;
 
   void SetState(JobEntry& entry, v1::JobState state, const std::string& message, absl::Time now,
                 Effects* effects);

@@ -67,6 +67,9 @@ ABSL_FLAG(absl::Duration, readopt_grace, absl::Seconds(10),
 ABSL_FLAG(absl::Duration, suspend_timeout, absl::Seconds(10),
           "how long members of a job being re-planned may take to answer Suspend with the state "
           "they hold; members silent that long are fenced as hung");
+ABSL_FLAG(absl::Duration, prepare_timeout, absl::Minutes(10),
+          "a new generation of a job whose members have not all reported ready within this "
+          "time is re-planned (the workers' own deadlines normally end a failed Prepare first)");
 ABSL_FLAG(absl::Duration, hang_timeout_floor, absl::Seconds(30),
           "a running job whose steps stop advancing for max(this, --hang_step_multiple x its "
           "median step time) fences its members that are not waiting for peers; 0 disables "
@@ -147,13 +150,15 @@ int main(int argc, char** argv) {
   config.coordinator.heartbeat_timeout = absl::GetFlag(FLAGS_heartbeat_timeout);
   config.coordinator.readopt_grace = absl::GetFlag(FLAGS_readopt_grace);
   config.coordinator.suspend_timeout = absl::GetFlag(FLAGS_suspend_timeout);
+  config.coordinator.prepare_timeout = absl::GetFlag(FLAGS_prepare_timeout);
   config.coordinator.hang_timeout_floor = absl::GetFlag(FLAGS_hang_timeout_floor);
   config.coordinator.hang_step_multiple = absl::GetFlag(FLAGS_hang_step_multiple);
   if (config.coordinator.suspend_timeout <= absl::ZeroDuration() ||
+      config.coordinator.prepare_timeout <= absl::ZeroDuration() ||
       config.coordinator.hang_timeout_floor < absl::ZeroDuration() ||
       config.coordinator.hang_step_multiple < 1) {
-    std::cerr << "cohort-coordinator: --suspend_timeout must be > 0, --hang_timeout_floor >= 0 "
-                 "and --hang_step_multiple >= 1\n";
+    std::cerr << "cohort-coordinator: --suspend_timeout and --prepare_timeout must be > 0, "
+                 "--hang_timeout_floor >= 0 and --hang_step_multiple >= 1\n";
     return 64;
   }
   config.checkpoints.max_uploads = absl::GetFlag(FLAGS_max_checkpoint_uploads);

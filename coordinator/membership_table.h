@@ -73,6 +73,9 @@ struct LostWorker {
   std::optional<JobId> job;  // job it was assigned to when lost
   LossReason reason;
   absl::Duration silence;  // time since the last heartbeat when detected
+  // Already awaited for a grace period (re-adoption after a restart or a
+  // stall) that ended without it: not awaited again.
+  bool grace_expired = false;
 };
 
 class MembershipTable {

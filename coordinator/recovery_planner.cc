@@ -10,9 +10,18 @@
 namespace cohort::coordinator {
 namespace {
 
-v1::RecoveryPlan Fallback(const RecoveryInput& input, int64_t live_step, const std::string& why) {
+// The newest step any rank is known to have completed: what a survivor
+// holds, or what the job reported (a rank may have completed a step that
+// others had not when training stopped, and that rank may be gone).
+int64_t Reached(const RecoveryInput& input) {
+  int64_t reached = input.reported_step;
+  for (const auto& [worker, step] : input.holders) reached = std::max(reached, step);
+  return reached;
+}
+
+v1::RecoveryPlan Fallback(const RecoveryInput& input, const std::string& why) {
   v1::RecoveryPlan plan;
-  const int64_t reached = std::max(live_step, input.reported_step);
+  const int64_t reached = Reached(input);
   if (input.checkpoint_step.has_value()) {
     plan.set_kind(v1::RECOVERY_KIND_CHECKPOINT);
     plan.set_step(*input.checkpoint_step);
@@ -33,8 +42,7 @@ v1::RecoveryPlan Fallback(const RecoveryInput& input, int64_t live_step, const s
 
 v1::RecoveryPlan PlanRecovery(const RecoveryInput& input) {
   if (!input.source.has_value() || input.holders.empty()) {
-    return Fallback(input, 0,
-                    input.source.has_value() ? "no survivor holds state" : "no state to recover");
+    return Fallback(input, input.source.has_value() ? "no survivor holds state" : "no state to recover");
   }
   const StateSource& source = *input.source;
   int64_t t = std::numeric_limits<int64_t>::max();
@@ -101,7 +109,7 @@ v1::RecoveryPlan PlanRecovery(const RecoveryInput& input) {
     const int params_holder = find_holder(dp);
     const int optimizer_holder = find_holder(replicas);
     if (params_holder < 0 || optimizer_holder < 0) {
-      return Fallback(input, t,
+      return Fallback(input,
                       absl::StrCat("no survivor holds ", params_holder < 0 ? "the weights" :
                                    "the optimizer state", " of source rank ", r, " (data ", d,
                                    ", tensor ", t_rank, ", pipeline ", p, ")"));
@@ -119,7 +127,8 @@ v1::RecoveryPlan PlanRecovery(const RecoveryInput& input) {
   plan.set_source_pipeline_parallel(pp);
   plan.set_source_zero1(source.zero1);
   plan.set_source_optimizer_replicas(source.optimizer_replicas);
-  plan.set_lost_steps(0);
+  // Steps some rank completed beyond t are computed again.
+  plan.set_lost_steps(std::max<int64_t>(0, Reached(input) - t));
   plan.set_reason(absl::StrCat("every piece of generation ", source.generation.value(),
                                "'s state survives; resuming at step ", t));
   return plan;

@@ -16,9 +16,11 @@
 //
 //   PEER        every piece has a surviving holder: each piece's source (its
 //               owner where possible, else a replica or mirror, rotated so
-//               receivers pull from several sources at once), resume at t,
-//               no step lost. Survivors outside the new mesh that serve a
-//               piece become donors.
+//               receivers pull from several sources at once), resume at t.
+//               Steps some rank completed beyond t (a survivor holding
+//               t + 1, or a reported step) count as lost: they are computed
+//               again. Survivors outside the new mesh that serve a piece
+//               become donors.
 //   CHECKPOINT  some piece has no holder, or nobody holds state: the newest
 //               committed checkpoint; the steps after it are lost.
 //   NONE        no state and no checkpoint: a fresh start (step 0, or the
@@ -50,7 +52,9 @@ struct RecoveryInput {
   std::map<std::string, int64_t> holders;
   v1::Mesh next_mesh;  // the new generation's
   std::optional<int64_t> checkpoint_step;  // the job's newest committed checkpoint
-  int64_t reported_step = 0;  // the newest step the job reported, for lost steps
+  // The newest step any rank of the job reported completing since the last
+  // recovery (heartbeats, statuses), for lost steps.
+  int64_t reported_step = 0;
 };
 
 v1::RecoveryPlan PlanRecovery(const RecoveryInput& input);

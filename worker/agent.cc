@@ -229,11 +229,31 @@ void WorkerAgent::HandleWelcome(const std::shared_ptr<AttachStream>& stream,
                                 const v1::Welcome& welcome) {
   std::optional<Assignment> held;
   metrics_.attached.Set(1);
+  const v1::Progress progress = ToProto(trainer_->progress());  // not under mu_
   {
     absl::MutexLock lock(&mu_);
     session_welcome_ = welcome;
     welcomed_stream_ = stream;
     held = held_;
+    // A COMPLETED that went out on a stream whose coordinator then died
+    // unread would leave the job RUNNING at its last step forever: the
+    // assignment is still held, so say it again (a repeat is harmless).
+    if (held_.has_value() && held_state_ == v1::ASSIGNMENT_STATE_COMPLETED) {
+      bool pending = false;
+      for (const v1::AssignmentStatus& status : pending_statuses_) {
+        pending |= status.job_id() == held_->job_id.value() &&
+                   status.generation() == held_->generation.value() &&
+                   status.state() == v1::ASSIGNMENT_STATE_COMPLETED;
+      }
+      if (!pending) {
+        v1::AssignmentStatus status;
+        status.set_job_id(held_->job_id.value());
+        status.set_generation(held_->generation.value());
+        status.set_state(v1::ASSIGNMENT_STATE_COMPLETED);
+        *status.mutable_progress() = progress;
+        pending_statuses_.push_back(std::move(status));
+      }
+    }
     cv_.SignalAll();
   }
   LOG(INFO) << "attached to coordinator " << welcome.coordinator_id() << " as "
@@ -554,6 +574,13 @@ void WorkerAgent::ExecuteDonate(Assignment assignment) {
   const Generation generation = assignment.generation;
   LOG(INFO) << "donating this worker's state of job " << job << " to generation " << generation
             << " as participant " << assignment.participant;
+  {
+    // Held while donating: a Suspend or Stop of the generation it donates
+    // from, delivered late, is stale and must not interrupt the donation.
+    absl::MutexLock lock(&mu_);
+    held_ = assignment;
+    held_state_ = v1::ASSIGNMENT_STATE_UNSPECIFIED;
+  }
   const absl::Status donated = assignment.participant < 0
                                    ? absl::InvalidArgumentError("not among the plan's donors")
                                    : trainer_->Donate(assignment);

@@ -402,6 +402,16 @@ absl::Status EngineTrainer::Prepare(const Assignment& assignment) {
   if (!start.ok()) return start.status();
   if (!mirrored.ok()) return mirrored;
   run->start_step = *start;
+  if (run->loss_log != nullptr) {
+    // Steps above this one logged by older generations are superseded: this
+    // generation trains them again (docs/operations.md, "Loss log").
+    std::fprintf(run->loss_log, "job %s generation %llu resume %lld time %.6f\n",
+                 run->job_id.value().c_str(),
+                 static_cast<unsigned long long>(run->generation.value()),
+                 static_cast<long long>(run->start_step),
+                 absl::ToDoubleSeconds(absl::Now() - absl::UnixEpoch()));
+    std::fflush(run->loss_log);
+  }
   if (run->checkpoint_interval > 0) {
     checkpoint::CheckpointWriterOptions writer;
     writer.job_id = assignment.job_id.value();

@@ -121,6 +121,12 @@ class ElasticTest : public ::testing::Test {
     return job;
   }
 
+  // Steps some generation trained again after a recovery that resumed
+  // below them (from the loss logs' resume lines): what lost_steps counts.
+  int64_t RedoneSteps(const std::string& job_id) const {
+    return CountRedoneSteps(LossLogs(), job_id);
+  }
+
   // Runs `spec` without faults and returns its losses.
   std::map<int, std::string> Reference(v1::JobSpec spec) {
     spec.set_name(spec.name() + "-ref");

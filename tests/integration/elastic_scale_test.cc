@@ -48,7 +48,11 @@ TEST_F(ElasticTest, ScalingTwoToFourToTwoKeepsTheTrajectory) {
   // left out: one of them serves them as a donor.
   EXPECT_GE(job.recovery().donors_size(), 1) << job.recovery().DebugString();
   EXPECT_EQ(job.recovery_stats().peer(), 2);
-  EXPECT_EQ(job.recovery_stats().lost_steps(), 0);
+  // A kill can land between one survivor's update of step t+1 and another's:
+  // t+1 is trained again and counted (at most that one step; the killed
+  // rank may have logged it unheard, so the count is at most what was redone).
+  EXPECT_LE(job.recovery_stats().lost_steps(), 1);
+  EXPECT_LE(job.recovery_stats().lost_steps(), RedoneSteps(id)) << Logs();  // never more than redone
   EXPECT_EQ(cluster_.CountWorkers(v1::WORKER_STATE_IDLE), 4);
   ExpectTrajectory("dp 2 -> 4 -> 2, ZeRO-1", Losses(id, /*layout_changed=*/true), reference,
                    /*bitwise=*/false);

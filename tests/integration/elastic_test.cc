@@ -45,7 +45,11 @@ TEST_P(SpareTest, KilledDataRankIsReplacedByTheSpareBitwise) {
   EXPECT_EQ(job.recovery().kind(), v1::RECOVERY_KIND_PEER) << job.recovery().reason();
   EXPECT_EQ(job.recovery_stats().peer(), 1);
   EXPECT_EQ(job.recovery_stats().spare(), 1);
-  EXPECT_EQ(job.recovery_stats().lost_steps(), 0);
+  // A kill can land between one survivor's update of step t+1 and another's:
+  // t+1 is trained again and counted (at most that one step; the killed
+  // rank may have logged it unheard, so the count is at most what was redone).
+  EXPECT_LE(job.recovery_stats().lost_steps(), 1);
+  EXPECT_LE(job.recovery_stats().lost_steps(), RedoneSteps(id)) << Logs();  // never more than redone
   ExpectTrajectory(absl::StrCat("dp 4, spare replaces rank 2", zero1 ? ", ZeRO-1" : ""),
                    Losses(id), reference, /*bitwise=*/true);
   std::printf("killed at step %lld; recovered at step %lld; detection to running %.3f s\n",
@@ -75,7 +79,11 @@ TEST_F(ElasticTest, KilledDataRankWithoutASpareShrinksTheMeshFromPeers) {
   // The survivor left out serves what only it holds (none or one piece,
   // depending on which survivor the planner keeps).
   EXPECT_LE(job.recovery().donors_size(), 1) << job.recovery().DebugString();
-  EXPECT_EQ(job.recovery_stats().lost_steps(), 0);
+  // A kill can land between one survivor's update of step t+1 and another's:
+  // t+1 is trained again and counted (at most that one step; the killed
+  // rank may have logged it unheard, so the count is at most what was redone).
+  EXPECT_LE(job.recovery_stats().lost_steps(), 1);
+  EXPECT_LE(job.recovery_stats().lost_steps(), RedoneSteps(id)) << Logs();  // never more than redone
   ExpectTrajectory("dp 4 -> 2 without a spare, ZeRO-1", Losses(id, true), reference, /*bitwise=*/false);
 }
 
@@ -102,7 +110,11 @@ TEST_P(GroupMemberTest, KilledMemberOfAGroupShrinksToTheOtherReplica) {
   EXPECT_EQ(job.generation(), 2u) << Logs();
   EXPECT_EQ(job.mesh().members_size(), 2);
   EXPECT_EQ(job.recovery().kind(), v1::RECOVERY_KIND_PEER) << job.recovery().reason();
-  EXPECT_EQ(job.recovery_stats().lost_steps(), 0);
+  // A kill can land between one survivor's update of step t+1 and another's:
+  // t+1 is trained again and counted (at most that one step; the killed
+  // rank may have logged it unheard, so the count is at most what was redone).
+  EXPECT_LE(job.recovery_stats().lost_steps(), 1);
+  EXPECT_LE(job.recovery_stats().lost_steps(), RedoneSteps(id)) << Logs();  // never more than redone
   ExpectTrajectory(absl::StrCat("dp 2 x tp ", c.tensor, " x pp ", c.pipeline, " -> dp 1, rank 3 "
                                 "killed", c.zero1 ? ", ZeRO-1" : ""),
                    Losses(id, true), reference, /*bitwise=*/false);

@@ -587,6 +587,13 @@ TEST_F(JobManagerTest, LostOptimizerShardFallsBackToTheNewestCheckpoint) {
   checkpoint_step_ = 20;
   Lose(Get(job).mesh().members(1).worker_id());
   SuspendAll(job, /*step=*/23);
+  // The lost member's process may still be alive with its shard: the plan
+  // waits for it (readopt_grace, 10 s here) before giving steps up.
+  EXPECT_EQ(Get(job).generation(), 1u);
+  EXPECT_THAT(Get(job).message(), HasSubstr("waiting up to 10s for"));
+  now_ += absl::Seconds(10);
+  Effects tick;
+  jobs_->Tick(now_, &tick);
   v1::Job after = Get(job);
   ASSERT_EQ(after.generation(), 2u);
   ASSERT_EQ(after.mesh().members_size(), 1);
@@ -594,6 +601,88 @@ TEST_F(JobManagerTest, LostOptimizerShardFallsBackToTheNewestCheckpoint) {
   EXPECT_EQ(after.recovery().checkpoint_step(), 20);
   EXPECT_EQ(after.recovery().lost_steps(), 3);
   EXPECT_THAT(after.recovery().reason(), HasSubstr("optimizer state of source rank 1"));
+}
+
+TEST_F(JobManagerTest, EveryMemberLostAtOnceIsAwaitedAndReadoptedWithoutAReplan) {
+  // A stall of the whole job: both members of a dp 2 job without
+  // checkpoints are lost; the same processes come back holding generation 1.
+  for (int i = 0; i < 2; ++i) Join(absl::StrCat("w", i), "h", i);
+  v1::Job job = Submit(Zero1Spec(1, 2, /*optimizer_replicas=*/1));
+  ReportAll(Get(job), v1::ASSIGNMENT_STATE_READY);
+  job = Get(job);
+  Effects progress;
+  Heartbeat(job.mesh().members(0).worker_id(), job, 49, false, &progress);
+  Lose(job.mesh().members(0).worker_id());
+  Effects last = Lose(job.mesh().members(1).worker_id());
+  EXPECT_EQ(CountKind(last, v1::CoordinatorMessage::kSuspend), 0);
+  v1::Job waiting = Get(job);
+  EXPECT_EQ(waiting.generation(), 1u);  // nothing is given up
+  EXPECT_EQ(waiting.state(), v1::JOB_STATE_RECONFIGURING);
+  EXPECT_EQ(waiting.mesh().members_size(), 2);
+  EXPECT_THAT(waiting.message(), HasSubstr("every member was lost at once"));
+  for (int i = 0; i < 2; ++i) {
+    now_ += absl::Milliseconds(130);
+    const v1::MeshMember& member = job.mesh().members(i);
+    Effects joined = JoinHello(HelloHolding(member, job));
+    EXPECT_EQ(MessagesTo(joined, member.worker_id(), v1::CoordinatorMessage::kStop).size(), 0u);
+    // Re-adopted: asked to confirm what it holds, in the same generation.
+    auto confirm = MessagesTo(joined, member.worker_id(), v1::CoordinatorMessage::kReconfigure);
+    ASSERT_EQ(confirm.size(), 1u);
+    EXPECT_EQ(confirm[0].reconfigure().generation(), 1u);
+  }
+  ReportAll(job, v1::ASSIGNMENT_STATE_READY);
+  v1::Job after = Get(job);
+  EXPECT_EQ(after.state(), v1::JOB_STATE_RUNNING);
+  EXPECT_EQ(after.generation(), 1u);
+  EXPECT_EQ(after.recovery_stats().lost_steps(), 0);
+  EXPECT_EQ(after.message(), "");
+}
+
+TEST_F(JobManagerTest, LostHolderOfAnUnreplicatedShardRejoinsTheReplanWithItsState) {
+  // tp 2: each member alone holds its shard. One is lost (its stream broke)
+  // while the other survives; with the spare, the plan would start over,
+  // so it waits.
+  for (int i = 0; i < 3; ++i) Join(absl::StrCat("w", i), "h", i);
+  v1::Job job = Submit(Spec(/*tensor=*/2, 2, 2));
+  ReportAll(Get(job), v1::ASSIGNMENT_STATE_READY);
+  job = Get(job);
+  const v1::MeshMember lost = job.mesh().members(1);
+  Lose(lost.worker_id());
+  SuspendAll(job, /*step=*/30);
+  EXPECT_EQ(Get(job).generation(), 1u);
+  EXPECT_THAT(Get(job).message(), HasSubstr("possibly still holding the job's state"));
+  now_ += absl::Seconds(2);
+  Effects joined = JoinHello(HelloHolding(lost, job));
+  ASSERT_EQ(MessagesTo(joined, lost.worker_id(), v1::CoordinatorMessage::kSuspend).size(), 1u);
+  Effects answered;
+  ASSERT_TRUE(Suspended(lost.worker_id(), Get(job), 30, &answered).ok());
+  v1::Job after = Get(job);
+  ASSERT_EQ(after.generation(), 2u);
+  EXPECT_EQ(after.recovery().kind(), v1::RECOVERY_KIND_PEER);
+  EXPECT_EQ(after.recovery().step(), 30);
+  EXPECT_EQ(after.recovery().lost_steps(), 0);
+  for (int i = 0; i < 2; ++i) {
+    EXPECT_EQ(after.mesh().members(i).worker_id(), job.mesh().members(i).worker_id());
+  }
+}
+
+TEST_F(JobManagerTest, LostHolderBackAsANewProcessEndsTheWaitAtOnce) {
+  for (int i = 0; i < 2; ++i) Join(absl::StrCat("w", i), "h", i);
+  v1::Job job = Submit(Zero1Spec(1, 2, /*optimizer_replicas=*/1));
+  ReportAll(Get(job), v1::ASSIGNMENT_STATE_READY);
+  job = Get(job);
+  checkpoint_step_ = 20;
+  const v1::MeshMember& lost = job.mesh().members(1);
+  Lose(lost.worker_id());
+  SuspendAll(job, /*step=*/23);
+  EXPECT_EQ(Get(job).generation(), 1u);
+  // kill -9 and restart: the old process's shard is gone, no reason to wait.
+  now_ += absl::Seconds(1);
+  Join(lost.worker_id(), lost.host(), lost.device_index(), /*incarnation=*/777);
+  v1::Job after = Get(job);
+  ASSERT_EQ(after.generation(), 2u);
+  EXPECT_EQ(after.recovery().kind(), v1::RECOVERY_KIND_CHECKPOINT);
+  EXPECT_EQ(after.recovery().checkpoint_step(), 20);
 }
 
 TEST_F(JobManagerTest, ScaleDownLeavesOutMembersWhoDonateTheirShardsFirst) {
@@ -629,6 +718,66 @@ TEST_F(JobManagerTest, ScaleDownLeavesOutMembersWhoDonateTheirShardsFirst) {
   // A second DONATED from the same worker is refused.
   EXPECT_EQ(jobs_->OnAssignmentStatus(WorkerId(donors[0]), donated, now_, &done).code(),
             absl::StatusCode::kAborted);
+}
+
+// Scale a 4-worker ZeRO-1 job to 2: the two left out donate their shards.
+// Returns the job after the plan and the donors' ids.
+class DonorTest : public JobManagerTest {
+ protected:
+  v1::Job ScaleToTwo(std::vector<std::string>* donors) {
+    for (int i = 0; i < 4; ++i) Join(absl::StrCat("w", i), "h", i);
+    v1::Job job = Submit(Zero1Spec(2, 4, /*optimizer_replicas=*/1));
+    ReportAll(Get(job), v1::ASSIGNMENT_STATE_READY);
+    Effects effects;
+    EXPECT_TRUE(jobs_->Scale(JobId(job.job_id()), 2, 2, now_, &effects).ok());
+    SuspendAll(Get(job), 9);
+    v1::Job after = Get(job);
+    for (const auto& donor : after.recovery().donors()) donors->push_back(donor.worker_id());
+    return after;
+  }
+};
+
+TEST_F(DonorTest, AFailedDonationReplansAtOnce) {
+  std::vector<std::string> donors;
+  const v1::Job planned = ScaleToTwo(&donors);
+  ASSERT_EQ(donors.size(), 2u);
+  v1::AssignmentStatus failed;
+  failed.set_job_id(planned.job_id());
+  failed.set_generation(planned.generation());
+  failed.set_state(v1::ASSIGNMENT_STATE_DONATED);
+  failed.set_message("CANCELLED: trainer interrupted while building communicators");
+  Effects effects;
+  ASSERT_TRUE(jobs_->OnAssignmentStatus(WorkerId(donors[0]), failed, now_, &effects).ok());
+  // The members waiting for its pieces are asked to suspend now, not after
+  // their bootstrap deadline.
+  EXPECT_EQ(CountKind(effects, v1::CoordinatorMessage::kSuspend), 2);
+  EXPECT_THAT(Get(planned).message(), HasSubstr("could not serve its state"));
+}
+
+TEST_F(DonorTest, ALostDonorReplansAGenerationStillPreparing) {
+  std::vector<std::string> donors;
+  const v1::Job planned = ScaleToTwo(&donors);
+  ASSERT_EQ(donors.size(), 2u);
+  Effects effects = Lose(donors[1]);
+  EXPECT_EQ(CountKind(effects, v1::CoordinatorMessage::kSuspend), 2);
+  EXPECT_THAT(Get(planned).message(), HasSubstr("donor " + donors[1] + " lost"));
+}
+
+TEST_F(JobManagerTest, AGenerationNotReadyInTimeIsReplanned) {
+  for (int i = 0; i < 2; ++i) Join(absl::StrCat("w", i), "h", i);
+  v1::Job job = Submit(Spec(1, 1, 2));
+  job = Get(job);
+  ASSERT_TRUE(Report(job.mesh().members(0).worker_id(), job, v1::ASSIGNMENT_STATE_READY).ok());
+  Effects early;
+  now_ += absl::Minutes(10) - absl::Seconds(1);
+  jobs_->Tick(now_, &early);
+  EXPECT_EQ(CountKind(early, v1::CoordinatorMessage::kSuspend), 0);
+  Effects late;
+  now_ += absl::Seconds(1);
+  jobs_->Tick(now_, &late);
+  EXPECT_EQ(CountKind(late, v1::CoordinatorMessage::kSuspend), 2);
+  EXPECT_THAT(Get(job).message(), HasSubstr("not ready within 10m"));
+  EXPECT_THAT(Get(job).message(), HasSubstr(job.mesh().members(1).worker_id() + " still preparing"));
 }
 
 TEST_F(JobManagerTest, MembersSilentAfterSuspendAreFencedAsHung) {
@@ -734,8 +883,10 @@ TEST_F(JobManagerTest, AMemberStoppingOnItsOwnStartsTheSuspension) {
   // The other member is asked; the one that stopped is not asked again.
   EXPECT_EQ(MessagesTo(effects, job.mesh().members(1).worker_id(),
                        v1::CoordinatorMessage::kSuspend).size(), 1u);
+  // (A second Suspend could arrive after the next generation's Reconfigure
+  // and interrupt it: the donor hang the protocol simulator found.)
   EXPECT_EQ(MessagesTo(effects, job.mesh().members(0).worker_id(),
-                       v1::CoordinatorMessage::kSuspend).size(), 1u);
+                       v1::CoordinatorMessage::kSuspend).size(), 0u);
   ASSERT_TRUE(Suspended(job.mesh().members(1).worker_id(), job, 8, &effects).ok());
   EXPECT_EQ(Get(job).generation(), 2u);
   EXPECT_EQ(Get(job).recovery().step(), 8);

@@ -44,7 +44,7 @@ TEST(RecoveryPlannerTest, ASpareTakesALostDataRanksPlaceFromItsReplicasAndMirror
   const v1::RecoveryPlan plan = PlanRecovery(input);
   ASSERT_EQ(plan.kind(), v1::RECOVERY_KIND_PEER) << plan.reason();
   EXPECT_EQ(plan.step(), 40);
-  EXPECT_EQ(plan.lost_steps(), 0);
+  EXPECT_EQ(plan.lost_steps(), 1);  // w1 completed step 41, which is trained again
   EXPECT_EQ(plan.source_generation(), 3u);
   ASSERT_EQ(plan.pieces_size(), 4);
   // Owners serve their own pieces; w2's weights come from the next replica
@@ -55,6 +55,23 @@ TEST(RecoveryPlannerTest, ASpareTakesALostDataRanksPlaceFromItsReplicasAndMirror
   EXPECT_EQ(plan.pieces(2).optimizer_holder_rank(), 3);
   EXPECT_TRUE(plan.donors().empty());
   EXPECT_TRUE(IsSpareReplacement(plan, source, input.next_mesh));
+}
+
+TEST(RecoveryPlannerTest, LostStepsCountWhatAnyRankCompletedBeyondTheResumeStep) {
+  const v1::Mesh source = MakeMesh(2, 1, 1);
+  RecoveryInput input = Input(source, /*zero1=*/false, /*replicas=*/1);
+  input.next_mesh = source;
+  EXPECT_EQ(PlanRecovery(input).lost_steps(), 0);  // everyone at 40
+  // Rank 0 reported step 42 before it stopped; the survivors hold 40.
+  input.reported_step = 42;
+  v1::RecoveryPlan plan = PlanRecovery(input);
+  EXPECT_EQ(plan.step(), 40);
+  EXPECT_EQ(plan.lost_steps(), 2);
+  // Without any holder: a fresh start loses what was reported or held.
+  input.holders.clear();
+  plan = PlanRecovery(input);
+  EXPECT_EQ(plan.kind(), v1::RECOVERY_KIND_NONE);
+  EXPECT_EQ(plan.lost_steps(), 42);
 }
 
 TEST(RecoveryPlannerTest, ShrinkingKeepsLeavingHoldersAsDonors) {

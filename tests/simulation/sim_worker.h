@@ -1,0 +1,166 @@
+#pragma once
+// SimWorker: one simulated cohort-worker process, the protocol side of
+// worker/agent.cc (attach, heartbeats, the command queue, statuses kept
+// across reconnects) and of worker/engine_trainer.cc (Prepare: KV bootstrap,
+// peer transfer or checkpoint load; the step loop over collectives; the two
+// state versions a rank keeps; Suspend, Donate, Stop, Interrupt) as a state
+// machine on the simulator's clock. Where the real code decides something
+// (which commands are stale, what a status reports, when state is dropped),
+// this class decides it the same way; keep the two in step.
+//
+// Each process has an incarnation; every timer and callback carries it, so
+// nothing of a crashed process runs after the crash (World::AtWorker).
+
+#include <cstdint>
+#include <deque>
+#include <functional>
+#include <map>
+#include <optional>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/time/time.h"
+#include "cohort/v1/workers.pb.h"
+
+namespace cohort::simulation {
+
+class World;
+
+class SimWorker {
+ public:
+  SimWorker(World* world, int index);
+
+  int index() const { return index_; }
+  const std::string& id() const { return id_; }
+  uint64_t incarnation() const { return incarnation_; }
+  bool alive() const { return alive_; }
+  absl::Time frozen_until() const { return frozen_until_; }
+  void FreezeUntil(absl::Time until);
+
+  // Process lifecycle.
+  void Start();  // a new process (new incarnation) attaches
+  void Crash();  // kill -9: gone without a word
+
+  // From the network.
+  void OnMessage(uint64_t stream, const v1::CoordinatorMessage& message);
+  void OnStreamEnded(uint64_t stream);
+
+  // What this process holds in memory of `job` (for the invariants): the
+  // trainer's held states, newest first.
+  std::vector<v1::HeldState> HeldStates(const std::string& job) const;
+  // The Attach stream in use (0: none).
+  uint64_t stream() const { return stream_; }
+
+ private:
+  struct Assignment {
+    std::string job;
+    uint64_t generation = 0;
+    v1::JobSpec spec;
+    v1::Mesh mesh;
+    v1::MeshCoordinates coordinates;
+    v1::RecoveryPlan recovery;
+    bool donor = false;
+    int participant = 0;
+  };
+  // A generation's training state as the trainer holds it.
+  struct Run {
+    std::string job;
+    uint64_t generation = 0;
+    // (worker index, incarnation) of each rank, in rank order.
+    std::vector<std::pair<int, uint64_t>> members;
+    int rank = 0;
+    int64_t newest = 0;        // newest consistent step
+    bool has_previous = false;  // also holds newest - 1
+    bool trained = false;       // completed a step in this generation
+    int64_t steps = 0;
+    int64_t checkpoint_interval = 0;
+  };
+  enum class Phase { kIdle, kCompute, kCollective, kEndPhase };
+
+  // --- agent ---
+  void Connect();
+  void Reconnect();
+  void OnWelcome(uint64_t stream, const v1::Welcome& welcome);
+  void HeartbeatTick(uint64_t stream);
+  void AbandonStream(const std::string& why);
+  void Enqueue(const v1::CoordinatorMessage& command);
+  void RunNextCommand();
+  void CommandDone();
+  void ExecuteAssign(const v1::Assign& assign);
+  void ExecuteReconfigure(const v1::Reconfigure& reconfigure);
+  void ExecuteStop(const v1::Stop& stop);
+  void ExecuteSuspend(const v1::Suspend& suspend);
+  void ExecuteDonate(Assignment assignment);
+  void InterruptFor(const std::string& job, uint64_t generation);
+  void PrepareAndReport(Assignment assignment);
+  void ReportSuspended(const std::string& job, uint64_t generation, const std::string& reason);
+  void ReportTrainingFinished(const std::string& job, uint64_t generation);
+  void SendStatus(const std::string& job, uint64_t generation, v1::AssignmentState state,
+                  const std::string& message, const std::vector<v1::HeldState>& held = {});
+  void FlushStatuses();
+  v1::Progress CurrentProgress() const;
+  // A command of `generation` about to act: one older than a command this
+  // process already executed for the same job is a protocol violation.
+  void ActingOn(const std::string& job, uint64_t generation, const char* what);
+
+  // --- trainer ---
+  using Done = std::function<void(absl::Status)>;
+  void TrainerPrepare(const Assignment& assignment, Done done);
+  void TrainerDonate(const Assignment& assignment, Done done);
+  std::vector<v1::HeldState> TrainerSuspend();
+  void TrainerStop();
+  void TrainerInterrupt();
+  void SuspendTraining();
+  // Build (KV bootstrap among the participants), then `next`.
+  void Bootstrap(const Assignment& assignment, uint64_t op, std::function<void()> next);
+  void WaitForPeer(const Assignment& assignment, uint64_t op, int peer, int participants,
+                   absl::Time deadline, std::function<void()> next);
+  // Restores the state the plan names, then `done` with the step it is at.
+  void Restore(const Assignment& assignment, uint64_t op, std::function<void(int64_t)> done);
+  void FinishPrepare(const Assignment& assignment, uint64_t op, int64_t start);
+  void StopAll();
+  // Fails the operation in flight (if it is `op`) with `status`.
+  void FailOp(uint64_t op, absl::Status status);
+  Run* HeldRun(const std::string& job, uint64_t generation);
+  bool Serves(const Assignment& assignment) const;
+  void StartTraining();
+  void ComputeStep(uint64_t epoch);
+  void StepReduced(uint64_t epoch, absl::Status status);
+  void StepDone(uint64_t epoch);
+
+  World* world_;
+  const int index_;
+  const std::string id_;
+  uint64_t incarnation_ = 0;
+  bool alive_ = false;
+  absl::Time frozen_until_ = absl::InfinitePast();
+
+  // Agent.
+  uint64_t stream_ = 0;
+  bool welcomed_ = false;
+  absl::Time last_received_;
+  absl::Duration heartbeat_interval_;
+  absl::Duration heartbeat_timeout_;
+  uint64_t heartbeat_sequence_ = 1;
+  absl::Duration backoff_;
+  std::deque<v1::AssignmentStatus> pending_statuses_;
+  std::deque<v1::CoordinatorMessage> commands_;
+  bool busy_ = false;  // the command thread is executing one
+  std::optional<Assignment> held_;
+  v1::AssignmentState held_state_ = v1::ASSIGNMENT_STATE_UNSPECIFIED;
+  std::map<std::string, uint64_t> newest_command_generation_;
+
+  // Trainer.
+  std::optional<Run> run_;
+  std::optional<Run> previous_;
+  Phase phase_ = Phase::kIdle;
+  uint64_t train_epoch_ = 0;  // bumped whenever the step loop stops
+  uint64_t op_ = 0;           // the Prepare/Donate in flight (0: none)
+  uint64_t next_op_ = 1;
+  Done op_done_;
+  bool cancelled_ = false;
+};
+
+}  // namespace cohort::simulation

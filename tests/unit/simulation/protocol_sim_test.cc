@@ -1,0 +1,92 @@
+// The protocol simulator over many seeds (docs/architecture.md, "Protocol
+// simulation"): every invariant must hold in every run. A failure prints the
+// seed's trace; `cohort-sim-protocol --first_seed S --seeds 1 --print_trace`
+// replays it.
+
+#include "tests/simulation/protocol_sim.h"
+
+#include <cstdlib>
+#include <string>
+
+#include "absl/strings/numbers.h"
+#include "absl/time/clock.h"
+#include "gtest/gtest.h"
+
+namespace cohort::simulation {
+namespace {
+
+uint64_t SeedsFromEnv(const char* name, uint64_t fallback) {
+  const char* value = std::getenv(name);
+  uint64_t parsed = 0;
+  return value != nullptr && absl::SimpleAtoi(value, &parsed) && parsed > 0 ? parsed : fallback;
+}
+
+// Runs `count` seeds from `first` through `make` and fails with the traces of
+// (at most three) failing seeds.
+template <typename Make>
+void ExpectAllSeedsPass(uint64_t first, uint64_t count, Make make) {
+  int failures = 0;
+  for (uint64_t seed = first; seed < first + count; ++seed) {
+    const SimResult result = RunSimulation(make(seed));
+    if (result.ok()) continue;
+    if (++failures <= 3) ADD_FAILURE() << FormatFailure(result, 150);
+  }
+  EXPECT_EQ(failures, 0) << failures << " of " << count << " seeds broke an invariant";
+}
+
+TEST(ProtocolSimTest, RandomClustersFaultsAndInterleavings) {
+  // CI's share; COHORT_SIM_SEEDS or tools/dev sim-protocol run more.
+  const uint64_t seeds = SeedsFromEnv("COHORT_SIM_SEEDS", 2500);
+  const absl::Time start = absl::Now();
+  ExpectAllSeedsPass(1, seeds, [](uint64_t seed) {
+    SimOptions options;
+    options.seed = seed;
+    return options;
+  });
+  std::printf("%llu seeds in %.1f s\n", static_cast<unsigned long long>(seeds),
+              absl::ToDoubleSeconds(absl::Now() - start));
+}
+
+// Issue 20's fault 1: a stall of the whole machine (coordinator and every
+// worker frozen past the heartbeat timeout) must cost no step: the members
+// come back with their state and the job continues from their memory.
+TEST(ProtocolSimTest, AWholeMachineStallLosesNoState) {
+  ExpectAllSeedsPass(1, 300, [](uint64_t seed) { return *ScenarioOptions("stall", seed); });
+  for (uint64_t seed = 1; seed <= 50; ++seed) {
+    const SimResult result = RunSimulation(*ScenarioOptions("stall", seed));
+    ASSERT_TRUE(result.ok()) << FormatFailure(result);
+    EXPECT_NE(result.outcome.find("0 checkpoint, 0 lost steps"), std::string::npos)
+        << "seed " << seed << ": " << result.outcome;
+    // Nobody crashed: the job resumes in its own layout (the same bits),
+    // not on whichever member re-attached first.
+    for (const std::string& line : result.trace) {
+      if (line.find("] plan ") == std::string::npos) continue;
+      EXPECT_NE(line.find("(dp 4 tp 1 pp 1)"), std::string::npos) << "seed " << seed << ": " << line;
+    }
+  }
+}
+
+// Issue 20's fault 2: a donor's late Suspend of the old generation must not
+// interrupt its donation (seed 3 hung it before the fix).
+TEST(ProtocolSimTest, ALateSuspendDoesNotInterruptADonation) {
+  ExpectAllSeedsPass(1, 300, [](uint64_t seed) { return *ScenarioOptions("donor", seed); });
+}
+
+TEST(ProtocolSimTest, TheSameSeedReplaysTheSameRun) {
+  SimOptions options;
+  options.seed = 42;
+  const SimResult a = RunSimulation(options);
+  const SimResult b = RunSimulation(options);
+  EXPECT_EQ(a.scenario, b.scenario);
+  EXPECT_EQ(a.events, b.events);
+  EXPECT_EQ(a.trace, b.trace);
+  options.seed = 43;
+  EXPECT_NE(RunSimulation(options).trace, a.trace);
+}
+
+TEST(ProtocolSimTest, UnknownScenarioIsRefused) {
+  EXPECT_EQ(ScenarioOptions("nope", 1).status().code(), absl::StatusCode::kInvalidArgument);
+}
+
+}  // namespace
+}  // namespace cohort::simulation
