@@ -184,6 +184,7 @@ absl::StatusOr<v1::Welcome> Coordinator::Attach(const v1::Hello& hello,
   {
     absl::MutexLock lock(&mu_);
     const absl::Time now = clock_->Now();
+    DiscountOwnStall(now);  // before anything can time out
     const WorkerRecord* before = membership_.Find(WorkerId(hello.worker_id()));
     const Incarnation old_incarnation = before ? before->incarnation : Incarnation(0);
     ASSIGN_OR_RETURN(JoinResult joined, membership_.Join(hello, now));
@@ -222,6 +223,7 @@ absl::Status Coordinator::OnWorkerMessage(const WorkerId& worker,
   {
     absl::MutexLock lock(&mu_);
     const absl::Time now = clock_->Now();
+    DiscountOwnStall(now);  // before anything can time out
     auto sink = sinks_.find(worker);
     if (sink == sinks_.end()) {
       return absl::FailedPreconditionError(
@@ -271,6 +273,7 @@ void Coordinator::Detach(const WorkerId& worker, Incarnation incarnation) {
   {
     absl::MutexLock lock(&mu_);
     const absl::Time now = clock_->Now();
+    DiscountOwnStall(now);  // before anything can time out
     auto sink = sinks_.find(worker);
     if (sink != sinks_.end() && sink->second.incarnation == incarnation) sinks_.erase(sink);
     if (quiesced_) return;
@@ -473,12 +476,27 @@ void Coordinator::Quiesce() {
   quiesced_ = true;
 }
 
+void Coordinator::DiscountOwnStall(absl::Time now) {
+  if (options_.stall_threshold <= absl::ZeroDuration() || !last_tick_.has_value() ||
+      now - *last_tick_ <= options_.stall_threshold) {
+    return;
+  }
+  const absl::Duration gap = now - *last_tick_;
+  LOG(WARNING) << "the coordinator did not run for " << absl::FormatDuration(gap)
+               << " (a stall of its own); heartbeat ages and job deadlines do not count it";
+  membership_.Discount(gap, now);
+  jobs_.Discount(gap, now);
+  last_tick_ = now;
+}
+
 void Coordinator::Tick() {
   Deliveries deliveries;
   {
     absl::MutexLock lock(&mu_);
     if (quiesced_) return;
     const absl::Time now = clock_->Now();
+    DiscountOwnStall(now);
+    last_tick_ = now;
     Effects effects;
     HandleLost(membership_.Expire(now), &effects);
     jobs_.Tick(now, &effects);

@@ -13,6 +13,7 @@
 
 #include <functional>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -60,6 +61,12 @@ class Coordinator {
     // Elasticity (JobManager::Options).
     absl::Duration suspend_timeout = absl::Seconds(10);
     absl::Duration prepare_timeout = absl::Minutes(10);
+    // Tick() is expected this often at least: a longer gap means the
+    // coordinator itself was stopped (a stalled host, SIGSTOP, a VM pause),
+    // and that time is not counted against the workers (heartbeat ages and
+    // every job deadline are moved later by it). Zero: off (tests that jump
+    // a fake clock between ticks).
+    absl::Duration stall_threshold = absl::ZeroDuration();
     absl::Duration hang_timeout_floor = absl::Seconds(30);
     double hang_step_multiple = 20.0;
     std::function<std::optional<int64_t>(const JobId&)> latest_checkpoint;
@@ -144,6 +151,11 @@ class Coordinator {
   void HandleLost(const std::vector<LostWorker>& lost, Effects* effects)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void UpdateGauges() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // A gap longer than options_.stall_threshold since the last tick was the
+  // coordinator's own stall: it is discounted from heartbeat ages and job
+  // deadlines (MembershipTable/JobManager::Discount). Called by Tick and by
+  // every handler that can time something out, whichever runs first.
+  void DiscountOwnStall(absl::Time now) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
   struct SinkEntry {
     Incarnation incarnation;
@@ -167,6 +179,7 @@ class Coordinator {
   absl::flat_hash_map<uint64_t, Watcher> watchers_ ABSL_GUARDED_BY(mu_);
   uint64_t next_watch_handle_ ABSL_GUARDED_BY(mu_) = 1;
   bool quiesced_ ABSL_GUARDED_BY(mu_) = false;
+  std::optional<absl::Time> last_tick_ ABSL_GUARDED_BY(mu_);
 };
 
 }  // namespace cohort::coordinator

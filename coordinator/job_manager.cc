@@ -646,6 +646,22 @@ void JobManager::CheckTimeouts(JobEntry& entry, absl::Time now, Effects* effects
                             " and this member is not waiting for peers"));
 }
 
+void JobManager::Discount(absl::Duration gap, absl::Time now) {
+  for (auto& [worker, awaited] : awaiting_) awaited.deadline += gap;
+  for (auto& [id, entry] : jobs_) {
+    for (auto& [worker, returning] : entry.returning) returning.deadline += gap;
+    if (entry.prepare_deadline.has_value()) *entry.prepare_deadline += gap;
+    for (auto& [worker, progress] : entry.progress) {
+      progress.since = std::min(progress.since + gap, now);
+    }
+    if (!entry.suspension.has_value()) continue;
+    Suspension& s = *entry.suspension;
+    s.deadline += gap;
+    if (s.rejoin_deadline.has_value()) *s.rejoin_deadline += gap;
+    if (s.waiting_since.has_value()) *s.waiting_since = std::min(*s.waiting_since + gap, now);
+  }
+}
+
 absl::StatusOr<Generation> JobManager::CurrentGeneration(const JobId& id) const {
   const JobEntry* entry = FindEntry(id);
   if (entry == nullptr || IsTerminal(entry->job.state())) {

@@ -181,6 +181,12 @@ class JobManager {
   // persistence.
   void Tick(absl::Time now, Effects* effects);
 
+  // The coordinator itself did not run for `gap` (ending at `now`): every
+  // deadline and timer it keeps (re-adoption and rejoin graces, suspension
+  // and prepare deadlines, waits for workers, stall detection) moves later
+  // by `gap`, so its own stall is not counted against the workers.
+  void Discount(absl::Duration gap, absl::Time now);
+
   // The current generation of a non-terminal job; NotFound otherwise.
   absl::StatusOr<Generation> CurrentGeneration(const JobId& id) const;
   // Counts by state, for metrics.

@@ -171,6 +171,14 @@ std::vector<LostWorker> MembershipTable::Expire(absl::Time now) {
   return lost;
 }
 
+void MembershipTable::Discount(absl::Duration gap, absl::Time now) {
+  for (auto& [id, record] : workers_) {
+    if (record.state != WorkerState::kLost) {
+      record.last_heartbeat = std::min(record.last_heartbeat + gap, now);
+    }
+  }
+}
+
 absl::Status MembershipTable::AssignToJob(const WorkerId& id, const JobId& job) {
   auto it = workers_.find(id);
   if (it == workers_.end()) {

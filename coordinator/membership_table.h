@@ -107,6 +107,11 @@ class MembershipTable {
   // older than lost_retention.
   std::vector<LostWorker> Expire(absl::Time now);
 
+  // The coordinator itself did not run for `gap` (ending at `now`): heartbeat
+  // ages do not count it (each last heartbeat moves later by `gap`, at most
+  // to now), so workers are not declared lost for the coordinator's stall.
+  void Discount(absl::Duration gap, absl::Time now);
+
   // IDLE -> ASSIGNED. FailedPrecondition unless IDLE (or already in `job`).
   absl::Status AssignToJob(const WorkerId& id, const JobId& job);
   // ASSIGNED -> IDLE (DRAINING stays DRAINING but leaves the job). No-op for

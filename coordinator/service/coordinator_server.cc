@@ -67,6 +67,11 @@ absl::StatusOr<std::unique_ptr<CoordinatorServer>> CoordinatorServer::Start(
     }
     return (*newest)->manifest().step();
   };
+  if (config.coordinator.stall_threshold <= absl::ZeroDuration()) {
+    // The ticker runs every tick_interval: a much longer gap is the
+    // coordinator's own stall, which must not count against the workers.
+    config.coordinator.stall_threshold = std::max(absl::Seconds(1), 20 * config.tick_interval);
+  }
   ASSIGN_OR_RETURN(server->coordinator_,
                    Coordinator::Create(config.coordinator, std::move(store), RealClock::Get(),
                                        server->metrics_.get()));

@@ -162,6 +162,7 @@ void World::StartCoordinator() {
   o.heartbeat_timeout = timing_.heartbeat_timeout;
   o.readopt_grace = timing_.readopt_grace;
   o.suspend_timeout = timing_.suspend_timeout;
+  o.stall_threshold = absl::Seconds(1);  // as CoordinatorServer sets it for its 50 ms ticker
   o.coordinator_id = absl::StrCat("coordinator-", coordinator_epoch_);
   o.latest_checkpoint = [this](const JobId& job) { return CommittedCheckpoint(job.value()); };
   absl::StatusOr<std::unique_ptr<coordinator::Coordinator>> created =

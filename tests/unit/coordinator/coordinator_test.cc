@@ -122,6 +122,41 @@ TEST_F(CoordinatorTest, RejectsInconsistentHeartbeatOptions) {
   EXPECT_THAT(coordinator.status().message(), HasSubstr("heartbeat_timeout"));
 }
 
+// The coordinator's own stall (no tick for longer than stall_threshold)
+// does not count against the workers: nobody is lost for the silence it
+// caused; silence after it still counts.
+TEST_F(CoordinatorTest, ItsOwnStallIsNotCountedAgainstTheWorkers) {
+  for (const bool compensate : {false, true}) {
+    Coordinator::Options options;
+    options.heartbeat_interval = absl::Milliseconds(500);
+    options.heartbeat_timeout = absl::Seconds(3);
+    if (compensate) options.stall_threshold = absl::Seconds(1);
+    auto created =
+        Coordinator::Create(options, std::make_unique<InMemoryJobStore>(), &clock_, &metrics_);
+    ASSERT_TRUE(created.ok());
+    coordinator_ = *std::move(created);
+    const uint64_t incarnation = compensate ? 20 : 10;
+    auto sink = Attach("w0", incarnation);
+    coordinator_->Tick();
+    clock_.Advance(absl::Seconds(5));  // stopped: no tick, no heartbeat handled
+    coordinator_->Tick();
+    auto lost = [&] {
+      for (const auto& w : coordinator_->ListWorkers()) {
+        if (w.worker_id() == "w0") return w.state() == v1::WORKER_STATE_LOST;
+      }
+      return false;
+    };
+    EXPECT_EQ(lost(), !compensate) << "compensate " << compensate;
+    if (!compensate) continue;
+    // Ordinary ticks: the worker's own silence counts again.
+    for (int i = 0; i < 70 && !lost(); ++i) {
+      clock_.Advance(absl::Milliseconds(50));
+      coordinator_->Tick();
+    }
+    EXPECT_TRUE(lost());
+  }
+}
+
 TEST_F(CoordinatorTest, WelcomeComesFirstAndHeartbeatsAreAcked) {
   auto sink = Attach("w0", 11);
   auto messages = sink->Take();
