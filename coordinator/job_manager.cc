@@ -892,15 +892,20 @@ void JobManager::CompleteSuspension(JobEntry& entry, absl::Time now, Effects* ef
   const v1::RecoveryPlan plan = PlanRecovery(input);
   if (plan.kind() != v1::RECOVERY_KIND_PEER && live.generation() != 0) {
     // State would be given up: first wait for lost members that may come
-    // back with it (a stall, a partition).
+    // back with it (a stall, a partition), if their return would let the
+    // job recover from memory.
     absl::Time until = absl::InfinitePast();
     std::vector<std::string> names;
+    RecoveryInput with_them = input;
+    int64_t step = entry.reached_step;
+    for (const auto& [worker, held] : input.holders) step = std::min(step, held);
     for (const auto& [worker, returning] : entry.returning) {
       if (returning.deadline <= now) continue;
       until = std::max(until, returning.deadline);
       names.push_back(worker);
+      with_them.holders[worker] = step;
     }
-    if (!names.empty()) {
+    if (!names.empty() && PlanRecovery(with_them).kind() == v1::RECOVERY_KIND_PEER) {
       std::sort(names.begin(), names.end());
       s.rejoin_deadline = until;
       const std::string message = absl::StrCat(
@@ -1070,8 +1075,12 @@ void JobManager::RememberReturning(JobEntry& entry, const LostWorker& lost, absl
   for (const v1::MeshMember& member : entry.job.mesh().members()) {
     if (member.worker_id() != lost.id.value()) continue;
     if (lost.incarnation.value() != 0 && member.incarnation() != lost.incarnation.value()) return;
+    const absl::Duration grace =
+        lost.reason == LossReason::kStreamBroken
+            ? std::min(RejoinGrace(entry), options_.stream_rejoin_grace)
+            : RejoinGrace(entry);
     entry.returning[member.worker_id()] =
-        Returning{Incarnation(member.incarnation()), member, now + RejoinGrace(entry)};
+        Returning{Incarnation(member.incarnation()), member, now + grace};
   }
 }
 

@@ -123,6 +123,11 @@ class JobManager {
     // fences its members that are not waiting for peers. Zero floor: off.
     absl::Duration hang_timeout_floor = absl::Seconds(30);
     double hang_step_multiple = 20.0;
+    // A member lost to a broken stream is awaited this long at most (a live
+    // process whose stream broke re-attaches within its reconnect backoff,
+    // about a second while it holds an assignment; a killed one never does).
+    // Heartbeat timeouts (stalls, partitions) get the whole readopt_grace.
+    absl::Duration stream_rejoin_grace = absl::Seconds(3);
     // A new generation whose members have not all reported READY within
     // this time is re-planned (members stuck preparing are asked to suspend;
     // silent ones are fenced). The workers' own deadlines (bootstrap,

@@ -33,19 +33,25 @@ TEST_F(ElasticTest, AStallOfEveryProcessLosesNoStep) {
   for (Subprocess* process : everyone) process->Signal(SIGCONT);
 
   const v1::Job job = WaitForEnd(id);
-  // Every member was lost at once and came back as the same process: each
-  // is re-adopted into generation 1, which goes on without a re-plan. (A
-  // Suspend that reached a member before it abandoned its stream would
-  // make a peer re-plan instead; never a checkpoint or a fresh start.)
+  // Every member comes back as the same process with its state. Whichever
+  // side notices first decides the path: the members are re-adopted into
+  // generation 1 (all lost at once), or re-planned from their memory (lost
+  // one by one, as their streams broke). Never a checkpoint or a fresh
+  // start, and no step lost.
   if (job.generation() > 1) {
     EXPECT_EQ(job.recovery().kind(), v1::RECOVERY_KIND_PEER) << Logs();
   }
+  EXPECT_EQ(job.mesh().data_parallel(), 4) << Logs();  // everyone back in the end
   EXPECT_EQ(job.recovery_stats().checkpoint(), 0) << Logs();
   EXPECT_EQ(job.recovery_stats().lost_steps(), 0) << Logs();
-  EXPECT_THAT(cluster_.coordinator()->ReadLog(), ::testing::HasSubstr("every member was lost at once"));
-  // The same layout: the continued trajectory is bitwise the fault-free one.
-  ExpectTrajectory("dp 4, every process stopped for 2.5 s", Losses(id), reference,
-                   /*bitwise=*/true);
+  // Re-adopted into generation 1 (the same layout throughout): bitwise the
+  // fault-free trajectory. Re-planned: a member that answered the first
+  // Suspend before its stream broke counts as a survivor, and the job may
+  // run a generation on fewer members before the rest rejoin (then grow
+  // back): within the layout tolerance.
+  const bool same_layout = job.generation() == 1;
+  ExpectTrajectory("dp 4, every process stopped for 2.5 s", Losses(id, !same_layout), reference,
+                   /*bitwise=*/same_layout);
   std::printf("stall at step %lld: generation %llu, %d peer recoveries, %lld lost steps\n",
               static_cast<long long>(before.progress().step()),
               static_cast<unsigned long long>(job.generation()), job.recovery_stats().peer(),

@@ -79,8 +79,17 @@ void World::OnPlanIssued(const std::string& job, uint64_t generation, const v1::
     // State that every member of the live generation still holds (none of
     // them crashed: the simulator's freezes and partitions are all shorter
     // than the re-adoption grace) must not be given up for an older
-    // checkpoint or a fresh start.
-    if (plan.kind() != v1::RECOVERY_KIND_PEER && live != 0 && current.ok()) {
+    // checkpoint or a fresh start. Exempt: a member whose stream broke while
+    // it was frozen or cut off, which the coordinator cannot tell from a
+    // killed one and awaits only briefly.
+    bool exempt = false;
+    if (current.ok()) {
+      for (const v1::MeshMember& member : current->live_state().mesh().members()) {
+        auto it = broken_while_unreachable_.find(IndexOf(member.worker_id()));
+        exempt |= it != broken_while_unreachable_.end() && Now() - it->second < absl::Minutes(1);
+      }
+    }
+    if (plan.kind() != v1::RECOVERY_KIND_PEER && live != 0 && current.ok() && !exempt) {
       bool all_held = current->live_state().mesh().members_size() > 0;
       std::string holders;
       for (const v1::MeshMember& member : current->live_state().mesh().members()) {

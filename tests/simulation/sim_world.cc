@@ -191,9 +191,7 @@ void World::CrashCoordinator() {
   coordinator_.reset();
   // Waiters die with it; their callers see the connection break.
   for (KvWait& wait : kv_waits_) {
-    if (wait.epoch != coordinator_epoch_ || *wait.answered) continue;
-    *wait.answered = true;
-    wait.reply(absl::UnavailableError("coordinator went away"));
+    if (wait.epoch == coordinator_epoch_) wait.reply(absl::UnavailableError("coordinator went away"));
   }
   kv_waits_.clear();
   for (auto& [id, stream] : streams_) {
@@ -356,6 +354,12 @@ void World::EndStreamAtCoordinator(uint64_t id, bool detach) {
   s.done_at_coordinator = true;
   if (!report) return;
   s.lost_reported = true;
+  const SimWorker& w = *workers_[static_cast<size_t>(s.worker)];
+  if (Now() < w.frozen_until() || Partitioned(s.worker)) {
+    // Indistinguishable from a crash for the coordinator (a broken stream
+    // is awaited briefly, a heartbeat timeout for the whole grace).
+    broken_while_unreachable_[s.worker] = Now();
+  }
   BeginCall();
   coordinator_->Detach(WorkerId(absl::StrCat("w", s.worker)), Incarnation(s.incarnation));
   CheckMembership();
@@ -415,10 +419,13 @@ void World::SendToWorker(uint64_t id, const v1::CoordinatorMessage& message) {
 
 // --- KeyValue ---
 
-void World::KvSet(int index, uint64_t incarnation, const std::string& job, uint64_t generation,
-                  const std::string& key, std::function<void(absl::Status)> done) {
-  const uint64_t epoch = coordinator_epoch_;
-  auto reply = [this, index, incarnation, done](absl::Status status) {
+void World::KvCall(int index, uint64_t incarnation, absl::Duration deadline,
+                   std::function<void(std::function<void(absl::Status)>)> call,
+                   std::function<void(absl::Status)> done) {
+  auto answered = std::make_shared<bool>(false);
+  auto reply = [this, index, incarnation, done, answered](absl::Status status) {
+    if (*answered) return;
+    *answered = true;
     AtWorker(index, incarnation, Uniform(timing_.link_min, timing_.link_max),
              [done, status] { done(status); });
   };
@@ -426,50 +433,46 @@ void World::KvSet(int index, uint64_t incarnation, const std::string& job, uint6
     reply(absl::UnavailableError("coordinator unreachable"));
     return;
   }
-  AtCoordinator(epoch, Uniform(timing_.link_min, timing_.link_max),
-                [this, job, generation, key, index, reply] {
-                  BeginCall();
-                  reply(coordinator_->KvSet(
-                      coordinator::KvScope{JobId(job), Generation(generation)}, key,
-                      absl::StrCat("address-of-w", index)));
-                });
+  const uint64_t epoch = coordinator_epoch_;
+  if (kv_waits_.size() > 1024) {
+    std::erase_if(kv_waits_, [](const KvWait& wait) { return *wait.answered; });
+  }
+  kv_waits_.push_back(KvWait{epoch, answered, reply});  // a crash answers Unavailable
+  AtCoordinator(epoch, Uniform(timing_.link_min, timing_.link_max), [this, call, reply] {
+    BeginCall();
+    call(reply);
+  });
+  queue_.After(deadline, [this, epoch, reply] {
+    reply(coordinator_up_ && coordinator_epoch_ == epoch
+              ? absl::DeadlineExceededError("KeyValue: client deadline")
+              : absl::UnavailableError("coordinator went away"));
+  });
+}
+
+void World::KvSet(int index, uint64_t incarnation, const std::string& job, uint64_t generation,
+                  const std::string& key, std::function<void(absl::Status)> done) {
+  KvCall(
+      index, incarnation, absl::Seconds(10),
+      [this, job, generation, key, index](std::function<void(absl::Status)> reply) {
+        reply(coordinator_->KvSet(coordinator::KvScope{JobId(job), Generation(generation)}, key,
+                                  absl::StrCat("address-of-w", index)));
+      },
+      std::move(done));
 }
 
 void World::KvWaitFor(int index, uint64_t incarnation, const std::string& job,
                       uint64_t generation, const std::string& key, absl::Duration timeout,
                       std::function<void(absl::Status)> done) {
-  auto reply = [this, index, incarnation, done](absl::Status status) {
-    AtWorker(index, incarnation, Uniform(timing_.link_min, timing_.link_max),
-             [done, status] { done(status); });
-  };
-  if (!coordinator_up_) {
-    reply(absl::UnavailableError("coordinator unreachable"));
-    return;
-  }
-  const uint64_t epoch = coordinator_epoch_;
-  // The RPC fails when the coordinator dies under it (client deadline or a
-  // broken connection): a waiter that vanishes with its process.
-  auto answered = std::make_shared<bool>(false);
-  AtCoordinator(epoch, Uniform(timing_.link_min, timing_.link_max),
-                [this, job, generation, key, timeout, reply, answered] {
-                  BeginCall();
-                  coordinator_->KvWaitFor(
-                      coordinator::KvScope{JobId(job), Generation(generation)}, key, timeout,
-                      [reply, answered](absl::StatusOr<std::string> value) {
-                        if (*answered) return;
-                        *answered = true;
-                        reply(value.status());
-                      });
-                });
-  kv_waits_.push_back(KvWait{epoch, answered, reply});
-  // The client's own deadline: the server cap plus a margin.
-  queue_.After(timeout + absl::Seconds(5), [this, epoch, answered, reply] {
-    if (*answered) return;
-    *answered = true;
-    reply(coordinator_up_ && coordinator_epoch_ == epoch
-              ? absl::DeadlineExceededError("KeyValue.WaitFor: client deadline")
-              : absl::UnavailableError("coordinator went away"));
-  });
+  // The client's deadline: the server's cap on the wait plus a margin.
+  KvCall(
+      index, incarnation, timeout + absl::Seconds(5),
+      [this, job, generation, key, timeout](std::function<void(absl::Status)> reply) {
+        coordinator_->KvWaitFor(coordinator::KvScope{JobId(job), Generation(generation)}, key,
+                                timeout, [reply](absl::StatusOr<std::string> value) {
+                                  reply(value.status());
+                                });
+      },
+      std::move(done));
 }
 
 }  // namespace cohort::simulation

@@ -88,6 +88,13 @@ class World {
   void KvWaitFor(int index, uint64_t incarnation, const std::string& job, uint64_t generation,
                  const std::string& key, absl::Duration timeout,
                  std::function<void(absl::Status)> done);
+  // One KeyValue RPC: `call` runs in the coordinator process and answers
+  // through the callback it is given; `done` sees the answer after a link
+  // delay, Unavailable if the coordinator is down or dies first,
+  // DeadlineExceeded at the client's `deadline`. Exactly one answer.
+  void KvCall(int index, uint64_t incarnation, absl::Duration deadline,
+              std::function<void(std::function<void(absl::Status)>)> call,
+              std::function<void(absl::Status)> done);
 
   // The training fabric. A collective of generation `generation` completes
   // when every rank of its mesh has arrived; a crashed member makes it fail
@@ -192,6 +199,9 @@ class World {
   std::map<uint64_t, std::unique_ptr<Stream>> streams_;
   uint64_t next_stream_ = 1;
   std::map<int, absl::Time> partitioned_until_;
+  // Workers whose stream the coordinator saw break while they were frozen
+  // or cut off, and when.
+  std::map<int, absl::Time> broken_while_unreachable_;
   std::vector<std::unique_ptr<SimWorker>> workers_;
 
   std::map<std::pair<std::string, uint64_t>, std::map<int64_t, Collective>> collectives_;
