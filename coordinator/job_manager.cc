@@ -763,11 +763,13 @@ void JobManager::Replan(JobEntry& entry, const std::string& reason, bool only_if
 void JobManager::BeginSuspension(JobEntry& entry, const std::string& reason, bool growth,
                                  absl::Time now, Effects* effects, const std::string& answered) {
   const JobId id(entry.job.job_id());
-  Suspension& s = entry.suspension.emplace();
-  s.reason = reason;
-  s.started = now;
-  s.deadline = now + options_.suspend_timeout;
-  s.growth = growth;
+  Suspension fresh;
+  fresh.reason = reason;
+  fresh.started = now;
+  fresh.deadline = now + options_.suspend_timeout;
+  fresh.growth = growth;
+  entry.suspension = std::move(fresh);
+  Suspension& s = *entry.suspension;
   for (const auto& member : entry.job.mesh().members()) {
     const WorkerId worker(member.worker_id());
     const WorkerRecord* record = membership_->Find(worker);
