@@ -229,6 +229,7 @@ void JobManager::OnWorkerJoined(const v1::Hello& hello, absl::Time now, Effects*
           reconfigure->set_reason("re-adopted; confirm readiness");
           *reconfigure->mutable_recovery() = entry->job.recovery();
           reconfigure->set_role(v1::RECONFIGURE_ROLE_MEMBER);
+          *reconfigure->mutable_spec() = entry->job.spec();
           effects->messages.push_back(
               Effects::Message{id, Incarnation(hello.incarnation()), std::move(message)});
         }
@@ -992,6 +993,9 @@ void JobManager::ApplyMesh(JobEntry& entry, v1::Mesh mesh, const std::string& re
       reconfigure->set_reason(reason);
       *reconfigure->mutable_recovery() = plan;
       reconfigure->set_role(v1::RECONFIGURE_ROLE_MEMBER);
+      // An Assign of an earlier generation may not have arrived yet (or
+      // ever): the spec lets the worker join from this command alone.
+      *reconfigure->mutable_spec() = entry.job.spec();
     } else {
       absl::Status assigned = membership_->AssignToJob(worker, id);
       CHECK(assigned.ok()) << assigned;

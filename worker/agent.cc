@@ -235,6 +235,10 @@ void WorkerAgent::HandleWelcome(const std::shared_ptr<AttachStream>& stream,
     session_welcome_ = welcome;
     welcomed_stream_ = stream;
     held = held_;
+    // Generations are the coordinator's: another coordinator (an empty data
+    // dir may reuse job ids) starts the count afresh.
+    if (welcome.coordinator_id() != coordinator_id_) newest_generation_.clear();
+    coordinator_id_ = welcome.coordinator_id();
     // A COMPLETED that went out on a stream whose coordinator then died
     // unread would leave the job RUNNING at its last step forever: the
     // assignment is still held, so say it again (a repeat is harmless).
@@ -363,6 +367,7 @@ void WorkerAgent::CommandLoop() {
       command = std::move(commands_.front());
       commands_.pop_front();
     }
+    if (IsStale(command)) continue;
     switch (command.kind_case()) {
       case v1::CoordinatorMessage::kAssign:
         ExecuteAssign(command.assign());
@@ -383,6 +388,51 @@ void WorkerAgent::CommandLoop() {
         break;
     }
   }
+}
+
+bool WorkerAgent::IsStale(const v1::CoordinatorMessage& command) {
+  std::string job;
+  uint64_t generation = 0;
+  switch (command.kind_case()) {
+    case v1::CoordinatorMessage::kAssign:
+      job = command.assign().job_id();
+      generation = command.assign().generation();
+      break;
+    case v1::CoordinatorMessage::kReconfigure:
+      job = command.reconfigure().job_id();
+      generation = command.reconfigure().generation();
+      break;
+    case v1::CoordinatorMessage::kStop:
+      job = command.stop().job_id();
+      generation = command.stop().generation();
+      break;
+    case v1::CoordinatorMessage::kSuspend:
+      job = command.suspend().job_id();
+      generation = command.suspend().generation();
+      break;
+    default:
+      return false;
+  }
+  absl::MutexLock lock(&mu_);
+  uint64_t& newest = newest_generation_[job];
+  if (generation < newest) {
+    // Even with nothing held (a donor that handed its state over, a stopped
+    // member), a command older than one already executed was overtaken.
+    LOG(INFO) << "ignoring a command of job " << job << " generation " << generation
+              << ": generation " << newest << " was already commanded";
+    return true;
+  }
+  newest = generation;
+  if (newest_generation_.size() > kMaxRememberedJobs) {
+    // Bounded: forget some other job (its commands are long gone).
+    for (auto it = newest_generation_.begin(); it != newest_generation_.end(); ++it) {
+      if (it->first != job) {
+        newest_generation_.erase(it);
+        break;
+      }
+    }
+  }
+  return false;
 }
 
 void WorkerAgent::ExecuteAssign(const v1::Assign& assign) {
@@ -452,6 +502,23 @@ void WorkerAgent::ExecuteReconfigure(const v1::Reconfigure& reconfigure) {
     std::vector<v1::HeldState> held;
     if (*repeat_state == v1::ASSIGNMENT_STATE_SUSPENDED) held = trainer_->Suspend();
     SendStatus(job, generation, *repeat_state, "", held);
+    return;
+  }
+  if (!next.has_value() && reconfigure.role() != v1::RECONFIGURE_ROLE_DONOR &&
+      reconfigure.has_spec()) {
+    // Its Assign of an earlier generation was overtaken (or lost): the
+    // Reconfigure carries all an Assign would; that Assign, if it still
+    // comes, is stale.
+    LOG(INFO) << "Reconfigure of job " << job << " generation " << generation
+              << " before any Assign of it; joining from the Reconfigure";
+    v1::Assign assign;
+    assign.set_job_id(reconfigure.job_id());
+    assign.set_generation(reconfigure.generation());
+    *assign.mutable_spec() = reconfigure.spec();
+    *assign.mutable_mesh() = reconfigure.mesh();
+    *assign.mutable_coordinates() = reconfigure.coordinates();
+    *assign.mutable_recovery() = reconfigure.recovery();
+    ExecuteAssign(assign);
     return;
   }
   if (!next.has_value()) {

@@ -144,6 +144,9 @@ class WorkerAgent {
   void CloseStream(const std::shared_ptr<AttachStream>& stream);
 
   void CommandLoop();
+  // Whether `command` names a generation older than one already commanded
+  // for its job (then it is skipped); records its generation otherwise.
+  bool IsStale(const v1::CoordinatorMessage& command) ABSL_LOCKS_EXCLUDED(mu_);
   void Execute(const v1::CoordinatorMessage& command);
   void ExecuteAssign(const v1::Assign& assign);
   void ExecuteReconfigure(const v1::Reconfigure& reconfigure);
@@ -192,6 +195,10 @@ class WorkerAgent {
   // The stream that statuses go to: set once it has been welcomed.
   std::shared_ptr<AttachStream> welcomed_stream_ ABSL_GUARDED_BY(mu_);
   std::deque<v1::CoordinatorMessage> commands_ ABSL_GUARDED_BY(mu_);
+  // The newest generation commanded per job, from the current coordinator.
+  static constexpr size_t kMaxRememberedJobs = 64;
+  absl::flat_hash_map<std::string, uint64_t> newest_generation_ ABSL_GUARDED_BY(mu_);
+  std::string coordinator_id_ ABSL_GUARDED_BY(mu_);
   std::optional<Assignment> held_ ABSL_GUARDED_BY(mu_);
   // The state last reported for held_ (READY once prepared).
   v1::AssignmentState held_state_ ABSL_GUARDED_BY(mu_) = v1::ASSIGNMENT_STATE_UNSPECIFIED;

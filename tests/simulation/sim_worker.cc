@@ -50,6 +50,8 @@ void SimWorker::Start() {
   held_.reset();
   held_state_ = v1::ASSIGNMENT_STATE_UNSPECIFIED;
   newest_command_generation_.clear();
+  commanded_generation_.clear();
+  coordinator_id_.clear();
   run_.reset();
   previous_.reset();
   phase_ = Phase::kIdle;
@@ -151,6 +153,8 @@ void SimWorker::OnMessage(uint64_t stream, const v1::CoordinatorMessage& message
 void SimWorker::OnWelcome(uint64_t stream, const v1::Welcome& welcome) {
   welcomed_ = true;
   backoff_ = kBackoffInitial;
+  if (welcome.coordinator_id() != coordinator_id_) commanded_generation_.clear();
+  coordinator_id_ = welcome.coordinator_id();
   heartbeat_interval_ = absl::Milliseconds(welcome.heartbeat_interval_ms());
   heartbeat_timeout_ = absl::Milliseconds(welcome.heartbeat_timeout_ms());
   world_->Trace(absl::StrCat(id_, " welcomed on stream ", stream));
@@ -250,10 +254,39 @@ void SimWorker::Enqueue(const v1::CoordinatorMessage& command) {
   if (!busy_) RunNextCommand();
 }
 
+bool SimWorker::IsStale(const v1::CoordinatorMessage& command) {
+  // As WorkerAgent::IsStale: older than a generation already commanded.
+  std::string job;
+  uint64_t generation = 0;
+  if (command.has_assign()) {
+    job = command.assign().job_id();
+    generation = command.assign().generation();
+  } else if (command.has_reconfigure()) {
+    job = command.reconfigure().job_id();
+    generation = command.reconfigure().generation();
+  } else if (command.has_stop()) {
+    job = command.stop().job_id();
+    generation = command.stop().generation();
+  } else if (command.has_suspend()) {
+    job = command.suspend().job_id();
+    generation = command.suspend().generation();
+  } else {
+    return false;
+  }
+  uint64_t& newest = commanded_generation_[job];
+  if (generation < newest) return true;
+  newest = generation;
+  return false;
+}
+
 void SimWorker::RunNextCommand() {
   if (busy_ || commands_.empty()) return;
   v1::CoordinatorMessage command = std::move(commands_.front());
   commands_.pop_front();
+  if (IsStale(command)) {
+    RunNextCommand();
+    return;
+  }
   busy_ = true;
   switch (command.kind_case()) {
     case v1::CoordinatorMessage::kAssign:
@@ -323,6 +356,18 @@ void SimWorker::ExecuteReconfigure(const v1::Reconfigure& reconfigure) {
   const std::string& job = reconfigure.job_id();
   const uint64_t generation = reconfigure.generation();
   if (!held_.has_value() || held_->job != job) {
+    if (reconfigure.role() != v1::RECONFIGURE_ROLE_DONOR && reconfigure.has_spec()) {
+      // As WorkerAgent: the Assign was overtaken; join from the Reconfigure.
+      v1::Assign assign;
+      assign.set_job_id(job);
+      assign.set_generation(generation);
+      *assign.mutable_spec() = reconfigure.spec();
+      *assign.mutable_mesh() = reconfigure.mesh();
+      *assign.mutable_coordinates() = reconfigure.coordinates();
+      *assign.mutable_recovery() = reconfigure.recovery();
+      ExecuteAssign(assign);
+      return;
+    }
     SendStatus(job, generation, v1::ASSIGNMENT_STATE_FAILED,
                absl::StrCat("worker ", id_, " does not hold job ", job, "; it needs an Assign"));
     CommandDone();

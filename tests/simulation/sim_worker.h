@@ -86,6 +86,7 @@ class SimWorker {
   void HeartbeatTick(uint64_t stream);
   void AbandonStream(const std::string& why);
   void Enqueue(const v1::CoordinatorMessage& command);
+  bool IsStale(const v1::CoordinatorMessage& command);
   void RunNextCommand();
   void CommandDone();
   void ExecuteAssign(const v1::Assign& assign);
@@ -150,7 +151,9 @@ class SimWorker {
   bool busy_ = false;  // the command thread is executing one
   std::optional<Assignment> held_;
   v1::AssignmentState held_state_ = v1::ASSIGNMENT_STATE_UNSPECIFIED;
-  std::map<std::string, uint64_t> newest_command_generation_;
+  std::map<std::string, uint64_t> newest_command_generation_;  // for the invariant
+  std::map<std::string, uint64_t> commanded_generation_;       // the agent's own filter
+  std::string coordinator_id_;
 
   // Trainer.
   std::optional<Run> run_;

@@ -460,6 +460,37 @@ TEST_F(AgentTest, ReconfigureOfAJobNotHeldFails) {
   EXPECT_THAT(status.message(), ::testing::HasSubstr("does not hold job job-9"));
 }
 
+// A member's Assign of generation 2 was overtaken by the Reconfigure of
+// generation 3 (the coordinator re-planned before it arrived): it joins from
+// the Reconfigure, which carries the spec, and the late Assign is stale.
+TEST_F(AgentTest, ReconfigureWithASpecJoinsAJobWhoseAssignWasOvertaken) {
+  StartServer();
+  StartAgent();
+  ASSERT_TRUE(AttachedAndWelcomed(0));
+  CoordinatorMessage reconfigure = ReconfigureMessage("job-9", 3, 1);
+  reconfigure.mutable_reconfigure()->set_role(v1::RECONFIGURE_ROLE_MEMBER);
+  reconfigure.mutable_reconfigure()->mutable_spec()->set_name("job");
+  ASSERT_TRUE(fake_->Send(reconfigure));
+  ASSERT_TRUE(fake_->WaitFor(StatusCountIs(1)));
+  const v1::AssignmentStatus status = fake_->seen().Statuses().at(0);
+  EXPECT_EQ(status.job_id(), "job-9");
+  EXPECT_EQ(status.generation(), 3u);
+  EXPECT_EQ(status.state(), v1::ASSIGNMENT_STATE_READY);
+  ASSERT_TRUE(trainer_.current().has_value());
+  EXPECT_EQ(trainer_.current()->generation, Generation(3));
+  EXPECT_EQ(trainer_.current()->spec.name(), "job");
+  CoordinatorMessage late;
+  v1::Assign* assign = late.mutable_assign();
+  assign->set_job_id("job-9");
+  assign->set_generation(2);
+  assign->mutable_coordinates()->set_rank(0);
+  ASSERT_TRUE(fake_->Send(late));
+  ASSERT_TRUE(fake_->Send(StopMessage("job-other", 1)));  // a marker after it
+  ASSERT_TRUE(fake_->WaitFor(StatusCountIs(2)));
+  EXPECT_EQ(fake_->seen().Statuses().at(1).job_id(), "job-other");  // no status for the Assign
+  EXPECT_EQ(trainer_.current()->generation, Generation(3));
+}
+
 TEST_F(AgentTest, PrepareErrorIsReportedFailedAndNothingIsHeld) {
   StartServer();
   StartAgent(&failing_trainer_);
