@@ -908,7 +908,10 @@ void JobManager::CompleteSuspension(JobEntry& entry, absl::Time now, Effects* ef
       names.push_back(worker);
       with_them.holders[worker] = step;
     }
-    if (!names.empty() && PlanRecovery(with_them).kind() == v1::RECOVERY_KIND_PEER) {
+    const v1::RecoveryPlan hoped = PlanRecovery(with_them);
+    // Worth waiting only if it saves steps (a checkpoint at the held step
+    // loses none).
+    if (!names.empty() && hoped.kind() == v1::RECOVERY_KIND_PEER && hoped.step() > plan.step()) {
       std::sort(names.begin(), names.end());
       s.rejoin_deadline = until;
       const std::string message = absl::StrCat(
