@@ -214,16 +214,13 @@ class World {
   std::map<std::string, int64_t> max_completed_;      // since the last plan
   std::map<std::string, int64_t> max_reported_;       // since the last plan
   std::map<std::string, uint64_t> newest_trained_generation_;
-  std::map<std::string, std::map<uint64_t, int64_t>> checkpoints_taken_;  // gen -> step
   std::map<std::string, int64_t> committed_checkpoint_;
   std::map<std::string, uint64_t> planned_generation_;
   std::map<std::string, uint64_t> effective_generation_;
   absl::Time last_fault_end_ = absl::InfinitePast();
-  absl::Time faults_done_ = absl::InfinitePast();
   std::optional<absl::Time> unhealthy_since_;  // the job was last seen not RUNNING
   bool job_done_ = false;
   bool stop_ = false;
-  int recoveries_ = 0;
 };
 
 }  // namespace cohort::simulation
