@@ -277,7 +277,13 @@ void JobManager::OnWorkerJoined(const v1::Hello& hello, absl::Time now, Effects*
     const bool member_now = entry != nullptr && IsMember(*entry, id) &&
                             entry->job.generation() == hello.held().generation();
     if (!member_now) {
-      SendStop(id, held_job, Generation(hello.held().generation()),
+      // At the job's current generation: the worker may have been sent a
+      // command of a newer generation than the one it holds (a Suspend while
+      // it rejoined), after which a Stop of its held generation is stale.
+      const uint64_t generation =
+          entry != nullptr ? std::max(entry->job.generation(), hello.held().generation())
+                           : hello.held().generation();
+      SendStop(id, held_job, Generation(generation),
                "the coordinator no longer has this worker in that job generation", effects);
     }
   }
@@ -378,28 +384,39 @@ absl::Status JobManager::OnAssignmentStatus(const WorkerId& worker,
                                            entry->job.generation()));
   }
   if (status.state() == v1::ASSIGNMENT_STATE_DONATED) {
-    if (entry->donors.erase(worker.value()) == 0) {
+    if (!entry->donors.contains(worker.value())) {
+      // Not a donor (any more): a re-plan that began before the donation
+      // ended took it into its suspension, which its SUSPENDED answers.
       return absl::AbortedError(absl::StrCat("worker ", worker.value(), " is not a donor of job ",
                                              status.job_id(), " generation ", status.generation()));
     }
     if (!status.message().empty()) {
       LOG(WARNING) << "donor " << worker << " of job " << job_id << ": " << status.message();
     }
+    if (!status.message().empty() && entry->job.state() == v1::JOB_STATE_RECONFIGURING) {
+      // The donation failed, so the members waiting for its pieces would wait
+      // out their own deadlines: re-plan now. The donor kept its state
+      // (EngineTrainer::Donate), so it stays a donor and is asked to suspend
+      // with the members (BeginSuspension).
+      Replan(*entry,
+             absl::StrCat("donor ", worker.value(), " could not serve its state: ",
+                          status.message()),
+             /*only_if_larger=*/false, now, effects);
+      Schedule(now, effects);
+      return absl::OkStatus();
+    }
+    entry->donors.erase(worker.value());
     const WorkerRecord* record = membership_->Find(worker);
     const bool draining = record != nullptr && record->state == WorkerState::kDraining;
+    if (!status.message().empty()) {
+      // The generation runs without its pieces: what it kept is obsolete.
+      SendStop(worker, job_id, Generation(status.generation()), "no longer a donor", effects);
+    }
     membership_->Release(worker);
     if (draining) {
       v1::CoordinatorMessage message;
       message.mutable_drain()->set_reason("drained: its state was handed over");
       effects->messages.push_back(Effects::Message{worker, record->incarnation, std::move(message)});
-    }
-    if (!status.message().empty() && entry->job.state() == v1::JOB_STATE_RECONFIGURING) {
-      // The donation failed and the donor keeps nothing: the members waiting
-      // for its pieces would wait out their own deadlines. Re-plan now.
-      Replan(*entry,
-             absl::StrCat("donor ", worker.value(), " could not serve its state: ",
-                          status.message()),
-             /*only_if_larger=*/false, now, effects);
     }
     Schedule(now, effects);
     return absl::OkStatus();
@@ -417,15 +434,20 @@ absl::Status JobManager::OnAssignmentStatus(const WorkerId& worker,
                                  entry->job.mesh().members_size() &&
                              !MeshIncomplete(entry->job.mesh());
       if (!all_ready) return absl::OkStatus();
-      // Every member holds this generation's state now.
+      // Every member holds this generation's state now. It may have before
+      // (members re-adopted after a stall confirm it again).
+      const bool took_effect = entry->job.live_state().generation() != entry->job.generation();
       v1::LiveState* live = entry->job.mutable_live_state();
       live->set_generation(entry->job.generation());
       *live->mutable_mesh() = entry->job.mesh();
       live->set_zero1(entry->job.spec().parallelism().zero1());
       live->set_optimizer_replicas(std::max(1, entry->job.spec().elastic().optimizer_replicas()));
       // The recovery took effect: its lost steps are counted (below), and
-      // the next one counts from its step.
-      entry->reached_step = entry->job.recovery().step();
+      // the next one counts from its step. Lost members' state is obsolete.
+      if (took_effect) {
+        entry->reached_step = entry->job.recovery().step();
+        entry->returning.clear();
+      }
       entry->prepare_deadline.reset();
       entry->progress.clear();
       for (const auto& member : entry->job.mesh().members()) {
@@ -771,6 +793,22 @@ void JobManager::BeginSuspension(JobEntry& entry, const std::string& reason, boo
   fresh.growth = growth;
   entry.suspension = std::move(fresh);
   Suspension& s = *entry.suspension;
+  // Donors of a generation that has not taken effect still hold the live
+  // state (a failed donation keeps it; EngineTrainer::Donate): they suspend
+  // with the members and are planned with them, in their places of the live
+  // mesh. A donor that already handed its state over answers with nothing.
+  for (const v1::MeshMember& member : entry.job.live_state().mesh().members()) {
+    if (!entry.donors.contains(member.worker_id()) || IsMember(entry, WorkerId(member.worker_id()))) {
+      continue;
+    }
+    const WorkerRecord* record = membership_->Find(WorkerId(member.worker_id()));
+    if (record == nullptr || record->job != id || record->state == WorkerState::kLost ||
+        record->incarnation.value() != member.incarnation()) {
+      continue;
+    }
+    *entry.job.mutable_mesh()->add_members() = member;
+  }
+  entry.donors.clear();
   for (const auto& member : entry.job.mesh().members()) {
     const WorkerId worker(member.worker_id());
     const WorkerRecord* record = membership_->Find(worker);
@@ -945,7 +983,9 @@ void JobManager::ApplyMesh(JobEntry& entry, v1::Mesh mesh, const std::string& re
   for (const auto& member : mesh.members()) in_new[member.worker_id()] = true;
   entry.donors.clear();
   for (const v1::Donor& donor : plan.donors()) entry.donors[donor.worker_id()] = true;
-  entry.returning.clear();
+  // Lost members of the live generation stay awaited (JobEntry::returning)
+  // until this generation takes effect: if it fails first, their state may
+  // still save the job.
 
   // Members left out of the new mesh (shrink to a divisible size) serve their
   // state as donors if the plan needs it, and are released otherwise.
@@ -1105,8 +1145,13 @@ bool JobManager::Rejoin(const v1::Hello& hello, absl::Time now, Effects* effects
     const bool holds = returning.incarnation.value() == hello.incarnation() && held != 0 &&
                        held >= entry.job.live_state().generation() &&
                        held <= entry.job.generation();
+    // A plan already issued that loses nothing (PEER) gains nothing from its
+    // state: taking it back would only cost another re-plan.
+    const bool planned_without_it = !entry.suspension.has_value() &&
+                                    entry.job.generation() != entry.job.live_state().generation() &&
+                                    entry.job.recovery().kind() == v1::RECOVERY_KIND_PEER;
     if (!holds || IsTerminal(entry.job.state()) || now > returning.deadline ||
-        !membership_->AssignToJob(id, job_id).ok()) {
+        planned_without_it || !membership_->AssignToJob(id, job_id).ok()) {
       // A new process (its state died with the old one), or no longer
       // awaited: a plan waiting for it need not wait any more.
       Suspension* s = entry.suspension ? &*entry.suspension : nullptr;

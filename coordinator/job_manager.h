@@ -236,9 +236,11 @@ class JobManager {
     absl::flat_hash_map<std::string, bool> completed;
     bool dirty = false;  // persisted copy is stale (a Put failed)
     std::optional<Suspension> suspension;
-    // Lost members that may come back with the live state (see Returning).
+    // Lost members that may come back with the live state (see Returning),
+    // until a later generation takes effect.
     absl::flat_hash_map<std::string, Returning> returning;
-    // Donors of the current generation, released when they report DONATED.
+    // Donors of the current generation, released when they report DONATED;
+    // a re-plan before then asks them to suspend with the members.
     absl::flat_hash_map<std::string, bool> donors;
     // Every member of the current generation must be READY by then.
     std::optional<absl::Time> prepare_deadline;

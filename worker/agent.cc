@@ -653,10 +653,17 @@ void WorkerAgent::ExecuteDonate(Assignment assignment) {
                                    : trainer_->Donate(assignment);
   {
     absl::MutexLock lock(&mu_);
-    held_.reset();
-    held_state_ = v1::ASSIGNMENT_STATE_UNSPECIFIED;
+    if (donated.ok()) {
+      held_.reset();
+      held_state_ = v1::ASSIGNMENT_STATE_UNSPECIFIED;
+    } else {
+      // The trainer keeps the source state (EngineTrainer::Donate): the
+      // coordinator asks for it in its next re-plan, which may make this
+      // worker a member or a donor again, or release it.
+      held_state_ = v1::ASSIGNMENT_STATE_SUSPENDED;
+    }
   }
-  metrics_.assignment_generation.Set(0);
+  if (donated.ok()) metrics_.assignment_generation.Set(0);
   if (!donated.ok()) LOG(WARNING) << "donating to job " << job << ": " << donated;
   SendStatus(job, generation, v1::ASSIGNMENT_STATE_DONATED, donated.ok() ? "" : donated.ToString());
 }

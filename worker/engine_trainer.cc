@@ -95,6 +95,10 @@ struct EngineTrainer::Run {
   std::FILE* loss_log = nullptr;
   std::atomic<bool> stop{false};
   std::atomic<bool> trained{false};  // completed a step in this generation
+  // The source generation's state, kept (EngineTrainer::previous_) until
+  // this run trains a step: reported with this run's own when a peer fails
+  // first, or the coordinator would not know it survives.
+  std::vector<v1::HeldState> kept;
   std::thread thread;
 
   void Abort(const absl::Status& reason) {
@@ -436,6 +440,14 @@ absl::Status EngineTrainer::Prepare(const Assignment& assignment) {
   run_.reset();
   previous_ = std::move(keep);
   run_ = std::move(run);
+  run_->kept.clear();
+  if (previous_ != nullptr && previous_->session != nullptr &&
+      previous_->session->runner().versions().newest() >= 0) {
+    v1::HeldState state;
+    state.set_generation(previous_->generation.value());
+    state.set_step(previous_->session->runner().versions().newest());
+    run_->kept.push_back(state);
+  }
   {
     absl::MutexLock progress_lock(&progress_mu_);
     progress_.step = Step(run_->start_step);
@@ -468,7 +480,10 @@ absl::Status EngineTrainer::Donate(const Assignment& assignment) {
     }
     return served.status();
   }();
-  StopLocked();  // a donor keeps nothing
+  // A donor keeps nothing once its state is handed over. A donation that
+  // failed (interrupted by the next re-plan, a participant gone) keeps the
+  // source state: the next plan may still recover from it.
+  if (donated.ok()) StopLocked();
   return donated;
 }
 
@@ -494,6 +509,7 @@ void EngineTrainer::Train(Run* run) {
             state.set_step(newest);
             held.push_back(state);
           }
+          if (!run->trained) held.insert(held.end(), run->kept.begin(), run->kept.end());
           options_.on_suspended(run->job_id, run->generation, held,
                                 std::string(result.status().message()));
         }

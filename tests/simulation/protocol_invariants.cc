@@ -77,16 +77,18 @@ void World::OnPlanIssued(const std::string& job, uint64_t generation, const v1::
                      ")"));
   if (generation > 1) {
     // State that every member of the live generation still holds (none of
-    // them crashed: the simulator's freezes and partitions are all shorter
-    // than the re-adoption grace) must not be given up for an older
-    // checkpoint or a fresh start. Exempt: a member whose stream broke while
-    // it was frozen or cut off, which the coordinator cannot tell from a
-    // killed one and awaits only briefly.
+    // them crashed, each came back within the re-adoption grace) must not be
+    // given up for an older checkpoint or a fresh start. Exempt: a member
+    // whose stream broke while it was frozen or cut off, which the
+    // coordinator cannot tell from a killed one and awaits only briefly, and
+    // one that overlapping faults kept away longer than the grace.
     bool exempt = false;
     if (current.ok()) {
       for (const v1::MeshMember& member : current->live_state().mesh().members()) {
-        auto it = broken_while_unreachable_.find(IndexOf(member.worker_id()));
+        const int index = IndexOf(member.worker_id());
+        auto it = broken_while_unreachable_.find(index);
         exempt |= it != broken_while_unreachable_.end() && Now() - it->second < absl::Minutes(1);
+        exempt |= OutlastedGrace(index);
       }
     }
     if (plan.kind() != v1::RECOVERY_KIND_PEER && live != 0 && current.ok() && !exempt) {

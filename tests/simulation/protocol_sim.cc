@@ -120,11 +120,17 @@ void World::Inject(const ScriptedFault& f) {
       break;
     case FaultKind::kFreezeWorker:
     case FaultKind::kFreezeWorkers:
-      for (int w : f.workers) workers_[static_cast<size_t>(w)]->FreezeUntil(until);
+      for (int w : f.workers) {
+        NoteUnreachable(w, until);
+        workers_[static_cast<size_t>(w)]->FreezeUntil(until);
+      }
       break;
     case FaultKind::kFreezeAll:
       coordinator_frozen_until_ = std::max(coordinator_frozen_until_, until);
-      for (auto& worker : workers_) worker->FreezeUntil(until);
+      for (size_t w = 0; w < workers_.size(); ++w) {
+        NoteUnreachable(static_cast<int>(w), until);
+        workers_[w]->FreezeUntil(until);
+      }
       break;
     case FaultKind::kCrashCoordinator:
       CrashCoordinator();
@@ -136,7 +142,10 @@ void World::Inject(const ScriptedFault& f) {
       coordinator_frozen_until_ = std::max(coordinator_frozen_until_, until);
       break;
     case FaultKind::kPartitionWorker:
-      for (int w : f.workers) partitioned_until_[w] = std::max(partitioned_until_[w], until);
+      for (int w : f.workers) {
+        NoteUnreachable(w, until);
+        partitioned_until_[w] = std::max(partitioned_until_[w], until);
+      }
       break;
     case FaultKind::kBreakStream:
       for (int w : f.workers) {

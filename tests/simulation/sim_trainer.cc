@@ -113,9 +113,10 @@ void SimWorker::TrainerPrepare(const Assignment& assignment, Done done) {
 void SimWorker::TrainerDonate(const Assignment& assignment, Done done) {
   SuspendTraining();
   cancelled_ = false;
-  // A donor keeps nothing, whether the donation worked or not.
+  // A donor keeps nothing once it handed its state over; a failed donation
+  // keeps the source state (EngineTrainer::Donate).
   Done finish = [this, done = std::move(done)](absl::Status status) {
-    StopAll();
+    if (status.ok()) StopAll();
     done(status);
   };
   const bool peer = assignment.recovery.kind() == v1::RECOVERY_KIND_PEER;

@@ -444,18 +444,22 @@ void SimWorker::ExecuteDonate(Assignment assignment) {
   const std::string job = assignment.job;
   const uint64_t generation = assignment.generation;
   auto finish = [this, job, generation](absl::Status donated) {
-    held_.reset();
-    held_state_ = v1::ASSIGNMENT_STATE_UNSPECIFIED;
+    if (donated.ok()) {
+      held_.reset();
+      held_state_ = v1::ASSIGNMENT_STATE_UNSPECIFIED;
+    } else {
+      held_state_ = v1::ASSIGNMENT_STATE_SUSPENDED;  // the source state is kept
+    }
     SendStatus(job, generation, v1::ASSIGNMENT_STATE_DONATED,
                donated.ok() ? "" : donated.ToString());
     CommandDone();
   };
+  held_ = assignment;  // as WorkerAgent::ExecuteDonate: older commands are stale now
+  held_state_ = v1::ASSIGNMENT_STATE_UNSPECIFIED;
   if (assignment.participant < 0) {
     finish(absl::InvalidArgumentError("not among the plan's donors"));
     return;
   }
-  held_ = assignment;  // as WorkerAgent::ExecuteDonate: older commands are stale now
-  held_state_ = v1::ASSIGNMENT_STATE_UNSPECIFIED;
   TrainerDonate(assignment, std::move(finish));
 }
 
@@ -494,6 +498,13 @@ void SimWorker::ReportSuspended(const std::string& job, uint64_t generation,
     state.set_generation(generation);
     state.set_step(run_->newest);
     held.push_back(state);
+    // The source generation, kept until this one trains (EngineTrainer's
+    // Run::kept).
+    if (!run_->trained && previous_.has_value()) {
+      state.set_generation(previous_->generation);
+      state.set_step(previous_->newest);
+      held.push_back(state);
+    }
   }
   SendStatus(job, generation, v1::ASSIGNMENT_STATE_SUSPENDED, reason, held);
 }

@@ -215,6 +215,40 @@ bool World::Partitioned(int index) const {
   return it != partitioned_until_.end() && Now() < it->second;
 }
 
+void World::NoteUnreachable(int worker, absl::Time until) {
+  std::vector<Span>& spans = unreachable_[worker];
+  if (!spans.empty() && spans.back().end >= Now()) {
+    spans.back().end = std::max(spans.back().end, until);  // lengthens the span under way
+  } else {
+    spans.push_back(Span{Now(), until});
+  }
+}
+
+bool World::UnreachableAt(int worker, absl::Time t) const {
+  auto it = unreachable_.find(worker);
+  if (it == unreachable_.end()) return false;
+  for (const Span& span : it->second) {
+    if (span.start <= t && t < span.end) return true;
+  }
+  return false;
+}
+
+bool World::OutlastedGrace(int worker) const {
+  auto broken = broken_at_.find(worker);
+  if (broken != broken_at_.end() &&
+      UnreachableAt(worker, broken->second + timing_.stream_rejoin_grace)) {
+    return true;
+  }
+  auto it = unreachable_.find(worker);
+  if (it == unreachable_.end()) return false;
+  for (const Span& span : it->second) {
+    if (span.end - span.start > timing_.readopt_grace && Now() - span.end < absl::Minutes(1)) {
+      return true;
+    }
+  }
+  return false;
+}
+
 void World::WatchJob() {
   if (job_id_.empty() || !coordinator_up_) return;
   absl::StatusOr<uint64_t> watched = coordinator_->Watch(
@@ -284,6 +318,7 @@ void World::DeliverToCoordinator(uint64_t id, const v1::WorkerMessage& message) 
       return;
     }
     s.attached = true;
+    broken_at_.erase(s.worker);
     Trace(absl::StrCat("coordinator attaches ", worker, " on stream ", id,
                        message.hello().has_held()
                            ? absl::StrCat(" (holding ", message.hello().held().job_id(), " g",
@@ -354,6 +389,7 @@ void World::EndStreamAtCoordinator(uint64_t id, bool detach) {
   s.done_at_coordinator = true;
   if (!report) return;
   s.lost_reported = true;
+  broken_at_[s.worker] = Now();
   const SimWorker& w = *workers_[static_cast<size_t>(s.worker)];
   if (Now() < w.frozen_until() || Partitioned(s.worker)) {
     // Indistinguishable from a crash for the coordinator (a broken stream

@@ -54,6 +54,7 @@ struct SimTiming {
   absl::Duration heartbeat_interval = absl::Milliseconds(500);
   absl::Duration heartbeat_timeout = absl::Seconds(3);
   absl::Duration readopt_grace = absl::Seconds(10);
+  absl::Duration stream_rejoin_grace = coordinator::JobManager::Options{}.stream_rejoin_grace;
   absl::Duration suspend_timeout = absl::Seconds(10);
 };
 
@@ -202,6 +203,23 @@ class World {
   // Workers whose stream the coordinator saw break while they were frozen
   // or cut off, and when.
   std::map<int, absl::Time> broken_while_unreachable_;
+  // Each worker's spans of unreachability (frozen or cut off). Faults are
+  // each shorter than the re-adoption grace, but faults that overlap on one
+  // worker make one longer span, and a worker whose stream broke is awaited
+  // only briefly (stream_rejoin_grace): past either, the coordinator may
+  // rightly give its state up.
+  struct Span {
+    absl::Time start;
+    absl::Time end;
+  };
+  std::map<int, std::vector<Span>> unreachable_;
+  // Workers whose stream broke at the coordinator, until they attach again.
+  std::map<int, absl::Time> broken_at_;
+  void NoteUnreachable(int worker, absl::Time until);
+  bool UnreachableAt(int worker, absl::Time t) const;
+  // A member of the live mesh stayed away past the grace the coordinator
+  // gives it (within the last minute).
+  bool OutlastedGrace(int worker) const;
   std::vector<std::unique_ptr<SimWorker>> workers_;
 
   std::map<std::pair<std::string, uint64_t>, std::map<int64_t, Collective>> collectives_;

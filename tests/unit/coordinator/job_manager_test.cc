@@ -775,9 +775,41 @@ TEST_F(DonorTest, AFailedDonationReplansAtOnce) {
   Effects effects;
   ASSERT_TRUE(jobs_->OnAssignmentStatus(WorkerId(donors[0]), failed, now_, &effects).ok());
   // The members waiting for its pieces are asked to suspend now, not after
-  // their bootstrap deadline.
-  EXPECT_EQ(CountKind(effects, v1::CoordinatorMessage::kSuspend), 2);
+  // their bootstrap deadline, and so are both donors: the failed one kept
+  // its state, the other may not have handed its own over yet.
+  EXPECT_EQ(CountKind(effects, v1::CoordinatorMessage::kSuspend), 4);
+  for (const std::string& donor : donors) {
+    EXPECT_EQ(MessagesTo(effects, donor, v1::CoordinatorMessage::kSuspend).size(), 1u) << donor;
+  }
+  EXPECT_EQ(membership_->CountInState(WorkerState::kIdle), 0);
   EXPECT_THAT(Get(planned).message(), HasSubstr("could not serve its state"));
+  // Everyone still holds generation 1's state: the next plan recovers
+  // every shard from memory, with no step lost.
+  SuspendAll(Get(planned), 9);
+  const v1::Job replanned = Get(planned);
+  EXPECT_EQ(replanned.generation(), planned.generation() + 1);
+  EXPECT_EQ(replanned.recovery().kind(), v1::RECOVERY_KIND_PEER);
+  EXPECT_EQ(replanned.recovery().step(), 9);
+  EXPECT_EQ(replanned.recovery().lost_steps(), 0);
+}
+
+TEST_F(DonorTest, ADonorThatHandedItsStateOverAnswersTheNextSuspensionWithNothing) {
+  std::vector<std::string> donors;
+  const v1::Job planned = ScaleToTwo(&donors);
+  ASSERT_EQ(donors.size(), 2u);
+  // A member is lost before the generation ran: the donors are asked too.
+  Effects effects = Lose(planned.mesh().members(0).worker_id());
+  EXPECT_EQ(CountKind(effects, v1::CoordinatorMessage::kSuspend), 3);
+  // A donation that finished meanwhile is answered by the suspension.
+  v1::AssignmentStatus donated;
+  donated.set_job_id(planned.job_id());
+  donated.set_generation(planned.generation());
+  donated.set_state(v1::ASSIGNMENT_STATE_DONATED);
+  Effects late;
+  EXPECT_EQ(jobs_->OnAssignmentStatus(WorkerId(donors[0]), donated, now_, &late).code(),
+            absl::StatusCode::kAborted);
+  ASSERT_TRUE(Suspended(donors[0], Get(planned), /*step=*/-1, &late).ok());
+  EXPECT_EQ(Get(planned).generation(), planned.generation());  // two answers to come
 }
 
 TEST_F(DonorTest, ALostDonorReplansAGenerationStillPreparing) {
@@ -785,7 +817,9 @@ TEST_F(DonorTest, ALostDonorReplansAGenerationStillPreparing) {
   const v1::Job planned = ScaleToTwo(&donors);
   ASSERT_EQ(donors.size(), 2u);
   Effects effects = Lose(donors[1]);
-  EXPECT_EQ(CountKind(effects, v1::CoordinatorMessage::kSuspend), 2);
+  // The two members and the other donor.
+  EXPECT_EQ(CountKind(effects, v1::CoordinatorMessage::kSuspend), 3);
+  EXPECT_TRUE(MessagesTo(effects, donors[1], v1::CoordinatorMessage::kSuspend).empty());
   EXPECT_THAT(Get(planned).message(), HasSubstr("donor " + donors[1] + " lost"));
 }
 

@@ -79,6 +79,33 @@ TEST(ProtocolSimTest, ALateSuspendDoesNotInterruptADonation) {
   ExpectAllSeedsPass(1, 300, [](uint64_t seed) { return *ScenarioOptions("donor", seed); });
 }
 
+// Seeds beyond CI's ranges that once broke an invariant, each with what
+// fixed it (docs/architecture.md, "Protocol simulation").
+TEST(ProtocolSimTest, SeedsThatOnceFailedPass) {
+  const uint64_t seeds[] = {
+      // A re-plan before a generation took effect gave up the live state:
+      // its donors were not asked, lost members no longer awaited.
+      2957, 5130, 17876,
+      // A peer failed before the new generation trained: the unasked
+      // SUSPENDED left out the source generation the worker still kept.
+      8880,
+      // A member re-adopted into the live generation reset the steps known
+      // done to the generation's start.
+      18999,
+      // Found by the fixes above: a Stop of the generation a rejoined worker
+      // held, after it had been sent a newer Suspend.
+      167, 13733,
+      // Overlapping faults kept one worker away past the grace the
+      // coordinator gives it (the invariant's exemption).
+      13924, 13968, 15529, 19063};
+  for (uint64_t seed : seeds) {
+    SimOptions options;
+    options.seed = seed;
+    const SimResult result = RunSimulation(options);
+    EXPECT_TRUE(result.ok()) << FormatFailure(result, 150);
+  }
+}
+
 TEST(ProtocolSimTest, TheSameSeedReplaysTheSameRun) {
   SimOptions options;
   options.seed = 42;
