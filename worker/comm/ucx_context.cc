@@ -40,6 +40,11 @@ absl::Status UcxStatusToStatus(ucs_status_t status, const std::string& what) {
     case UCS_ERR_IO_ERROR:
     case UCS_ERR_CANCELED:
     case UCS_ERR_NOT_CONNECTED:
+    // The shared-memory transports (posix, sysv: every group on one host)
+    // fail a send this way when the peer's segment went with its process,
+    // before the peer's death is noticed (chaos seed 4 failed a whole job on
+    // it as an internal error).
+    case UCS_ERR_SHMEM_SEGMENT:
       return absl::UnavailableError(message);
     case UCS_ERR_TIMED_OUT: return absl::DeadlineExceededError(message);
     case UCS_ERR_MESSAGE_TRUNCATED: return absl::InvalidArgumentError(message);
