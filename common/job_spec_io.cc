@@ -450,8 +450,9 @@ absl::StatusCode ErrnoCode(int error) {
   }
 }
 
-// The whole file, or the OS error as "<path>: <reason>".
-absl::StatusOr<std::string> ReadWholeFile(const std::string& path) {
+// The whole file, or the OS error as "<path>: <reason>"; InvalidArgument
+// past `max_bytes` (a device like /dev/zero never ends).
+absl::StatusOr<std::string> ReadWholeFile(const std::string& path, size_t max_bytes) {
   auto os_error = [&path](int error) {
     return absl::Status(ErrnoCode(error), absl::StrCat(path, ": ", ErrnoMessage(error)));
   };
@@ -468,6 +469,11 @@ absl::StatusOr<std::string> ReadWholeFile(const std::string& path) {
       return os_error(error);
     }
     if (n == 0) break;
+    if (text.size() + static_cast<size_t>(n) > max_bytes) {
+      close(fd);
+      return absl::InvalidArgumentError(absl::StrCat(
+          path, ": larger than ", max_bytes, " bytes, the most a job spec file may hold"));
+    }
     text.append(buffer, static_cast<size_t>(n));
   }
   close(fd);
@@ -544,7 +550,7 @@ absl::StatusOr<v1::JobSpec> ParseJobSpec(absl::string_view contents, JobSpecForm
 }
 
 absl::StatusOr<v1::JobSpec> ReadJobSpecFile(const std::string& path) {
-  absl::StatusOr<std::string> text = ReadWholeFile(path);
+  absl::StatusOr<std::string> text = ReadWholeFile(path, kMaxJobSpecFileBytes);
   if (!text.ok()) return text.status();
   absl::StatusOr<v1::JobSpec> spec = ParseJobSpec(*text, DetectJobSpecFormat(path, *text));
   if (!spec.ok()) {

@@ -11,6 +11,7 @@
 //
 // All functions are pure and thread-safe.
 
+#include <cstddef>
 #include <string>
 
 #include "absl/status/status.h"
@@ -38,9 +39,14 @@ absl::Status ParseMessage(absl::string_view contents, JobSpecFormat format,
 // ParseMessage for a JobSpec.
 absl::StatusOr<v1::JobSpec> ParseJobSpec(absl::string_view contents, JobSpecFormat format);
 
+// The largest job spec file read: a spec travels in one gRPC request, and no
+// honest one comes near this.
+inline constexpr size_t kMaxJobSpecFileBytes = 1 << 20;
+
 // Reads and parses the job spec file at `path`. Every error message starts
 // with "<path>: ". NotFound or PermissionDenied (from the OS) when the file
-// cannot be read; InvalidArgument when it is empty or malformed.
+// cannot be read; InvalidArgument when it is empty, malformed or larger than
+// kMaxJobSpecFileBytes.
 absl::StatusOr<v1::JobSpec> ReadJobSpecFile(const std::string& path);
 
 // Converts a YAML document into an equivalent JSON document. With a

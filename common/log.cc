@@ -2,6 +2,7 @@
 
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
 #include <cstdlib>
 #include <cstring>
@@ -9,6 +10,7 @@
 #include <string>
 
 #include "absl/strings/ascii.h"
+#include "absl/strings/str_format.h"
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
 
@@ -96,8 +98,27 @@ LogMessage::LogMessage(Level level, const char* file, int line) : level_(level) 
 }
 
 LogMessage::~LogMessage() {
-  stream_ << '\n';
   std::string line = stream_.str();
+  // One record, one line: a newline or other control character inside a
+  // message (a peer's worker id, a status message) is escaped, so nothing a
+  // peer sends can forge a log line.
+  if (std::any_of(line.begin(), line.end(),
+                  [](char c) { return static_cast<unsigned char>(c) < 0x20 && c != '\t'; })) {
+    std::string escaped;
+    escaped.reserve(line.size() + 16);
+    for (char c : line) {
+      const unsigned char u = static_cast<unsigned char>(c);
+      if (c == '\n') {
+        escaped += "\\n";
+      } else if (u < 0x20 && c != '\t') {
+        escaped += absl::StrFormat("\\x%02x", u);
+      } else {
+        escaped.push_back(c);
+      }
+    }
+    line = std::move(escaped);
+  }
+  line.push_back('\n');
   // One write per line so concurrent threads do not interleave characters.
   ssize_t ignored = ::write(STDERR_FILENO, line.data(), line.size());
   (void)ignored;

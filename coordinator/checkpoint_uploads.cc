@@ -170,6 +170,16 @@ absl::StatusOr<std::unique_ptr<CheckpointUploads::Writer>> CheckpointUploads::Be
         "job ", key.job.value(), " is at generation ", job.generation.value(), ", not ",
         key.generation.value()));
   }
+  const v1::CheckpointLayout& layout = header.layout();
+  if (job.data_parallel > 0 &&
+      (layout.data_parallel() != job.data_parallel || layout.tensor_parallel() != job.tensor_parallel ||
+       layout.pipeline_parallel() != job.pipeline_parallel)) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "header.layout: ", layout.data_parallel(), " x ", layout.tensor_parallel(), " x ",
+        layout.pipeline_parallel(), " is not the mesh of job ", key.job.value(), " generation ",
+        key.generation.value(), " (", job.data_parallel, " x ", job.tensor_parallel, " x ",
+        job.pipeline_parallel, ")"));
+  }
   if (!job.accepts_checkpoints) {
     return absl::FailedPreconditionError(
         absl::StrCat("job ", key.job.value(), " has ended and takes no checkpoints"));

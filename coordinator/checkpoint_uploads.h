@@ -48,6 +48,10 @@ struct CheckpointJobState {
   Generation generation;
   v1::CheckpointPolicy policy;
   bool accepts_checkpoints = true;  // false once cancelled or failed
+  // The generation's mesh degrees (0: not known, not checked). An upload's
+  // layout, and with it its writer count, must be this mesh's: a client
+  // cannot make the coordinator wait for writers that do not exist.
+  int data_parallel = 0, tensor_parallel = 0, pipeline_parallel = 0;
 };
 using CheckpointJobLookup = std::function<absl::StatusOr<CheckpointJobState>(const JobId&)>;
 

@@ -430,6 +430,27 @@ absl::Status Coordinator::CheckKvScope(const KvScope& scope) const {
   return absl::OkStatus();
 }
 
+absl::Status Coordinator::CheckParticipant(const WorkerIdentity& caller, const JobId& job,
+                                          Generation generation) const {
+  if (caller.any()) return absl::OkStatus();
+  absl::MutexLock lock(&mu_);
+  absl::StatusOr<v1::Job> found = jobs_.Get(job);
+  if (!found.ok() || found->generation() != generation.value()) return absl::OkStatus();
+  for (const v1::MeshMember& member : found->mesh().members()) {
+    if (caller.AllowsWorker(member.worker_id(), member.host())) return absl::OkStatus();
+  }
+  for (const v1::Donor& donor : found->recovery().donors()) {
+    const WorkerRecord* record = membership_.Find(WorkerId(donor.worker_id()));
+    if (caller.AllowsWorker(donor.worker_id(), record != nullptr ? record->host : "")) {
+      return absl::OkStatus();
+    }
+  }
+  return absl::PermissionDeniedError(absl::StrCat(
+      "this client certificate may act as ", caller.Describe(),
+      ", none of which is a member or donor of job ", job.value(), " generation ",
+      generation.value()));
+}
+
 absl::Status Coordinator::KvSet(const KvScope& scope, const std::string& key, std::string value) {
   Deliveries deliveries;
   {

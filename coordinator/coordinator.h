@@ -28,6 +28,7 @@
 #include "coordinator/job_manager.h"
 #include "coordinator/job_store.h"
 #include "coordinator/kv_store.h"
+#include "coordinator/worker_identity.h"
 #include "coordinator/membership_table.h"
 
 namespace cohort::coordinator {
@@ -108,6 +109,14 @@ class Coordinator {
   // job gets its snapshot and OnFinished at once.
   absl::StatusOr<uint64_t> Watch(const JobId& id, std::shared_ptr<JobEventSink> sink);
   void Unwatch(uint64_t handle);
+
+  // OK if `caller` may act as a member or donor of `job`'s `generation`
+  // (or as any worker); else PermissionDenied naming what the caller's
+  // certificate allows. A generation other than the job's current one is
+  // let through: the call itself then fails as stale (Aborted) or early.
+  // For the job-scoped worker RPCs: KeyValue, checkpoint uploads.
+  absl::Status CheckParticipant(const WorkerIdentity& caller, const JobId& job,
+                                Generation generation) const;
 
   // --- KeyValue ---
   absl::Status KvSet(const KvScope& scope, const std::string& key, std::string value);

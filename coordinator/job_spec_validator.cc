@@ -11,6 +11,7 @@
 #include "absl/strings/str_join.h"
 #include "absl/strings/string_view.h"
 #include "common/job_spec_defaults.h"
+#include "common/safe_text.h"
 
 namespace cohort::coordinator {
 namespace {
@@ -28,6 +29,7 @@ constexpr int32_t kDefaultOptimizerReplicas = 2;
 constexpr int32_t kMaxOptimizerReplicas = 8;
 constexpr int32_t kDefaultWaitForWorkersSeconds = 600;
 constexpr int kMaxNameLength = 63;
+constexpr size_t kMaxPatternLength = 4096;
 
 constexpr int64_t kMaxSyntheticTokens = int64_t{1} << 30;
 
@@ -54,8 +56,8 @@ void CheckName(const std::string& name, Errors& errors) {
   bool ok = name.size() <= kMaxNameLength && IsNameChar(name[0]);
   for (char c : name) ok = ok && (IsNameChar(c) || c == '-');
   if (!ok) {
-    errors.Add("name", absl::StrCat("\"", name,
-                                    "\" must match [a-z0-9][a-z0-9-]{0,62}: lowercase "
+    errors.Add("name", absl::StrCat(Quoted(name),
+                                    " must match [a-z0-9][a-z0-9-]{0,62}: lowercase "
                                     "letters, digits and '-', starting with a letter or "
                                     "digit, at most 63 characters"));
   }
@@ -233,6 +235,12 @@ void CheckData(v1::DataConfig& data, const v1::ModelConfig& model, bool vocab_ok
       if (data.shards().pattern().empty()) {
         errors.Add("data.shards.pattern",
                    "must not be empty; give a glob of .bin token shards visible to every worker");
+      } else if (data.shards().pattern().size() > kMaxPatternLength ||
+                 !std::all_of(data.shards().pattern().begin(), data.shards().pattern().end(),
+                              [](char c) { return static_cast<unsigned char>(c) >= 0x20; })) {
+        errors.Add("data.shards.pattern",
+                   absl::StrCat(Quoted(data.shards().pattern()), " must be a path glob of at most ",
+                                kMaxPatternLength, " bytes without control characters"));
       }
       break;
     case v1::DataConfig::SOURCE_NOT_SET:
@@ -333,7 +341,8 @@ void CheckCheckpoint(v1::CheckpointPolicy& checkpoint, Errors& errors) {
                           return (c >= 'a' && c <= 'z') || (c >= '0' && c <= '9') || c == '-';
                         }))) {
     errors.Add("checkpoint.resume_from_job",
-               absl::StrCat("\"", from, "\" is not a job id (lower-case letters, digits, '-')"));
+               absl::StrCat(Quoted(from), " is not a job id (at most 80 lower-case letters, "
+                                          "digits, '-')"));
   }
 }
 
@@ -341,6 +350,10 @@ void CheckCheckpoint(v1::CheckpointPolicy& checkpoint, Errors& errors) {
 
 absl::StatusOr<v1::JobSpec> NormalizeJobSpec(const v1::JobSpec& input) {
   v1::JobSpec spec = input;
+  // Fields this coordinator does not know would be stored, persisted and
+  // returned with every Get, List and Watch event: an unbounded side
+  // channel. They are dropped (a newer client's options have no effect here).
+  spec.DiscardUnknownFields();
   Errors errors;
   CheckName(spec.name(), errors);
 

@@ -10,8 +10,10 @@
 #include "absl/flags/parse.h"
 #include "absl/flags/usage.h"
 #include "absl/time/time.h"
+#include "common/flag_help.h"
 #include "common/huge_page_malloc.h"
 #include "common/log.h"
+#include "coordinator/server_flags.h"
 #include "coordinator/service/coordinator_server.h"
 
 ABSL_FLAG(std::string, listen, "127.0.0.1:7070",
@@ -117,6 +119,7 @@ int main(int argc, char** argv) {
       "cohort-coordinator: membership, mesh planning, job state, checkpoints and the KeyValue "
       "service.\n"
       "Usage: cohort-coordinator [--listen 127.0.0.1:7070] [--data_dir DIR] [flags]");
+  cohort::ExitWithHelpIfAsked(argc, argv, "coordinator/main.cc");
   absl::ParseCommandLine(argc, argv);
   // Block before any thread starts so every thread inherits the mask and
   // the signal waiter below receives them.
@@ -153,22 +156,34 @@ int main(int argc, char** argv) {
   config.coordinator.prepare_timeout = absl::GetFlag(FLAGS_prepare_timeout);
   config.coordinator.hang_timeout_floor = absl::GetFlag(FLAGS_hang_timeout_floor);
   config.coordinator.hang_step_multiple = absl::GetFlag(FLAGS_hang_step_multiple);
-  if (config.coordinator.suspend_timeout <= absl::ZeroDuration() ||
-      config.coordinator.prepare_timeout <= absl::ZeroDuration() ||
-      config.coordinator.hang_timeout_floor < absl::ZeroDuration() ||
-      config.coordinator.hang_step_multiple < 1) {
-    std::cerr << "cohort-coordinator: --suspend_timeout and --prepare_timeout must be > 0, "
-                 "--hang_timeout_floor >= 0 and --hang_step_multiple >= 1\n";
-    return 64;
-  }
   config.checkpoints.max_uploads = absl::GetFlag(FLAGS_max_checkpoint_uploads);
   config.checkpoints.max_downloads = absl::GetFlag(FLAGS_max_checkpoint_downloads);
   config.checkpoints.max_chunk_bytes = absl::GetFlag(FLAGS_max_checkpoint_chunk_bytes);
   config.checkpoint_abandon_after = absl::GetFlag(FLAGS_checkpoint_abandon_after);
+  for (const absl::Status& checked :
+       {cohort::coordinator::CheckHostPort("listen", config.listen_address),
+        cohort::coordinator::CheckHostPort("metrics_address", config.metrics_address),
+        cohort::coordinator::CheckTimingFlags(cohort::coordinator::TimingFlags{
+            config.coordinator.heartbeat_interval, config.coordinator.heartbeat_timeout,
+            config.coordinator.readopt_grace, config.coordinator.suspend_timeout,
+            config.coordinator.prepare_timeout, config.coordinator.hang_timeout_floor,
+            config.checkpoint_abandon_after})}) {
+    if (!checked.ok()) {
+      std::cerr << "cohort-coordinator: " << checked.message() << "\n";
+      return 64;
+    }
+  }
+  const double multiple = config.coordinator.hang_step_multiple;
+  if (!(multiple >= 1 && multiple <= 1e6)) {
+    std::cerr << "cohort-coordinator: --hang_step_multiple must be within [1, 1e6]\n";
+    return 64;
+  }
   if (config.checkpoints.max_uploads < 1 || config.checkpoints.max_downloads < 1 ||
-      config.checkpoints.max_chunk_bytes < (1 << 20)) {
+      config.checkpoints.max_uploads > 65536 || config.checkpoints.max_downloads > 65536 ||
+      config.checkpoints.max_chunk_bytes < (1 << 20) ||
+      config.checkpoints.max_chunk_bytes > (int64_t{1} << 32)) {
     std::cerr << "cohort-coordinator: --max_checkpoint_uploads and --max_checkpoint_downloads "
-                 "must be >= 1 and --max_checkpoint_chunk_bytes >= 1 MiB\n";
+                 "must be within [1, 65536] and --max_checkpoint_chunk_bytes within [1 MiB, 4 GiB]\n";
     return 64;
   }
 

@@ -6,6 +6,7 @@
 
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
+#include "coordinator/hello_validator.h"
 
 namespace cohort::coordinator {
 
@@ -74,9 +75,7 @@ void FillFromHello(const v1::Hello& hello, absl::Time now, WorkerRecord& record)
 MembershipTable::MembershipTable(Options options) : options_(options) {}
 
 absl::StatusOr<JoinResult> MembershipTable::Join(const v1::Hello& hello, absl::Time now) {
-  if (hello.worker_id().empty()) {
-    return absl::InvalidArgumentError("hello.worker_id: must not be empty");
-  }
+  if (absl::Status valid = ValidateHello(hello); !valid.ok()) return valid;
   if (hello.incarnation() == 0) {
     return absl::InvalidArgumentError(
         absl::StrCat("hello.incarnation: worker ", hello.worker_id(),

@@ -15,6 +15,7 @@
 #include "absl/flags/parse.h"
 #include "absl/flags/usage.h"
 #include "absl/strings/ascii.h"
+#include "common/flag_help.h"
 #include "common/huge_page_malloc.h"
 #include "common/log.h"
 #include "worker/worker_daemon.h"
@@ -93,6 +94,7 @@ int main(int argc, char** argv) {
   absl::SetProgramUsageMessage(
       "Cohort worker daemon: attaches to the coordinator and trains on one device.\n"
       "  cohort-worker --coordinator=host:7070 --device=cpu");
+  cohort::ExitWithHelpIfAsked(argc, argv, "worker/main.cc");
   absl::ParseCommandLine(argc, argv);
   // Several workers often share a host's cores; OpenMP's default of spinning
   // idle threads then starves the other workers' threads (steps 50x slower

@@ -1,5 +1,7 @@
 #include "coordinator/service/authorizer.h"
 
+#include <memory>
+#include <string>
 #include <vector>
 
 #include "absl/strings/ascii.h"
@@ -9,6 +11,8 @@
 #include "common/status_macros.h"
 #include "common/tls_credentials.h"
 #include "grpcpp/security/auth_context.h"
+#include "openssl/pem.h"
+#include "openssl/x509v3.h"
 #include "openssl/evp.h"
 
 namespace cohort::coordinator {
@@ -137,6 +141,43 @@ absl::Status Authorizer::Check(const grpc::ServerContextBase& context, absl::str
   const bool certificate = auth != nullptr && auth->IsPeerAuthenticated() &&
                            !auth->FindPropertyValues("x509_pem_cert").empty();
   return Check(method, access, authorization, certificate);
+}
+
+namespace {
+
+// The URI subject alternative names of a PEM certificate.
+std::vector<std::string> UriNames(absl::string_view pem) {
+  std::vector<std::string> uris;
+  std::unique_ptr<BIO, decltype(&BIO_free)> bio(
+      BIO_new_mem_buf(pem.data(), static_cast<int>(pem.size())), &BIO_free);
+  if (bio == nullptr) return uris;
+  std::unique_ptr<X509, decltype(&X509_free)> cert(
+      PEM_read_bio_X509(bio.get(), nullptr, nullptr, nullptr), &X509_free);
+  if (cert == nullptr) return uris;
+  std::unique_ptr<GENERAL_NAMES, decltype(&GENERAL_NAMES_free)> names(
+      static_cast<GENERAL_NAMES*>(
+          X509_get_ext_d2i(cert.get(), NID_subject_alt_name, nullptr, nullptr)),
+      &GENERAL_NAMES_free);
+  if (names == nullptr) return uris;
+  for (int i = 0; i < sk_GENERAL_NAME_num(names.get()); ++i) {
+    const GENERAL_NAME* name = sk_GENERAL_NAME_value(names.get(), i);
+    if (name->type != GEN_URI) continue;
+    const ASN1_IA5STRING* uri = name->d.uniformResourceIdentifier;
+    uris.emplace_back(reinterpret_cast<const char*>(ASN1_STRING_get0_data(uri)),
+                      static_cast<size_t>(ASN1_STRING_length(uri)));
+  }
+  return uris;
+}
+
+}  // namespace
+
+WorkerIdentity Authorizer::IdentityOf(const grpc::ServerContextBase& context) const {
+  if (!require_worker_certificate_) return WorkerIdentity::Any();
+  const std::shared_ptr<const grpc::AuthContext> auth = context.auth_context();
+  if (auth == nullptr || !auth->IsPeerAuthenticated()) return WorkerIdentity();
+  const std::vector<grpc::string_ref> pem = auth->FindPropertyValues("x509_pem_cert");
+  if (pem.empty()) return WorkerIdentity();
+  return WorkerIdentity::FromUris(UriNames(absl::string_view(pem[0].data(), pem[0].size())));
 }
 
 }  // namespace cohort::coordinator

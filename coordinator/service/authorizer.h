@@ -24,6 +24,7 @@
 
 #include "absl/container/flat_hash_map.h"
 #include "absl/status/statusor.h"
+#include "coordinator/worker_identity.h"
 #include "grpcpp/server_context.h"
 
 namespace cohort::coordinator {
@@ -72,6 +73,11 @@ class Authorizer {
   // Check with the metadata and auth context of a server call.
   absl::Status Check(const grpc::ServerContextBase& context, absl::string_view method,
                      Access access) const;
+
+  // Which workers the caller of a worker RPC may act as (worker_identity.h):
+  // any without --tls_client_ca, else what its certificate names. Call after
+  // Check admitted a kWorker method.
+  WorkerIdentity IdentityOf(const grpc::ServerContextBase& context) const;
 
   bool tokens_required() const { return !tokens_.empty(); }
   bool worker_certificate_required() const { return require_worker_certificate_; }

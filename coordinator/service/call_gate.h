@@ -40,6 +40,11 @@ class CallGate {
     return lease;
   }
 
+  // Who the caller of an admitted worker RPC may act as.
+  WorkerIdentity IdentityOf(const grpc::CallbackServerContext& context) const {
+    return authorizer_->IdentityOf(context);
+  }
+
   // A unary call finished with `status` (its handler never ran).
   static grpc::ServerUnaryReactor* Refuse(grpc::CallbackServerContext* context,
                                           const absl::Status& status) {

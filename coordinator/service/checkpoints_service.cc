@@ -1,10 +1,13 @@
 #include "coordinator/service/checkpoints_service.h"
 
+#include <algorithm>
 #include <cstring>
 #include <functional>
 #include <map>
 #include <memory>
+#include <new>
 #include <optional>
+#include <utility>
 #include <string>
 #include <tuple>
 #include <vector>
@@ -96,12 +99,13 @@ class UploadReactor : public grpc::ServerReadReactor<grpc::ByteBuffer> {
   static constexpr int kChunksInFlight = 2;
 
   UploadReactor(CheckpointsService* service, grpc::ByteBuffer* response,
-                StreamLimiter::Lease lease)
+                StreamLimiter::Lease lease, WorkerIdentity identity)
       : service_(service),
         response_(response),
         slot_(&service->uploads_active_, service->limits_.max_uploads),
         start_(absl::Now()),
-        lease_(std::move(lease)) {
+        lease_(std::move(lease)),
+        identity_(std::move(identity)) {
     service_->metrics_->SetCheckpointStreams("upload", service_->uploads_active_.load());
     if (!slot_.acquired()) {
       Fail(absl::ResourceExhaustedError(absl::StrCat(
@@ -147,6 +151,11 @@ class UploadReactor : public grpc::ServerReadReactor<grpc::ByteBuffer> {
   void OnHeader() {
     if (writer_ != nullptr) return Fail(absl::InvalidArgumentError("a second UploadHeader"));
     lifetime_.Run(service_->executor_, this, [this, header = request_.header()] {
+      if (service_->participant_ != nullptr) {
+        absl::Status allowed = service_->participant_(identity_, JobId(header.job_id()),
+                                                      Generation(header.generation()));
+        if (!allowed.ok()) return Fail(allowed);
+      }
       absl::StatusOr<std::unique_ptr<CheckpointUploads::Writer>> writer =
           service_->uploads_->Begin(header);
       if (!writer.ok()) return Fail(writer.status());
@@ -163,16 +172,21 @@ class UploadReactor : public grpc::ServerReadReactor<grpc::ByteBuffer> {
                        chunk_.tensor(), ") received its ", chunk_.bytes(), " bytes")));
     }
     chunk_ = request_.chunk();
-    if (static_cast<int64_t>(chunk_.bytes()) > service_->limits_.max_chunk_bytes) {
+    // Compared unsigned: a size of 2^63 or more must not pass as negative.
+    if (chunk_.bytes() > static_cast<uint64_t>(std::max<int64_t>(0, service_->limits_.max_chunk_bytes))) {
       return Fail(absl::ResourceExhaustedError(absl::StrCat(
           "chunk.bytes: a chunk of ", chunk_.tensor(), " has ", chunk_.bytes(),
           " bytes, over the limit of ", service_->limits_.max_chunk_bytes,
           " (--max_checkpoint_chunk_bytes)")));
     }
     if (chunk_.bytes() == 0) return Fail(absl::InvalidArgumentError("chunk.bytes: must be > 0"));
-    in_chunk_ = true;
     buffer_ = TakeBuffer();
-    buffer_->Reset(chunk_.bytes());
+    if (!buffer_->Reset(chunk_.bytes())) {
+      buffer_.reset();
+      return Fail(absl::ResourceExhaustedError(absl::StrCat(
+          "chunk.bytes: no memory for a chunk of ", chunk_.bytes(), " bytes")));
+    }
+    in_chunk_ = true;
     StartRead(&raw_);
   }
 
@@ -256,13 +270,17 @@ class UploadReactor : public grpc::ServerReadReactor<grpc::ByteBuffer> {
     size_t size = 0;
     uint32_t crc32c = 0;
 
-    void Reset(size_t bytes) {
+    // False when the memory cannot be had: no exception may leave a
+    // reactor (the call would never finish, its slots never freed).
+    bool Reset(size_t bytes) {
       if (bytes > capacity) {
-        data.reset(new char[bytes]);
-        capacity = bytes;
+        data.reset(new (std::nothrow) char[bytes]);
+        capacity = data != nullptr ? bytes : 0;
+        if (data == nullptr) return false;
       }
       size = 0;
       crc32c = 0;
+      return true;
     }
     void Append(const BytesFieldView& piece) {
       crc32c = piece.CopyAndExtendCrc32c(data.get() + size, crc32c);
@@ -336,6 +354,7 @@ class UploadReactor : public grpc::ServerReadReactor<grpc::ByteBuffer> {
   StreamSlot slot_;
   const absl::Time start_;
   StreamLimiter::Lease lease_;  // this client's stream slot
+  const WorkerIdentity identity_;  // who the client certificate may act as
   ReactorLifetime lifetime_;
   // Reactions only (they never overlap); writer_ is set before any executor
   // work that uses it is scheduled.
@@ -562,20 +581,22 @@ class DownloadReactor : public grpc::ServerWriteReactor<grpc::ByteBuffer> {
 
 CheckpointsService::CheckpointsService(CheckpointUploads* uploads, CheckpointStore* store,
                                        BlockingExecutor* executor, CoordinatorMetrics* metrics,
-                                       const CallGate* gate, CheckpointsServiceLimits limits)
+                                       const CallGate* gate, CheckpointsServiceLimits limits,
+                                       ParticipantCheck participant)
     : uploads_(uploads),
       store_(store),
       executor_(executor),
       metrics_(metrics),
       gate_(gate),
-      limits_(limits) {}
+      limits_(limits),
+      participant_(std::move(participant)) {}
 
 grpc::ServerReadReactor<grpc::ByteBuffer>* CheckpointsService::Upload(
     grpc::CallbackServerContext* context, grpc::ByteBuffer* response) {
   absl::StatusOr<StreamLimiter::Lease> lease =
       gate_->AdmitStream(*context, "Checkpoints.Upload", Access::kWorker);
   if (!lease.ok()) return new RejectedReader<grpc::ByteBuffer>(lease.status());
-  return new UploadReactor(this, response, *std::move(lease));
+  return new UploadReactor(this, response, *std::move(lease), gate_->IdentityOf(*context));
 }
 
 grpc::ServerWriteReactor<grpc::ByteBuffer>* CheckpointsService::Download(

@@ -8,6 +8,7 @@
 // max_chunk_bytes.
 
 #include <atomic>
+#include <functional>
 
 #include "cohort/v1/checkpoints.grpc.pb.h"
 #include "coordinator/checkpoint_store.h"
@@ -15,6 +16,7 @@
 #include "coordinator/coordinator_metrics.h"
 #include "coordinator/service/call_gate.h"
 #include "coordinator/service/blocking_executor.h"
+#include "coordinator/worker_identity.h"
 
 namespace cohort::coordinator {
 
@@ -27,6 +29,12 @@ struct CheckpointsServiceLimits {
   size_t download_piece_bytes = 1 << 20;
 };
 
+// Whether a caller may act as a participant of a job generation
+// (Coordinator::CheckParticipant): an upload's header must name a
+// generation the caller's certificate is a member or donor of.
+using ParticipantCheck =
+    std::function<absl::Status(const WorkerIdentity&, const JobId&, Generation)>;
+
 // Thread-safe.
 // Upload and Download are registered raw (ByteBuffer messages) to move chunk
 // bytes without protobuf copies; their wire format is unchanged.
@@ -37,7 +45,8 @@ class CheckpointsService final
   // Every pointer must outlive the service.
   CheckpointsService(CheckpointUploads* uploads, CheckpointStore* store,
                      BlockingExecutor* executor, CoordinatorMetrics* metrics,
-                     const CallGate* gate, CheckpointsServiceLimits limits = {});
+                     const CallGate* gate, CheckpointsServiceLimits limits = {},
+                     ParticipantCheck participant = nullptr);
 
   grpc::ServerReadReactor<grpc::ByteBuffer>* Upload(grpc::CallbackServerContext* context,
                                                     grpc::ByteBuffer* response) override;
@@ -66,6 +75,7 @@ class CheckpointsService final
   CoordinatorMetrics* const metrics_;
   const CallGate* const gate_;
   const CheckpointsServiceLimits limits_;
+  const ParticipantCheck participant_;  // null: not checked
   std::atomic<int> uploads_active_{0};
   std::atomic<int> downloads_active_{0};
 };

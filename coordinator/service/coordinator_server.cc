@@ -94,6 +94,9 @@ absl::StatusOr<std::unique_ptr<CoordinatorServer>> CoordinatorServer::Start(
         state.policy = job.spec().checkpoint();
         state.accepts_checkpoints =
             job.state() != v1::JOB_STATE_CANCELLED && job.state() != v1::JOB_STATE_FAILED;
+        state.data_parallel = job.mesh().data_parallel();
+        state.tensor_parallel = job.mesh().tensor_parallel();
+        state.pipeline_parallel = job.mesh().pipeline_parallel();
         return state;
       },
       RealClock::Get(), uploads);
@@ -105,7 +108,10 @@ absl::StatusOr<std::unique_ptr<CoordinatorServer>> CoordinatorServer::Start(
   server->checkpoints_service_ = std::make_unique<CheckpointsService>(
       server->checkpoint_uploads_.get(), server->checkpoint_store_.get(),
       server->checkpoint_executor_.get(), server->metrics_.get(), server->gate_.get(),
-      config.checkpoints);
+      config.checkpoints,
+      [coordinator](const WorkerIdentity& caller, const JobId& job, Generation generation) {
+        return coordinator->CheckParticipant(caller, job, generation);
+      });
   server->workers_service_ = std::make_unique<WorkersService>(
       server->coordinator_.get(), server->metrics_.get(), server->gate_.get());
   server->jobs_service_ = std::make_unique<JobsService>(server->coordinator_.get(),
@@ -132,10 +138,14 @@ absl::StatusOr<std::unique_ptr<CoordinatorServer>> CoordinatorServer::Start(
   // Checkpoint uploads stream megabytes per chunk: let writers run ahead of
   // the store by a few chunks instead of waiting for 64 KiB window updates.
   builder.AddChannelArgument(GRPC_ARG_HTTP2_STREAM_LOOKAHEAD_BYTES, 32 << 20);
+  // gRPC binds with SO_REUSEPORT by default: a second coordinator on the same
+  // port would start and take half the clients, with other data.
+  builder.AddChannelArgument(GRPC_ARG_ALLOW_REUSEPORT, 0);
   server->server_ = builder.BuildAndStart();
   if (server->server_ == nullptr || port == 0) {
-    return absl::UnavailableError(
-        absl::StrCat("cannot listen for gRPC on ", config.listen_address));
+    return absl::UnavailableError(absl::StrCat(
+        "cannot listen for gRPC on ", config.listen_address,
+        " (is the port in use, e.g. by another coordinator, or the address not this host's?)"));
   }
   server->address_ =
       absl::StrCat(config.listen_address.substr(0, config.listen_address.rfind(':')), ":", port);

@@ -1,5 +1,6 @@
 #include "coordinator/service/jobs_service.h"
 
+#include <algorithm>
 #include <deque>
 #include <memory>
 
@@ -54,10 +55,45 @@ class WatchReactor : public grpc::ServerWriteReactor<v1::JobEvent> {
     handle_ = *handle;
   }
 
+  // What one watcher may have queued (beyond the event being written):
+  // a client that does not read is dropped, not buffered for.
+  static constexpr size_t kMaxQueuedEvents = 64;
+  static constexpr size_t kMaxQueuedBytes = 8 << 20;
+
   void Enqueue(const v1::JobEvent& event) {
     absl::MutexLock lock(&mu_);
     if (finished_) return;
-    outbox_.push_back(event);
+    v1::JobEvent trimmed;
+    trimmed.set_kind(event.kind());
+    *trimmed.mutable_time() = event.time();
+    *trimmed.mutable_job() = event.job();
+    if (event.kind() != v1::JOB_EVENT_KIND_SNAPSHOT) {
+      // The snapshot carried the whole spec, which never changes: later
+      // events keep only what a progress display needs.
+      v1::JobSpec summary;
+      summary.set_name(event.job().spec().name());
+      summary.set_steps(event.job().spec().steps());
+      *trimmed.mutable_job()->mutable_spec() = std::move(summary);
+    }
+    const size_t bytes = trimmed.ByteSizeLong();
+    // A progress event supersedes a progress event still waiting behind the
+    // one being written (each carries the whole job).
+    if (trimmed.kind() == v1::JOB_EVENT_KIND_PROGRESS && outbox_.size() >= 2 &&
+        outbox_.back().kind() == v1::JOB_EVENT_KIND_PROGRESS) {
+      queued_bytes_ -= outbox_.back().ByteSizeLong();
+      outbox_.back() = std::move(trimmed);
+      queued_bytes_ += bytes;
+      return;
+    }
+    if (outbox_.size() > kMaxQueuedEvents || (outbox_.size() > 1 && queued_bytes_ + bytes > kMaxQueuedBytes)) {
+      FinishLocked(grpc::Status(
+          grpc::StatusCode::RESOURCE_EXHAUSTED,
+          absl::StrCat("this Watch fell ", outbox_.size(), " events (", queued_bytes_,
+                       " bytes) behind the job; read faster or watch again")));
+      return;  // the queue goes with the reactor (its front may be in a write)
+    }
+    queued_bytes_ += bytes;
+    outbox_.push_back(std::move(trimmed));
     if (!writing_) StartNextWriteLocked();
   }
 
@@ -74,6 +110,7 @@ class WatchReactor : public grpc::ServerWriteReactor<v1::JobEvent> {
       FinishLocked(grpc::Status::CANCELLED);
       return;
     }
+    queued_bytes_ -= std::min(queued_bytes_, outbox_.front().ByteSizeLong());
     outbox_.pop_front();
     if (!outbox_.empty() && !finished_) {
       StartNextWriteLocked();
@@ -113,7 +150,8 @@ class WatchReactor : public grpc::ServerWriteReactor<v1::JobEvent> {
   std::shared_ptr<WatchSink> sink_;
   StreamLimiter::Lease lease_;  // this client's stream slot
   absl::Mutex mu_;
-  std::deque<v1::JobEvent> outbox_ ABSL_GUARDED_BY(mu_);
+  std::deque<v1::JobEvent> outbox_ ABSL_GUARDED_BY(mu_);  // front: being written
+  size_t queued_bytes_ ABSL_GUARDED_BY(mu_) = 0;
   bool writing_ ABSL_GUARDED_BY(mu_) = false;
   bool ending_ ABSL_GUARDED_BY(mu_) = false;
   bool finished_ ABSL_GUARDED_BY(mu_) = false;

@@ -2,6 +2,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "common/grpc_status.h"
+#include "common/status_macros.h"
 
 namespace cohort::coordinator {
 namespace {
@@ -25,6 +26,14 @@ grpc::ServerUnaryReactor* FinishWith(grpc::CallbackServerContext* context,
 
 }  // namespace
 
+absl::StatusOr<KvScope> KeyValueService::Admitted(const grpc::CallbackServerContext& context,
+                                                  const v1::KvScope& request) const {
+  ASSIGN_OR_RETURN(KvScope scope, ParseScope(request));
+  RETURN_IF_ERROR(
+      coordinator_->CheckParticipant(gate_->IdentityOf(context), scope.job, scope.generation));
+  return scope;
+}
+
 grpc::ServerUnaryReactor* KeyValueService::Set(grpc::CallbackServerContext* context,
                                                const v1::SetRequest* request,
                                                v1::SetResponse* response) {
@@ -33,7 +42,7 @@ grpc::ServerUnaryReactor* KeyValueService::Set(grpc::CallbackServerContext* cont
       !admitted.ok()) {
     return CallGate::Refuse(context, admitted);
   }
-  absl::StatusOr<KvScope> scope = ParseScope(request->scope());
+  absl::StatusOr<KvScope> scope = Admitted(*context, request->scope());
   absl::Status status = scope.ok() ? coordinator_->KvSet(*scope, request->key(), request->value())
                                    : scope.status();
   return FinishWith(context, metrics_, "KeyValue.Set", start, status);
@@ -47,7 +56,7 @@ grpc::ServerUnaryReactor* KeyValueService::Get(grpc::CallbackServerContext* cont
       !admitted.ok()) {
     return CallGate::Refuse(context, admitted);
   }
-  absl::StatusOr<KvScope> scope = ParseScope(request->scope());
+  absl::StatusOr<KvScope> scope = Admitted(*context, request->scope());
   absl::StatusOr<std::string> value =
       scope.ok() ? coordinator_->KvGet(*scope, request->key()) : scope.status();
   if (value.ok()) response->set_value(*std::move(value));
@@ -61,7 +70,7 @@ grpc::ServerUnaryReactor* KeyValueService::WaitFor(grpc::CallbackServerContext* 
   absl::StatusOr<StreamLimiter::Lease> lease =
       gate_->AdmitStream(*context, "KeyValue.WaitFor", Access::kWorker);
   if (!lease.ok()) return CallGate::Refuse(context, lease.status());
-  absl::StatusOr<KvScope> scope = ParseScope(request->scope());
+  absl::StatusOr<KvScope> scope = Admitted(*context, request->scope());
   if (!scope.ok()) return FinishWith(context, metrics_, "KeyValue.WaitFor", start, scope.status());
   auto* reactor = context->DefaultReactor();
   CoordinatorMetrics* metrics = metrics_;

@@ -24,6 +24,11 @@ class KeyValueService final : public v1::KeyValue::CallbackService {
                                     v1::GetResponse* response) override;
 
  private:
+  // The request's scope, if it parses and the caller may act as one of its
+  // generation's participants (PermissionDenied otherwise).
+  absl::StatusOr<KvScope> Admitted(const grpc::CallbackServerContext& context,
+                                   const v1::KvScope& scope) const;
+
   Coordinator* coordinator_;
   CoordinatorMetrics* metrics_;
   const CallGate* gate_;

@@ -8,6 +8,7 @@
 #include "absl/synchronization/mutex.h"
 #include "common/log.h"
 #include "common/grpc_status.h"
+#include "common/safe_text.h"
 
 namespace cohort::coordinator {
 namespace {
@@ -35,8 +36,12 @@ class StreamSink : public WorkerSink {
 // one write are outstanding; writes queue in `outbox_`.
 class AttachReactor : public grpc::ServerBidiReactor<v1::WorkerMessage, v1::CoordinatorMessage> {
  public:
-  AttachReactor(Coordinator* coordinator, std::string peer, StreamLimiter::Lease lease)
-      : coordinator_(coordinator), peer_(std::move(peer)), lease_(std::move(lease)) {
+  AttachReactor(Coordinator* coordinator, std::string peer, StreamLimiter::Lease lease,
+                WorkerIdentity identity)
+      : coordinator_(coordinator),
+        peer_(std::move(peer)),
+        lease_(std::move(lease)),
+        identity_(std::move(identity)) {
     StartRead(&incoming_);
   }
 
@@ -49,9 +54,15 @@ class AttachReactor : public grpc::ServerBidiReactor<v1::WorkerMessage, v1::Coor
 
   void OnReadDone(bool ok) override {
     if (!ok) {
-      // Client half-closed or the connection broke: either way the worker is gone.
+      // Client half-closed or the connection broke: either way the worker is
+      // gone. Before any Hello it was no worker at all (or what it sent did
+      // not parse): not a clean end.
       Lost("stream closed");
-      FinishOnce(grpc::Status::OK);
+      FinishOnce(worker_.has_value()
+                     ? grpc::Status::OK
+                     : grpc::Status(grpc::StatusCode::INVALID_ARGUMENT,
+                                    "the Attach stream ended, or sent a message that does not "
+                                    "parse, before its Hello"));
       return;
     }
     absl::Status status = Handle(incoming_);
@@ -94,6 +105,11 @@ class AttachReactor : public grpc::ServerBidiReactor<v1::WorkerMessage, v1::Coor
       if (hello.incarnation() != message.incarnation()) {
         return absl::InvalidArgumentError(
             "WorkerMessage.incarnation differs from Hello.incarnation");
+      }
+      if (!identity_.AllowsWorker(hello.worker_id(), hello.host())) {
+        return absl::PermissionDeniedError(absl::StrCat(
+            "hello.worker_id: this client certificate may act as ", identity_.Describe(),
+            ", not as worker ", Quoted(hello.worker_id()), " on host ", Quoted(hello.host())));
       }
       sink_ = std::make_shared<StreamSink>(this);
       // Set before Attach: the Welcome may be written from inside it.
@@ -148,6 +164,7 @@ class AttachReactor : public grpc::ServerBidiReactor<v1::WorkerMessage, v1::Coor
   Coordinator* coordinator_;
   const std::string peer_;
   StreamLimiter::Lease lease_;  // this client's stream slot
+  const WorkerIdentity identity_;  // who the client certificate may act as
   v1::WorkerMessage incoming_;
   // Written only from OnReadDone, which never runs concurrently with itself.
   std::optional<WorkerId> worker_;
@@ -175,7 +192,8 @@ grpc::ServerBidiReactor<v1::WorkerMessage, v1::CoordinatorMessage>* WorkersServi
   if (!lease.ok()) {
     return new RejectedBidi<v1::WorkerMessage, v1::CoordinatorMessage>(lease.status());
   }
-  return new AttachReactor(coordinator_, context->peer(), *std::move(lease));
+  return new AttachReactor(coordinator_, context->peer(), *std::move(lease),
+                           gate_->IdentityOf(*context));
 }
 
 grpc::ServerUnaryReactor* WorkersService::List(grpc::CallbackServerContext* context,

@@ -9,6 +9,7 @@
 #include <sstream>
 
 #include "absl/strings/str_cat.h"
+#include "cohort/v1/checkpoints.grpc.pb.h"
 #include "cohort/v1/jobs.grpc.pb.h"
 #include "cohort/v1/kv.grpc.pb.h"
 #include "cohort/v1/workers.grpc.pb.h"
@@ -263,6 +264,106 @@ TEST_F(TlsAuthTest, AWorkerWithACertificateTrainsAndOneWithoutNeverJoins) {
   ASSERT_EQ(workers.workers_size(), 1);
   EXPECT_EQ(workers.workers(0).worker_id(), "good");
   EXPECT_THAT(bad->ReadLog(), HasSubstr("UNAUTHENTICATED"));
+}
+
+// Attaches as `worker_id` on `host` with a full Hello; the stream's status
+// once the coordinator answered (OK: welcomed, then cancelled by us).
+grpc::Status AttachAs(const std::shared_ptr<grpc::Channel>& channel, const std::string& worker_id,
+                      const std::string& host) {
+  grpc::ClientContext context;
+  context.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(10));
+  auto stream = v1::Workers::NewStub(channel)->Attach(&context);
+  v1::WorkerMessage hello;
+  hello.set_incarnation(4242);
+  hello.mutable_hello()->set_worker_id(worker_id);
+  hello.mutable_hello()->set_host(host);
+  hello.mutable_hello()->set_device_kind(v1::DEVICE_KIND_CPU);
+  hello.mutable_hello()->set_incarnation(4242);
+  stream->Write(hello);
+  v1::CoordinatorMessage reply;
+  if (stream->Read(&reply) && reply.has_welcome()) {
+    context.TryCancel();
+    stream->Finish();
+    return grpc::Status::OK;
+  }
+  return stream->Finish();
+}
+
+// Issue 21: a worker certificate could act as any worker id (evicting the
+// real one), write another job's KeyValue keys and upload its checkpoints.
+// Now its URI names bind it (coordinator/worker_identity.h).
+TEST_F(TlsAuthTest, AWorkerCertificateActsOnlyAsTheWorkersItNames) {
+  auto w0 = Client("worker-w0.pem", "worker-w0.key", "");
+  auto h1 = Client("host-h1-worker.pem", "host-h1-worker.key", "");
+  auto unnamed = Client("unnamed-worker.pem", "unnamed-worker.key", "");
+  auto any = Client("worker.pem", "worker.key", "");
+  Expect("cohort://worker/w0 attaching as w0", AttachAs(w0, "w0", "hx"), grpc::StatusCode::OK);
+  Expect("cohort://worker/w0 attaching as w1", AttachAs(w0, "w1", "hx"),
+         grpc::StatusCode::PERMISSION_DENIED, "may act as workers w0, not as worker \"w1\"");
+  Expect("cohort://host/h1 attaching as x on h1", AttachAs(h1, "x", "h1"), grpc::StatusCode::OK);
+  Expect("cohort://host/h1 attaching as y on h2", AttachAs(h1, "y", "h2"),
+         grpc::StatusCode::PERMISSION_DENIED, "workers on hosts h1");
+  Expect("certificate naming no worker", AttachAs(unnamed, "z", "hz"),
+         grpc::StatusCode::PERMISSION_DENIED, "no worker");
+  Expect("cohort://worker/* attaching as w7", AttachAs(any, "w7", "hx"), grpc::StatusCode::OK);
+
+  // A job whose one member is worker "member": only a certificate that may
+  // act as it may use the job's KeyValue scope or upload its checkpoints.
+  Subprocess::Options options;
+  options.binary = BinaryPath("cohort-worker");
+  options.args = {"--coordinator=" + address(), "--worker_id=member", "--host=tls-host",
+                  "--device=cpu", "--metrics_address=127.0.0.1:0", "--threads=1",
+                  "--trainer=idle", "--tls_ca=" + Cert("ca.pem"),
+                  "--tls_cert=" + Cert("worker.pem"), "--tls_key=" + Cert("worker.key")};
+  options.log_path = dir_ + "/member.log";
+  auto member = Subprocess::Start(options);
+  ASSERT_TRUE(member.ok()) << member.status();
+  auto admin = Client("", "", Token("admin.token"));
+  v1::Job job;
+  {
+    grpc::ClientContext context;
+    v1::SubmitJobRequest request;
+    *request.mutable_spec() = SmallJobSpec("bound", 1, 1, 1);
+    ASSERT_TRUE(v1::Jobs::NewStub(admin)->Submit(&context, request, &job).ok());
+  }
+  const absl::Time give_up = absl::Now() + absl::Seconds(60);
+  for (;;) {
+    grpc::ClientContext context;
+    v1::GetJobRequest get;
+    get.set_job_id(job.job_id());
+    ASSERT_TRUE(v1::Jobs::NewStub(admin)->Get(&context, get, &job).ok());
+    if (job.generation() >= 1 && job.state() == v1::JOB_STATE_RUNNING) break;
+    ASSERT_LT(absl::Now(), give_up) << "the job never ran:\n" << (*member)->ReadLog();
+    absl::SleepFor(absl::Milliseconds(50));
+  }
+  auto kv_set = [&](const std::shared_ptr<grpc::Channel>& channel) {
+    grpc::ClientContext context;
+    context.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(5));
+    v1::SetRequest request;
+    request.mutable_scope()->set_job_id(job.job_id());
+    request.mutable_scope()->set_generation(job.generation());
+    request.set_key("forged");
+    request.set_value("v");
+    v1::SetResponse response;
+    return v1::KeyValue::NewStub(channel)->Set(&context, request, &response);
+  };
+  Expect("cohort://worker/w0: KeyValue.Set in another job", kv_set(w0),
+         grpc::StatusCode::PERMISSION_DENIED, "none of which is a member or donor of job");
+  Expect("cohort://worker/*: KeyValue.Set", kv_set(any), grpc::StatusCode::OK);
+  {
+    grpc::ClientContext context;
+    context.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(10));
+    v1::UploadResponse response;
+    auto writer = v1::Checkpoints::NewStub(w0)->Upload(&context, &response);
+    v1::UploadRequest header;
+    header.mutable_header()->set_job_id(job.job_id());
+    header.mutable_header()->set_generation(job.generation());
+    header.mutable_header()->set_step(1);
+    writer->Write(header);
+    writer->WritesDone();
+    Expect("cohort://worker/w0: Checkpoints.Upload for another job", writer->Finish(),
+           grpc::StatusCode::PERMISSION_DENIED, "none of which is a member or donor of job");
+  }
 }
 
 TEST_F(TlsAuthTest, TheCoordinatorRefusesToStartWithUnusableOrMissingSecurity) {

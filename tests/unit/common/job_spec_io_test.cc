@@ -84,6 +84,16 @@ TEST(JobSpecIoTest, SniffedFileWithoutExtensionParses) {
   EXPECT_EQ(spec->steps(), 5);
 }
 
+// Issue 21: `cohortctl submit /dev/zero` read until std::bad_alloc.
+TEST(JobSpecIoTest, AFileThatNeverEndsOrIsTooLargeIsRefused) {
+  absl::StatusOr<v1::JobSpec> zero = ReadJobSpecFile("/dev/zero");
+  EXPECT_EQ(zero.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(zero.status().message(), HasSubstr("/dev/zero: larger than 1048576 bytes"));
+  const std::string path =
+      WriteTempFile("large_spec", "{\"name\": \"" + std::string(kMaxJobSpecFileBytes, 'x') + "\"}");
+  EXPECT_EQ(ReadJobSpecFile(path).status().code(), absl::StatusCode::kInvalidArgument);
+}
+
 TEST(JobSpecIoTest, JsonAcceptsSnakeCaseAndCamelCase) {
   absl::StatusOr<v1::JobSpec> spec =
       ParseJobSpec(R"({"model": {"vocab_size": 100, "contextLength": 32}})", JobSpecFormat::kJson);

@@ -213,6 +213,23 @@ TEST_F(CheckpointUploadsTest, MalformedInputIsRefusedNamingTheField) {
   EXPECT_THAT(uploads_.Begin(differs).status().message(), HasSubstr("other tensors"));
 }
 
+// Issue 21: a client started an upload with 4096 writers for a one-worker
+// job; the layout (and so the writer count) must be the job's own mesh.
+TEST_F(CheckpointUploadsTest, TheLayoutMustBeTheJobsMesh) {
+  job_.data_parallel = 2;
+  job_.tensor_parallel = 1;
+  job_.pipeline_parallel = 1;
+  EXPECT_TRUE(uploads_.Begin(Header(0)).ok());
+  v1::UploadHeader many = Header(0, 2, 11);
+  many.mutable_layout()->set_data_parallel(4096);
+  many.set_writers(4096);
+  absl::StatusOr<std::unique_ptr<CheckpointUploads::Writer>> refused = uploads_.Begin(many);
+  EXPECT_EQ(refused.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(refused.status().message(),
+              HasSubstr("header.layout: 4096 x 1 x 1 is not the mesh of job job-1 generation 2 "
+                        "(2 x 1 x 1)"));
+}
+
 TEST_F(CheckpointUploadsTest, ARetriedWriterReplacesItsStreamAndACommittedStepIsAlreadyExists) {
   {
     auto first = uploads_.Begin(Header(0));

@@ -6,6 +6,7 @@
 #include <string>
 
 #include "gmock/gmock.h"
+#include "google/protobuf/unknown_field_set.h"
 #include "google/protobuf/util/message_differencer.h"
 #include "gtest/gtest.h"
 
@@ -211,6 +212,18 @@ INSTANTIATE_TEST_SUITE_P(
         BadCase{"EmptyShardPattern",
                 [](v1::JobSpec& s) { s.mutable_data()->mutable_shards()->clear_pattern(); },
                 "data.shards.pattern: must not be empty"},
+        // Issue 21: a 4 MiB pattern made Jobs.List unreadable, for good.
+        BadCase{"HugeShardPattern",
+                [](v1::JobSpec& s) {
+                  s.mutable_data()->mutable_shards()->set_pattern(std::string(4 << 20, 'x'));
+                },
+                "data.shards.pattern: <4194304 bytes, not shown> must be a path glob of at most "
+                "4096 bytes"},
+        BadCase{"ShardPatternWithNewline",
+                [](v1::JobSpec& s) { s.mutable_data()->mutable_shards()->set_pattern("/d/*.bin\nx"); },
+                "data.shards.pattern: <10 bytes, not shown>"},
+        BadCase{"HugeName", [](v1::JobSpec& s) { s.set_name(std::string(1 << 20, 'a')); },
+                "name: <1048576 bytes, not shown> must match"},
         BadCase{"NegativeBranching",
                 [](v1::JobSpec& s) {
                   s.mutable_data()->mutable_synthetic()->set_branching(-2);
@@ -285,6 +298,15 @@ INSTANTIATE_TEST_SUITE_P(
                 [](v1::JobSpec& s) { s.mutable_checkpoint()->set_resume_from_job("Base/1"); },
                 "checkpoint.resume_from_job: \"Base/1\" is not a job id"}),
     [](const ::testing::TestParamInfo<BadCase>& info) { return info.param.name; });
+
+TEST(JobSpecValidatorTest, UnknownFieldsAreNotStored) {
+  v1::JobSpec spec = ValidSpec();
+  spec.GetReflection()->MutableUnknownFields(&spec)->AddLengthDelimited(999, std::string(1 << 20, 'u'));
+  ASSERT_GT(spec.ByteSizeLong(), 1u << 20);
+  absl::StatusOr<v1::JobSpec> normalized = NormalizeJobSpec(spec);
+  ASSERT_TRUE(normalized.ok()) << normalized.status();
+  EXPECT_LT(normalized->ByteSizeLong(), 4096u);
+}
 
 TEST(JobSpecValidatorTest, ReportsEveryErrorTogether) {
   v1::JobSpec spec = ValidSpec();

@@ -1,0 +1,34 @@
+#pragma once
+// Start-up checks of the coordinator's flags (coordinator/main.cc): every
+// value is range-checked before anything starts, so a typo is an error
+// naming the flag, not a silent wrap (a 32-bit millisecond field), a random
+// port or a deadline that never comes.
+
+#include "absl/status/status.h"
+#include "absl/strings/string_view.h"
+#include "absl/time/time.h"
+
+namespace cohort::coordinator {
+
+// `flag` (without dashes) must be finite and within [min, max].
+absl::Status CheckDuration(absl::string_view flag, absl::Duration value, absl::Duration min,
+                           absl::Duration max);
+
+// host:port with a port of 0 (pick a free one) to 65535; the host a name, an
+// IPv4 address or a bracketed IPv6 address. `flag` names it in the error.
+absl::Status CheckHostPort(absl::string_view flag, absl::string_view address);
+
+// The timing flags together, as main.cc passes them.
+struct TimingFlags {
+  absl::Duration heartbeat_interval;
+  absl::Duration heartbeat_timeout;
+  absl::Duration readopt_grace;
+  absl::Duration suspend_timeout;
+  absl::Duration prepare_timeout;
+  absl::Duration hang_timeout_floor;
+  absl::Duration checkpoint_abandon_after;
+};
+// The first violated bound, naming its flag and the allowed range.
+absl::Status CheckTimingFlags(const TimingFlags& flags);
+
+}  // namespace cohort::coordinator
