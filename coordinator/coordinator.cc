@@ -2,11 +2,13 @@
 
 #include <random>
 
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "common/log.h"
 #include "common/proto_time.h"
 #include "common/status_macros.h"
+#include "coordinator/job_spec_validator.h"
 
 namespace cohort::coordinator {
 namespace {
@@ -354,13 +356,20 @@ absl::StatusOr<v1::WorkerInfo> Coordinator::DrainWorker(const WorkerId& worker,
 
 absl::StatusOr<v1::Job> Coordinator::Submit(const v1::SubmitJobRequest& request) {
   const v1::CheckpointPolicy& policy = request.spec().checkpoint();
-  if (!policy.resume_from_job().empty() && options_.checkpoint_exists) {
+  // Every error at once: the spec's own, and whether the checkpoint to
+  // resume from exists (checked only for a well-formed job id, which the
+  // validator reports otherwise).
+  const absl::Status spec_errors = NormalizeJobSpec(request.spec()).status();
+  const bool resume_malformed = absl::StrContains(spec_errors.message(), "checkpoint.resume_from_job");
+  if (!policy.resume_from_job().empty() && !resume_malformed && options_.checkpoint_exists) {
     // Outside the lock: the check reads the checkpoint store.
     const int64_t step = policy.resume_from_step() > 0 ? policy.resume_from_step() : -1;
     if (absl::Status found = options_.checkpoint_exists(policy.resume_from_job(), step);
         !found.ok()) {
       return absl::InvalidArgumentError(
-          absl::StrCat("invalid job spec: checkpoint.resume_from_job: ", found.message()));
+          absl::StrCat("invalid job spec: ",
+                       spec_errors.ok() ? "" : absl::StrCat(spec_errors.message(), "; "),
+                       "checkpoint.resume_from_job: ", found.message()));
     }
   }
   return WithEffects([&](Effects* effects) {

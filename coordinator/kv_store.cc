@@ -59,7 +59,30 @@ absl::StatusOr<std::vector<KvCompletion>> KvStore::Set(const KvScope& scope, con
                      " keys, the limit max_keys_per_scope=", options_.max_keys_per_scope));
   }
 
+  const size_t old_bytes =
+      is_new_key ? 0 : key.size() + existing->second.values.find(key)->second.size();
+  const size_t new_bytes = key.size() + value.size();
+  if (new_bytes > old_bytes) {
+    const size_t grow = new_bytes - old_bytes;
+    auto held = job_bytes_.find(scope.job);
+    const size_t job_bytes = held == job_bytes_.end() ? 0 : held->second;
+    if (job_bytes + grow > options_.max_bytes_per_job) {
+      return absl::ResourceExhaustedError(absl::StrCat(
+          "job ", scope.job.value(), "'s KeyValue holds ", job_bytes, " bytes; ", grow,
+          " more would pass its budget of ", options_.max_bytes_per_job, " bytes"));
+    }
+    if (total_bytes_ + grow > options_.max_total_bytes) {
+      return absl::ResourceExhaustedError(absl::StrCat(
+          "the KeyValue store holds ", total_bytes_, " bytes; ", grow,
+          " more would pass its budget of ", options_.max_total_bytes, " bytes"));
+    }
+  }
+
   Scope& entry = scopes_[scope];
+  entry.bytes = entry.bytes + new_bytes - old_bytes;
+  size_t& job_bytes = job_bytes_[scope.job];
+  job_bytes = job_bytes + new_bytes - old_bytes;
+  total_bytes_ = total_bytes_ + new_bytes - old_bytes;
   std::vector<KvCompletion> completions;
   if (auto waiting = entry.waiters.find(key); waiting != entry.waiters.end()) {
     completions.reserve(waiting->second.size());
@@ -144,6 +167,12 @@ std::vector<KvCompletion> KvStore::DropScope(const KvScope& scope, const std::st
                                   absl::AbortedError(absl::StrCat(reason, " (was waiting for ",
                                                                   DescribeKey(scope, key), ")"))});
     }
+  }
+  if (entry->second.bytes > 0) {
+    total_bytes_ -= entry->second.bytes;
+    auto held = job_bytes_.find(scope.job);
+    held->second -= entry->second.bytes;
+    if (held->second == 0) job_bytes_.erase(held);
   }
   scopes_.erase(entry);
 

@@ -49,12 +49,18 @@ class KvStore {
     size_t max_value_bytes = 1 << 20;       // per value
     size_t max_keys_per_scope = 1 << 16;
     size_t max_key_bytes = 1024;
+    // Keys plus values held for one job (all its scopes), and in all: what
+    // a worker certificate can make the coordinator hold. A job's own
+    // bootstrap needs a few hundred bytes per participant.
+    size_t max_bytes_per_job = 64 << 20;
+    size_t max_total_bytes = size_t{1} << 30;
   };
   explicit KvStore(Options options);
 
   // Stores the value (overwriting) and returns the waiters it completes.
   // InvalidArgument for an empty key; ResourceExhausted for a too long key,
-  // a too large value, or when the scope holds max_keys_per_scope keys.
+  // a too large value, when the scope holds max_keys_per_scope keys, or
+  // when the job's or the store's bytes would pass their budget.
   absl::StatusOr<std::vector<KvCompletion>> Set(const KvScope& scope, const std::string& key,
                                                 std::string value);
   // Set's key and value checks alone (not the keys-per-scope limit).
@@ -81,6 +87,7 @@ class KvStore {
                                           const std::string& reason);
 
   size_t key_count() const;
+  size_t total_bytes() const { return total_bytes_; }
   size_t waiter_count() const;
 
  private:
@@ -93,6 +100,7 @@ class KvStore {
     absl::flat_hash_map<std::string, std::string> values;
     // Per key, in registration order (completed in that order).
     absl::flat_hash_map<std::string, std::vector<Waiter>> waiters;
+    size_t bytes = 0;  // keys plus values
   };
   // Where a waiter lives, so Expire finds it without scanning every scope.
   struct WaiterLocation {
@@ -108,6 +116,8 @@ class KvStore {
   Options options_;
   uint64_t next_waiter_id_ = 1;
   absl::flat_hash_map<KvScope, Scope> scopes_;
+  absl::flat_hash_map<JobId, size_t> job_bytes_;  // jobs holding any
+  size_t total_bytes_ = 0;
   // Every registered waiter, ordered by deadline: Expire walks only the
   // expired prefix, so it costs nothing when nothing is due.
   std::map<DeadlineKey, WaiterLocation> deadlines_;

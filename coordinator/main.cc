@@ -40,6 +40,11 @@ ABSL_FLAG(int, max_message_bytes, 4 << 20,
           "largest gRPC request message accepted; larger ones get RESOURCE_EXHAUSTED");
 ABSL_FLAG(int, max_kv_value_bytes, 1 << 20,
           "largest KeyValue value; larger Sets get RESOURCE_EXHAUSTED");
+ABSL_FLAG(int64_t, max_kv_bytes_per_job, 64 << 20,
+          "KeyValue keys plus values one job may hold (all its generations); Sets beyond get "
+          "RESOURCE_EXHAUSTED");
+ABSL_FLAG(int64_t, max_kv_bytes, int64_t{1} << 30,
+          "KeyValue keys plus values held in all; Sets beyond get RESOURCE_EXHAUSTED");
 ABSL_FLAG(std::string, metrics_address, "127.0.0.1:9464",
           "host:port serving Prometheus /metrics; port 0 picks a free port");
 ABSL_FLAG(std::string, data_dir, "cohort-data",
@@ -143,12 +148,18 @@ int main(int argc, char** argv) {
   config.max_message_bytes = absl::GetFlag(FLAGS_max_message_bytes);
   config.coordinator.kv.max_value_bytes = static_cast<size_t>(
       std::max(1, absl::GetFlag(FLAGS_max_kv_value_bytes)));
+  const int64_t kv_per_job = absl::GetFlag(FLAGS_max_kv_bytes_per_job);
+  const int64_t kv_total = absl::GetFlag(FLAGS_max_kv_bytes);
   if (config.max_streams_per_client < 0 || config.max_message_bytes < (64 << 10) ||
-      absl::GetFlag(FLAGS_max_kv_value_bytes) < 1) {
+      absl::GetFlag(FLAGS_max_kv_value_bytes) < 1 || kv_per_job < (1 << 20) ||
+      kv_total < kv_per_job) {
     std::cerr << "cohort-coordinator: --max_streams_per_client must be >= 0, "
-                 "--max_message_bytes >= 64 KiB and --max_kv_value_bytes >= 1\n";
+                 "--max_message_bytes >= 64 KiB, --max_kv_value_bytes >= 1, "
+                 "--max_kv_bytes_per_job >= 1 MiB and --max_kv_bytes >= --max_kv_bytes_per_job\n";
     return 64;
   }
+  config.coordinator.kv.max_bytes_per_job = static_cast<size_t>(kv_per_job);
+  config.coordinator.kv.max_total_bytes = static_cast<size_t>(kv_total);
   config.coordinator.heartbeat_interval = absl::GetFlag(FLAGS_heartbeat_interval);
   config.coordinator.heartbeat_timeout = absl::GetFlag(FLAGS_heartbeat_timeout);
   config.coordinator.readopt_grace = absl::GetFlag(FLAGS_readopt_grace);

@@ -409,6 +409,20 @@ void ShardSeeds(const fs::path& out) {
   write("shard-short", {1, 2, 3}, 16);
 }
 
+// ---- peer_input_fuzzer ----
+
+void PeerInputSeeds(const fs::path& out) {
+  std::string all;
+  AppendRecord(0, HelloMessage("node-7-gpu-3", 42).hello().SerializeAsString(), &all);
+  AppendRecord(1, "cohort://worker/w0\ncohort://host/h1\nhttps://example.com", &all);
+  AppendRecord(1, "cohort://worker/*", &all);
+  AppendRecord(2, "127.0.0.1:7070", &all);
+  AppendRecord(2, "[::1]:0", &all);
+  AppendRecord(3, "500ms;3s;10s;10s;10m;30s;10m", &all);
+  AppendRecord(4, "w0\nI forged line\x01\xff", &all);
+  WriteFile(out / "peer-inputs", all);
+}
+
 }  // namespace
 }  // namespace cohort::fuzz
 
@@ -421,7 +435,8 @@ int main(int argc, char** argv) {
   const fs::path out = argv[1];
   fs::create_directories(argv[2]);
   for (const char* target : {"job_spec_fuzzer", "coordinator_rpc_fuzzer",
-                             "checkpoint_manifest_fuzzer", "token_shard_fuzzer"}) {
+                             "checkpoint_manifest_fuzzer", "token_shard_fuzzer",
+                             "peer_input_fuzzer"}) {
     fs::create_directories(out / target);
   }
   cohort::fuzz::JobSpecSeeds(out / "job_spec_fuzzer");
@@ -432,5 +447,6 @@ int main(int argc, char** argv) {
   cohort::fuzz::RpcSeeds(out / "coordinator_rpc_fuzzer");
   cohort::fuzz::ManifestSeeds(out / "checkpoint_manifest_fuzzer");
   cohort::fuzz::ShardSeeds(out / "token_shard_fuzzer");
+  cohort::fuzz::PeerInputSeeds(out / "peer_input_fuzzer");
   return 0;
 }

@@ -24,7 +24,8 @@ set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 BUILD_DIR="${COHORT_FUZZ_BUILD_DIR:-$ROOT/build/fuzz}"
 JOBS="${COHORT_JOBS:-$(nproc)}"
-ALL_TARGETS=(job_spec_fuzzer coordinator_rpc_fuzzer checkpoint_manifest_fuzzer token_shard_fuzzer)
+ALL_TARGETS=(job_spec_fuzzer coordinator_rpc_fuzzer checkpoint_manifest_fuzzer token_shard_fuzzer
+             peer_input_fuzzer)
 
 PACKAGES=(
   cmake ninja-build ccache pkg-config

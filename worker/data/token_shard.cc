@@ -117,9 +117,11 @@ absl::StatusOr<TokenShard> TokenShard::Open(const std::string& path) {
   const int32_t version = ReadLittleEndianInt32(header + 4);
   const int32_t count = ReadLittleEndianInt32(header + 8);
   if (magic != kShardMagic) {
-    return absl::DataLossError(absl::StrCat("token shard ", path, ": header field magic is ", magic,
-                                            ", expected ", kShardMagic,
-                                            " (not an llm.c token shard)"));
+    // The bytes found are not shown: the glob may match any file the
+    // workers can read, and this message reaches the job's status.
+    return absl::DataLossError(absl::StrCat("token shard ", path,
+                                            ": not an llm.c token shard (its header does not "
+                                            "start with the magic ", kShardMagic, ")"));
   }
   if (version != kShardVersion) {
     return absl::InvalidArgumentError(absl::StrCat("token shard ", path,

@@ -122,6 +122,31 @@ TEST_F(CoordinatorTest, RejectsInconsistentHeartbeatOptions) {
   EXPECT_THAT(coordinator.status().message(), HasSubstr("heartbeat_timeout"));
 }
 
+// Issue 21: a missing checkpoint to resume from hid the spec's other errors.
+TEST_F(CoordinatorTest, AMissingResumeCheckpointIsReportedWithTheSpecsOtherErrors) {
+  Coordinator::Options options;
+  options.checkpoint_exists = [](const std::string& job, int64_t) {
+    return absl::NotFoundError(absl::StrCat("job ", job, " has no checkpoint"));
+  };
+  auto coordinator =
+      Coordinator::Create(options, std::make_unique<InMemoryJobStore>(), &clock_, &metrics_);
+  ASSERT_TRUE(coordinator.ok()) << coordinator.status();
+  v1::SubmitJobRequest request;
+  *request.mutable_spec() = testing::SmallJobSpec("resume", 1, 1, 1);
+  request.mutable_spec()->set_steps(-1);
+  request.mutable_spec()->mutable_checkpoint()->set_resume_from_job("base-1");
+  absl::StatusOr<v1::Job> refused = (*coordinator)->Submit(request);
+  EXPECT_EQ(refused.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(refused.status().message(), HasSubstr("steps: must be > 0"));
+  EXPECT_THAT(refused.status().message(),
+              HasSubstr("checkpoint.resume_from_job: job base-1 has no checkpoint"));
+  // A malformed id is the validator's error alone (and is not echoed).
+  request.mutable_spec()->mutable_checkpoint()->set_resume_from_job(std::string(1 << 20, 'X'));
+  refused = (*coordinator)->Submit(request);
+  EXPECT_THAT(refused.status().message(), HasSubstr("checkpoint.resume_from_job: <1048576 bytes"));
+  EXPECT_THAT(refused.status().message(), ::testing::Not(HasSubstr("has no checkpoint")));
+}
+
 // The coordinator's own stall (no tick for longer than stall_threshold)
 // does not count against the workers: nobody is lost for the silence it
 // caused; silence after it still counts.

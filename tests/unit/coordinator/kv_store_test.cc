@@ -1,5 +1,6 @@
 #include "coordinator/kv_store.h"
 
+#include <limits>
 #include <string>
 #include <vector>
 
@@ -335,6 +336,25 @@ TEST(KvStoreLimitsTest, KeysPerScopeLimitAllowsOverwriteAndOtherScopes) {
   EXPECT_TRUE(store.Set(Scope("j", 1), "a", "overwrite").ok());
   EXPECT_TRUE(store.Set(Scope("j", 2), "c", "3").ok());
   EXPECT_EQ(store.key_count(), 3u);
+}
+
+// Issue 21: 65,536 keys of 1 MiB per scope was the only bound.
+TEST(KvStoreLimitsTest, BytesPerJobAndInAllHaveABudgetFreedWithTheirScopes) {
+  KvStore store(KvStore::Options{.max_bytes_per_job = 100, .max_total_bytes = 150});
+  ASSERT_TRUE(store.Set(Scope("a", 1), "k", std::string(59, 'x')).ok());  // 60 bytes
+  ASSERT_TRUE(store.Set(Scope("a", 2), "k", std::string(39, 'x')).ok());  // 100 for job a
+  absl::StatusOr<std::vector<KvCompletion>> over = store.Set(Scope("a", 2), "l", "1");
+  EXPECT_EQ(over.status().code(), absl::StatusCode::kResourceExhausted);
+  EXPECT_THAT(over.status().message(), HasSubstr("job a's KeyValue holds 100 bytes"));
+  // Overwriting with a shorter value frees bytes.
+  ASSERT_TRUE(store.Set(Scope("a", 2), "k", "short").ok());  // 66 for job a
+  ASSERT_TRUE(store.Set(Scope("b", 1), "k", std::string(79, 'x')).ok());  // 146 in all
+  over = store.Set(Scope("b", 1), "l", std::string(9, 'x'));
+  EXPECT_THAT(over.status().message(), HasSubstr("the KeyValue store holds 146 bytes"));
+  EXPECT_EQ(store.total_bytes(), 146u);
+  store.DropOlderThan(JobId("a"), Generation(std::numeric_limits<uint64_t>::max()), "gone");
+  EXPECT_EQ(store.total_bytes(), 80u);
+  EXPECT_TRUE(store.Set(Scope("b", 1), "l", std::string(9, 'x')).ok());
 }
 
 TEST(KvStoreLimitsTest, RefusedSetLeavesWaitersInPlace) {

@@ -110,6 +110,22 @@ TEST(TokenShardTest, CorruptMagicIsDataLossNamingFileAndField) {
   EXPECT_THAT(shard.status().message(), HasSubstr("magic"));
 }
 
+// Issue 21: a glob matching any readable file showed its first bytes (as
+// the magic, version and count) in the failed job's message.
+TEST(TokenShardTest, AFileThatIsNoShardIsNotQuotedInTheError) {
+  const std::string path = testing::MakeTempDir("shard") + "/passwd";
+  std::string passwd = "root:x:0:0:root:/root:/bin/bash\n";
+  passwd.resize(4096, '#');  // longer than a shard header
+  WriteBytes(path, passwd);
+  absl::StatusOr<TokenShard> shard = TokenShard::Open(path);
+  EXPECT_EQ(shard.status().code(), absl::StatusCode::kDataLoss);
+  EXPECT_THAT(shard.status().message(), HasSubstr("not an llm.c token shard"));
+  // "root" as a little-endian int32, and the next two words.
+  for (const char* leaked : {"1953460082", "809138234", "1916416058"}) {
+    EXPECT_THAT(shard.status().message(), ::testing::Not(HasSubstr(leaked))) << shard.status();
+  }
+}
+
 TEST(TokenShardTest, TruncatedBodyIsDataLoss) {
   const std::string path = testing::MakeTempDir("shard") + "/short.bin";
   ASSERT_TRUE(WriteTokenShard(path, SampleTokens()).ok());
