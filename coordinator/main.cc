@@ -38,6 +38,11 @@ ABSL_FLAG(int, max_streams_per_client, 1024,
           "address may hold open; more get RESOURCE_EXHAUSTED. 0: no limit");
 ABSL_FLAG(int, max_message_bytes, 4 << 20,
           "largest gRPC request message accepted; larger ones get RESOURCE_EXHAUSTED");
+ABSL_FLAG(int64_t, grpc_memory_bytes, int64_t{512} << 20,
+          "memory gRPC may hold for all connections together (its resource quota): bounds "
+          "what peers, authenticated or not, can make the coordinator buffer");
+ABSL_FLAG(int, max_streams_per_connection, 256,
+          "concurrent calls on one HTTP/2 connection");
 ABSL_FLAG(int, max_kv_value_bytes, 1 << 20,
           "largest KeyValue value; larger Sets get RESOURCE_EXHAUSTED");
 ABSL_FLAG(int64_t, max_kv_bytes_per_job, 64 << 20,
@@ -156,6 +161,14 @@ int main(int argc, char** argv) {
     std::cerr << "cohort-coordinator: --max_streams_per_client must be >= 0, "
                  "--max_message_bytes >= 64 KiB, --max_kv_value_bytes >= 1, "
                  "--max_kv_bytes_per_job >= 1 MiB and --max_kv_bytes >= --max_kv_bytes_per_job\n";
+    return 64;
+  }
+  config.grpc_memory_bytes = absl::GetFlag(FLAGS_grpc_memory_bytes);
+  config.max_streams_per_connection = absl::GetFlag(FLAGS_max_streams_per_connection);
+  if (config.grpc_memory_bytes < (int64_t{16} << 20) ||
+      config.max_streams_per_connection < 1 || config.max_streams_per_connection > 65536) {
+    std::cerr << "cohort-coordinator: --grpc_memory_bytes must be >= 16 MiB and "
+                 "--max_streams_per_connection within [1, 65536]\n";
     return 64;
   }
   config.coordinator.kv.max_bytes_per_job = static_cast<size_t>(kv_per_job);

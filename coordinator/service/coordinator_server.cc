@@ -10,6 +10,7 @@
 #include "coordinator/service/workers_service.h"
 #include "grpcpp/ext/proto_server_reflection_plugin.h"
 #include "grpcpp/health_check_service_interface.h"
+#include "grpcpp/resource_quota.h"
 #include "grpcpp/security/server_credentials.h"
 #include "grpcpp/server.h"
 #include "grpcpp/server_builder.h"
@@ -125,6 +126,10 @@ absl::StatusOr<std::unique_ptr<CoordinatorServer>> CoordinatorServer::Start(
   int port = 0;
   builder.AddListeningPort(config.listen_address, credentials, &port);
   builder.SetMaxReceiveMessageSize(config.max_message_bytes);
+  grpc::ResourceQuota quota("cohort-coordinator");
+  quota.Resize(static_cast<size_t>(config.grpc_memory_bytes));
+  builder.SetResourceQuota(quota);
+  builder.AddChannelArgument(GRPC_ARG_MAX_CONCURRENT_STREAMS, config.max_streams_per_connection);
   builder.RegisterService(server->workers_service_.get());
   builder.RegisterService(server->jobs_service_.get());
   builder.RegisterService(server->kv_service_.get());

@@ -51,6 +51,12 @@ struct CoordinatorServerConfig {
   int max_streams_per_client = 1024;
   // Largest request message gRPC accepts (ResourceExhausted above it).
   int max_message_bytes = 4 << 20;
+  // Memory gRPC may hold for all connections together (its resource
+  // quota): what peers, authenticated or not, can make it buffer, e.g.
+  // messages sent all but their last byte.
+  int64_t grpc_memory_bytes = int64_t{512} << 20;
+  // Concurrent calls on one HTTP/2 connection.
+  int max_streams_per_connection = 256;
 };
 
 // Thread-safe: Shutdown may be called from any thread (e.g. a signal waiter).

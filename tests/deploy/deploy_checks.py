@@ -490,7 +490,7 @@ def section_metrics(c):
 # --------------------------------------------------------------- container
 
 # Needed by the demo and the test suite only, not to build the binaries.
-TEST_ONLY_PACKAGES = {"fortunes", "python3-torch", "openssl", "python3-grpcio", "prometheus",
+TEST_ONLY_PACKAGES = {"fortunes", "python3-torch", "openssl", "python3-grpcio", "python3-h2", "prometheus",
                       "python3-yaml", "yamllint", "shellcheck", "systemd"}
 
 
