@@ -481,9 +481,10 @@ absl::StatusOr<std::string> Coordinator::KvGet(const KvScope& scope, const std::
   return kv_.Get(scope, key);
 }
 
-void Coordinator::KvWaitFor(const KvScope& scope, const std::string& key, absl::Duration timeout,
-                            KvWaiterCallback done) {
+uint64_t Coordinator::KvWaitFor(const KvScope& scope, const std::string& key,
+                                absl::Duration timeout, KvWaiterCallback done) {
   Deliveries deliveries;
+  uint64_t id = 0;
   {
     absl::MutexLock lock(&mu_);
     metrics_->KvOperation("wait");
@@ -494,10 +495,20 @@ void Coordinator::KvWaitFor(const KvScope& scope, const std::string& key, absl::
       if (timeout <= absl::ZeroDuration() || timeout > options_.max_kv_wait) {
         timeout = options_.max_kv_wait;
       }
-      deliveries.kv = kv_.WaitFor(scope, key, clock_->Now() + timeout, std::move(done));
+      deliveries.kv = kv_.WaitFor(scope, key, clock_->Now() + timeout, std::move(done), &id);
     }
   }
   LOG(DEBUG) << "kv wait " << ScopeString(scope) << "/" << key;
+  deliveries.Run();
+  return id;
+}
+
+void Coordinator::KvCancelWait(const KvScope& scope, const std::string& key, uint64_t id) {
+  Deliveries deliveries;
+  {
+    absl::MutexLock lock(&mu_);
+    deliveries.kv = kv_.CancelWaiter(scope, key, id);
+  }
   deliveries.Run();
 }
 

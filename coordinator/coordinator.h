@@ -124,8 +124,12 @@ class Coordinator {
   // Calls `done` exactly once (possibly before returning) with the value,
   // DeadlineExceeded after `timeout` (capped at max_kv_wait; zero means the
   // cap), or Aborted if the generation ends first.
-  void KvWaitFor(const KvScope& scope, const std::string& key, absl::Duration timeout,
-                 KvWaiterCallback done);
+  // Returns the waiter's id for KvCancelWait (0: `done` already ran).
+  uint64_t KvWaitFor(const KvScope& scope, const std::string& key, absl::Duration timeout,
+                     KvWaiterCallback done);
+  // The caller of a wait went away: `done` runs now with Cancelled, unless
+  // it already ran or is running.
+  void KvCancelWait(const KvScope& scope, const std::string& key, uint64_t id);
 
   // Periodic work (call every ~50-100 ms): heartbeat timeouts, KV waiter
   // deadlines, re-adoption grace, gauges.

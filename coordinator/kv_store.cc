@@ -107,7 +107,9 @@ absl::StatusOr<std::string> KvStore::Get(const KvScope& scope, const std::string
 }
 
 std::vector<KvCompletion> KvStore::WaitFor(const KvScope& scope, const std::string& key,
-                                           absl::Time deadline, KvWaiterCallback callback) {
+                                           absl::Time deadline, KvWaiterCallback callback,
+                                           uint64_t* id_out) {
+  if (id_out != nullptr) *id_out = 0;
   std::vector<KvCompletion> completions;
   if (absl::Status status = ValidateKey(options_, key); !status.ok()) {
     completions.push_back(KvCompletion{std::move(callback), std::move(status)});
@@ -121,6 +123,29 @@ std::vector<KvCompletion> KvStore::WaitFor(const KvScope& scope, const std::stri
   const uint64_t id = next_waiter_id_++;
   entry.waiters[key].push_back(Waiter{id, deadline, std::move(callback)});
   deadlines_.emplace(DeadlineKey{deadline, id}, WaiterLocation{scope, key});
+  if (id_out != nullptr) *id_out = id;
+  return completions;
+}
+
+std::vector<KvCompletion> KvStore::CancelWaiter(const KvScope& scope, const std::string& key,
+                                                uint64_t id) {
+  std::vector<KvCompletion> completions;
+  auto entry = scopes_.find(scope);
+  if (entry == scopes_.end()) return completions;
+  auto waiting = entry->second.waiters.find(key);
+  if (waiting == entry->second.waiters.end()) return completions;
+  std::vector<Waiter>& waiters = waiting->second;
+  auto waiter =
+      std::find_if(waiters.begin(), waiters.end(), [id](const Waiter& w) { return w.id == id; });
+  if (waiter == waiters.end()) return completions;
+  deadlines_.erase(DeadlineKey{waiter->deadline, waiter->id});
+  completions.push_back(KvCompletion{
+      std::move(waiter->callback),
+      absl::CancelledError(absl::StrCat("the wait for ", DescribeKey(scope, key),
+                                        " was cancelled by its caller"))});
+  waiters.erase(waiter);
+  if (waiters.empty()) entry->second.waiters.erase(waiting);
+  EraseScopeIfEmpty(scope);
   return completions;
 }
 

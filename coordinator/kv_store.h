@@ -72,8 +72,15 @@ class KvStore {
   // If the key exists, returns a completion with its value at once; otherwise
   // registers the waiter until `deadline` and returns nothing. An empty or
   // too long key completes at once with its ValidateKey error.
+  // `*id` (if given) is the registered waiter's id, or 0 when it completed
+  // at once.
   std::vector<KvCompletion> WaitFor(const KvScope& scope, const std::string& key,
-                                    absl::Time deadline, KvWaiterCallback callback);
+                                    absl::Time deadline, KvWaiterCallback callback,
+                                    uint64_t* id = nullptr);
+  // Removes waiter `id` of (scope, key), completing it with Cancelled; none
+  // if it is no longer waiting.
+  std::vector<KvCompletion> CancelWaiter(const KvScope& scope, const std::string& key,
+                                         uint64_t id);
   // Completes waiters whose deadline <= now with DeadlineExceeded (message
   // names the key and scope), earliest deadline first. Cost is proportional to
   // the number expired; allocates nothing when none is due.

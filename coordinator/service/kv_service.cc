@@ -1,6 +1,11 @@
 #include "coordinator/service/kv_service.h"
 
+#include <optional>
+#include <string>
+#include <utility>
+
 #include "absl/strings/str_cat.h"
+#include "absl/synchronization/mutex.h"
 #include "common/grpc_status.h"
 #include "common/status_macros.h"
 
@@ -23,6 +28,97 @@ grpc::ServerUnaryReactor* FinishWith(grpc::CallbackServerContext* context,
   reactor->Finish(ToGrpcStatus(status));
   return reactor;
 }
+
+// One KeyValue.WaitFor call. It finishes only from the Coordinator's
+// callback, which runs exactly once: with the value, at the deadline, when
+// the generation ends, or (the caller went away) at once with Cancelled, so
+// a cancelled wait frees its stream slot and its waiter immediately, and
+// nothing can call into the reactor after OnDone.
+class WaitForReactor : public grpc::ServerUnaryReactor {
+ public:
+  WaitForReactor(Coordinator* coordinator, CoordinatorMetrics* metrics, KvScope scope,
+                 std::string key, v1::GetResponse* response, StreamLimiter::Lease lease,
+                 absl::Time start)
+      : coordinator_(coordinator),
+        metrics_(metrics),
+        scope_(std::move(scope)),
+        key_(std::move(key)),
+        response_(response),
+        lease_(std::move(lease)),
+        start_(start) {}
+
+  // Registers the wait. The callback may run before KvWaitFor returns, on
+  // this thread or another: it is held back until Start is done with the
+  // reactor, since finishing lets gRPC delete it.
+  void Start(absl::Duration timeout) {
+    Coordinator* const coordinator = coordinator_;
+    const KvScope scope = scope_;
+    const std::string key = key_;
+    const uint64_t id = coordinator->KvWaitFor(
+        scope, key, timeout, [this](absl::StatusOr<std::string> value) { Complete(std::move(value)); });
+    std::optional<absl::StatusOr<std::string>> early;
+    bool cancel = false;
+    {
+      absl::MutexLock lock(&mu_);
+      id_ = id;
+      started_ = true;
+      early = std::move(early_);
+      cancel = !early.has_value() && cancelled_ && id != 0;
+    }
+    if (early.has_value()) return FinishWith(*std::move(early));  // the last use of this
+    // Locals only from here: a concurrent completion may finish the call.
+    if (cancel) coordinator->KvCancelWait(scope, key, id);
+  }
+
+  void OnCancel() override {
+    Coordinator* const coordinator = coordinator_;
+    const KvScope scope = scope_;
+    const std::string key = key_;
+    uint64_t id = 0;
+    {
+      absl::MutexLock lock(&mu_);
+      cancelled_ = true;
+      if (!started_) return;  // Start cancels it
+      id = id_;
+    }
+    if (id != 0) coordinator->KvCancelWait(scope, key, id);
+  }
+
+  void OnDone() override { delete this; }
+
+ private:
+  void Complete(absl::StatusOr<std::string> value) {
+    {
+      absl::MutexLock lock(&mu_);
+      if (!started_) {
+        early_ = std::move(value);
+        return;
+      }
+    }
+    FinishWith(std::move(value));
+  }
+
+  void FinishWith(absl::StatusOr<std::string> value) {
+    if (value.ok()) response_->set_value(*std::move(value));
+    metrics_->ObserveRpc("KeyValue.WaitFor", StatusCodeLabel(value.status()),
+                         absl::Now() - start_);
+    lease_.Release();
+    Finish(ToGrpcStatus(value.status()));
+  }
+
+  Coordinator* const coordinator_;
+  CoordinatorMetrics* const metrics_;
+  const KvScope scope_;
+  const std::string key_;
+  v1::GetResponse* const response_;
+  StreamLimiter::Lease lease_;
+  const absl::Time start_;
+  absl::Mutex mu_;
+  uint64_t id_ ABSL_GUARDED_BY(mu_) = 0;
+  bool started_ ABSL_GUARDED_BY(mu_) = false;
+  bool cancelled_ ABSL_GUARDED_BY(mu_) = false;
+  std::optional<absl::StatusOr<std::string>> early_ ABSL_GUARDED_BY(mu_);
+};
 
 }  // namespace
 
@@ -72,21 +168,9 @@ grpc::ServerUnaryReactor* KeyValueService::WaitFor(grpc::CallbackServerContext* 
   if (!lease.ok()) return CallGate::Refuse(context, lease.status());
   absl::StatusOr<KvScope> scope = Admitted(*context, request->scope());
   if (!scope.ok()) return FinishWith(context, metrics_, "KeyValue.WaitFor", start, scope.status());
-  auto* reactor = context->DefaultReactor();
-  CoordinatorMetrics* metrics = metrics_;
-  // The Coordinator calls this exactly once; the reactor stays valid until
-  // Finish, and `response` until then too.
-  coordinator_->KvWaitFor(*scope, request->key(), absl::Milliseconds(request->timeout_ms()),
-                          [reactor, response, metrics, start,
-                           lease = std::make_shared<StreamLimiter::Lease>(*std::move(lease))](
-                              absl::StatusOr<std::string> value) {
-                            if (value.ok()) response->set_value(*std::move(value));
-                            metrics->ObserveRpc("KeyValue.WaitFor",
-                                                StatusCodeLabel(value.status()),
-                                                absl::Now() - start);
-                            lease->Release();
-                            reactor->Finish(ToGrpcStatus(value.status()));
-                          });
+  auto* reactor = new WaitForReactor(coordinator_, metrics_, *std::move(scope), request->key(),
+                                     response, *std::move(lease), start);
+  reactor->Start(absl::Milliseconds(request->timeout_ms()));
   return reactor;
 }
 

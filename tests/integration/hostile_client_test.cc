@@ -4,13 +4,16 @@
 // before its fix.
 
 #include <cstdio>
+#include <memory>
 #include <regex>
 #include <string>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "absl/synchronization/notification.h"
 #include "cohort/v1/checkpoints.grpc.pb.h"
 #include "cohort/v1/jobs.grpc.pb.h"
+#include "cohort/v1/kv.grpc.pb.h"
 #include "gmock/gmock.h"
 #include "grpcpp/client_context.h"
 #include "gtest/gtest.h"
@@ -25,8 +28,8 @@ using ::testing::HasSubstr;
 class HostileClientTest : public ::testing::Test {
  protected:
   // A running one-worker job (generation 1) that takes checkpoints.
-  void StartJob(const std::string& trainer = "idle") {
-    cluster_.StartCoordinator();
+  void StartJob(const std::string& trainer = "idle", const std::vector<std::string>& flags = {}) {
+    cluster_.StartCoordinator("10s", flags);
     ASSERT_NE(cluster_.StartWorker("w0", "host", 0, trainer), nullptr);
     cluster_.WaitForIdleWorkers(1);
     v1::JobSpec spec = LocalCluster::Spec(1, 1, 1);
@@ -95,6 +98,61 @@ TEST_F(HostileClientTest, AnUploadChunkOfTwoToTheSixtyThreeBytesIsRefusedAndFree
     if (i == 0) std::printf("  answer: %d %s\n", status.error_code(), status.error_message().c_str());
   }
   EXPECT_THAT(cluster_.coordinator()->ReadLog(), ::testing::Not(HasSubstr("uploads are in progress")));
+}
+
+// An abandoned KeyValue.WaitFor held its stream slot (and its waiter) until
+// its timeout, up to a minute; now the caller's cancel frees both at once.
+TEST_F(HostileClientTest, ACancelledWaitForFreesItsStreamSlotAtOnce) {
+  // The worker's own Attach stream takes one of the three slots of 127.0.0.1.
+  StartJob("idle", {"--max_streams_per_client=3"});
+  auto kv = v1::KeyValue::NewStub(cluster_.channel());
+  v1::WaitForRequest request;
+  request.mutable_scope()->set_job_id(job_id_);
+  request.mutable_scope()->set_generation(1);
+  request.set_key("never-set");
+  request.set_timeout_ms(60'000);
+  struct Wait {
+    grpc::ClientContext context;
+    v1::GetResponse response;
+    absl::Notification done;
+    grpc::Status status;
+  };
+  std::vector<std::unique_ptr<Wait>> waits;
+  for (int i = 0; i < 2; ++i) {
+    auto wait = std::make_unique<Wait>();
+    Wait* w = wait.get();
+    kv->async()->WaitFor(&w->context, &request, &w->response, [w](grpc::Status status) {
+      w->status = status;
+      w->done.Notify();
+    });
+    waits.push_back(std::move(wait));
+  }
+  // A third is refused while those two wait.
+  const absl::Time give_up = absl::Now() + absl::Seconds(10);
+  for (;;) {
+    grpc::ClientContext context;
+    context.set_deadline(std::chrono::system_clock::now() + std::chrono::milliseconds(300));
+    v1::GetResponse response;
+    const grpc::Status third = kv->WaitFor(&context, request, &response);
+    if (third.error_code() == grpc::StatusCode::RESOURCE_EXHAUSTED) break;
+    ASSERT_LT(absl::Now(), give_up) << "a third WaitFor was never refused: " << third.error_message();
+  }
+  for (auto& wait : waits) wait->context.TryCancel();
+  for (auto& wait : waits) {
+    ASSERT_TRUE(wait->done.WaitForNotificationWithTimeout(absl::Seconds(10)));
+    EXPECT_EQ(wait->status.error_code(), grpc::StatusCode::CANCELLED);
+  }
+  // The slots are free well before the minute the waits asked for.
+  const absl::Time freed_by = absl::Now() + absl::Seconds(10);
+  for (;;) {
+    grpc::ClientContext context;
+    context.set_deadline(std::chrono::system_clock::now() + std::chrono::milliseconds(300));
+    v1::GetResponse response;
+    const grpc::Status again = kv->WaitFor(&context, request, &response);
+    if (again.error_code() == grpc::StatusCode::DEADLINE_EXCEEDED) break;  // admitted, waited
+    ASSERT_EQ(again.error_code(), grpc::StatusCode::RESOURCE_EXHAUSTED) << again.error_message();
+    ASSERT_LT(absl::Now(), freed_by) << "the cancelled waits kept their stream slots";
+  }
 }
 
 // Found 2: 100 Jobs.Submit streams, each sending all but the last byte of a

@@ -201,6 +201,22 @@ TEST_F(KvStoreTest, ExpireWalksDeadlinesInOrderAcrossManyWaiters) {
   EXPECT_EQ(store_.waiter_count(), 0u);
 }
 
+TEST_F(KvStoreTest, CancelWaiterCompletesItOnceWithCancelled) {
+  Recorder recorder;
+  uint64_t id = 0;
+  EXPECT_TRUE(store_.WaitFor(Scope("j", 1), "k", absl::InfiniteFuture(), recorder.Callback(), &id)
+                  .empty());
+  ASSERT_NE(id, 0u);
+  std::vector<KvCompletion> cancelled = store_.CancelWaiter(Scope("j", 1), "k", id);
+  ASSERT_EQ(cancelled.size(), 1u);
+  for (KvCompletion& c : cancelled) c.Run();
+  ASSERT_EQ(recorder.results.size(), 1u);
+  EXPECT_EQ(recorder.results[0].status().code(), absl::StatusCode::kCancelled);
+  EXPECT_EQ(store_.waiter_count(), 0u);
+  EXPECT_TRUE(store_.CancelWaiter(Scope("j", 1), "k", id).empty());  // gone
+  EXPECT_TRUE(store_.Expire(absl::InfiniteFuture()).empty());
+}
+
 TEST_F(KvStoreTest, ScopesAreIsolated) {
   ASSERT_TRUE(store_.Set(Scope("j", 1), "k", "j1").ok());
   ASSERT_TRUE(store_.Set(Scope("j", 2), "k", "j2").ok());
