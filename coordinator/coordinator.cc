@@ -1,14 +1,17 @@
 #include "coordinator/coordinator.h"
 
+#include <limits>
 #include <random>
 
 #include "absl/strings/match.h"
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "common/log.h"
 #include "common/proto_time.h"
 #include "common/status_macros.h"
 #include "coordinator/job_spec_validator.h"
+#include "coordinator/paging.h"
 
 namespace cohort::coordinator {
 namespace {
@@ -291,12 +294,66 @@ void Coordinator::Detach(const WorkerId& worker, Incarnation incarnation) {
 
 std::vector<v1::WorkerInfo> Coordinator::ListWorkers() const {
   absl::MutexLock lock(&mu_);
+  bool more = false;
+  return ListWorkersLocked("", std::numeric_limits<size_t>::max(), &more);
+}
+
+absl::StatusOr<v1::ListWorkersResponse> Coordinator::ListWorkersPage(
+    const v1::ListWorkersRequest& request) const {
+  ASSIGN_OR_RETURN(PageRequest page, ParsePageRequest("workers", request.page_size(),
+                                                      request.page_token(), 1000, 10000));
+  v1::ListWorkersResponse response;
+  bool more = false;
+  {
+    absl::MutexLock lock(&mu_);
+    for (v1::WorkerInfo& info : ListWorkersLocked(page.after, page.limit, &more)) {
+      *response.add_workers() = std::move(info);
+    }
+  }
+  if (more && response.workers_size() > 0) {
+    response.set_next_page_token(
+        PageToken("workers", response.workers(response.workers_size() - 1).worker_id()));
+  }
+  return response;
+}
+
+absl::StatusOr<v1::ListJobsResponse> Coordinator::ListJobsPage(
+    const v1::ListJobsRequest& request) const {
+  ASSIGN_OR_RETURN(PageRequest page, ParsePageRequest("jobs", request.page_size(),
+                                                      request.page_token(), 100, 1000));
+  int64_t after = 0;
+  if (!page.after.empty() && (!absl::SimpleAtoi(page.after, &after) || after < 0)) {
+    return absl::InvalidArgumentError(
+        "page_token: not a next_page_token this coordinator returned for jobs");
+  }
+  v1::ListJobsResponse response;
+  bool more = false;
+  int64_t last = after;
+  {
+    absl::MutexLock lock(&mu_);
+    for (v1::Job& job : jobs_.ListPage(request.include_finished(), after, page.limit, &more,
+                                       &last)) {
+      *response.add_jobs() = std::move(job);
+    }
+  }
+  if (more) response.set_next_page_token(PageToken("jobs", absl::StrCat(last)));
+  return response;
+}
+
+std::vector<v1::WorkerInfo> Coordinator::ListWorkersLocked(const std::string& after, size_t limit,
+                                                           bool* more) const {
   const absl::Time now = clock_->Now();
   std::vector<v1::WorkerInfo> out;
+  *more = false;
   // Each job's mesh is read once per call, not once per member.
   absl::flat_hash_map<std::string, v1::MeshCoordinates> coordinates;
   absl::flat_hash_map<JobId, bool> jobs_seen;
   for (const WorkerRecord* record : membership_.List()) {
+    if (!after.empty() && record->id.value() <= after) continue;
+    if (out.size() == limit) {
+      *more = true;
+      break;
+    }
     v1::WorkerInfo info;
     info.set_worker_id(record->id.value());
     info.set_incarnation(record->incarnation.value());

@@ -92,6 +92,11 @@ class Coordinator {
   // The worker's stream closed or broke: the worker is lost at once.
   void Detach(const WorkerId& worker, Incarnation incarnation);
   std::vector<v1::WorkerInfo> ListWorkers() const;
+  // A page of workers by id, or of jobs in submit order (coordinator/
+  // paging.h); InvalidArgument for a bad page_size or page_token.
+  absl::StatusOr<v1::ListWorkersResponse> ListWorkersPage(
+      const v1::ListWorkersRequest& request) const;
+  absl::StatusOr<v1::ListJobsResponse> ListJobsPage(const v1::ListJobsRequest& request) const;
   // Takes a worker out of service (Workers.Drain): no new assignments; its
   // job is re-planned without it (it donates its state first), then it gets
   // Drain and exits. NotFound for an unknown worker, FailedPrecondition for a
@@ -161,6 +166,10 @@ class Coordinator {
   template <typename F>
   auto WithEffects(F&& f) -> decltype(f(std::declval<Effects*>()));
   absl::Status CheckKvScope(const KvScope& scope) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Workers with ids above `after` (all: ""), at most `limit`; `*more` says
+  // whether any follow.
+  std::vector<v1::WorkerInfo> ListWorkersLocked(const std::string& after, size_t limit,
+                                                bool* more) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void HandleLost(const std::vector<LostWorker>& lost, Effects* effects)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void UpdateGauges() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);

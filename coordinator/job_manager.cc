@@ -156,6 +156,29 @@ std::vector<v1::Job> JobManager::List(bool include_finished) const {
   return out;
 }
 
+std::vector<v1::Job> JobManager::ListPage(bool include_finished, int64_t after, size_t limit,
+                                          bool* more, int64_t* last) const {
+  std::vector<v1::Job> out;
+  *more = false;
+  *last = after;
+  // order_ is in submit order, so numbers increase along it.
+  auto it = std::upper_bound(order_.begin(), order_.end(), after,
+                             [this](int64_t number, const JobId& id) {
+                               return number < jobs_.at(id).number;
+                             });
+  for (; it != order_.end(); ++it) {
+    const JobEntry& entry = jobs_.at(*it);
+    if (!include_finished && IsTerminal(entry.job.state())) continue;
+    if (out.size() == limit) {
+      *more = true;
+      break;
+    }
+    out.push_back(entry.job);
+    *last = entry.number;
+  }
+  return out;
+}
+
 absl::StatusOr<v1::Job> JobManager::Cancel(const JobId& id, absl::Time now, Effects* effects) {
   JobEntry* entry = FindEntry(id);
   if (entry == nullptr) return absl::NotFoundError(absl::StrCat("job ", id.value(), " not found"));

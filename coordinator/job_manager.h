@@ -153,6 +153,10 @@ class JobManager {
   // NotFound for an unknown id.
   absl::StatusOr<v1::Job> Get(const JobId& id) const;
   // Jobs in submit order; finished ones only if include_finished.
+  // Up to `limit` jobs in submit order after submit number `after` (0:
+  // from the first); `*more` says whether any follow.
+  std::vector<v1::Job> ListPage(bool include_finished, int64_t after, size_t limit, bool* more,
+                                int64_t* last) const;
   std::vector<v1::Job> List(bool include_finished) const;
   // Stops every member and marks the job CANCELLED. NotFound;
   // FailedPrecondition if the job already finished.

@@ -212,12 +212,7 @@ grpc::ServerUnaryReactor* JobsService::List(grpc::CallbackServerContext* context
     return CallGate::Refuse(context, admitted);
   }
   const absl::Time start = absl::Now();
-  v1::ListJobsResponse list;
-  for (v1::Job& job : coordinator_->ListJobs(request->include_finished())) {
-    *list.add_jobs() = std::move(job);
-  }
-  return Reply(context, "Jobs.List", start, absl::StatusOr<v1::ListJobsResponse>(std::move(list)),
-               response);
+  return Reply(context, "Jobs.List", start, coordinator_->ListJobsPage(*request), response);
 }
 
 grpc::ServerUnaryReactor* JobsService::Cancel(grpc::CallbackServerContext* context,

@@ -204,12 +204,11 @@ grpc::ServerUnaryReactor* WorkersService::List(grpc::CallbackServerContext* cont
       !admitted.ok()) {
     return CallGate::Refuse(context, admitted);
   }
-  for (v1::WorkerInfo& info : coordinator_->ListWorkers()) {
-    *response->add_workers() = std::move(info);
-  }
-  metrics_->ObserveRpc("Workers.List", "OK", absl::Now() - start);
+  absl::StatusOr<v1::ListWorkersResponse> page = coordinator_->ListWorkersPage(*request);
+  if (page.ok()) *response = *std::move(page);
+  metrics_->ObserveRpc("Workers.List", StatusCodeLabel(page.status()), absl::Now() - start);
   auto* reactor = context->DefaultReactor();
-  reactor->Finish(grpc::Status::OK);
+  reactor->Finish(ToGrpcStatus(page.status()));
   return reactor;
 }
 

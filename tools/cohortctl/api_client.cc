@@ -2,6 +2,7 @@
 
 #include <utility>
 
+#include "absl/functional/function_ref.h"
 #include "absl/strings/cord.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
@@ -104,13 +105,39 @@ absl::StatusOr<v1::Job> ApiClient::Get(const std::string& job_id) {
   });
 }
 
+// Both lists come in pages (coordinator/paging.h): `call` fetches one for a
+// request, and the pages are followed to the end, a bounded number of times.
+template <typename Request, typename Response, typename Append>
+absl::StatusOr<Response> AllPages(
+    Request request, absl::FunctionRef<absl::StatusOr<Response>(const Request&)> call,
+    Append append, const char* what) {
+  constexpr int kMaxPages = 10000;
+  Response all;
+  for (int page = 0; page < kMaxPages; ++page) {
+    absl::StatusOr<Response> got = call(request);
+    if (!got.ok()) return got.status();
+    append(*got, &all);
+    if (got->next_page_token().empty()) return all;
+    request.set_page_token(got->next_page_token());
+  }
+  return absl::ResourceExhaustedError(absl::StrCat("more than ", kMaxPages, " pages of ", what));
+}
+
 absl::StatusOr<v1::ListJobsResponse> ApiClient::List(bool include_finished) {
   v1::ListJobsRequest request;
   request.set_include_finished(include_finished);
-  return Unary<v1::ListJobsResponse>(
-      [&](grpc::ClientContext* context, v1::ListJobsResponse* response) {
-        return jobs_->List(context, request, response);
-      });
+  return AllPages<v1::ListJobsRequest, v1::ListJobsResponse>(
+      request,
+      [&](const v1::ListJobsRequest& page) {
+        return Unary<v1::ListJobsResponse>(
+            [&](grpc::ClientContext* context, v1::ListJobsResponse* response) {
+              return jobs_->List(context, page, response);
+            });
+      },
+      [](v1::ListJobsResponse& got, v1::ListJobsResponse* all) {
+        for (v1::Job& job : *got.mutable_jobs()) *all->add_jobs() = std::move(job);
+      },
+      "jobs");
 }
 
 absl::StatusOr<v1::Job> ApiClient::Cancel(const std::string& job_id) {
@@ -128,11 +155,18 @@ absl::StatusOr<v1::Job> ApiClient::Scale(const v1::ScaleJobRequest& request) {
 }
 
 absl::StatusOr<v1::ListWorkersResponse> ApiClient::ListWorkers() {
-  const v1::ListWorkersRequest request;
-  return Unary<v1::ListWorkersResponse>(
-      [&](grpc::ClientContext* context, v1::ListWorkersResponse* response) {
-        return workers_->List(context, request, response);
-      });
+  return AllPages<v1::ListWorkersRequest, v1::ListWorkersResponse>(
+      v1::ListWorkersRequest(),
+      [&](const v1::ListWorkersRequest& page) {
+        return Unary<v1::ListWorkersResponse>(
+            [&](grpc::ClientContext* context, v1::ListWorkersResponse* response) {
+              return workers_->List(context, page, response);
+            });
+      },
+      [](v1::ListWorkersResponse& got, v1::ListWorkersResponse* all) {
+        for (v1::WorkerInfo& worker : *got.mutable_workers()) *all->add_workers() = std::move(worker);
+      },
+      "workers");
 }
 
 absl::StatusOr<v1::WorkerInfo> ApiClient::Drain(const std::string& worker_id,

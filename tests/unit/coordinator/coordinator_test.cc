@@ -122,6 +122,53 @@ TEST_F(CoordinatorTest, RejectsInconsistentHeartbeatOptions) {
   EXPECT_THAT(coordinator.status().message(), HasSubstr("heartbeat_timeout"));
 }
 
+// Issue 21: one response held every job and worker, which at scale outgrew
+// what gRPC clients accept by default. Pages follow the last key returned.
+TEST_F(CoordinatorTest, JobsAndWorkersAreListedInPagesThatFollowTheLastKey) {
+  for (int i = 0; i < 5; ++i) Attach(absl::StrCat("w", i), 100 + i);
+  v1::ListWorkersRequest workers;
+  workers.set_page_size(2);
+  std::vector<std::string> seen;
+  for (int page = 0;; ++page) {
+    ASSERT_LT(page, 5);
+    absl::StatusOr<v1::ListWorkersResponse> got = coordinator_->ListWorkersPage(workers);
+    ASSERT_TRUE(got.ok()) << got.status();
+    EXPECT_LE(got->workers_size(), 2);
+    for (const auto& w : got->workers()) seen.push_back(w.worker_id());
+    if (got->next_page_token().empty()) break;
+    workers.set_page_token(got->next_page_token());
+  }
+  EXPECT_EQ(seen, (std::vector<std::string>{"w0", "w1", "w2", "w3", "w4"}));
+
+  std::vector<std::string> submitted;
+  for (int i = 0; i < 3; ++i) {
+    v1::SubmitJobRequest request;
+    *request.mutable_spec() = testing::SmallJobSpec(absl::StrCat("page", i), 1, 1, 1);
+    absl::StatusOr<v1::Job> job = coordinator_->Submit(request);
+    ASSERT_TRUE(job.ok()) << job.status();
+    submitted.push_back(job->job_id());
+  }
+  v1::ListJobsRequest jobs;
+  jobs.set_page_size(2);
+  absl::StatusOr<v1::ListJobsResponse> first = coordinator_->ListJobsPage(jobs);
+  ASSERT_TRUE(first.ok()) << first.status();
+  ASSERT_EQ(first->jobs_size(), 2);
+  ASSERT_FALSE(first->next_page_token().empty());
+  jobs.set_page_token(first->next_page_token());
+  absl::StatusOr<v1::ListJobsResponse> second = coordinator_->ListJobsPage(jobs);
+  ASSERT_TRUE(second.ok()) << second.status();
+  ASSERT_EQ(second->jobs_size(), 1);
+  EXPECT_TRUE(second->next_page_token().empty());
+  EXPECT_EQ(second->jobs(0).job_id(), submitted[2]);
+
+  jobs.set_page_token("workers/w1");
+  EXPECT_THAT(coordinator_->ListJobsPage(jobs).status().message(), HasSubstr("page_token:"));
+  jobs.clear_page_token();
+  jobs.set_page_size(1001);
+  EXPECT_THAT(coordinator_->ListJobsPage(jobs).status().message(),
+              HasSubstr("page_size: 1001 is outside [0, 1000]"));
+}
+
 // Issue 21: a missing checkpoint to resume from hid the spec's other errors.
 TEST_F(CoordinatorTest, AMissingResumeCheckpointIsReportedWithTheSpecsOtherErrors) {
   Coordinator::Options options;

@@ -92,7 +92,21 @@ class FakeJobs final : public v1::Jobs::Service {
     absl::MutexLock lock(&mu_);
     if (!forced_.ok()) return forced_;
     last_include_finished_ = request->include_finished();
-    for (const auto& [id, job] : jobs_) *response->add_jobs() = job;
+    // One job per page, as a coordinator with page_size 1 would answer: the
+    // client must follow next_page_token to see them all.
+    ++list_calls_;
+    bool past = request->page_token().empty();
+    for (const auto& [id, job] : jobs_) {
+      if (!past) {
+        past = "jobs/" + id == request->page_token();
+        continue;
+      }
+      if (response->jobs_size() == 1) {
+        response->set_next_page_token("jobs/" + response->jobs(0).job_id());
+        break;
+      }
+      *response->add_jobs() = job;
+    }
     return grpc::Status::OK;
   }
 
@@ -179,6 +193,13 @@ class FakeJobs final : public v1::Jobs::Service {
   std::vector<v1::SubmitJobRequest> submits_ ABSL_GUARDED_BY(mu_);
   std::vector<v1::ScaleJobRequest> scales_ ABSL_GUARDED_BY(mu_);
   bool last_include_finished_ ABSL_GUARDED_BY(mu_) = false;
+  int list_calls_ ABSL_GUARDED_BY(mu_) = 0;
+
+ public:
+  int list_calls() {
+    absl::MutexLock lock(&mu_);
+    return list_calls_;
+  }
 };
 
 // Workers service over a fixed set; Drain answers as the coordinator does
@@ -375,6 +396,13 @@ TEST_F(CohortctlTest, ListTableAndAllFlag) {
   config_.all = true;
   EXPECT_EQ(Run({"list"}), kExitOk) << err();
   EXPECT_TRUE(jobs_.last_include_finished());
+}
+
+TEST_F(CohortctlTest, ListFollowsEveryPage) {
+  for (int i = 1; i <= 3; ++i) jobs_.AddJob(MakeJob(absl::StrCat("j-", i), v1::JOB_STATE_RUNNING, 20));
+  EXPECT_EQ(Run({"list"}), kExitOk) << err();
+  EXPECT_EQ(jobs_.list_calls(), 3);  // one job per page
+  for (const char* id : {"j-1  ", "j-2  ", "j-3  "}) EXPECT_THAT(out(), HasSubstr(id));
 }
 
 TEST_F(CohortctlTest, ListJsonParsesBack) {
