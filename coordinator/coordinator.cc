@@ -70,7 +70,8 @@ Coordinator::Coordinator(Options options, std::unique_ptr<JobStore> store, const
                                 .hang_timeout_floor = options_.hang_timeout_floor,
                                 .hang_step_multiple = options_.hang_step_multiple,
                                 .prepare_timeout = options_.prepare_timeout,
-                                .latest_checkpoint = options_.latest_checkpoint},
+                                .latest_checkpoint = options_.latest_checkpoint,
+                                .finished_retention = options_.finished_retention},
             &membership_, store_.get()),
       kv_(options_.kv) {}
 
@@ -432,6 +433,12 @@ absl::StatusOr<v1::Job> Coordinator::Submit(const v1::SubmitJobRequest& request)
   return WithEffects([&](Effects* effects) {
     return jobs_.Submit(request.spec(), request.validate_only(), clock_->Now(), effects);
   });
+}
+
+absl::Status Coordinator::DeleteJob(const JobId& id) {
+  if (id.value().empty()) return absl::InvalidArgumentError("job_id: must not be empty");
+  absl::MutexLock lock(&mu_);
+  return jobs_.Delete(id);
 }
 
 absl::StatusOr<v1::Job> Coordinator::GetJob(const JobId& id) const {

@@ -62,6 +62,7 @@ class Coordinator {
     // Elasticity (JobManager::Options).
     absl::Duration suspend_timeout = absl::Seconds(10);
     absl::Duration prepare_timeout = absl::Minutes(10);
+    absl::Duration finished_retention = absl::Hours(24 * 7);  // 0: forever
     // Tick() is expected this often at least: a longer gap means the
     // coordinator itself was stopped (a stalled host, SIGSTOP, a VM pause),
     // and that time is not counted against the workers (heartbeat ages and
@@ -108,6 +109,8 @@ class Coordinator {
   absl::StatusOr<v1::Job> GetJob(const JobId& id) const;
   std::vector<v1::Job> ListJobs(bool include_finished) const;
   absl::StatusOr<v1::Job> Cancel(const JobId& id);
+  // Deletes a finished job's record (JobManager::Delete); its checkpoints stay.
+  absl::Status DeleteJob(const JobId& id);
   absl::StatusOr<v1::Job> Scale(const v1::ScaleJobRequest& request);
   // Sends a SNAPSHOT event of the job to `sink` and then every change.
   // Returns a handle for Unwatch. NotFound for an unknown job. A finished

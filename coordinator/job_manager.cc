@@ -179,6 +179,22 @@ std::vector<v1::Job> JobManager::ListPage(bool include_finished, int64_t after, 
   return out;
 }
 
+absl::Status JobManager::Delete(const JobId& id) {
+  JobEntry* entry = FindEntry(id);
+  if (entry == nullptr) return absl::NotFoundError(absl::StrCat("job ", id.value(), " not found"));
+  if (!IsTerminal(entry->job.state())) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("job ", id.value(), " is ", v1::JobState_Name(entry->job.state()),
+                     "; only a finished job can be deleted (cancel it first)"));
+  }
+  // The record goes first: a failed write deletes nothing.
+  RETURN_IF_ERROR(store_->Delete(id.value()));
+  jobs_.erase(id);
+  order_.erase(std::find(order_.begin(), order_.end(), id));
+  LOG(INFO) << "job " << id << " deleted";
+  return absl::OkStatus();
+}
+
 absl::StatusOr<v1::Job> JobManager::Cancel(const JobId& id, absl::Time now, Effects* effects) {
   JobEntry* entry = FindEntry(id);
   if (entry == nullptr) return absl::NotFoundError(absl::StrCat("job ", id.value(), " not found"));
@@ -606,6 +622,23 @@ void JobManager::Tick(absl::Time now, Effects* effects) {
   }
   for (auto& [id, entry] : jobs_) {
     if (entry.dirty) Persist(entry);
+  }
+  if (options_.finished_retention > absl::ZeroDuration()) {
+    // Oldest first, a bounded number per tick.
+    std::vector<JobId> expired;
+    for (const JobId& id : order_) {
+      const JobEntry& entry = jobs_.at(id);
+      if (IsTerminal(entry.job.state()) &&
+          FromProtoTime(entry.job.update_time()) + options_.finished_retention <= now) {
+        expired.push_back(id);
+        if (expired.size() == 64) break;
+      }
+    }
+    for (const JobId& id : expired) {
+      if (absl::Status deleted = Delete(id); !deleted.ok()) {
+        LOG(WARNING) << "job " << id << " is past its retention but was not deleted: " << deleted;
+      }
+    }
   }
 }
 

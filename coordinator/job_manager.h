@@ -136,6 +136,9 @@ class JobManager {
     // The job's newest committed checkpoint step, for recovery plans; unset:
     // none known.
     std::function<std::optional<int64_t>(const JobId&)> latest_checkpoint;
+    // A finished job (COMPLETED, FAILED, CANCELLED) is deleted this long
+    // after it finished (its checkpoints stay). Zero: kept until deleted.
+    absl::Duration finished_retention = absl::Hours(24 * 7);
   };
   // `membership` and `store` must outlive the manager.
   JobManager(Options options, MembershipTable* membership, JobStore* store);
@@ -161,6 +164,10 @@ class JobManager {
   // Stops every member and marks the job CANCELLED. NotFound;
   // FailedPrecondition if the job already finished.
   absl::StatusOr<v1::Job> Cancel(const JobId& id, absl::Time now, Effects* effects);
+  // Removes a finished job's record, here and in the store (its
+  // checkpoints stay). NotFound, or FailedPrecondition for a job that has
+  // not finished (cancel it first).
+  absl::Status Delete(const JobId& id);
   // Changes the elastic bounds (validated like a spec) and re-plans if the
   // current mesh no longer fits them or can grow. NotFound, InvalidArgument,
   // FailedPrecondition (finished job).

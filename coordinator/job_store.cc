@@ -28,6 +28,12 @@ absl::StatusOr<int64_t> InMemoryJobStore::NextJobNumber() {
   return next_number_++;
 }
 
+absl::Status InMemoryJobStore::Delete(const std::string& job_id) {
+  absl::MutexLock lock(&mu_);
+  jobs_.erase(job_id);
+  return absl::OkStatus();
+}
+
 void InMemoryJobStore::FailNextPut(absl::Status status) {
   absl::MutexLock lock(&mu_);
   next_put_status_ = std::move(status);

@@ -28,6 +28,8 @@ class JobStore {
   // Durably stores and returns the next job number (1, 2, ...), used to make
   // job ids unique across coordinator restarts.
   virtual absl::StatusOr<int64_t> NextJobNumber() = 0;
+  // Durably removes the job's record (synced, like Put); OK if absent.
+  virtual absl::Status Delete(const std::string& job_id) = 0;
 };
 
 class InMemoryJobStore : public JobStore {
@@ -35,6 +37,7 @@ class InMemoryJobStore : public JobStore {
   absl::Status Put(const v1::Job& job) override;
   absl::StatusOr<std::vector<v1::Job>> LoadAll() override;
   absl::StatusOr<int64_t> NextJobNumber() override;
+  absl::Status Delete(const std::string& job_id) override;
   // Test hook: the next Put fails with `status`.
   void FailNextPut(absl::Status status);
 

@@ -79,6 +79,9 @@ ABSL_FLAG(absl::Duration, readopt_grace, absl::Seconds(10),
 ABSL_FLAG(absl::Duration, suspend_timeout, absl::Seconds(10),
           "how long members of a job being re-planned may take to answer Suspend with the state "
           "they hold; members silent that long are fenced as hung");
+ABSL_FLAG(absl::Duration, finished_job_retention, absl::Hours(24 * 7),
+          "a finished job (completed, failed, cancelled) is deleted this long after it finished; "
+          "its checkpoints stay. 0 keeps finished jobs until `cohortctl delete`");
 ABSL_FLAG(absl::Duration, prepare_timeout, absl::Minutes(10),
           "a new generation of a job whose members have not all reported ready within this "
           "time is re-planned (the workers' own deadlines normally end a failed Prepare first)");
@@ -178,6 +181,14 @@ int main(int argc, char** argv) {
   config.coordinator.readopt_grace = absl::GetFlag(FLAGS_readopt_grace);
   config.coordinator.suspend_timeout = absl::GetFlag(FLAGS_suspend_timeout);
   config.coordinator.prepare_timeout = absl::GetFlag(FLAGS_prepare_timeout);
+  config.coordinator.finished_retention = absl::GetFlag(FLAGS_finished_job_retention);
+  if (absl::Status retention = cohort::coordinator::CheckDuration(
+          "finished_job_retention", config.coordinator.finished_retention, absl::ZeroDuration(),
+          absl::Hours(24 * 3650));
+      !retention.ok()) {
+    std::cerr << "cohort-coordinator: " << retention.message() << "\n";
+    return 64;
+  }
   config.coordinator.hang_timeout_floor = absl::GetFlag(FLAGS_hang_timeout_floor);
   config.coordinator.hang_step_multiple = absl::GetFlag(FLAGS_hang_step_multiple);
   config.checkpoints.max_uploads = absl::GetFlag(FLAGS_max_checkpoint_uploads);

@@ -87,6 +87,13 @@ absl::Status RocksDbJobStore::Put(const v1::Job& job) {
                      absl::StrCat("write of ", key));
 }
 
+absl::Status RocksDbJobStore::Delete(const std::string& job_id) {
+  if (job_id.empty()) return absl::InvalidArgumentError("job_id: must not be empty");
+  const std::string key = absl::StrCat(kJobKeyPrefix, job_id);
+  return FromRocksDb(db_->Delete(SyncWrite(), jobs_family(), key), data_dir_,
+                     absl::StrCat("delete of ", key));
+}
+
 absl::StatusOr<std::vector<v1::Job>> RocksDbJobStore::LoadAll() {
   std::vector<v1::Job> jobs;
   std::unique_ptr<rocksdb::Iterator> it(db_->NewIterator(rocksdb::ReadOptions(), jobs_family()));

@@ -36,6 +36,7 @@ class RocksDbJobStore : public JobStore {
   absl::Status Put(const v1::Job& job) override;
   absl::StatusOr<std::vector<v1::Job>> LoadAll() override;
   absl::StatusOr<int64_t> NextJobNumber() override;
+  absl::Status Delete(const std::string& job_id) override;
 
   // For later issues (checkpoint store) that share the same database. Owned
   // by this store; valid until it is destroyed.

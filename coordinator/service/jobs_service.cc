@@ -229,6 +229,20 @@ grpc::ServerUnaryReactor* JobsService::Cancel(grpc::CallbackServerContext* conte
                response);
 }
 
+grpc::ServerUnaryReactor* JobsService::Delete(grpc::CallbackServerContext* context,
+                                              const v1::DeleteJobRequest* request,
+                                              v1::DeleteJobResponse* response) {
+  if (absl::Status admitted = gate_->Admit(*context, "Jobs.Delete", Access::kAdmin); !admitted.ok()) {
+    return CallGate::Refuse(context, admitted);
+  }
+  const absl::Time start = absl::Now();
+  absl::Status deleted = coordinator_->DeleteJob(JobId(request->job_id()));
+  return Reply(context, "Jobs.Delete", start,
+               deleted.ok() ? absl::StatusOr<v1::DeleteJobResponse>(v1::DeleteJobResponse())
+                            : absl::StatusOr<v1::DeleteJobResponse>(deleted),
+               response);
+}
+
 grpc::ServerUnaryReactor* JobsService::Scale(grpc::CallbackServerContext* context,
                                              const v1::ScaleJobRequest* request,
                                              v1::Job* response) {

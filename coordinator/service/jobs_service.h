@@ -24,6 +24,9 @@ class JobsService final : public v1::Jobs::CallbackService {
                                  v1::ListJobsResponse* response) override;
   grpc::ServerUnaryReactor* Cancel(grpc::CallbackServerContext* context,
                                    const v1::CancelJobRequest* request, v1::Job* response) override;
+  grpc::ServerUnaryReactor* Delete(grpc::CallbackServerContext* context,
+                                   const v1::DeleteJobRequest* request,
+                                   v1::DeleteJobResponse* response) override;
   grpc::ServerWriteReactor<v1::JobEvent>* Watch(grpc::CallbackServerContext* context,
                                                 const v1::WatchJobRequest* request) override;
   grpc::ServerUnaryReactor* Scale(grpc::CallbackServerContext* context,

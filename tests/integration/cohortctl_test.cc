@@ -1,6 +1,7 @@
 // cohortctl against a real coordinator: bad job specs and unknown job ids
 // give one clear message and a non-zero exit code; good ones work.
 #include <fstream>
+#include <regex>
 #include <string>
 #include <vector>
 
@@ -62,6 +63,23 @@ TEST_F(CohortctlTest, SubmitsAValidFileAndGetsTheJob) {
   ASSERT_EQ(list.exit_code, 0) << list.output;
   EXPECT_THAT(list.output, HasSubstr("ctl-job-"));
   EXPECT_THAT(list.output, HasSubstr("PENDING"));
+}
+
+TEST_F(CohortctlTest, DeleteRemovesOnlyAFinishedJob) {
+  CommandResult submit = Ctl({"submit", WriteFile("good.yaml", kGoodYaml), "--output=json"});
+  ASSERT_EQ(submit.exit_code, 0) << submit.output;
+  std::smatch id;
+  ASSERT_TRUE(std::regex_search(submit.output, id, std::regex("ctl-job-[0-9]+"))) << submit.output;
+  CommandResult early = Ctl({"delete", id.str()});
+  EXPECT_NE(early.exit_code, 0) << early.output;
+  EXPECT_THAT(early.output, HasSubstr("only a finished job can be deleted (cancel it first)"));
+  ASSERT_EQ(Ctl({"cancel", id.str()}).exit_code, 0);
+  CommandResult deleted = Ctl({"delete", id.str()});
+  ASSERT_EQ(deleted.exit_code, 0) << deleted.output;
+  EXPECT_THAT(deleted.output, HasSubstr("deleted job " + id.str()));
+  CommandResult gone = Ctl({"get", id.str()});
+  EXPECT_NE(gone.exit_code, 0);
+  EXPECT_THAT(gone.output, HasSubstr("not found"));
 }
 
 TEST_F(CohortctlTest, TensorParallelThatDoesNotDivideHeadsIsRefusedWithTheReason) {

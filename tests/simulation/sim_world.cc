@@ -60,6 +60,7 @@ class World::ForwardingJobStore : public coordinator::JobStore {
   absl::Status Put(const v1::Job& job) override { return inner_->Put(job); }
   absl::StatusOr<std::vector<v1::Job>> LoadAll() override { return inner_->LoadAll(); }
   absl::StatusOr<int64_t> NextJobNumber() override { return inner_->NextJobNumber(); }
+  absl::Status Delete(const std::string& job_id) override { return inner_->Delete(job_id); }
 
  private:
   coordinator::JobStore* inner_;

@@ -148,6 +148,16 @@ absl::StatusOr<v1::Job> ApiClient::Cancel(const std::string& job_id) {
   });
 }
 
+absl::Status ApiClient::Delete(const std::string& job_id) {
+  v1::DeleteJobRequest request;
+  request.set_job_id(job_id);
+  return Unary<v1::DeleteJobResponse>(
+             [&](grpc::ClientContext* context, v1::DeleteJobResponse* response) {
+               return jobs_->Delete(context, request, response);
+             })
+      .status();
+}
+
 absl::StatusOr<v1::Job> ApiClient::Scale(const v1::ScaleJobRequest& request) {
   return Unary<v1::Job>([&](grpc::ClientContext* context, v1::Job* response) {
     return jobs_->Scale(context, request, response);

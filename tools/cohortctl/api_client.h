@@ -52,6 +52,7 @@ class ApiClient {
   absl::StatusOr<v1::Job> Get(const std::string& job_id);
   absl::StatusOr<v1::ListJobsResponse> List(bool include_finished);
   absl::StatusOr<v1::Job> Cancel(const std::string& job_id);
+  absl::Status Delete(const std::string& job_id);
   absl::StatusOr<v1::Job> Scale(const v1::ScaleJobRequest& request);
   absl::StatusOr<v1::ListWorkersResponse> ListWorkers();
   // Workers.Drain: the worker as it is after the call (DRAINING). The

@@ -181,6 +181,12 @@ int RunCommand(ApiClient& client, const CtlConfig& config, const Command& comman
       if (!reply.ok()) return ReportError(reply.status(), command.name, err);
       return PrintReply(config, *reply, summary, out);
     }
+    case CommandKind::kDelete: {
+      absl::Status deleted = client.Delete(command.operand);
+      if (!deleted.ok()) return ReportError(deleted, command.name, err);
+      out << "deleted job " << command.operand << "\n";
+      return kExitOk;
+    }
     case CommandKind::kScale: {
       v1::ScaleJobRequest request;
       request.set_job_id(command.operand);

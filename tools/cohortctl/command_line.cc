@@ -120,6 +120,9 @@ Commands:
                           0 when it COMPLETED, 1 when it FAILED or was
                           CANCELLED
   cancel JOB              cancel a job
+  delete JOB              delete a finished job's record (its checkpoints
+                          stay); finished jobs are also deleted after the
+                          coordinator's --finished_job_retention (7 days)
   scale JOB --workers=N   run a job on exactly N workers (both bounds N)
   scale JOB --min_workers=A [--max_workers=B]
                           change a job's elastic bounds
@@ -414,10 +417,11 @@ absl::StatusOr<Command> ParseCommand(const CtlConfig& config) {
   } else if (command.name == "list") {
     command.kind = CommandKind::kList;
   } else if (command.name == "get" || command.name == "watch" || command.name == "cancel" ||
-             command.name == "scale") {
+             command.name == "delete" || command.name == "scale") {
     command.kind = command.name == "get"      ? CommandKind::kGet
                    : command.name == "watch"  ? CommandKind::kWatch
                    : command.name == "cancel" ? CommandKind::kCancel
+                   : command.name == "delete" ? CommandKind::kDelete
                                               : CommandKind::kScale;
     min_operands = max_operands = 1;
     operand_name = "JOB";

@@ -62,6 +62,7 @@ enum class CommandKind {
   kGet,
   kWatch,
   kCancel,
+  kDelete,
   kScale,
   kWorkers,
   kDrain,

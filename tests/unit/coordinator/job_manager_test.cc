@@ -376,6 +376,33 @@ TEST_F(JobManagerTest, CancelAndErrorsForUnknownOrFinishedJobs) {
   EXPECT_EQ(jobs_->List(true).size(), 1u);
 }
 
+// Issue 21: jobs were never deleted, so their records (and Jobs.List) only
+// grew. A finished job can be deleted, and is after the retention.
+TEST_F(JobManagerTest, FinishedJobsAreDeletedOnRequestAndAfterTheRetention) {
+  v1::Job running = Submit(Spec(1, 1, 1));
+  v1::Job first = Submit(Spec(1, 1, 1));
+  v1::Job second = Submit(Spec(1, 1, 1));
+  EXPECT_EQ(jobs_->Delete(JobId(running.job_id())).code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_EQ(jobs_->Delete(JobId("nope-1")).code(), absl::StatusCode::kNotFound);
+  Effects effects;
+  ASSERT_TRUE(jobs_->Cancel(JobId(first.job_id()), now_, &effects).ok());
+  ASSERT_TRUE(jobs_->Delete(JobId(first.job_id())).ok());
+  EXPECT_EQ(jobs_->Get(JobId(first.job_id())).status().code(), absl::StatusCode::kNotFound);
+  EXPECT_EQ(store_.LoadAll()->size(), 2u);
+
+  // The default retention is 7 days after the job finished.
+  ASSERT_TRUE(jobs_->Cancel(JobId(second.job_id()), now_, &effects).ok());
+  now_ += absl::Hours(24 * 7) - absl::Seconds(1);
+  jobs_->Tick(now_, &effects);
+  EXPECT_TRUE(jobs_->Get(JobId(second.job_id())).ok());
+  now_ += absl::Seconds(1);
+  jobs_->Tick(now_, &effects);
+  EXPECT_EQ(jobs_->Get(JobId(second.job_id())).status().code(), absl::StatusCode::kNotFound);
+  EXPECT_TRUE(jobs_->Get(JobId(running.job_id())).ok());
+  ASSERT_EQ(store_.LoadAll()->size(), 1u);
+  EXPECT_EQ((*store_.LoadAll())[0].job_id(), running.job_id());
+}
+
 TEST_F(JobManagerTest, AFailedMemberFailsTheJobAndFreesTheOthers) {
   Join("w0", "h", 0);
   Join("w1", "h", 1);
