@@ -4,6 +4,7 @@
 // before its fix.
 
 #include <cstdio>
+#include <fstream>
 #include <memory>
 #include <regex>
 #include <string>
@@ -14,6 +15,7 @@
 #include "cohort/v1/checkpoints.grpc.pb.h"
 #include "cohort/v1/jobs.grpc.pb.h"
 #include "cohort/v1/kv.grpc.pb.h"
+#include "cohort/v1/workers.grpc.pb.h"
 #include "gmock/gmock.h"
 #include "grpcpp/client_context.h"
 #include "gtest/gtest.h"
@@ -24,6 +26,16 @@ namespace cohort::testing {
 namespace {
 
 using ::testing::HasSubstr;
+
+// The resident set of process `pid` in MiB (/proc/PID/status VmRSS).
+int RssMiB(pid_t pid) {
+  std::ifstream status(absl::StrCat("/proc/", pid, "/status"));
+  std::string line;
+  while (std::getline(status, line)) {
+    if (line.rfind("VmRSS:", 0) == 0) return std::stoi(line.substr(6)) / 1024;
+  }
+  return -1;
+}
 
 class HostileClientTest : public ::testing::Test {
  protected:
@@ -75,6 +87,7 @@ class HostileClientTest : public ::testing::Test {
 // never finished; 64 of them (the upload limit) turned checkpoints off.
 TEST_F(HostileClientTest, AnUploadChunkOfTwoToTheSixtyThreeBytesIsRefusedAndFreesItsSlot) {
   StartJob();
+  const int rss_before = RssMiB(cluster_.coordinator()->pid());
   auto stub = v1::Checkpoints::NewStub(cluster_.channel());
   const int attempts = 70;  // more than --max_checkpoint_uploads (64)
   for (int i = 0; i < attempts; ++i) {
@@ -98,6 +111,62 @@ TEST_F(HostileClientTest, AnUploadChunkOfTwoToTheSixtyThreeBytesIsRefusedAndFree
     if (i == 0) std::printf("  answer: %d %s\n", status.error_code(), status.error_message().c_str());
   }
   EXPECT_THAT(cluster_.coordinator()->ReadLog(), ::testing::Not(HasSubstr("uploads are in progress")));
+  std::printf("  coordinator RSS %d MiB before, %d MiB after %d such uploads\n", rss_before,
+              RssMiB(cluster_.coordinator()->pid()), attempts);
+}
+
+// Found 4 and 5: worker ids of megabytes (kept 10 minutes as lost-worker
+// records, logged, listed) and job specs with megabyte strings (kept
+// forever, returned by every Jobs.List). Both are refused before anything
+// is stored, and memory stays where it was.
+TEST_F(HostileClientTest, HugeHelloFieldsAndSpecStringsAreRefusedAndNothingIsKept) {
+  cluster_.StartCoordinator();
+  const pid_t pid = cluster_.coordinator()->pid();
+  const int rss_before = RssMiB(pid);
+  auto workers = v1::Workers::NewStub(cluster_.channel());
+  constexpr int kHellos = 50;
+  for (int i = 0; i < kHellos; ++i) {
+    grpc::ClientContext context;
+    context.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(10));
+    auto stream = workers->Attach(&context);
+    v1::WorkerMessage hello;
+    hello.set_incarnation(1000 + i);
+    hello.mutable_hello()->set_worker_id(absl::StrCat("w", i, "\n", std::string(3 << 20, 'x')));
+    hello.mutable_hello()->set_device_kind(v1::DEVICE_KIND_CPU);
+    hello.mutable_hello()->set_incarnation(1000 + i);
+    stream->Write(hello);
+    stream->WritesDone();
+    v1::CoordinatorMessage reply;
+    while (stream->Read(&reply)) {
+    }
+    const grpc::Status status = stream->Finish();
+    ASSERT_EQ(status.error_code(), grpc::StatusCode::INVALID_ARGUMENT) << status.error_message();
+    ASSERT_THAT(status.error_message(), HasSubstr("hello.worker_id: "));
+    ASSERT_THAT(status.error_message(), HasSubstr("bytes, at most 128 allowed"));
+  }
+  auto jobs = v1::Jobs::NewStub(cluster_.channel());
+  constexpr int kSpecs = 17;
+  for (int i = 0; i < kSpecs; ++i) {
+    grpc::ClientContext context;
+    context.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(10));
+    v1::SubmitJobRequest request;
+    *request.mutable_spec() = LocalCluster::Spec(1, 1, 1);
+    request.mutable_spec()->mutable_data()->mutable_shards()->set_pattern(std::string(3 << 20, 'p'));
+    v1::Job job;
+    const grpc::Status status = jobs->Submit(&context, request, &job);
+    ASSERT_EQ(status.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+    ASSERT_LT(status.error_message().size(), 1000u) << "the pattern is echoed back";
+  }
+  absl::StatusOr<std::vector<v1::WorkerInfo>> listed = cluster_.ListWorkers();
+  ASSERT_TRUE(listed.ok()) << listed.status();
+  EXPECT_TRUE(listed->empty());
+  const int rss_after = RssMiB(pid);
+  std::printf("  coordinator RSS %d MiB before, %d MiB after %d Hellos with 3 MiB worker ids and "
+              "%d specs with 3 MiB patterns\n",
+              rss_before, rss_after, kHellos, kSpecs);
+  // Messages pass through gRPC's buffers one at a time; nothing is kept.
+  EXPECT_LT(rss_after - rss_before, 64);
+  EXPECT_THAT(cluster_.coordinator()->ReadLog(), ::testing::Not(HasSubstr("xxxxxxxxxxxxxxxx")));
 }
 
 // An abandoned KeyValue.WaitFor held its stream slot (and its waiter) until
