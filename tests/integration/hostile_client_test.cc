@@ -224,6 +224,23 @@ TEST_F(HostileClientTest, ACancelledWaitForFreesItsStreamSlotAtOnce) {
   }
 }
 
+// "An unparseable first Attach message is not a clean OK": the stream ends
+// INVALID_ARGUMENT saying why (raw HTTP/2: a gRPC client cannot send bytes
+// that do not parse).
+TEST_F(HostileClientTest, AnAttachWhoseFirstMessageDoesNotParseIsInvalidArgument) {
+  cluster_.StartCoordinator();
+  absl::StatusOr<CommandResult> call = RunCommand(
+      "/usr/bin/python3",
+      {absl::StrCat(COHORT_SOURCE_DIR, "/tools/bench/hostile_memory.py"),
+       "--target=" + cluster_.address(), absl::StrCat("--pid=", cluster_.coordinator()->pid()),
+       "--path=/cohort.v1.Workers/Attach", "--payload_hex=ffffffff"},
+      absl::Seconds(60));
+  ASSERT_TRUE(call.ok()) << call.status();
+  ASSERT_EQ(call->exit_code, 0) << call->output;
+  EXPECT_THAT(call->output, HasSubstr("grpc-status 3 "));
+  EXPECT_THAT(call->output, HasSubstr("does not parse, before its Hello"));
+}
+
 // Found 2: 100 Jobs.Submit streams, each sending all but the last byte of a
 // 4 MiB message, took a coordinator from 45 to 457 MB before any credential
 // could be checked. gRPC's memory now has a quota (--grpc_memory_bytes):

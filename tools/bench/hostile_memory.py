@@ -170,6 +170,41 @@ class Attacker:
             pass
 
 
+def raw_call(args, host, port):
+    """One call of --path whose only message is the bytes of --payload_hex;
+    prints the gRPC status code and message from the trailers."""
+    sock = socket.create_connection((host, port), timeout=10)
+    conn = h2.connection.H2Connection(h2.config.H2Configuration(client_side=True))
+    conn.initiate_connection()
+    stream = conn.get_next_available_stream_id()
+    conn.send_headers(stream, [
+        (":method", "POST"), (":scheme", "http"), (":path", args.path),
+        (":authority", f"{host}:{port}"), ("content-type", "application/grpc"), ("te", "trailers")])
+    payload = bytes.fromhex(args.payload_hex)
+    conn.send_data(stream, struct.pack(">BI", 0, len(payload)) + payload, end_stream=True)
+    sock.sendall(conn.data_to_send())
+    deadline = time.monotonic() + 10.0
+    status = message = None
+    while status is None and time.monotonic() < deadline:
+        data = sock.recv(1 << 16)
+        if not data:
+            break
+        for event in conn.receive_data(data):
+            headers = getattr(event, "headers", None)
+            if headers:
+                for name, value in headers:
+                    name = name.decode() if isinstance(name, bytes) else name
+                    value = value.decode() if isinstance(value, bytes) else value
+                    if name == "grpc-status":
+                        status = int(value)
+                    elif name == "grpc-message":
+                        message = value
+        sock.sendall(conn.data_to_send())
+    sock.close()
+    print(f"grpc-status {status} grpc-message {message!r}")
+    return 0 if status is not None else 1
+
+
 def watch(args, host, port):
     before = rss_mib(args.pid)
     watchers = [Watcher(host, port, args.streams, args.watch) for _ in range(args.connections)]
@@ -212,8 +247,12 @@ def main():
     parser.add_argument("--watch", default="",
                         help="instead: open --streams Jobs.Watch streams of this job on each "
                              "connection that never read past the first 64 KiB, for --hold s")
+    parser.add_argument("--payload_hex", default=None,
+                        help="instead: one call of --path with this message; print its status")
     args = parser.parse_args()
     host, port = args.target.rsplit(":", 1)
+    if args.payload_hex is not None:
+        return raw_call(args, host, int(port))
     if args.watch:
         return watch(args, host, int(port))
 
