@@ -6,14 +6,10 @@
 
 #include "absl/strings/ascii.h"
 #include "absl/strings/str_cat.h"
+#include "common/flag_checks.h"
 
 namespace cohort::coordinator {
 namespace {
-
-bool IsNameChar(char c) {
-  return absl::ascii_isalnum(c) || c == '-' || c == '_' || c == '.' || c == ':' || c == '@' ||
-         c == '/';
-}
 
 // 1..max characters, each allowed by `ok`.
 absl::Status CheckString(absl::string_view field, absl::string_view value, size_t max,

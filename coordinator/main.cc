@@ -182,7 +182,7 @@ int main(int argc, char** argv) {
   config.coordinator.suspend_timeout = absl::GetFlag(FLAGS_suspend_timeout);
   config.coordinator.prepare_timeout = absl::GetFlag(FLAGS_prepare_timeout);
   config.coordinator.finished_retention = absl::GetFlag(FLAGS_finished_job_retention);
-  if (absl::Status retention = cohort::coordinator::CheckDuration(
+  if (absl::Status retention = cohort::CheckDuration(
           "finished_job_retention", config.coordinator.finished_retention, absl::ZeroDuration(),
           absl::Hours(24 * 3650));
       !retention.ok()) {
@@ -196,8 +196,8 @@ int main(int argc, char** argv) {
   config.checkpoints.max_chunk_bytes = absl::GetFlag(FLAGS_max_checkpoint_chunk_bytes);
   config.checkpoint_abandon_after = absl::GetFlag(FLAGS_checkpoint_abandon_after);
   for (const absl::Status& checked :
-       {cohort::coordinator::CheckHostPort("listen", config.listen_address),
-        cohort::coordinator::CheckHostPort("metrics_address", config.metrics_address),
+       {cohort::CheckHostPort("listen", config.listen_address),
+        cohort::CheckHostPort("metrics_address", config.metrics_address),
         cohort::coordinator::CheckTimingFlags(cohort::coordinator::TimingFlags{
             config.coordinator.heartbeat_interval, config.coordinator.heartbeat_timeout,
             config.coordinator.readopt_grace, config.coordinator.suspend_timeout,

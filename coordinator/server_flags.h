@@ -5,18 +5,10 @@
 // port or a deadline that never comes.
 
 #include "absl/status/status.h"
-#include "absl/strings/string_view.h"
 #include "absl/time/time.h"
+#include "common/flag_checks.h"  // CheckDuration, CheckHostPort
 
 namespace cohort::coordinator {
-
-// `flag` (without dashes) must be finite and within [min, max].
-absl::Status CheckDuration(absl::string_view flag, absl::Duration value, absl::Duration min,
-                           absl::Duration max);
-
-// host:port with a port of 0 (pick a free one) to 65535; the host a name, an
-// IPv4 address or a bracketed IPv6 address. `flag` names it in the error.
-absl::Status CheckHostPort(absl::string_view flag, absl::string_view address);
 
 // The timing flags together, as main.cc passes them.
 struct TimingFlags {

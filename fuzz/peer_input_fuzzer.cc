@@ -86,7 +86,7 @@ void Uris(absl::string_view text) {
 }
 
 void Address(absl::string_view text) {
-  const absl::Status valid = coordinator::CheckHostPort("listen", text);
+  const absl::Status valid = CheckHostPort("listen", text);
   if (!valid.ok()) {
     CheckHandlerError(valid, "CheckHostPort");
     Require(!HasControl(valid.message()), "an address error holds a control character");

@@ -15,6 +15,7 @@
 #include "absl/flags/parse.h"
 #include "absl/flags/usage.h"
 #include "absl/strings/ascii.h"
+#include "common/flag_checks.h"
 #include "common/flag_help.h"
 #include "common/huge_page_malloc.h"
 #include "common/log.h"
@@ -126,6 +127,21 @@ int main(int argc, char** argv) {
   config.metrics_address = absl::GetFlag(FLAGS_metrics_address);
   config.trainer = absl::GetFlag(FLAGS_trainer);
   config.threads = absl::GetFlag(FLAGS_threads);
+  // What the coordinator would refuse in the Hello (coordinator/
+  // hello_validator.h), refused here at once instead of on every attach.
+  for (const absl::Status& checked :
+       {config.worker_id.empty() ? absl::OkStatus()
+                                 : cohort::CheckName("--worker_id", config.worker_id, 128),
+        config.host.empty() ? absl::OkStatus() : cohort::CheckName("--host", config.host, 253),
+        cohort::CheckHostPort("metrics_address", config.metrics_address)}) {
+    if (!checked.ok()) return Fail(std::string(checked.message()));
+  }
+  if (config.device_index < 0 || config.device_index > 4095) {
+    return Fail("--device_index must be within [0, 4095]");
+  }
+  if (config.threads < 0 || config.threads > 4096) {
+    return Fail("--threads must be within [0, 4096] (0: $OMP_NUM_THREADS, else all cores)");
+  }
   config.loss_log = absl::GetFlag(FLAGS_loss_log);
   cohort::log::SetProcessTag("worker");
 

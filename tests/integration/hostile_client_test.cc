@@ -8,6 +8,7 @@
 #include <memory>
 #include <regex>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
@@ -299,6 +300,23 @@ TEST_F(HostileClientTest, BadFlagsAndABusyPortStopTheCoordinatorAtStartUp) {
   }
   // The first coordinator still serves.
   EXPECT_TRUE(cluster_.ListWorkers().ok());
+  // The worker refuses what the coordinator would refuse in its Hello.
+  const std::vector<std::pair<std::string, std::string>> worker_cases = {
+      {"--worker_id=w0\nforged", "--worker_id: <"},
+      {"--worker_id=" + std::string(200, 'w'), "--worker_id: 200 bytes, at most 128"},
+      {"--host=a b", "--host: \"a b\" has a character outside"},
+      {"--metrics_address=127.0.0.1:99999", "--metrics_address=127.0.0.1:99999: the port"},
+      {"--device_index=-1", "--device_index must be within [0, 4095]"},
+  };
+  for (const auto& [flag, message] : worker_cases) {
+    absl::StatusOr<CommandResult> run = RunCommand(
+        BinaryPath("cohort-worker"), {"--coordinator=" + cluster_.address(), flag},
+        absl::Seconds(30));
+    ASSERT_TRUE(run.ok()) << run.status();
+    EXPECT_EQ(run->exit_code, 1) << run->output;
+    EXPECT_THAT(run->output, HasSubstr(message)) << flag;
+  }
+  EXPECT_TRUE(cluster_.ListWorkers()->empty()) << "a worker with a bad flag attached";
   absl::StatusOr<CommandResult> help =
       RunCommand(BinaryPath("cohort-coordinator"), {"--help"}, absl::Seconds(30));
   ASSERT_TRUE(help.ok()) << help.status();

@@ -18,8 +18,11 @@ std::string BinaryDir();
 std::string BinaryPath(std::string_view name);
 
 // A fresh, empty directory under ::testing::TempDir() (which honours
-// $TEST_TMPDIR / $TMPDIR) whose name starts with `prefix`. Nobody removes it.
-// Aborts the test binary if it cannot be created (the test could not proceed).
+// $TEST_TMPDIR / $TMPDIR) whose name starts with `prefix`. Removed with
+// everything in it when the test binary exits after all its tests passed;
+// kept (and listed on stderr) when one failed or COHORT_KEEP_TEST_DIRS is
+// set. Aborts the test binary if it cannot be created (the test could not
+// proceed).
 std::string MakeTempDir(std::string_view prefix);
 
 }  // namespace cohort::testing

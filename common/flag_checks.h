@@ -1,0 +1,29 @@
+#pragma once
+// Start-up checks of daemon flags and of names peers announce: a bad value
+// is an error naming the flag (or field) and the allowed range, never a
+// silent wrap, a random port or a name that forges a log line.
+
+#include <cstddef>
+#include <string>
+
+#include "absl/status/status.h"
+#include "absl/strings/string_view.h"
+#include "absl/time/time.h"
+
+namespace cohort {
+
+// `flag` (without dashes) must be finite and within [min, max].
+absl::Status CheckDuration(absl::string_view flag, absl::Duration value, absl::Duration min,
+                           absl::Duration max);
+
+// host:port with a port of 0 (pick a free one) to 65535; the host a name, an
+// IPv4 address or a bracketed IPv6 address. `flag` names it in the error.
+absl::Status CheckHostPort(absl::string_view flag, absl::string_view address);
+
+// The characters of worker ids and host names: [A-Za-z0-9._:@/-].
+bool IsNameChar(char c);
+// `name` (called `what` in the error) has 1 to `max` characters, each a
+// name character; the value is quoted only when short and printable.
+absl::Status CheckName(absl::string_view what, absl::string_view name, size_t max);
+
+}  // namespace cohort
