@@ -57,17 +57,22 @@ bool IsNameChar(char c) {
          c == '/';
 }
 
-absl::Status CheckName(absl::string_view what, absl::string_view name, size_t max) {
-  if (name.empty()) return absl::InvalidArgumentError(absl::StrCat(what, ": must not be empty"));
-  if (name.size() > max) {
+absl::Status CheckText(absl::string_view what, absl::string_view value, size_t max,
+                       bool (*ok)(char), absl::string_view allowed) {
+  if (value.empty()) return absl::InvalidArgumentError(absl::StrCat(what, ": must not be empty"));
+  if (value.size() > max) {
     return absl::InvalidArgumentError(
-        absl::StrCat(what, ": ", name.size(), " bytes, at most ", max, " allowed"));
+        absl::StrCat(what, ": ", value.size(), " bytes, at most ", max, " allowed"));
   }
-  if (!std::all_of(name.begin(), name.end(), IsNameChar)) {
-    return absl::InvalidArgumentError(absl::StrCat(what, ": ", Quoted(name),
-                                                   " has a character outside [A-Za-z0-9._:@/-]"));
+  if (!std::all_of(value.begin(), value.end(), ok)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(what, ": ", Quoted(value), " has a character outside ", allowed));
   }
   return absl::OkStatus();
+}
+
+absl::Status CheckName(absl::string_view what, absl::string_view name, size_t max) {
+  return CheckText(what, name, max, IsNameChar, kNameChars);
 }
 
 }  // namespace cohort

@@ -20,8 +20,15 @@ absl::Status CheckDuration(absl::string_view flag, absl::Duration value, absl::D
 // IPv4 address or a bracketed IPv6 address. `flag` names it in the error.
 absl::Status CheckHostPort(absl::string_view flag, absl::string_view address);
 
+// `value` (called `what` in errors) has 1 to `max` characters, each
+// accepted by `ok` (described as `allowed`); the value is quoted only when
+// short and printable.
+absl::Status CheckText(absl::string_view what, absl::string_view value, size_t max,
+                       bool (*ok)(char), absl::string_view allowed);
+
 // The characters of worker ids and host names: [A-Za-z0-9._:@/-].
 bool IsNameChar(char c);
+inline constexpr char kNameChars[] = "[A-Za-z0-9._:@/-]";
 // `name` (called `what` in the error) has 1 to `max` characters, each a
 // name character; the value is quoted only when short and printable.
 absl::Status CheckName(absl::string_view what, absl::string_view name, size_t max);

@@ -1,6 +1,7 @@
 #include "coordinator/coordinator.h"
 
 #include <limits>
+#include <optional>
 #include <random>
 
 #include "absl/strings/match.h"
@@ -134,16 +135,27 @@ void Coordinator::Collect(Effects effects, Deliveries* out) {
     const bool terminal = event.job.state() == v1::JOB_STATE_COMPLETED ||
                           event.job.state() == v1::JOB_STATE_FAILED ||
                           event.job.state() == v1::JOB_STATE_CANCELLED;
+    // Built once for all watchers. The spec never changes and went with the
+    // SNAPSHOT (Watch): a change event carries only what a progress display
+    // needs of it, not a copy of the whole spec per event and watcher.
+    std::optional<v1::JobEvent> out_event;
     for (auto it = watchers_.begin(); it != watchers_.end();) {
       if (it->second.job.value() != event.job.job_id()) {
         ++it;
         continue;
       }
-      v1::JobEvent out_event;
-      out_event.set_kind(event.kind);
-      *out_event.mutable_job() = event.job;
-      *out_event.mutable_time() = now;
-      out->events.emplace_back(it->second.sink, std::move(out_event));
+      if (!out_event.has_value()) {
+        out_event.emplace();
+        out_event->set_kind(event.kind);
+        v1::Job* job = out_event->mutable_job();
+        *job = event.job;
+        v1::JobSpec summary;
+        summary.set_name(event.job.spec().name());
+        summary.set_steps(event.job.spec().steps());
+        *job->mutable_spec() = std::move(summary);
+        *out_event->mutable_time() = now;
+      }
+      out->events.emplace_back(it->second.sink, *out_event);
       if (terminal) {
         out->finished.push_back(it->second.sink);
         watchers_.erase(it++);
@@ -507,8 +519,10 @@ absl::Status Coordinator::CheckParticipant(const WorkerIdentity& caller, const J
                                           Generation generation) const {
   if (caller.any()) return absl::OkStatus();
   absl::MutexLock lock(&mu_);
-  absl::StatusOr<v1::Job> found = jobs_.Get(job);
-  if (!found.ok() || found->generation() != generation.value()) return absl::OkStatus();
+  // Read in place: KeyValue calls come from every participant at bootstrap,
+  // and a copy would carry the whole mesh each time.
+  const v1::Job* found = jobs_.Find(job);
+  if (found == nullptr || found->generation() != generation.value()) return absl::OkStatus();
   for (const v1::MeshMember& member : found->mesh().members()) {
     if (caller.AllowsWorker(member.worker_id(), member.host())) return absl::OkStatus();
   }

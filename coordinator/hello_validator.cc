@@ -1,32 +1,20 @@
 #include "coordinator/hello_validator.h"
 
-#include <algorithm>
 #include <string>
-#include "absl/strings/string_view.h"
 
 #include "absl/strings/ascii.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/string_view.h"
 #include "common/flag_checks.h"
 
 namespace cohort::coordinator {
 namespace {
 
-// 1..max characters, each allowed by `ok`.
+// CheckText of field `hello.<field>`; an empty value passes if `may_be_empty`.
 absl::Status CheckString(absl::string_view field, absl::string_view value, size_t max,
                          bool (*ok)(char), absl::string_view allowed, bool may_be_empty) {
-  if (value.empty()) {
-    if (may_be_empty) return absl::OkStatus();
-    return absl::InvalidArgumentError(absl::StrCat("hello.", field, ": must not be empty"));
-  }
-  if (value.size() > max) {
-    return absl::InvalidArgumentError(absl::StrCat("hello.", field, ": ", value.size(),
-                                                   " bytes, at most ", max, " allowed"));
-  }
-  if (!std::all_of(value.begin(), value.end(), ok)) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("hello.", field, ": ", Quoted(value), " has a character outside ", allowed));
-  }
-  return absl::OkStatus();
+  if (value.empty() && may_be_empty) return absl::OkStatus();
+  return CheckText(absl::StrCat("hello.", field), value, max, ok, allowed);
 }
 
 // UTF-8 is fine in a device name; control characters (a newline forging a
@@ -38,7 +26,6 @@ bool IsAddressChar(char c) { return IsNameChar(c) || c == '[' || c == ']'; }
 }  // namespace
 
 absl::Status ValidateHello(const v1::Hello& hello) {
-  constexpr absl::string_view kNameChars = "[A-Za-z0-9._:@/-]";
   if (absl::Status s = CheckString("worker_id", hello.worker_id(), kMaxWorkerIdLength, IsNameChar,
                                    kNameChars, /*may_be_empty=*/false);
       !s.ok()) {

@@ -11,7 +11,6 @@
 
 #include "absl/status/status.h"
 #include "cohort/v1/workers.pb.h"
-#include "common/safe_text.h"
 
 namespace cohort::coordinator {
 

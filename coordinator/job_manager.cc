@@ -1,6 +1,7 @@
 #include "coordinator/job_manager.h"
 
 #include <algorithm>
+#include <limits>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
@@ -87,7 +88,11 @@ absl::Status JobManager::Restore(absl::Time now) {
     entry.job = std::move(job);
     entry.reached_step = entry.job.progress().step();
     order_.push_back(id);
-    if (IsTerminal(entry.job.state())) continue;
+    if (IsTerminal(entry.job.state())) {
+      entry.finished_at = FromProtoTime(entry.job.update_time());
+      finished_.emplace(*entry.finished_at, id);
+      continue;
+    }
     // READY reports are not persisted one by one: a fully ready mesh was
     // persisted as such; otherwise the count restarts and re-adopted workers
     // are asked again.
@@ -146,14 +151,15 @@ absl::StatusOr<v1::Job> JobManager::Get(const JobId& id) const {
   return entry->job;
 }
 
+const v1::Job* JobManager::Find(const JobId& id) const {
+  const JobEntry* entry = FindEntry(id);
+  return entry != nullptr ? &entry->job : nullptr;
+}
+
 std::vector<v1::Job> JobManager::List(bool include_finished) const {
-  std::vector<v1::Job> out;
-  for (const JobId& id : order_) {
-    const JobEntry& entry = jobs_.at(id);
-    if (!include_finished && IsTerminal(entry.job.state())) continue;
-    out.push_back(entry.job);
-  }
-  return out;
+  bool more = false;
+  int64_t last = 0;
+  return ListPage(include_finished, /*after=*/0, std::numeric_limits<size_t>::max(), &more, &last);
 }
 
 std::vector<v1::Job> JobManager::ListPage(bool include_finished, int64_t after, size_t limit,
@@ -189,6 +195,7 @@ absl::Status JobManager::Delete(const JobId& id) {
   }
   // The record goes first: a failed write deletes nothing.
   RETURN_IF_ERROR(store_->Delete(id.value()));
+  if (entry->finished_at.has_value()) finished_.erase({*entry->finished_at, id});
   jobs_.erase(id);
   order_.erase(std::find(order_.begin(), order_.end(), id));
   LOG(INFO) << "job " << id << " deleted";
@@ -623,21 +630,19 @@ void JobManager::Tick(absl::Time now, Effects* effects) {
   for (auto& [id, entry] : jobs_) {
     if (entry.dirty) Persist(entry);
   }
-  if (options_.finished_retention > absl::ZeroDuration()) {
-    // Oldest first, a bounded number per tick.
-    std::vector<JobId> expired;
-    for (const JobId& id : order_) {
-      const JobEntry& entry = jobs_.at(id);
-      if (IsTerminal(entry.job.state()) &&
-          FromProtoTime(entry.job.update_time()) + options_.finished_retention <= now) {
-        expired.push_back(id);
-        if (expired.size() == 64) break;
-      }
-    }
-    for (const JobId& id : expired) {
-      if (absl::Status deleted = Delete(id); !deleted.ok()) {
-        LOG(WARNING) << "job " << id << " is past its retention but was not deleted: " << deleted;
-      }
+  // Oldest first, a bounded number per tick.
+  for (int deleted = 0; options_.finished_retention > absl::ZeroDuration() && deleted < 64 &&
+                        !finished_.empty() &&
+                        finished_.begin()->first + options_.finished_retention <= now;
+       ++deleted) {
+    const JobId id = finished_.begin()->second;
+    if (absl::Status status = Delete(id); !status.ok()) {
+      // Tried again in a minute, not on every tick.
+      LOG(WARNING) << "job " << id << " is past its retention but was not deleted: " << status;
+      JobEntry& entry = jobs_.at(id);
+      finished_.erase(finished_.begin());
+      entry.finished_at = now - options_.finished_retention + absl::Minutes(1);
+      finished_.emplace(*entry.finished_at, id);
     }
   }
 }
@@ -1132,6 +1137,9 @@ void JobManager::ApplyMesh(JobEntry& entry, v1::Mesh mesh, const std::string& re
 void JobManager::Finish(JobEntry& entry, v1::JobState state, const std::string& message,
                         absl::Time now, Effects* effects) {
   const JobId id(entry.job.job_id());
+  if (entry.finished_at.has_value()) finished_.erase({*entry.finished_at, id});
+  entry.finished_at = now;
+  finished_.emplace(now, id);
   for (const auto& member : entry.job.mesh().members()) {
     const WorkerId worker(member.worker_id());
     const WorkerRecord* record = membership_->Find(worker);

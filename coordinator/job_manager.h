@@ -61,6 +61,7 @@
 #include <functional>
 #include <map>
 #include <optional>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -155,6 +156,9 @@ class JobManager {
                                  Effects* effects);
   // NotFound for an unknown id.
   absl::StatusOr<v1::Job> Get(const JobId& id) const;
+  // The job without a copy (null if unknown); valid until the next call
+  // that changes jobs.
+  const v1::Job* Find(const JobId& id) const;
   // Jobs in submit order; finished ones only if include_finished.
   // Up to `limit` jobs in submit order after submit number `after` (0:
   // from the first); `*more` says whether any follow.
@@ -267,6 +271,8 @@ class JobManager {
     // lost steps of the next plan. A plan that never took effect is not
     // counted, so the next one counts its steps again.
     int64_t reached_step = 0;
+    // When the job finished (its key in finished_); unset while it runs.
+    std::optional<absl::Time> finished_at;
   };
   struct Awaited {
     JobId job;
@@ -340,6 +346,9 @@ class JobManager {
   JobStore* store_;
   std::map<JobId, JobEntry> jobs_;
   std::vector<JobId> order_;  // submit order
+  // Finished jobs by when they finished (JobEntry::finished_at), for the
+  // retention: Tick looks at the oldest only.
+  std::set<std::pair<absl::Time, JobId>> finished_;
   absl::flat_hash_map<WorkerId, Awaited> awaiting_;
 };
 

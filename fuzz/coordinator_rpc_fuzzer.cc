@@ -22,6 +22,7 @@
 #include <map>
 #include <memory>
 #include <optional>
+#include <utility>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -33,6 +34,7 @@
 #include "cohort/v1/kv.pb.h"
 #include "cohort/v1/workers.pb.h"
 #include "common/clock.h"
+#include "common/command_target.h"
 #include "coordinator/checkpoint_store.h"
 #include "coordinator/checkpoint_uploads.h"
 #include "coordinator/coordinator.h"
@@ -90,25 +92,9 @@ absl::StatusOr<KvScope> ParseScope(const v1::KvScope& scope) {
 class FuzzWorkerSink : public coordinator::WorkerSink {
  public:
   void Send(const v1::CoordinatorMessage& message) override {
-    switch (message.kind_case()) {
-      case v1::CoordinatorMessage::kAssign:
-        job_ = message.assign().job_id();
-        generation_ = message.assign().generation();
-        break;
-      case v1::CoordinatorMessage::kReconfigure:
-        job_ = message.reconfigure().job_id();
-        generation_ = message.reconfigure().generation();
-        break;
-      case v1::CoordinatorMessage::kSuspend:
-        job_ = message.suspend().job_id();
-        generation_ = message.suspend().generation();
-        break;
-      case v1::CoordinatorMessage::kStop:
-        job_ = message.stop().job_id();
-        generation_ = message.stop().generation();
-        break;
-      default:
-        break;
+    if (std::optional<CommandTarget> target = CommandTargetOf(message)) {
+      job_ = std::move(target->job_id);
+      generation_ = target->generation;
     }
   }
   const std::string& job() const { return job_; }

@@ -1,8 +1,10 @@
 #include "worker/agent.h"
 
+#include <optional>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
+#include "common/command_target.h"
 #include "common/log.h"
 #include "common/process_info.h"
 
@@ -391,28 +393,10 @@ void WorkerAgent::CommandLoop() {
 }
 
 bool WorkerAgent::IsStale(const v1::CoordinatorMessage& command) {
-  std::string job;
-  uint64_t generation = 0;
-  switch (command.kind_case()) {
-    case v1::CoordinatorMessage::kAssign:
-      job = command.assign().job_id();
-      generation = command.assign().generation();
-      break;
-    case v1::CoordinatorMessage::kReconfigure:
-      job = command.reconfigure().job_id();
-      generation = command.reconfigure().generation();
-      break;
-    case v1::CoordinatorMessage::kStop:
-      job = command.stop().job_id();
-      generation = command.stop().generation();
-      break;
-    case v1::CoordinatorMessage::kSuspend:
-      job = command.suspend().job_id();
-      generation = command.suspend().generation();
-      break;
-    default:
-      return false;
-  }
+  const std::optional<CommandTarget> target = CommandTargetOf(command);
+  if (!target.has_value()) return false;
+  const std::string& job = target->job_id;
+  const uint64_t generation = target->generation;
   absl::MutexLock lock(&mu_);
   uint64_t& newest = newest_generation_[job];
   if (generation < newest) {

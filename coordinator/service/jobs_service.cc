@@ -1,6 +1,5 @@
 #include "coordinator/service/jobs_service.h"
 
-#include <algorithm>
 #include <deque>
 #include <memory>
 
@@ -63,26 +62,13 @@ class WatchReactor : public grpc::ServerWriteReactor<v1::JobEvent> {
   void Enqueue(const v1::JobEvent& event) {
     absl::MutexLock lock(&mu_);
     if (finished_) return;
-    v1::JobEvent trimmed;
-    trimmed.set_kind(event.kind());
-    *trimmed.mutable_time() = event.time();
-    *trimmed.mutable_job() = event.job();
-    if (event.kind() != v1::JOB_EVENT_KIND_SNAPSHOT) {
-      // The snapshot carried the whole spec, which never changes: later
-      // events keep only what a progress display needs.
-      v1::JobSpec summary;
-      summary.set_name(event.job().spec().name());
-      summary.set_steps(event.job().spec().steps());
-      *trimmed.mutable_job()->mutable_spec() = std::move(summary);
-    }
-    const size_t bytes = trimmed.ByteSizeLong();
+    const size_t bytes = event.ByteSizeLong();
     // A progress event supersedes a progress event still waiting behind the
     // one being written (each carries the whole job).
-    if (trimmed.kind() == v1::JOB_EVENT_KIND_PROGRESS && outbox_.size() >= 2 &&
-        outbox_.back().kind() == v1::JOB_EVENT_KIND_PROGRESS) {
-      queued_bytes_ -= outbox_.back().ByteSizeLong();
-      outbox_.back() = std::move(trimmed);
-      queued_bytes_ += bytes;
+    if (event.kind() == v1::JOB_EVENT_KIND_PROGRESS && outbox_.size() >= 2 &&
+        outbox_.back().event.kind() == v1::JOB_EVENT_KIND_PROGRESS) {
+      queued_bytes_ = queued_bytes_ - outbox_.back().bytes + bytes;
+      outbox_.back() = Queued{event, bytes};
       return;
     }
     if (outbox_.size() > kMaxQueuedEvents || (outbox_.size() > 1 && queued_bytes_ + bytes > kMaxQueuedBytes)) {
@@ -93,7 +79,7 @@ class WatchReactor : public grpc::ServerWriteReactor<v1::JobEvent> {
       return;  // the queue goes with the reactor (its front may be in a write)
     }
     queued_bytes_ += bytes;
-    outbox_.push_back(std::move(trimmed));
+    outbox_.push_back(Queued{event, bytes});
     if (!writing_) StartNextWriteLocked();
   }
 
@@ -110,7 +96,7 @@ class WatchReactor : public grpc::ServerWriteReactor<v1::JobEvent> {
       FinishLocked(grpc::Status::CANCELLED);
       return;
     }
-    queued_bytes_ -= std::min(queued_bytes_, outbox_.front().ByteSizeLong());
+    queued_bytes_ -= outbox_.front().bytes;
     outbox_.pop_front();
     if (!outbox_.empty() && !finished_) {
       StartNextWriteLocked();
@@ -138,7 +124,7 @@ class WatchReactor : public grpc::ServerWriteReactor<v1::JobEvent> {
  private:
   void StartNextWriteLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
     writing_ = true;
-    StartWrite(&outbox_.front());
+    StartWrite(&outbox_.front().event);
   }
   void FinishLocked(const grpc::Status& status) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
     if (finished_) return;
@@ -150,7 +136,11 @@ class WatchReactor : public grpc::ServerWriteReactor<v1::JobEvent> {
   std::shared_ptr<WatchSink> sink_;
   StreamLimiter::Lease lease_;  // this client's stream slot
   absl::Mutex mu_;
-  std::deque<v1::JobEvent> outbox_ ABSL_GUARDED_BY(mu_);  // front: being written
+  struct Queued {
+    v1::JobEvent event;
+    size_t bytes;  // its serialized size, counted in queued_bytes_
+  };
+  std::deque<Queued> outbox_ ABSL_GUARDED_BY(mu_);  // front: being written
   size_t queued_bytes_ ABSL_GUARDED_BY(mu_) = 0;
   bool writing_ ABSL_GUARDED_BY(mu_) = false;
   bool ending_ ABSL_GUARDED_BY(mu_) = false;

@@ -1,9 +1,11 @@
 #include "tests/simulation/sim_worker.h"
 
 #include <algorithm>
+#include <optional>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
+#include "common/command_target.h"
 #include "tests/simulation/sim_world.h"
 
 namespace cohort::simulation {
@@ -256,26 +258,11 @@ void SimWorker::Enqueue(const v1::CoordinatorMessage& command) {
 
 bool SimWorker::IsStale(const v1::CoordinatorMessage& command) {
   // As WorkerAgent::IsStale: older than a generation already commanded.
-  std::string job;
-  uint64_t generation = 0;
-  if (command.has_assign()) {
-    job = command.assign().job_id();
-    generation = command.assign().generation();
-  } else if (command.has_reconfigure()) {
-    job = command.reconfigure().job_id();
-    generation = command.reconfigure().generation();
-  } else if (command.has_stop()) {
-    job = command.stop().job_id();
-    generation = command.stop().generation();
-  } else if (command.has_suspend()) {
-    job = command.suspend().job_id();
-    generation = command.suspend().generation();
-  } else {
-    return false;
-  }
-  uint64_t& newest = commanded_generation_[job];
-  if (generation < newest) return true;
-  newest = generation;
+  const std::optional<CommandTarget> target = CommandTargetOf(command);
+  if (!target.has_value()) return false;
+  uint64_t& newest = commanded_generation_[target->job_id];
+  if (target->generation < newest) return true;
+  newest = target->generation;
   return false;
 }
 

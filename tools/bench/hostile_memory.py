@@ -37,28 +37,36 @@ def rss_mib(pid):
     return 0.0
 
 
-class Watcher:
-    """Jobs.Watch streams that never grant flow-control credit: once the
-    first 64 KiB arrived, the coordinator can send nothing more on them."""
+class Peer:
+    """One raw HTTP/2 connection to the coordinator, non-blocking."""
 
-    def __init__(self, host, port, streams, job_id):
+    def __init__(self, host, port):
+        self.authority = f"{host}:{port}"
         self.sock = socket.create_connection((host, port))
         self.sock.setblocking(False)
         self.conn = h2.connection.H2Connection(h2.config.H2Configuration(client_side=True))
         self.conn.initiate_connection()
         self.closed = False
-        self.received = 0
-        request = job_id.encode()
-        message = b"\x0a" + bytes([len(request)]) + request  # WatchJobRequest.job_id
-        for _ in range(streams):
-            stream = self.conn.get_next_available_stream_id()
-            self.conn.send_headers(stream, [
-                (":method", "POST"), (":scheme", "http"), (":path", "/cohort.v1.Jobs/Watch"),
-                (":authority", f"{host}:{port}"), ("content-type", "application/grpc"),
-                ("te", "trailers")])
-            self.conn.send_data(stream, struct.pack(">BI", 0, len(message)) + message,
-                                end_stream=True)
-        Attacker.flush(self)
+
+    def open_call(self, path):
+        """Sends the headers of a gRPC call of `path`; returns its stream id."""
+        stream = self.conn.get_next_available_stream_id()
+        self.conn.send_headers(stream, [
+            (":method", "POST"), (":scheme", "http"), (":path", path),
+            (":authority", self.authority), ("content-type", "application/grpc"),
+            ("te", "trailers")])
+        return stream
+
+    def flush(self):
+        data = self.conn.data_to_send()
+        while data and not self.closed:
+            try:
+                n = self.sock.send(data)
+                data = data[n:]
+            except BlockingIOError:
+                select.select([], [self.sock], [], 1.0)
+            except OSError:
+                self.closed = True
 
     def read(self):
         try:
@@ -72,31 +80,47 @@ class Watcher:
             self.closed = True
             return
         for event in self.conn.receive_data(data):
-            if isinstance(event, h2.events.DataReceived):
-                self.received += len(event.data)  # never acknowledged: no window update
-        Attacker.flush(self)
+            self.on_event(event)
+        self.flush()
+
+    def on_event(self, event):
+        pass
 
     def close(self):
-        Attacker.close(self)
+        try:
+            self.sock.close()
+        except OSError:
+            pass
 
 
-class Attacker:
+class Watcher(Peer):
+    """Jobs.Watch streams that never grant flow-control credit: once the
+    first 64 KiB arrived, the coordinator can send nothing more on them."""
+
+    def __init__(self, host, port, streams, job_id):
+        super().__init__(host, port)
+        self.received = 0
+        request = job_id.encode()
+        message = b"\x0a" + bytes([len(request)]) + request  # WatchJobRequest.job_id
+        for _ in range(streams):
+            stream = self.open_call("/cohort.v1.Jobs/Watch")
+            self.conn.send_data(stream, struct.pack(">BI", 0, len(message)) + message,
+                                end_stream=True)
+        self.flush()
+
+    def on_event(self, event):
+        if isinstance(event, h2.events.DataReceived):
+            self.received += len(event.data)  # never acknowledged: no window update
+
+
+class Attacker(Peer):
     def __init__(self, host, port, streams, message_bytes, path):
-        self.sock = socket.create_connection((host, port))
-        self.sock.setblocking(False)
-        self.conn = h2.connection.H2Connection(h2.config.H2Configuration(client_side=True))
-        self.conn.initiate_connection()
+        super().__init__(host, port)
         self.pending = {}  # stream id -> bytes still to send
         self.sent = 0
-        self.closed = False
-        authority = f"{host}:{port}"
         for _ in range(streams):
-            stream = self.conn.get_next_available_stream_id()
             try:
-                self.conn.send_headers(stream, [
-                    (":method", "POST"), (":scheme", "http"), (":path", path),
-                    (":authority", authority), ("content-type", "application/grpc"),
-                    ("te", "trailers")])
+                stream = self.open_call(path)
             except h2.exceptions.TooManyStreamsError:
                 break
             # The gRPC message prefix: not compressed, BYTES long.
@@ -133,76 +157,45 @@ class Attacker:
         self.flush()
         return progressed
 
-    def flush(self):
-        data = self.conn.data_to_send()
-        while data and not self.closed:
-            try:
-                n = self.sock.send(data)
-                data = data[n:]
-            except BlockingIOError:
-                select.select([], [self.sock], [], 1.0)
-            except OSError:
-                self.closed = True
-
-    def read(self):
-        try:
-            data = self.sock.recv(1 << 20)
-        except BlockingIOError:
-            return
-        except OSError:
-            self.closed = True
-            return
-        if not data:
-            self.closed = True
-            return
-        for event in self.conn.receive_data(data):
-            if isinstance(event, (h2.events.StreamEnded, h2.events.StreamReset)):
-                self.body_left.pop(event.stream_id, None)
-        self.flush()
+    def on_event(self, event):
+        if isinstance(event, (h2.events.StreamEnded, h2.events.StreamReset)):
+            self.body_left.pop(event.stream_id, None)
 
     def open_streams(self):
         return len(self.conn.streams) if not self.closed else 0
 
-    def close(self):
-        try:
-            self.sock.close()
-        except OSError:
-            pass
+
+class RawCall(Peer):
+    """One call whose only message is `payload`; records the trailers' status."""
+
+    def __init__(self, host, port, path, payload):
+        super().__init__(host, port)
+        self.status = self.message = None
+        stream = self.open_call(path)
+        self.conn.send_data(stream, struct.pack(">BI", 0, len(payload)) + payload, end_stream=True)
+        self.flush()
+
+    def on_event(self, event):
+        for name, value in getattr(event, "headers", None) or []:
+            name = name.decode() if isinstance(name, bytes) else name
+            value = value.decode() if isinstance(value, bytes) else value
+            if name == "grpc-status":
+                self.status = int(value)
+            elif name == "grpc-message":
+                self.message = value
 
 
 def raw_call(args, host, port):
     """One call of --path whose only message is the bytes of --payload_hex;
     prints the gRPC status code and message from the trailers."""
-    sock = socket.create_connection((host, port), timeout=10)
-    conn = h2.connection.H2Connection(h2.config.H2Configuration(client_side=True))
-    conn.initiate_connection()
-    stream = conn.get_next_available_stream_id()
-    conn.send_headers(stream, [
-        (":method", "POST"), (":scheme", "http"), (":path", args.path),
-        (":authority", f"{host}:{port}"), ("content-type", "application/grpc"), ("te", "trailers")])
-    payload = bytes.fromhex(args.payload_hex)
-    conn.send_data(stream, struct.pack(">BI", 0, len(payload)) + payload, end_stream=True)
-    sock.sendall(conn.data_to_send())
+    call = RawCall(host, port, args.path, bytes.fromhex(args.payload_hex))
     deadline = time.monotonic() + 10.0
-    status = message = None
-    while status is None and time.monotonic() < deadline:
-        data = sock.recv(1 << 16)
-        if not data:
-            break
-        for event in conn.receive_data(data):
-            headers = getattr(event, "headers", None)
-            if headers:
-                for name, value in headers:
-                    name = name.decode() if isinstance(name, bytes) else name
-                    value = value.decode() if isinstance(value, bytes) else value
-                    if name == "grpc-status":
-                        status = int(value)
-                    elif name == "grpc-message":
-                        message = value
-        sock.sendall(conn.data_to_send())
-    sock.close()
-    print(f"grpc-status {status} grpc-message {message!r}")
-    return 0 if status is not None else 1
+    while call.status is None and not call.closed and time.monotonic() < deadline:
+        select.select([call.sock], [], [], 0.1)
+        call.read()
+    call.close()
+    print(f"grpc-status {call.status} grpc-message {call.message!r}")
+    return 0 if call.status is not None else 1
 
 
 def watch(args, host, port):

@@ -374,6 +374,13 @@ TEST_F(CoordinatorTest, WatchStreamsSnapshotThenChangesUntilTheJobEnds) {
   for (const auto& e : events) saw_mesh |= e.kind() == v1::JOB_EVENT_KIND_MESH_CHANGED;
   EXPECT_TRUE(saw_mesh);
   EXPECT_EQ(events.back().job().state(), v1::JOB_STATE_CANCELLED);
+  // The whole spec goes with the snapshot only; change events name it.
+  EXPECT_TRUE(events.front().job().spec().has_model());
+  for (size_t i = 1; i < events.size(); ++i) {
+    EXPECT_FALSE(events[i].job().spec().has_model()) << i;
+    EXPECT_EQ(events[i].job().spec().name(), "watched") << i;
+    EXPECT_EQ(events[i].job().spec().steps(), events.front().job().spec().steps()) << i;
+  }
   EXPECT_TRUE(watch->finished());
   EXPECT_EQ(coordinator_->Watch(JobId("nope-1"), watch).status().code(),
             absl::StatusCode::kNotFound);
