@@ -43,6 +43,13 @@ absl::Status CheckHostPort(absl::string_view flag, absl::string_view address) {
                           : host.find(':') != absl::string_view::npos) {
     return bad("an IPv6 host must be in brackets, e.g. [::1]:7070");
   }
+  const bool bracketed = host.front() == '[';
+  const absl::string_view inner = bracketed ? host.substr(1, host.size() - 2) : host;
+  const bool host_chars = std::all_of(inner.begin(), inner.end(), [bracketed](char c) {
+    return bracketed ? absl::ascii_isxdigit(c) || c == ':' || c == '.' || c == '%'
+                     : absl::ascii_isalnum(c) || c == '.' || c == '-' || c == '_';
+  });
+  if (!host_chars) return bad("the host has a character outside [A-Za-z0-9._-] (or brackets)");
   uint32_t value = 0;
   if (port.empty() || port.size() > 5 || !absl::SimpleAtoi(port, &value) ||
       !std::all_of(port.begin(), port.end(), [](char c) { return absl::ascii_isdigit(c); }) ||

@@ -15,6 +15,13 @@
 namespace cohort::coordinator {
 namespace {
 
+// "JOB_STATE_RUNNING" -> "RUNNING", as cohortctl shows it.
+std::string StateWord(v1::JobState state) {
+  std::string name = v1::JobState_Name(state);
+  constexpr std::string_view kPrefix = "JOB_STATE_";
+  return name.rfind(kPrefix, 0) == 0 ? name.substr(kPrefix.size()) : name;
+}
+
 int MeshWorld(const v1::Mesh& mesh) {
   return mesh.data_parallel() * mesh.tensor_parallel() * mesh.pipeline_parallel();
 }
@@ -190,7 +197,7 @@ absl::Status JobManager::Delete(const JobId& id) {
   if (entry == nullptr) return absl::NotFoundError(absl::StrCat("job ", id.value(), " not found"));
   if (!IsTerminal(entry->job.state())) {
     return absl::FailedPreconditionError(
-        absl::StrCat("job ", id.value(), " is ", v1::JobState_Name(entry->job.state()),
+        absl::StrCat("job ", id.value(), " is ", StateWord(entry->job.state()),
                      "; only a finished job can be deleted (cancel it first)"));
   }
   // The record goes first: a failed write deletes nothing.
@@ -207,7 +214,7 @@ absl::StatusOr<v1::Job> JobManager::Cancel(const JobId& id, absl::Time now, Effe
   if (entry == nullptr) return absl::NotFoundError(absl::StrCat("job ", id.value(), " not found"));
   if (IsTerminal(entry->job.state())) {
     return absl::FailedPreconditionError(absl::StrCat(
-        "job ", id.value(), " already finished (", v1::JobState_Name(entry->job.state()), ")"));
+        "job ", id.value(), " already finished (", StateWord(entry->job.state()), ")"));
   }
   Finish(*entry, v1::JOB_STATE_CANCELLED, "cancelled by user", now, effects);
   Schedule(now, effects);

@@ -35,9 +35,11 @@
 #include "cohort/v1/workers.pb.h"
 #include "common/clock.h"
 #include "common/command_target.h"
+#include "common/status_macros.h"
 #include "coordinator/checkpoint_store.h"
 #include "coordinator/checkpoint_uploads.h"
 #include "coordinator/coordinator.h"
+#include "coordinator/upload_framing.h"
 #include "coordinator/coordinator_metrics.h"
 #include "coordinator/job_store.h"
 #include "fuzz/fuzz_support.h"
@@ -54,6 +56,7 @@ using coordinator::Coordinator;
 using coordinator::InMemoryCheckpointStore;
 using coordinator::InMemoryJobStore;
 using coordinator::KvScope;
+using coordinator::UploadFraming;
 
 
 constexpr int kStreamSlots = 8;
@@ -127,11 +130,10 @@ struct AttachStream {
 };
 
 // One Upload stream, as checkpoints_service.cc's UploadReactor sees it (with
-// chunks stored inline).
+// chunks stored inline), framed by the reactor's own UploadFraming.
 struct UploadStream {
+  UploadFraming framing{kMaxChunkBytes};
   std::unique_ptr<CheckpointUploads::Writer> writer;
-  v1::ChunkHeader chunk;
-  bool in_chunk = false;
   std::string buffer;
 };
 
@@ -445,7 +447,7 @@ class Harness {
   absl::Status HandleUpload(UploadStream& upload, const v1::UploadRequest& request) {
     switch (request.part_case()) {
       case v1::UploadRequest::kHeader: {
-        if (upload.writer != nullptr) return absl::InvalidArgumentError("a second UploadHeader");
+        RETURN_IF_ERROR(upload.framing.OnHeader());
         absl::StatusOr<std::unique_ptr<CheckpointUploads::Writer>> writer =
             uploads_->Begin(request.header());
         if (!writer.ok()) return writer.status();
@@ -453,36 +455,21 @@ class Harness {
         return absl::OkStatus();
       }
       case v1::UploadRequest::kChunk:
-        if (upload.writer == nullptr) {
-          return absl::InvalidArgumentError("a chunk before the header");
-        }
-        if (upload.in_chunk) return absl::InvalidArgumentError("a chunk inside a chunk");
-        upload.chunk = request.chunk();
-        if (static_cast<int64_t>(upload.chunk.bytes()) > kMaxChunkBytes) {
-          return absl::ResourceExhaustedError("chunk over the limit");
-        }
-        if (upload.chunk.bytes() == 0)
-          return absl::InvalidArgumentError("chunk.bytes: must be > 0");
-        upload.in_chunk = true;
+        RETURN_IF_ERROR(upload.framing.OnChunk(request.chunk()));
         upload.buffer.clear();
         return absl::OkStatus();
       case v1::UploadRequest::kData: {
-        if (!upload.in_chunk) return absl::InvalidArgumentError("data outside a chunk");
-        const std::string& data = request.data();
-        if (upload.buffer.size() + data.size() > upload.chunk.bytes()) {
-          return absl::InvalidArgumentError("more data than the chunk's bytes");
-        }
-        upload.buffer.append(data);
-        if (upload.buffer.size() < upload.chunk.bytes()) return absl::OkStatus();
-        upload.in_chunk = false;
-        return upload.writer->AddChunk(upload.chunk, upload.buffer);
+        absl::StatusOr<bool> complete = upload.framing.OnData(request.data().size());
+        if (!complete.ok()) return complete.status();
+        upload.buffer.append(request.data());
+        if (!*complete) return absl::OkStatus();
+        Require(upload.buffer.size() == upload.framing.chunk().bytes(),
+                "UploadFraming completed a chunk with more or fewer bytes than it declared");
+        return upload.writer->AddChunk(upload.framing.chunk(), upload.buffer);
       }
-      case v1::UploadRequest::kEnd: {
-        if (upload.writer == nullptr)
-          return absl::InvalidArgumentError("UploadEnd before the header");
-        if (upload.in_chunk) return absl::InvalidArgumentError("UploadEnd inside a chunk");
+      case v1::UploadRequest::kEnd:
+        RETURN_IF_ERROR(upload.framing.OnEnd());
         return upload.writer->End(request.end()).status();
-      }
       default:
         return absl::InvalidArgumentError("an UploadRequest with no part set");
     }

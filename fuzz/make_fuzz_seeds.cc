@@ -229,6 +229,13 @@ void Upload(Sequence& s, const std::string& job, uint64_t generation, int64_t st
   end.mutable_end()->set_chunks(2);
   (*end.mutable_end()->mutable_objects())["model"] = "gpt-2x64";
   s.Slot(kUploadMessage, 0, end);
+  // A second writer's chunk of 2^63 bytes: it once passed the size check as
+  // a negative number (issue 21).
+  s.Slot(kUploadMessage, 1, header);
+  v1::UploadRequest huge;
+  huge.mutable_chunk()->set_tensor("param/wte");
+  huge.mutable_chunk()->set_bytes(uint64_t{1} << 63);
+  s.Slot(kUploadMessage, 1, huge);
 }
 
 void RpcSeeds(const fs::path& out) {

@@ -18,6 +18,7 @@
 #include "common/grpc_status.h"
 #include "common/log.h"
 #include "common/raw_bytes_message.h"
+#include "coordinator/upload_framing.h"
 #include "grpcpp/impl/codegen/proto_utils.h"
 
 namespace cohort::coordinator {
@@ -85,7 +86,7 @@ class ReactorLifetime {
 // the store overlap and memory stays bounded (kChunksInFlight + 1 chunks).
 // A store that completes may start the next read from the executor, so the
 // next reaction can begin while the one that scheduled the store is still
-// returning: a reaction touches the read state (request_, chunk_,
+// returning: a reaction touches the read state (request_, framing_,
 // buffer_) only before it publishes its store under mu_. What executor work
 // shares with reactions is under mu_. Deleted after OnDone (see
 // ReactorLifetime).
@@ -105,7 +106,8 @@ class UploadReactor : public grpc::ServerReadReactor<grpc::ByteBuffer> {
         slot_(&service->uploads_active_, service->limits_.max_uploads),
         start_(absl::Now()),
         lease_(std::move(lease)),
-        identity_(std::move(identity)) {
+        identity_(std::move(identity)),
+        framing_(service->limits_.max_chunk_bytes) {
     service_->metrics_->SetCheckpointStreams("upload", service_->uploads_active_.load());
     if (!slot_.acquired()) {
       Fail(absl::ResourceExhaustedError(absl::StrCat(
@@ -149,7 +151,7 @@ class UploadReactor : public grpc::ServerReadReactor<grpc::ByteBuffer> {
 
  private:
   void OnHeader() {
-    if (writer_ != nullptr) return Fail(absl::InvalidArgumentError("a second UploadHeader"));
+    if (absl::Status framed = framing_.OnHeader(); !framed.ok()) return Fail(framed);
     lifetime_.Run(service_->executor_, this, [this, header = request_.header()] {
       if (service_->participant_ != nullptr) {
         absl::Status allowed = service_->participant_(identity_, JobId(header.job_id()),
@@ -165,46 +167,30 @@ class UploadReactor : public grpc::ServerReadReactor<grpc::ByteBuffer> {
   }
 
   void OnChunk() {
-    if (writer_ == nullptr) return Fail(absl::InvalidArgumentError("a chunk before the header"));
-    if (in_chunk_) {
-      return Fail(absl::InvalidArgumentError(
-          absl::StrCat("chunk of ", request_.chunk().tensor(), " begins before the previous one (",
-                       chunk_.tensor(), ") received its ", chunk_.bytes(), " bytes")));
+    if (absl::Status framed = framing_.OnChunk(request_.chunk()); !framed.ok()) {
+      return Fail(framed);
     }
-    chunk_ = request_.chunk();
-    // Compared unsigned: a size of 2^63 or more must not pass as negative.
-    if (chunk_.bytes() > static_cast<uint64_t>(std::max<int64_t>(0, service_->limits_.max_chunk_bytes))) {
-      return Fail(absl::ResourceExhaustedError(absl::StrCat(
-          "chunk.bytes: a chunk of ", chunk_.tensor(), " has ", chunk_.bytes(),
-          " bytes, over the limit of ", service_->limits_.max_chunk_bytes,
-          " (--max_checkpoint_chunk_bytes)")));
-    }
-    if (chunk_.bytes() == 0) return Fail(absl::InvalidArgumentError("chunk.bytes: must be > 0"));
+    const v1::ChunkHeader& chunk = framing_.chunk();
     buffer_ = TakeBuffer();
-    if (!buffer_->Reset(chunk_.bytes())) {
+    if (!buffer_->Reset(chunk.bytes())) {
       buffer_.reset();
-      return Fail(absl::ResourceExhaustedError(absl::StrCat(
-          "chunk.bytes: no memory for a chunk of ", chunk_.bytes(), " bytes")));
+      return Fail(absl::ResourceExhaustedError(
+          absl::StrCat("chunk.bytes: no memory for a chunk of ", chunk.bytes(), " bytes")));
     }
-    in_chunk_ = true;
     StartRead(&raw_);
   }
 
   // `data`: a BytesFieldView, or the bytes of a parsed message.
   template <typename Data>
   void OnData(const Data& data) {
-    if (!in_chunk_) return Fail(absl::InvalidArgumentError("data outside a chunk"));
-    if (buffer_->size + data.size() > chunk_.bytes()) {
-      return Fail(absl::InvalidArgumentError(absl::StrCat(
-          "chunk of ", chunk_.tensor(), ": more data than its ", chunk_.bytes(), " bytes")));
-    }
+    absl::StatusOr<bool> complete = framing_.OnData(data.size());
+    if (!complete.ok()) return Fail(complete.status());
     buffer_->Append(data);
-    if (buffer_->size < chunk_.bytes()) return StartRead(&raw_);
-    in_chunk_ = false;
+    if (!*complete) return StartRead(&raw_);
     // Captured before the store can complete: once it has, the next read
-    // may be started from the executor and the next reaction reuses chunk_
+    // may be started from the executor and the next reaction reuses framing_
     // and buffer_ while this one is still returning.
-    auto store = [this, chunk = chunk_, bytes = std::move(buffer_)] {
+    auto store = [this, chunk = framing_.chunk(), bytes = std::move(buffer_)] {
       const absl::Status stored = writer_->AddChunk(chunk, bytes->view(), bytes->crc32c);
       if (stored.ok()) {
         service_->metrics_->CheckpointTransfer("upload", static_cast<int64_t>(bytes->size));
@@ -246,11 +232,7 @@ class UploadReactor : public grpc::ServerReadReactor<grpc::ByteBuffer> {
   }
 
   void OnEnd() {
-    if (writer_ == nullptr) return Fail(absl::InvalidArgumentError("UploadEnd before the header"));
-    if (in_chunk_) {
-      return Fail(absl::InvalidArgumentError(
-          absl::StrCat("UploadEnd inside the chunk of ", chunk_.tensor())));
-    }
+    if (absl::Status framed = framing_.OnEnd(); !framed.ok()) return Fail(framed);
     bool now = false;
     {
       absl::MutexLock lock(&mu_);
@@ -361,8 +343,7 @@ class UploadReactor : public grpc::ServerReadReactor<grpc::ByteBuffer> {
   grpc::ByteBuffer raw_;
   v1::UploadRequest request_;  // raw_ parsed, unless it was data
   std::unique_ptr<CheckpointUploads::Writer> writer_;
-  v1::ChunkHeader chunk_;
-  bool in_chunk_ = false;
+  UploadFraming framing_;
   std::shared_ptr<ChunkBuffer> buffer_;
   // Shared by reactions and executor work.
   absl::Mutex mu_;

@@ -7,6 +7,7 @@
 #include "rocksdb/db.h"  // RocksDbJobStore holds a unique_ptr<rocksdb::DB>
 #include "coordinator/service/jobs_service.h"
 #include "coordinator/service/kv_service.h"
+#include "coordinator/service/parse_error_interceptor.h"
 #include "coordinator/service/workers_service.h"
 #include "grpcpp/ext/proto_server_reflection_plugin.h"
 #include "grpcpp/health_check_service_interface.h"
@@ -134,6 +135,7 @@ absl::StatusOr<std::unique_ptr<CoordinatorServer>> CoordinatorServer::Start(
   builder.RegisterService(server->jobs_service_.get());
   builder.RegisterService(server->kv_service_.get());
   builder.RegisterService(server->checkpoints_service_.get());
+  builder.experimental().SetInterceptorCreators(CoordinatorInterceptors());
   // Workers must notice a dead coordinator, and the coordinator a dead
   // worker's connection, even when no message is due.
   builder.AddChannelArgument(GRPC_ARG_KEEPALIVE_TIME_MS, 10'000);

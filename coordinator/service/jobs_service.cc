@@ -1,12 +1,12 @@
 #include "coordinator/service/jobs_service.h"
 
-#include <deque>
 #include <memory>
 
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/mutex.h"
 #include "common/log.h"
 #include "common/grpc_status.h"
+#include "coordinator/service/watch_outbox.h"
 
 namespace cohort::coordinator {
 namespace {
@@ -54,33 +54,23 @@ class WatchReactor : public grpc::ServerWriteReactor<v1::JobEvent> {
     handle_ = *handle;
   }
 
-  // What one watcher may have queued (beyond the event being written):
-  // a client that does not read is dropped, not buffered for.
-  static constexpr size_t kMaxQueuedEvents = 64;
-  static constexpr size_t kMaxQueuedBytes = 8 << 20;
-
   void Enqueue(const v1::JobEvent& event) {
     absl::MutexLock lock(&mu_);
     if (finished_) return;
-    const size_t bytes = event.ByteSizeLong();
-    // A progress event supersedes a progress event still waiting behind the
-    // one being written (each carries the whole job).
-    if (event.kind() == v1::JOB_EVENT_KIND_PROGRESS && outbox_.size() >= 2 &&
-        outbox_.back().event.kind() == v1::JOB_EVENT_KIND_PROGRESS) {
-      queued_bytes_ = queued_bytes_ - outbox_.back().bytes + bytes;
-      outbox_.back() = Queued{event, bytes};
-      return;
+    switch (outbox_.Add(event)) {
+      case WatchOutbox::Added::kStartWrite:
+        StartNextWriteLocked();
+        return;
+      case WatchOutbox::Added::kQueued:
+      case WatchOutbox::Added::kCoalesced:
+        return;
+      case WatchOutbox::Added::kOverflow:
+        FinishLocked(grpc::Status(
+            grpc::StatusCode::RESOURCE_EXHAUSTED,
+            absl::StrCat("this Watch fell ", outbox_.size(), " events (", outbox_.bytes(),
+                         " bytes) behind the job; read faster or watch again")));
+        return;  // the outbox goes with the reactor (its front may be in a write)
     }
-    if (outbox_.size() > kMaxQueuedEvents || (outbox_.size() > 1 && queued_bytes_ + bytes > kMaxQueuedBytes)) {
-      FinishLocked(grpc::Status(
-          grpc::StatusCode::RESOURCE_EXHAUSTED,
-          absl::StrCat("this Watch fell ", outbox_.size(), " events (", queued_bytes_,
-                       " bytes) behind the job; read faster or watch again")));
-      return;  // the queue goes with the reactor (its front may be in a write)
-    }
-    queued_bytes_ += bytes;
-    outbox_.push_back(Queued{event, bytes});
-    if (!writing_) StartNextWriteLocked();
   }
 
   void EndAfterQueued() {
@@ -96,9 +86,7 @@ class WatchReactor : public grpc::ServerWriteReactor<v1::JobEvent> {
       FinishLocked(grpc::Status::CANCELLED);
       return;
     }
-    queued_bytes_ -= outbox_.front().bytes;
-    outbox_.pop_front();
-    if (!outbox_.empty() && !finished_) {
+    if (outbox_.PopWritten() && !finished_) {
       StartNextWriteLocked();
     } else if (ending_) {
       FinishLocked(grpc::Status::OK);
@@ -124,7 +112,7 @@ class WatchReactor : public grpc::ServerWriteReactor<v1::JobEvent> {
  private:
   void StartNextWriteLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
     writing_ = true;
-    StartWrite(&outbox_.front().event);
+    StartWrite(&outbox_.front());
   }
   void FinishLocked(const grpc::Status& status) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
     if (finished_) return;
@@ -136,12 +124,7 @@ class WatchReactor : public grpc::ServerWriteReactor<v1::JobEvent> {
   std::shared_ptr<WatchSink> sink_;
   StreamLimiter::Lease lease_;  // this client's stream slot
   absl::Mutex mu_;
-  struct Queued {
-    v1::JobEvent event;
-    size_t bytes;  // its serialized size, counted in queued_bytes_
-  };
-  std::deque<Queued> outbox_ ABSL_GUARDED_BY(mu_);  // front: being written
-  size_t queued_bytes_ ABSL_GUARDED_BY(mu_) = 0;
+  WatchOutbox outbox_ ABSL_GUARDED_BY(mu_);
   bool writing_ ABSL_GUARDED_BY(mu_) = false;
   bool ending_ ABSL_GUARDED_BY(mu_) = false;
   bool finished_ ABSL_GUARDED_BY(mu_) = false;

@@ -6,6 +6,7 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "tests/integration/local_cluster.h"
@@ -141,6 +142,39 @@ TEST_F(CohortctlTest, UnreachableCoordinatorIsOneLineAndExitCodeTwo) {
   EXPECT_EQ(result->exit_code, 2) << result->output;
   EXPECT_THAT(result->output, HasSubstr("cannot reach the coordinator"));
   EXPECT_THAT(result->output, Not(HasSubstr("Segmentation")));
+}
+
+// The exit statuses README.md documents: 0 help, 64 usage (before any
+// request is sent), 1 refused or unreadable input.
+TEST_F(CohortctlTest, ExitStatusesAreTheDocumentedOnes) {
+  struct Case {
+    std::vector<std::string> args;
+    int exit_code;
+    std::string message;
+  };
+  const std::vector<Case> cases = {
+      {{"--help"}, 0, "Usage: cohortctl"},
+      {{"help"}, 0, "Global flags"},
+      {{}, 64, "no command given"},
+      {{"frob"}, 64, "unknown command \"frob\""},
+      {{"list", "--frob"}, 64, "unknown flag --frob"},
+      {{"get"}, 64, "get needs a JOB operand"},
+      {{"list", "--timeout=1e99"}, 64, "--timeout must be"},
+      {{"list", "--timeout=0"}, 64, "--timeout must be"},
+      {{"list", "--coordinator=a b:1"}, 64, "--coordinator=a b:1: the host"},
+      {{"list", "--output=yaml"}, 64, "--output must be table or json"},
+      {{"list", "--token_file=/nonexistent/token"}, 64, "--token_file"},
+      {{"scale", "j", "--workers=2", "--min_workers=1"}, 64, "cannot be combined"},
+      {{"checkpoints", "delete", "j", "x"}, 64, "STEP must be a step number"},
+      {{"submit", "/nonexistent/job.yaml"}, 1, "/nonexistent/job.yaml"},
+      {{"submit", "/dev/zero"}, 1, "larger than 1048576 bytes"},
+      {{"get", "no-such-job-42"}, 1, "NOT_FOUND"},
+  };
+  for (const Case& c : cases) {
+    CommandResult result = Ctl(c.args);
+    EXPECT_EQ(result.exit_code, c.exit_code) << absl::StrJoin(c.args, " ") << ": " << result.output;
+    EXPECT_THAT(result.output, HasSubstr(c.message)) << absl::StrJoin(c.args, " ");
+  }
 }
 
 TEST_F(CohortctlTest, JsonOutputIsTheProtoJsonMapping) {

@@ -9,6 +9,7 @@
 #include <sstream>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
 #include "cohort/v1/checkpoints.grpc.pb.h"
 #include "cohort/v1/jobs.grpc.pb.h"
 #include "cohort/v1/kv.grpc.pb.h"
@@ -319,6 +320,23 @@ TEST_F(TlsAuthTest, AWorkerCertificateActsOnlyAsTheWorkersItNames) {
   auto member = Subprocess::Start(options);
   ASSERT_TRUE(member.ok()) << member.status();
   auto admin = Client("", "", Token("admin.token"));
+  // The job must land on "member": wait until it is the only idle worker
+  // (the Attach streams above may not have been seen closing yet).
+  const absl::Time attached_by = absl::Now() + absl::Seconds(60);
+  for (;;) {
+    grpc::ClientContext context;
+    v1::ListWorkersResponse workers;
+    ASSERT_TRUE(
+        v1::Workers::NewStub(admin)->List(&context, v1::ListWorkersRequest(), &workers).ok());
+    std::vector<std::string> idle;
+    for (const v1::WorkerInfo& worker : workers.workers()) {
+      if (worker.state() == v1::WORKER_STATE_IDLE) idle.push_back(worker.worker_id());
+    }
+    if (idle == std::vector<std::string>{"member"}) break;
+    ASSERT_LT(absl::Now(), attached_by) << "idle: " << absl::StrJoin(idle, ", ") << "\n"
+                                        << (*member)->ReadLog();
+    absl::SleepFor(absl::Milliseconds(20));
+  }
   v1::Job job;
   {
     grpc::ClientContext context;

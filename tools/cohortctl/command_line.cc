@@ -13,6 +13,8 @@
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
+#include "absl/time/time.h"
+#include "common/flag_checks.h"
 
 namespace cohort::cohortctl {
 namespace {
@@ -498,10 +500,31 @@ absl::StatusOr<Command> ParseCommand(const CtlConfig& config) {
   return command;
 }
 
-std::string ResolveCoordinatorAddress(const std::optional<std::string>& flag, const char* env) {
-  if (flag.has_value() && !flag->empty()) return *flag;
-  if (env != nullptr && env[0] != '\0') return env;
-  return "localhost:7070";
+absl::StatusOr<std::string> ResolveCoordinatorAddress(const std::optional<std::string>& flag,
+                                                      const char* env) {
+  std::string address = "localhost:7070";
+  std::string source = "coordinator";
+  if (flag.has_value() && !flag->empty()) {
+    address = *flag;
+  } else if (env != nullptr && env[0] != '\0') {
+    address = env;
+    source = "coordinator (from $COHORT_COORDINATOR)";
+  }
+  absl::Status valid = CheckHostPort(source, address);
+  if (valid.ok() && absl::EndsWith(address, ":0")) {
+    valid = absl::InvalidArgumentError(
+        absl::StrCat("--", source, "=", address, ": the port must be from 1 to 65535"));
+  }
+  if (!valid.ok()) return UsageError(valid.message());
+  return address;
+}
+
+absl::StatusOr<absl::Duration> ParseTimeout(double seconds) {
+  if (!(seconds > 0) || !(seconds <= kMaxTimeoutSeconds)) {
+    return UsageError(absl::StrCat("--timeout must be a number of seconds above 0 and at most ",
+                                   kMaxTimeoutSeconds, " (a week), not ", seconds));
+  }
+  return absl::Seconds(seconds);
 }
 
 absl::StatusOr<OutputFormat> ParseOutputFormat(absl::string_view text) {

@@ -90,8 +90,16 @@ absl::StatusOr<Command> ParseCommand(const CtlConfig& config);
 
 // The coordinator address: the flag when given, else the environment
 // variable COHORT_COORDINATOR's value (`env`, may be null or empty), else
-// localhost:7070.
-std::string ResolveCoordinatorAddress(const std::optional<std::string>& flag, const char* env);
+// localhost:7070. InvalidArgument unless it is HOST:PORT with a port from 1
+// to 65535 (naming where the value came from).
+absl::StatusOr<std::string> ResolveCoordinatorAddress(const std::optional<std::string>& flag,
+                                                      const char* env);
+
+// --timeout in seconds: positive, finite, at most kMaxTimeoutSeconds (a
+// week, enough for exporting the largest checkpoint) so that every request
+// has a deadline that ends.
+inline constexpr double kMaxTimeoutSeconds = 7 * 24 * 3600;
+absl::StatusOr<absl::Duration> ParseTimeout(double seconds);
 
 // "table" or "json"; InvalidArgument otherwise.
 absl::StatusOr<OutputFormat> ParseOutputFormat(absl::string_view text);

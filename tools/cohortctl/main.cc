@@ -113,18 +113,17 @@ int main(int argc, char** argv) {
 
   CtlConfig config;
   config.args = scanned->positional;
-  config.coordinator = ctl::ResolveCoordinatorAddress(
+  absl::StatusOr<std::string> coordinator = ctl::ResolveCoordinatorAddress(
       set("coordinator") ? std::optional(absl::GetFlag(FLAGS_coordinator)) : std::nullopt,
       std::getenv("COHORT_COORDINATOR"));
+  if (!coordinator.ok()) return ctl::ReportUsageError(coordinator.status().message(), std::cerr);
+  config.coordinator = *coordinator;
   absl::StatusOr<ctl::OutputFormat> output = ctl::ParseOutputFormat(absl::GetFlag(FLAGS_output));
   if (!output.ok()) return ctl::ReportUsageError(output.status().message(), std::cerr);
   config.output = *output;
-  const double timeout = absl::GetFlag(FLAGS_timeout);
-  if (!(timeout > 0) || !std::isfinite(timeout)) {
-    return ctl::ReportUsageError(
-        absl::StrCat("--timeout must be a positive number of seconds, not ", timeout), std::cerr);
-  }
-  config.timeout = absl::Seconds(timeout);
+  absl::StatusOr<absl::Duration> timeout = ctl::ParseTimeout(absl::GetFlag(FLAGS_timeout));
+  if (!timeout.ok()) return ctl::ReportUsageError(timeout.status().message(), std::cerr);
+  config.timeout = *timeout;
   auto flag_or_env = [&set](const char* name, const absl::Flag<std::string>& flag,
                             const char* env) -> std::string {
     if (set(name)) return absl::GetFlag(flag);

@@ -51,11 +51,12 @@ TEST(ServerFlagsTest, OutOfRangeDurationsNameTheirFlag) {
 
 TEST(ServerFlagsTest, ListenAddressesNeedAPortFromZeroTo65535) {
   for (const char* good : {"127.0.0.1:7070", "0.0.0.0:0", "localhost:65535", "[::1]:7070",
-                           "[::]:1"}) {
+                           "[::]:1", "coordinator-0.cluster_a.example:7070", "[fe80::1%2]:7070"}) {
     EXPECT_TRUE(CheckHostPort("listen", good).ok()) << good;
   }
   for (const char* bad : {"127.0.0.1:99999", "127.0.0.1:", "127.0.0.1", ":7070", "::1:7070",
-                          "127.0.0.1:+80", "127.0.0.1:7a", "127.0.0.1:000070070", "[]:1"}) {
+                          "127.0.0.1:+80", "127.0.0.1:7a", "127.0.0.1:000070070", "[]:1",
+                          "a b:1", "host/x:1", "[::1%eth0 ]:1", "[zz]:1"}) {
     const absl::Status status = CheckHostPort("listen", bad);
     EXPECT_EQ(status.code(), absl::StatusCode::kInvalidArgument) << bad;
     EXPECT_THAT(status.message(), HasSubstr("--listen")) << bad;

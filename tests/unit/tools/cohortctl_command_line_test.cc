@@ -1,3 +1,5 @@
+#include <cmath>
+#include <limits>
 #include <string>
 #include <utility>
 #include <vector>
@@ -309,10 +311,32 @@ TEST(ParseCommandTest, DeviceMustBeCpuOrGpu) {
 }
 
 TEST(CommandLineTest, CoordinatorAddressPrefersFlagThenEnvironment) {
-  EXPECT_EQ(ResolveCoordinatorAddress(std::string("a:1"), "b:2"), "a:1");
-  EXPECT_EQ(ResolveCoordinatorAddress(std::nullopt, "b:2"), "b:2");
-  EXPECT_EQ(ResolveCoordinatorAddress(std::nullopt, ""), "localhost:7070");
-  EXPECT_EQ(ResolveCoordinatorAddress(std::nullopt, nullptr), "localhost:7070");
+  EXPECT_EQ(*ResolveCoordinatorAddress(std::string("a:1"), "b:2"), "a:1");
+  EXPECT_EQ(*ResolveCoordinatorAddress(std::nullopt, "b:2"), "b:2");
+  EXPECT_EQ(*ResolveCoordinatorAddress(std::string(""), "b:2"), "b:2");
+  EXPECT_EQ(*ResolveCoordinatorAddress(std::nullopt, ""), "localhost:7070");
+  EXPECT_EQ(*ResolveCoordinatorAddress(std::nullopt, nullptr), "localhost:7070");
+  EXPECT_EQ(*ResolveCoordinatorAddress(std::string("[::1]:7070"), nullptr), "[::1]:7070");
+}
+
+TEST(CommandLineTest, ACoordinatorAddressThatIsNotHostAndPortIsAUsageError) {
+  EXPECT_EQ(ResolveCoordinatorAddress(std::string("a b:1"), nullptr).status().message(),
+            "--coordinator=a b:1: the host has a character outside [A-Za-z0-9._-] (or brackets)");
+  EXPECT_THAT(ResolveCoordinatorAddress(std::string("host"), nullptr).status().message(),
+              HasSubstr("must be host:port"));
+  EXPECT_THAT(ResolveCoordinatorAddress(std::string("host:0"), nullptr).status().message(),
+              HasSubstr("from 1 to 65535"));
+  EXPECT_THAT(ResolveCoordinatorAddress(std::nullopt, "host:99999").status().message(),
+              HasSubstr("--coordinator (from $COHORT_COORDINATOR)=host:99999: the port"));
+}
+
+TEST(CommandLineTest, TimeoutIsPositiveFiniteAndAtMostAWeek) {
+  EXPECT_EQ(*ParseTimeout(10), absl::Seconds(10));
+  EXPECT_EQ(*ParseTimeout(kMaxTimeoutSeconds), absl::Hours(7 * 24));
+  for (double bad : {0.0, -1.0, 1e99, kMaxTimeoutSeconds + 1, std::nan(""),
+                     std::numeric_limits<double>::infinity()}) {
+    EXPECT_THAT(ParseTimeout(bad).status().message(), HasSubstr("--timeout must be")) << bad;
+  }
 }
 
 TEST(CommandLineTest, OutputFormat) {
