@@ -6,6 +6,9 @@
 
 #include <cstdint>
 
+#include "absl/time/time.h"
+#include "cohort/v1/job.pb.h"
+
 namespace cohort {
 
 inline constexpr double kDefaultBeta1 = 0.9;
@@ -25,5 +28,24 @@ inline constexpr int kVocabPadMultiple = 128;
 
 // checkpoint.keep_last: committed checkpoints retained besides keep_every's.
 inline constexpr int32_t kDefaultKeepLast = 3;
+
+// elastic.optimizer_replicas: a mirror of each ZeRO-1 optimizer shard on the
+// next data rank, so one lost rank per shard group is recovered from memory
+// (clamped to the data degree: layout::OptimizerCopies).
+inline constexpr int32_t kDefaultOptimizerReplicas = 2;
+inline constexpr int32_t kMaxOptimizerReplicas = 8;
+// elastic.wait_for_workers_seconds: how long a job waits for enough workers.
+inline constexpr int32_t kDefaultWaitForWorkersSeconds = 600;
+
+// The spec's value where set, else the default above.
+inline int32_t OptimizerReplicasOf(const v1::JobSpec& spec) {
+  return spec.elastic().optimizer_replicas() > 0 ? spec.elastic().optimizer_replicas()
+                                                 : kDefaultOptimizerReplicas;
+}
+inline absl::Duration WaitForWorkersOf(const v1::JobSpec& spec) {
+  return absl::Seconds(spec.elastic().wait_for_workers_seconds() > 0
+                           ? spec.elastic().wait_for_workers_seconds()
+                           : kDefaultWaitForWorkersSeconds);
+}
 
 }  // namespace cohort

@@ -6,6 +6,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "common/job_spec_defaults.h"
 #include "common/log.h"
 #include "common/proto_time.h"
 #include "common/status_macros.h"
@@ -48,11 +49,6 @@ std::string MeshShapeString(const v1::Mesh& mesh) {
                       mesh.pipeline_parallel());
 }
 
-absl::Duration WaitForWorkers(const v1::JobSpec& spec) {
-  return spec.elastic().wait_for_workers_seconds() > 0
-             ? absl::Seconds(spec.elastic().wait_for_workers_seconds())
-             : absl::Minutes(10);
-}
 
 }  // namespace
 
@@ -686,7 +682,7 @@ void JobManager::CheckTimeouts(JobEntry& entry, absl::Time now, Effects* effects
       CompleteSuspension(entry, now, effects);
       return;
     }
-    if (s.waiting_since.has_value() && now - *s.waiting_since >= WaitForWorkers(entry.job.spec())) {
+    if (s.waiting_since.has_value() && now - *s.waiting_since >= WaitForWorkersOf(entry.job.spec())) {
       Finish(entry, v1::JOB_STATE_FAILED,
              absl::StrCat("waited ", absl::FormatDuration(now - *s.waiting_since),
                           " for workers (elastic.wait_for_workers_seconds): ", entry.job.message()),
@@ -1181,7 +1177,7 @@ void JobManager::Finish(JobEntry& entry, v1::JobState state, const std::string& 
 }
 
 absl::Duration JobManager::RejoinGrace(const JobEntry& entry) const {
-  return std::min(options_.readopt_grace, WaitForWorkers(entry.job.spec()));
+  return std::min(options_.readopt_grace, WaitForWorkersOf(entry.job.spec()));
 }
 
 void JobManager::RememberReturning(JobEntry& entry, const LostWorker& lost, absl::Time now) {

@@ -23,11 +23,6 @@ constexpr int32_t kMaxWidth = 65536;
 constexpr int32_t kMaxVocab = 1 << 20;
 constexpr int32_t kMaxContext = 1 << 20;
 constexpr int32_t kMaxWorkers = 100000;
-// A mirror of each ZeRO-1 optimizer shard on the next data rank: one lost
-// rank per shard group is recovered from memory (clamped to the data degree).
-constexpr int32_t kDefaultOptimizerReplicas = 2;
-constexpr int32_t kMaxOptimizerReplicas = 8;
-constexpr int32_t kDefaultWaitForWorkersSeconds = 600;
 constexpr int kMaxNameLength = 63;
 constexpr size_t kMaxPatternLength = 4096;
 

@@ -16,10 +16,6 @@
 
 namespace cohort::coordinator {
 
-int MegatronRank(const MeshShape& shape, int data, int tensor, int pipeline) {
-  return pipeline * (shape.data * shape.tensor) + data * shape.tensor + tensor;
-}
-
 namespace {
 
 std::string Degrees(int tensor, int pipeline) {
@@ -40,18 +36,6 @@ int64_t SmallestDividingDp(int64_t lo, int64_t hi, int64_t micro_batches) {
     if (micro_batches % dp == 0) return dp;
   }
   return 0;
-}
-
-// Where a mesh slot (= Megatron rank) sits.
-struct Coordinates {
-  int data;
-  int tensor;
-  int pipeline;
-};
-
-Coordinates CoordinatesOfRank(const MeshShape& shape, int rank) {
-  const int per_stage = shape.data * shape.tensor;
-  return {(rank % per_stage) / shape.tensor, rank % shape.tensor, rank / per_stage};
 }
 
 // Free candidates of one host, in (device_index, id) order, consumed from the
@@ -89,7 +73,7 @@ class Placement {
     mesh.mutable_members()->Reserve(static_cast<int>(slots_.size()));
     for (int rank = 0; rank < static_cast<int>(slots_.size()); ++rank) {
       const PlannerWorker& worker = *sorted_[slots_[rank]];
-      const Coordinates c = CoordinatesOfRank(shape_, rank);
+      const layout::MeshCoords c = layout::CoordsOf(shape_, rank);
       v1::MeshMember* member = mesh.add_members();
       member->set_worker_id(worker.id.value());
       member->set_incarnation(worker.incarnation.value());
@@ -138,11 +122,9 @@ class Placement {
       auto it = index_of.find(member.worker_id());
       if (it == index_of.end() || used_[it->second]) continue;  // gone, or listed twice
       const v1::MeshCoordinates& c = member.coordinates();
-      if (c.data() < 0 || c.data() >= shape_.data || c.tensor() < 0 ||
-          c.tensor() >= shape_.tensor || c.pipeline() < 0 || c.pipeline() >= shape_.pipeline) {
-        continue;  // the coordinate no longer exists (e.g. dp shrank)
-      }
-      const int rank = MegatronRank(shape_, c.data(), c.tensor(), c.pipeline());
+      const layout::MeshCoords coords{c.data(), c.tensor(), c.pipeline()};
+      if (!layout::InMesh(shape_, coords)) continue;  // gone (e.g. dp shrank)
+      const int rank = layout::RankOf(shape_, coords);
       if (slots_[rank] != -1) continue;  // a corrupt previous mesh with a clash
       slots_[rank] = it->second;
       used_[it->second] = true;

@@ -1,8 +1,8 @@
 #pragma once
 // MeshPlanner: (parallelism of a job, live workers) -> mesh. Pure logic.
 //
-// Rank order is Megatron's: tensor fastest, then data, then pipeline:
-//   rank = pipeline * (dp * tp) + data * tp + tensor.
+// Ranks and coordinates come from the layout library
+// (common/layout/mesh_layout.h: Megatron's order, tensor fastest).
 // The data-parallel degree dp is the largest value such that
 //   min_workers <= dp * tp * pp <= min(max_workers, candidates)
 //   and dp divides micro_batches (the determinism contract: every data rank
@@ -18,6 +18,7 @@
 #include "absl/status/statusor.h"
 #include "cohort/v1/job.pb.h"
 #include "common/ids.h"
+#include "common/layout/mesh_layout.h"
 
 namespace cohort::coordinator {
 
@@ -28,12 +29,7 @@ struct PlannerWorker {
   int32_t device_index = 0;
 };
 
-struct MeshShape {
-  int data = 1;
-  int tensor = 1;
-  int pipeline = 1;
-  int world() const { return data * tensor * pipeline; }
-};
+using MeshShape = layout::MeshShape;
 
 struct PlanRequest {
   int tensor = 1;
@@ -60,8 +56,5 @@ class MeshPlanner {
   // ChooseShape with available = candidates.size().
   static absl::StatusOr<v1::Mesh> Plan(const PlanRequest& request);
 };
-
-// Megatron rank of coordinates within a shape.
-int MegatronRank(const MeshShape& shape, int data, int tensor, int pipeline);
 
 }  // namespace cohort::coordinator

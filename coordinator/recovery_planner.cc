@@ -6,6 +6,7 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "common/layout/mesh_layout.h"
 
 namespace cohort::coordinator {
 namespace {
@@ -51,7 +52,7 @@ v1::RecoveryPlan PlanRecovery(const RecoveryInput& input) {
   const int dp = source.mesh.data_parallel();
   const int tp = source.mesh.tensor_parallel();
   const int pp = source.mesh.pipeline_parallel();
-  const int world = dp * tp * pp;
+  const int world = layout::MeshShape{dp, tp, pp}.world();
   // Source rank -> holder's worker id (holding version t: newest t or t+1).
   std::vector<std::string> holder_at(static_cast<size_t>(world));
   for (const v1::MeshMember& m : source.mesh.members()) {
@@ -85,20 +86,21 @@ v1::RecoveryPlan PlanRecovery(const RecoveryInput& input) {
     }
     return index;
   };
-  auto rank_of = [&](int d, int t_rank, int p) { return p * dp * tp + d * tp + t_rank; };
-
+  const layout::MeshShape shape{dp, tp, pp};
+  const int copies = layout::OptimizerCopies(source.zero1, source.optimizer_replicas, dp);
   for (int r = 0; r < world; ++r) {
-    const int p = r / (dp * tp);
-    const int d = (r / tp) % dp;
-    const int t_rank = r % tp;
+    const layout::MeshCoords coords = layout::CoordsOf(shape, r);
     // Weights: the owner, else the replicas starting after it (so the
     // pieces of a lost rank spread over the survivors); holders in the new
     // mesh first, so a survivor left out serves only what nobody else has.
-    const int replicas = source.zero1 ? std::clamp(source.optimizer_replicas, 1, dp) : dp;
-    auto find_holder = [&](int copies) {
+    // Every data rank holds the weights; the optimizer piece is on its
+    // owner's copy holders.
+    auto find_holder = [&](int holders) {
       for (const bool member_only : {true, false}) {
-        for (int j = 0; j < copies; ++j) {
-          const int candidate = rank_of((d + j) % dp, t_rank, p);
+        for (int j = 0; j < holders; ++j) {
+          layout::MeshCoords at = coords;
+          at.data = layout::OptimizerCopyHolder(coords.data, j, dp);
+          const int candidate = layout::RankOf(shape, at);
           const std::string& worker = holder_at[static_cast<size_t>(candidate)];
           if (worker.empty() || (member_only && !in_next.contains(worker))) continue;
           return candidate;
@@ -107,12 +109,13 @@ v1::RecoveryPlan PlanRecovery(const RecoveryInput& input) {
       return -1;
     };
     const int params_holder = find_holder(dp);
-    const int optimizer_holder = find_holder(replicas);
+    const int optimizer_holder = find_holder(copies);
     if (params_holder < 0 || optimizer_holder < 0) {
       return Fallback(input,
                       absl::StrCat("no survivor holds ", params_holder < 0 ? "the weights" :
-                                   "the optimizer state", " of source rank ", r, " (data ", d,
-                                   ", tensor ", t_rank, ", pipeline ", p, ")"));
+                                   "the optimizer state", " of source rank ", r, " (data ",
+                                   coords.data, ", tensor ", coords.tensor, ", pipeline ",
+                                   coords.pipeline, ")"));
     }
     v1::PieceSource* piece = plan.add_pieces();
     piece->set_params_from(participant_of(params_holder));

@@ -7,6 +7,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
+#include "common/job_spec_defaults.h"
 #include "common/log.h"
 #include "common/status_macros.h"
 #include "worker/checkpoint/checkpoint_loader.h"
@@ -58,15 +59,6 @@ class CancellableKvClient : public comm::KvClient {
 // Chunks of a state transfer: 4 Mi floats (16 MiB) at most.
 constexpr int64_t kTransferElements = 4 << 20;
 
-// The ZeRO-1 optimizer copies the spec asks for (normalised by the
-// coordinator; the engine applies the same default to specs that skipped it).
-int OptimizerReplicas(const v1::JobSpec& spec) {
-  if (spec.elastic().optimizer_replicas() > 0) return spec.elastic().optimizer_replicas();
-  const int replica = std::max(1, spec.parallelism().tensor()) *
-                      std::max(1, spec.parallelism().pipeline());
-  return std::max(spec.elastic().max_workers(), spec.elastic().min_workers()) / replica >= 2 ? 2
-                                                                                             : 1;
-}
 
 }  // namespace
 
@@ -135,7 +127,7 @@ absl::StatusOr<std::unique_ptr<EngineTrainer::Run>> EngineTrainer::Build(
   run->layout = checkpoint::StateLayout{
       std::max(1, mesh.data_parallel()), std::max(1, mesh.tensor_parallel()),
       std::max(1, mesh.pipeline_parallel()), assignment.spec.parallelism().zero1(),
-      OptimizerReplicas(assignment.spec)};
+      OptimizerReplicasOf(assignment.spec)};
   run->participant = assignment.participant;
   const bool peer = assignment.recovery.kind() == v1::RECOVERY_KIND_PEER;
   run->participants = mesh.members_size() + (peer ? assignment.recovery.donors_size() : 0);

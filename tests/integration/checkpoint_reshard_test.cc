@@ -116,7 +116,7 @@ std::vector<RankState> MakeRanks(const Layout& l, bool zero1, bool filled) {
         const model::ModelLayout layout{.tp = l.tp, .tp_rank = t, .pp = l.pp, .stage = stage};
         RankState r{model::ParameterTable(kSmall, layout), RankPosition{layout, l.dp, d}, {}, {}, {}, {}};
         const size_t n = r.table.num_params();
-        const train::ShardRange own = train::DataShardRange(n, l.dp, d);
+        const layout::ShardRange own = layout::DataShardRange(n, l.dp, d);
         r.optimizer = zero1 ? ArenaRange{own.begin, own.end} : ArenaRange{0, n};
         r.params.assign(n, NAN);
         r.m.assign(r.optimizer.end - r.optimizer.begin, NAN);

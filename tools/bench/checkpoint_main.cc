@@ -90,7 +90,7 @@ std::vector<Rank> MakeRanks(const model::ParameterTable& table, int writers) {
   for (int r = 0; r < writers; ++r) {
     Rank& rank = ranks[static_cast<size_t>(r)];
     rank.position = {model::ModelLayout{}, writers, r};
-    const train::ShardRange own = train::DataShardRange(table.num_params(), writers, r);
+    const layout::ShardRange own = layout::DataShardRange(table.num_params(), writers, r);
     rank.optimizer = {own.begin, own.end};
     rank.params.resize(table.num_params());
     rank.m.resize(own.end - own.begin);

@@ -4,7 +4,7 @@
 #include <map>
 #include <tuple>
 
-#include "worker/train/data_parallel.h"
+#include "common/layout/mesh_layout.h"
 
 namespace cohort::checkpoint {
 namespace {
@@ -42,14 +42,15 @@ StateLayout SourceLayoutOf(const v1::RecoveryPlan& plan) {
                      std::max(1, plan.source_optimizer_replicas())};
 }
 
-RankPosition PositionOf(const StateLayout& layout, int rank) {
+RankPosition PositionOf(const StateLayout& state, int rank) {
+  const layout::MeshCoords coords = layout::CoordsOf(state.shape(), rank);
   RankPosition p;
-  p.layout.tp = layout.tp;
-  p.layout.tp_rank = rank % layout.tp;
-  p.layout.pp = layout.pp;
-  p.layout.stage = rank / (layout.dp * layout.tp);
-  p.dp = layout.dp;
-  p.dp_rank = (rank / layout.tp) % layout.dp;
+  p.layout.tp = state.tp;
+  p.layout.tp_rank = coords.tensor;
+  p.layout.pp = state.pp;
+  p.layout.stage = coords.pipeline;
+  p.dp = state.dp;
+  p.dp_rank = coords.data;
   return p;
 }
 
@@ -70,8 +71,8 @@ std::vector<Transfer> PlanTransfers(const model::GptConfig& config, const v1::Re
   for (int q = 0; q < next.world(); ++q) {
     const RankPosition position = PositionOf(next, q);
     const model::ParameterTable table(config, position.layout);
-    const train::ShardRange own =
-        train::DataShardRange(table.num_params(), next.dp, position.dp_rank);
+    const layout::ShardRange own =
+        layout::DataShardRange(table.num_params(), next.dp, position.dp_rank);
     const ArenaRange optimizer =
         next.zero1 ? ArenaRange{own.begin, own.end} : ArenaRange{0, table.num_params()};
     for (const LoadPiece& need : PlanLoad(table, optimizer)) {

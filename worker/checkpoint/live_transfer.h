@@ -23,6 +23,7 @@
 
 #include "cohort/v1/job.pb.h"
 #include "common/box.h"
+#include "common/layout/mesh_layout.h"
 #include "worker/checkpoint/shard_plan.h"
 
 namespace cohort::checkpoint {
@@ -34,7 +35,8 @@ struct StateLayout {
   int pp = 1;
   bool zero1 = false;
   int optimizer_replicas = 1;
-  int world() const { return dp * tp * pp; }
+  layout::MeshShape shape() const { return {dp, tp, pp}; }
+  int world() const { return shape().world(); }
 };
 
 // The source layout a plan names.

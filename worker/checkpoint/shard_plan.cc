@@ -3,7 +3,7 @@
 #include <algorithm>
 
 #include "absl/strings/str_cat.h"
-#include "worker/train/data_parallel.h"
+#include "common/layout/mesh_layout.h"
 
 namespace cohort::checkpoint {
 namespace {
@@ -54,8 +54,8 @@ std::vector<v1::TensorInfo> Catalog(const model::GptConfig& config) {
 }
 
 ArenaRange WriteRange(const model::ParameterTable& table, const RankPosition& position) {
-  const train::ShardRange range =
-      train::DataShardRange(table.num_params(), position.dp, position.dp_rank);
+  const layout::ShardRange range =
+      layout::DataShardRange(table.num_params(), position.dp, position.dp_rank);
   return {range.begin, range.end};
 }
 

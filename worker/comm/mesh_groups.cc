@@ -4,17 +4,19 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "common/layout/mesh_layout.h"
 #include "common/log.h"
 
 namespace cohort::comm {
 namespace {
 
-struct Dims {
-  int dp = 0;
-  int tp = 0;
-  int pp = 0;
-  int RankOf(int d, int t, int p) const { return p * (dp * tp) + d * tp + t; }
-};
+layout::MeshShape ShapeOf(const v1::Mesh& mesh) {
+  return {mesh.data_parallel(), mesh.tensor_parallel(), mesh.pipeline_parallel()};
+}
+
+layout::MeshCoords CoordsOf(const v1::MeshCoordinates& c) {
+  return {c.data(), c.tensor(), c.pipeline()};
+}
 
 std::string Describe(const v1::MeshCoordinates& c) {
   return absl::StrCat("(data ", c.data(), ", tensor ", c.tensor(), ", pipeline ", c.pipeline(),
@@ -22,15 +24,14 @@ std::string Describe(const v1::MeshCoordinates& c) {
 }
 
 // Range and rank-formula checks of one coordinate set.
-absl::Status CheckCoordinates(const Dims& dims, const v1::MeshCoordinates& c,
+absl::Status CheckCoordinates(const layout::MeshShape& shape, const v1::MeshCoordinates& c,
                               const std::string& what) {
-  if (c.data() < 0 || c.data() >= dims.dp || c.tensor() < 0 || c.tensor() >= dims.tp ||
-      c.pipeline() < 0 || c.pipeline() >= dims.pp) {
-    return absl::InvalidArgumentError(
-        absl::StrCat(what, " coordinates ", Describe(c), " are outside the mesh (data_parallel ",
-                     dims.dp, ", tensor_parallel ", dims.tp, ", pipeline_parallel ", dims.pp, ")"));
+  if (!layout::InMesh(shape, CoordsOf(c))) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        what, " coordinates ", Describe(c), " are outside the mesh (data_parallel ", shape.data,
+        ", tensor_parallel ", shape.tensor, ", pipeline_parallel ", shape.pipeline, ")"));
   }
-  const int expected = dims.RankOf(c.data(), c.tensor(), c.pipeline());
+  const int expected = layout::RankOf(shape, CoordsOf(c));
   if (c.rank() != expected) {
     return absl::InvalidArgumentError(
         absl::StrCat(what, " coordinates ", Describe(c), " have rank ", c.rank(),
@@ -41,12 +42,12 @@ absl::Status CheckCoordinates(const Dims& dims, const v1::MeshCoordinates& c,
   return absl::OkStatus();
 }
 
-MeshGroup MakeGroup(MeshAxis axis, int group_index, std::vector<int> ranks, int index) {
+MeshGroup MakeGroup(MeshAxis axis, layout::AxisGroup members) {
   MeshGroup group;
   group.axis = axis;
-  group.ranks = std::move(ranks);
-  group.index = index;
-  group.communicator_id = MeshCommunicatorId(axis, group_index);
+  group.ranks = std::move(members.ranks);
+  group.index = members.index;
+  group.communicator_id = MeshCommunicatorId(axis, members.group_index);
   return group;
 }
 
@@ -73,23 +74,25 @@ uint16_t MeshCommunicatorId(MeshAxis axis, int group_index) {
 }
 
 absl::Status ValidateMesh(const v1::Mesh& mesh) {
-  const Dims dims{mesh.data_parallel(), mesh.tensor_parallel(), mesh.pipeline_parallel()};
-  if (dims.dp < 1 || dims.tp < 1 || dims.pp < 1) {
-    return absl::InvalidArgumentError(absl::StrCat("mesh axis sizes must be >= 1: data_parallel ",
-                                                   dims.dp, ", tensor_parallel ", dims.tp,
-                                                   ", pipeline_parallel ", dims.pp));
+  const layout::MeshShape shape = ShapeOf(mesh);
+  if (shape.data < 1 || shape.tensor < 1 || shape.pipeline < 1) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "mesh axis sizes must be >= 1: data_parallel ", shape.data, ", tensor_parallel ",
+        shape.tensor, ", pipeline_parallel ", shape.pipeline));
   }
   // In 64 bits: the product of three int32s from the wire may overflow int.
-  const int64_t world = int64_t{dims.dp} * dims.tp * dims.pp;
+  const int64_t world = int64_t{shape.data} * shape.tensor * shape.pipeline;
   if (world != mesh.members_size()) {
     return absl::InvalidArgumentError(absl::StrCat(
-        "mesh has ", mesh.members_size(), " members but data_parallel ", dims.dp,
-        " x tensor_parallel ", dims.tp, " x pipeline_parallel ", dims.pp, " = ", world));
+        "mesh has ", mesh.members_size(), " members but data_parallel ", shape.data,
+        " x tensor_parallel ", shape.tensor, " x pipeline_parallel ", shape.pipeline, " = ",
+        world));
   }
-  // Groups per axis: the product of the other two sizes.
-  if (int64_t{dims.dp} * dims.pp > kMaxGroupsPerAxis ||
-      int64_t{dims.tp} * dims.pp > kMaxGroupsPerAxis ||
-      int64_t{dims.dp} * dims.tp > kMaxGroupsPerAxis) {
+  // Groups per axis: the product of the other two sizes (in 64 bits, before
+  // the layout's int arithmetic may be used).
+  if (int64_t{shape.data} * shape.pipeline > kMaxGroupsPerAxis ||
+      int64_t{shape.tensor} * shape.pipeline > kMaxGroupsPerAxis ||
+      int64_t{shape.data} * shape.tensor > kMaxGroupsPerAxis) {
     return absl::InvalidArgumentError(
         absl::StrCat("mesh too large: more than ", kMaxGroupsPerAxis,
                      " groups on one axis do not fit the 12-bit communicator group index"));
@@ -102,7 +105,7 @@ absl::Status ValidateMesh(const v1::Mesh& mesh) {
       return absl::InvalidArgumentError(absl::StrCat(what, " has no coordinates"));
     }
     const v1::MeshCoordinates& c = member.coordinates();
-    if (absl::Status s = CheckCoordinates(dims, c, what); !s.ok()) return s;
+    if (absl::Status s = CheckCoordinates(shape, c, what); !s.ok()) return s;
     int& seen = member_at_rank[static_cast<size_t>(c.rank())];
     if (seen >= 0) {
       return absl::InvalidArgumentError(
@@ -117,34 +120,24 @@ absl::Status ValidateMesh(const v1::Mesh& mesh) {
 absl::StatusOr<MeshGroups> ComputeMeshGroups(const v1::Mesh& mesh,
                                              const v1::MeshCoordinates& self) {
   if (absl::Status s = ValidateMesh(mesh); !s.ok()) return s;
-  const Dims dims{mesh.data_parallel(), mesh.tensor_parallel(), mesh.pipeline_parallel()};
-  if (absl::Status s = CheckCoordinates(dims, self, "this rank's"); !s.ok()) return s;
-  const int d = self.data();
-  const int t = self.tensor();
-  const int p = self.pipeline();
+  const layout::MeshShape shape = ShapeOf(mesh);
+  if (absl::Status s = CheckCoordinates(shape, self, "this rank's"); !s.ok()) return s;
+  const layout::MeshCoords coords = CoordsOf(self);
 
   MeshGroups groups;
   groups.rank = self.rank();
-  groups.world_size = dims.dp * dims.tp * dims.pp;
+  groups.world_size = shape.world();
 
-  std::vector<int> world(static_cast<size_t>(groups.world_size));
-  for (int r = 0; r < groups.world_size; ++r) world[static_cast<size_t>(r)] = r;
-  groups.world = MakeGroup(MeshAxis::kWorld, 0, std::move(world), groups.rank);
-
-  std::vector<int> tensor;
-  for (int i = 0; i < dims.tp; ++i) tensor.push_back(dims.RankOf(d, i, p));
-  groups.tensor = MakeGroup(MeshAxis::kTensor, p * dims.dp + d, std::move(tensor), t);
-
-  std::vector<int> data;
-  for (int i = 0; i < dims.dp; ++i) data.push_back(dims.RankOf(i, t, p));
-  groups.data = MakeGroup(MeshAxis::kData, p * dims.tp + t, std::move(data), d);
-
-  std::vector<int> pipeline;
-  for (int i = 0; i < dims.pp; ++i) pipeline.push_back(dims.RankOf(d, t, i));
-  groups.pipeline = MakeGroup(MeshAxis::kPipeline, d * dims.tp + t, std::move(pipeline), p);
-
-  if (p > 0) groups.previous_stage = dims.RankOf(d, t, p - 1);
-  if (p + 1 < dims.pp) groups.next_stage = dims.RankOf(d, t, p + 1);
+  layout::AxisGroup world;
+  for (int r = 0; r < groups.world_size; ++r) world.ranks.push_back(r);
+  world.index = groups.rank;
+  groups.world = MakeGroup(MeshAxis::kWorld, std::move(world));
+  groups.tensor = MakeGroup(MeshAxis::kTensor, layout::GroupOf(shape, layout::Axis::kTensor, coords));
+  groups.data = MakeGroup(MeshAxis::kData, layout::GroupOf(shape, layout::Axis::kData, coords));
+  groups.pipeline =
+      MakeGroup(MeshAxis::kPipeline, layout::GroupOf(shape, layout::Axis::kPipeline, coords));
+  groups.previous_stage = layout::PreviousStageRank(shape, coords);
+  groups.next_stage = layout::NextStageRank(shape, coords);
   return groups;
 }
 

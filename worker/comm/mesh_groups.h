@@ -2,14 +2,10 @@
 // MeshGroups: which communicator groups one rank belongs to, computed from a
 // job's mesh assignment (cohort.v1.Mesh). Pure logic: no I/O, no threads.
 //
-// Ranks follow Megatron's layout: rank = p * (dp * tp) + d * tp + t for data
-// coordinate d, tensor coordinate t and pipeline stage p, so a tensor group
-// is tp consecutive ranks.
-//
-//   tensor group    same data and pipeline coordinates, ordered by tensor
-//   data group      same tensor and pipeline coordinates, ordered by data
-//   pipeline group  same data and tensor coordinates, ordered by stage; the
-//                   previous and next stage are this rank's neighbours in it
+// Ranks, groups and group indices come from the layout library
+// (common/layout/mesh_layout.h: Megatron order, tensor fastest): the tensor,
+// data and pipeline groups of a rank, each ordered along its axis; the
+// previous and next stage are its neighbours in the pipeline group.
 //
 // Ranks here are plain ints to match Communicator::rank().
 //
@@ -19,11 +15,8 @@
 // and equal on all of the group's members:
 //
 //   bits 15..12  axis: 0 world, 1 tensor, 2 data, 3 pipeline
-//   bits 11..0   the group's index along the other two axes:
-//                  world     0
-//                  tensor    p * dp + d
-//                  data      p * tp + t
-//                  pipeline  d * tp + t
+//   bits 11..0   the group's index (layout::AxisGroup::group_index; 0 for
+//                the world)
 //
 // Ids never reach 0xf000 and above (0xffff is the UCX context's own); a mesh
 // with 4096 or more groups on one axis is rejected.

@@ -274,7 +274,7 @@ void GptModel::ZeroGrad() {
   if (!embedding_grad_.span().empty()) backend_->Zero(embedding_grad_.span());
 }
 
-absl::Status GptModel::Backward(float loss_scale) {
+absl::Status GptModel::Backward(double loss_scale) {
   if (layout().pp > 1) {
     return absl::FailedPreconditionError("Backward runs a whole model; use BackwardStage");
   }
@@ -286,7 +286,7 @@ absl::Status GptModel::Backward(float loss_scale) {
   return backend_->Synchronize();
 }
 
-absl::Status GptModel::BackwardStage(int slot_index, float loss_scale) {
+absl::Status GptModel::BackwardStage(int slot_index, double loss_scale) {
   if (slot_index < 0 || slot_index >= static_cast<int>(slots_.size()) ||
       slots_[slot_index].B == 0) {
     return absl::FailedPreconditionError(
@@ -314,7 +314,7 @@ absl::Status GptModel::BackwardStage(int slot_index, float loss_scale) {
 
   if (lay.has_head()) {
     // d(loss_scale * mean loss)/d(loss at each position).
-    host_dlosses_.assign(N, static_cast<float>(static_cast<double>(loss_scale) / N));
+    host_dlosses_.assign(N, static_cast<float>(loss_scale / N));
     be.CopyFromHost(a.dlosses, host_dlosses_.data());
     if (lay.tp == 1) {
       be.CrossEntropyBackward(g.dlogits, a.logits, a.lse, slot.targets, a.dlosses, N, V, Vs);

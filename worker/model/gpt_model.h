@@ -127,7 +127,7 @@ class GptModel {
   // Backward of `slot` (forwarded since its last backward): adds the
   // gradients into grads() and embedding_grad(). loss_scale applies on the
   // last stage; other stages take the scale with their output gradient.
-  absl::Status BackwardStage(int slot, float loss_scale);
+  absl::Status BackwardStage(int slot, double loss_scale);
   // d(loss)/d(StageInput) of the last BackwardStage (stages > 0).
   compute::TensorSpan StageInputGrad() const;
 
@@ -149,7 +149,7 @@ class GptModel {
   // adds again). FailedPrecondition without a successful Forward since
   // Create or with pipeline parallelism; InvalidArgument for a non-finite
   // scale.
-  absl::Status Backward(float loss_scale);
+  absl::Status Backward(double loss_scale);
 
   // The logits (B,T,Vp) of the last successful Forward (backend memory); an
   // empty span before the first. Padding columns V..Vp-1 hold lnf · wte[v]

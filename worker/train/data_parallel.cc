@@ -7,18 +7,6 @@
 #include "common/status_macros.h"
 
 namespace cohort::train {
-namespace {
-
-size_t RoundUp(size_t n, size_t multiple) { return (n + multiple - 1) / multiple * multiple; }
-
-}  // namespace
-
-ShardRange DataShardRange(size_t num_params, int dp, int rank) {
-  const size_t padded = RoundUp(std::max<size_t>(num_params, 1), static_cast<size_t>(dp) * kNormChunk);
-  const size_t shard = padded / static_cast<size_t>(dp);
-  const size_t begin = std::min(num_params, shard * static_cast<size_t>(rank));
-  return {begin, std::min(num_params, begin + shard)};
-}
 
 DataParallel::DataParallel(comm::Communicator* group, size_t num_params,
                            DataParallelOptions options)
@@ -27,10 +15,10 @@ DataParallel::DataParallel(comm::Communicator* group, size_t num_params,
       options_(options),
       dp_(group_ == nullptr ? 1 : group_->size()),
       rank_(group_ == nullptr ? 0 : group_->rank()) {
-  padded_ = RoundUp(std::max<size_t>(num_params_, 1), static_cast<size_t>(dp_) * kNormChunk);
+  padded_ = layout::PaddedShardedSize(num_params_, dp_);
   shard_ = padded_ / static_cast<size_t>(dp_);
   if (options_.zero1) {
-    const ShardRange own = DataShardRange(num_params_, dp_, rank_);
+    const layout::ShardRange own = layout::DataShardRange(num_params_, dp_, rank_);
     update_begin_ = own.begin;
     update_end_ = own.end;
     if (group_ != nullptr) {

@@ -29,22 +29,17 @@
 
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
+#include "common/layout/mesh_layout.h"
 #include "worker/comm/communicator.h"
 #include "worker/train/grad_norm.h"
 
 namespace cohort::train {
 
 inline constexpr size_t kNormChunk = kSumOfSquaresChunk;
-
-// The flat range [begin, end) of `num_params` that data rank `rank` of `dp`
-// owns: its ZeRO-1 shard (the update range under ZeRO-1, and the range it
-// writes to checkpoints either way). Shards are padded_size / dp long, the
-// padded size a multiple of dp * kNormChunk, clipped to num_params.
-struct ShardRange {
-  size_t begin = 0;
-  size_t end = 0;
-};
-ShardRange DataShardRange(size_t num_params, int dp, int rank);
+// The shard math lives in the layout library (layout::DataShardRange: the
+// update range under ZeRO-1, and the range a data rank writes to checkpoints
+// either way); its alignment must be the norm's chunk.
+static_assert(kNormChunk == layout::kShardAlignment);
 
 struct DataParallelOptions {
   bool zero1 = false;

@@ -4,6 +4,7 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
+#include "common/layout/mesh_layout.h"
 #include "common/status_macros.h"
 
 namespace cohort::train {
@@ -43,14 +44,16 @@ v1::Mesh LocalMesh(int dp, int tp, int pp) {
   mesh.set_data_parallel(dp);
   mesh.set_tensor_parallel(tp);
   mesh.set_pipeline_parallel(pp);
-  for (int r = 0; r < dp * tp * pp; ++r) {
+  const layout::MeshShape shape{dp, tp, pp};
+  for (int r = 0; r < shape.world(); ++r) {
     v1::MeshMember* member = mesh.add_members();
     member->set_worker_id(absl::StrCat("rank-", r));
+    const layout::MeshCoords coords = layout::CoordsOf(shape, r);
     v1::MeshCoordinates* c = member->mutable_coordinates();
     c->set_rank(r);
-    c->set_tensor(r % tp);
-    c->set_data(r / tp % dp);
-    c->set_pipeline(r / (tp * dp));
+    c->set_tensor(coords.tensor);
+    c->set_data(coords.data);
+    c->set_pipeline(coords.pipeline);
   }
   return mesh;
 }

@@ -38,9 +38,9 @@ absl::StatusOr<MeshCommunicators> CreateMeshCommunicators(comm::UcxContext* cont
 // The ModelLayout of the member at `self` in `mesh`.
 model::ModelLayout LayoutOf(const v1::Mesh& mesh, const v1::MeshCoordinates& self);
 
-// A complete mesh of dp x tp x pp ranks in Megatron order (rank = stage * dp
-// * tp + data * tp + tensor), with worker ids "rank-<r>": for tests and
-// benchmarks that start their ranks themselves.
+// A complete mesh of dp x tp x pp ranks (coordinates from the layout
+// library), with worker ids "rank-<r>": for tests and benchmarks that start
+// their ranks themselves.
 v1::Mesh LocalMesh(int dp, int tp, int pp);
 
 }  // namespace cohort::train

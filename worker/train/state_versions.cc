@@ -29,11 +29,12 @@ StateVersions::StateVersions(model::GptModel* model, float* m, float* v, size_t 
       dp_(dp),
       dp_rank_(dp_rank),
       options_(options),
-      replicas_(zero1 ? std::clamp(options.optimizer_replicas, 1, std::max(1, dp)) : 1) {
+      // Without ZeRO-1 every data rank holds all of the state: no mirrors.
+      replicas_(zero1 ? layout::OptimizerCopies(zero1, options.optimizer_replicas, dp) : 1) {
   for (int j = 1; j < replicas_; ++j) {
     MirrorBuffers mirror;
-    mirror.owner = (dp_rank_ - j + dp_) % dp_;
-    const ShardRange range = DataShardRange(model_->num_params(), dp_, mirror.owner);
+    mirror.owner = layout::OptimizerCopyOwner(dp_rank_, j, dp_);
+    const layout::ShardRange range = layout::DataShardRange(model_->num_params(), dp_, mirror.owner);
     mirror.begin = range.begin;
     mirror.end = range.end;
     for (int b = 0; b < 2; ++b) {
@@ -74,7 +75,7 @@ absl::Status StateVersions::ExchangeMirrors(comm::Communicator* data_group, int6
   for (size_t j = 0; j < mirrors_.size(); ++j) {
     MirrorBuffers& mirror = mirrors_[j];
     const int shift = static_cast<int>(j) + 1;
-    const int to = (dp_rank_ + shift) % dp_;
+    const int to = layout::OptimizerCopyHolder(dp_rank_, shift, dp_);
     const size_t theirs = mirror.end - mirror.begin;
     // Straight from the moments into the mirror: no staging copies.
     const uint32_t tag = kMirrorTag + 2 * static_cast<uint32_t>(shift);

@@ -122,7 +122,9 @@ absl::Status StepRunner::RunSchedule(Step step, float* accumulated, double* loca
   const int B = config_.micro_batch_size;
   const int per_rank = config_.global_batch_size / data_parallel_->dp();
   const int first_sample = data_parallel_->rank() * per_rank;
-  const float loss_scale = 1.0f / static_cast<float>(config_.micro_batches_per_step());
+  // Each micro-batch's share of the step's mean loss, in double: a float
+  // 1/m would scale loss and gradients by m * fl32(1/m) (1 + 3e-8 for m = 3).
+  const double loss_scale = 1.0 / config_.micro_batches_per_step();
   const size_t n = model_->num_params();
   const size_t activation_bytes = static_cast<size_t>(B) * T * config_.model.width * sizeof(float);
   const bool first = layout_.first_stage();
@@ -144,7 +146,7 @@ absl::Status StepRunner::RunSchedule(Step step, float* accumulated, double* loca
       }
       ASSIGN_OR_RETURN(double loss,
                        model_->ForwardStage(slot, inputs_.data(), targets_.data(), B, T));
-      if (last) *local_loss += loss * static_cast<double>(loss_scale);
+      if (last) *local_loss += loss;  // divided by the micro-batch count once, in Run
       if (!last) {
         pending_ = PendingSend{model_->StageOutput(slot).data, activation_bytes,
                                layout_.stage + 1};
@@ -245,6 +247,7 @@ absl::StatusOr<StepResult> StepRunner::Run(Step step) {
     RETURN_IF_ERROR(options_.pipeline_group->AllReduce(
         &loss, 1, comm::DataType::kFloat64, comm::ReduceOp::kSum, options_.timeout));
   }
+  loss /= config_.micro_batches_per_step();
   ASSIGN_OR_RETURN(double norm, GlobalNorm(accumulated));
   if (!std::isfinite(loss) || !std::isfinite(norm)) {
     return absl::FailedPreconditionError(absl::StrCat(

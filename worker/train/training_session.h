@@ -77,6 +77,7 @@ class TrainingSession {
   const TrainingConfig& config() const { return config_; }
   model::GptModel& model() { return *model_; }
   const DataParallel& data_parallel() const { return *data_parallel_; }
+  const data::BatchSampler& sampler() const { return *sampler_; }
   const StepRunner& runner() const { return *runner_; }
   StepRunner& runner() { return *runner_; }
 

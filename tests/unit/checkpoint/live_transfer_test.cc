@@ -124,7 +124,7 @@ TEST_P(LiveTransferTest, EveryNewRankGetsBitwiseTheStateItNeeds) {
     const size_t n = h.table->num_params();
     h.params = Arena(*h.table, StateKind::kParam);
     std::vector<float> m = Arena(*h.table, StateKind::kAdamM), v = Arena(*h.table, StateKind::kAdamV);
-    const train::ShardRange own = train::DataShardRange(n, c.source.dp, pos.dp_rank);
+    const layout::ShardRange own = layout::DataShardRange(n, c.source.dp, pos.dp_rank);
     const ArenaRange optimizer = c.source.zero1 ? ArenaRange{own.begin, own.end} : ArenaRange{0, n};
     h.m.assign(m.begin() + optimizer.begin, m.begin() + optimizer.end);
     h.v.assign(v.begin() + optimizer.begin, v.begin() + optimizer.end);
@@ -133,13 +133,13 @@ TEST_P(LiveTransferTest, EveryNewRankGetsBitwiseTheStateItNeeds) {
     if (c.source.zero1) {
       for (int j = 1; j < c.source.optimizer_replicas; ++j) {
         const int owner = (pos.dp_rank - j + c.source.dp) % c.source.dp;
-        const train::ShardRange range = train::DataShardRange(n, c.source.dp, owner);
+        const layout::ShardRange range = layout::DataShardRange(n, c.source.dp, owner);
         h.mirror_m.emplace_back(m.begin() + range.begin, m.begin() + range.end);
         h.mirror_v.emplace_back(v.begin() + range.begin, v.begin() + range.end);
       }
       for (size_t j = 0; j < h.mirror_m.size(); ++j) {
         const int owner = (pos.dp_rank - static_cast<int>(j) - 1 + c.source.dp) % c.source.dp;
-        const train::ShardRange range = train::DataShardRange(n, c.source.dp, owner);
+        const layout::ShardRange range = layout::DataShardRange(n, c.source.dp, owner);
         h.state.mirrors.push_back(SourceState::Mirror{h.mirror_m[j].data(), h.mirror_v[j].data(),
                                                       ArenaRange{range.begin, range.end}});
       }
@@ -157,7 +157,7 @@ TEST_P(LiveTransferTest, EveryNewRankGetsBitwiseTheStateItNeeds) {
     Dest& d = dests[static_cast<size_t>(q)];
     d.table = std::make_unique<model::ParameterTable>(kSmall, pos.layout);
     const size_t n = d.table->num_params();
-    const train::ShardRange own = train::DataShardRange(n, c.next.dp, pos.dp_rank);
+    const layout::ShardRange own = layout::DataShardRange(n, c.next.dp, pos.dp_rank);
     d.optimizer = c.next.zero1 ? ArenaRange{own.begin, own.end} : ArenaRange{0, n};
     d.params.assign(n, NAN);
     d.m.assign(d.optimizer.end - d.optimizer.begin, NAN);

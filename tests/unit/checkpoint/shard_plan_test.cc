@@ -94,7 +94,7 @@ TEST_P(ShardPlanTest, LoadPiecesCoverTheShardAndTheOptimizerRange) {
   const Layout l = GetParam();
   for (const auto& [table, position] : Ranks(kSmall, l)) {
     for (bool zero1 : {false, true}) {
-      const train::ShardRange own = train::DataShardRange(table.num_params(), l.dp, position.dp_rank);
+      const layout::ShardRange own = layout::DataShardRange(table.num_params(), l.dp, position.dp_rank);
       const ArenaRange optimizer =
           zero1 ? ArenaRange{own.begin, own.end} : ArenaRange{0, table.num_params()};
       std::map<StateKind, std::vector<char>> covered;

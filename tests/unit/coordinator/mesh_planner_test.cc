@@ -58,7 +58,7 @@ void ExpectWellFormed(const v1::Mesh& mesh, const PlanRequest& request) {
     const v1::MeshMember& m = mesh.members(i);
     const v1::MeshCoordinates& c = m.coordinates();
     EXPECT_EQ(c.rank(), i);
-    EXPECT_EQ(MegatronRank(shape, c.data(), c.tensor(), c.pipeline()), i);
+    EXPECT_EQ(layout::RankOf(shape, {c.data(), c.tensor(), c.pipeline()}), i);
     EXPECT_TRUE(seen.insert(m.worker_id()).second) << m.worker_id() << " used twice";
     auto it = candidates.find(m.worker_id());
     ASSERT_NE(it, candidates.end()) << m.worker_id() << " is not a candidate";
@@ -92,17 +92,6 @@ std::vector<PlannerWorker> Without(std::vector<PlannerWorker> workers,
                                [&](const PlannerWorker& w) { return gone.count(w.id.value()); }),
                 workers.end());
   return workers;
-}
-
-TEST(MegatronRankTest, TensorFastestThenDataThenPipeline) {
-  const MeshShape shape{3, 2, 2};
-  EXPECT_EQ(shape.world(), 12);
-  EXPECT_EQ(MegatronRank(shape, 0, 0, 0), 0);
-  EXPECT_EQ(MegatronRank(shape, 0, 1, 0), 1);
-  EXPECT_EQ(MegatronRank(shape, 1, 0, 0), 2);
-  EXPECT_EQ(MegatronRank(shape, 2, 1, 0), 5);
-  EXPECT_EQ(MegatronRank(shape, 0, 0, 1), 6);
-  EXPECT_EQ(MegatronRank(shape, 2, 1, 1), 11);
 }
 
 struct LayoutCase {

@@ -35,7 +35,7 @@ float Weight(int64_t step, size_t i) { return static_cast<float>(step) + 1e-3f *
 struct Rank {
   Rank(compute::Backend* backend, int rank, bool keep_previous) : rank(rank) {
     model = *model::GptModel::Create(kTiny, backend, {});
-    range = DataShardRange(model->num_params(), kRanks, rank);
+    range = layout::DataShardRange(model->num_params(), kRanks, rank);
     m.resize(range.end - range.begin);
     v.resize(range.end - range.begin);
     versions = std::make_unique<StateVersions>(
@@ -52,7 +52,7 @@ struct Rank {
   }
   int rank;
   std::unique_ptr<model::GptModel> model;
-  ShardRange range;
+  layout::ShardRange range;
   std::vector<float> m, v;
   std::unique_ptr<StateVersions> versions;
 };
@@ -170,7 +170,7 @@ TEST_F(StateVersionsTest, WithoutKeepingThePreviousStepOnlyTheCurrentIsHeld) {
     ExpectView(*rank->versions->Version(1), *rank, 1);
     EXPECT_EQ(rank->versions->Version(0).status().code(), absl::StatusCode::kNotFound);
     // Mirrors are double-buffered either way; no previous weights or moments.
-    const ShardRange owner = DataShardRange(rank->model->num_params(), kRanks,
+    const layout::ShardRange owner = layout::DataShardRange(rank->model->num_params(), kRanks,
                                             (rank->rank + kRanks - 1) % kRanks);
     EXPECT_EQ(rank->versions->extra_bytes(), 4 * (owner.end - owner.begin) * sizeof(float));
   }

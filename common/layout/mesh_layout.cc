@@ -1,0 +1,135 @@
+#include "common/layout/mesh_layout.h"
+
+#include <algorithm>
+
+namespace cohort::layout {
+
+int RankOf(const MeshShape& shape, const MeshCoords& coords) {
+  return coords.pipeline * (shape.data * shape.tensor) + coords.data * shape.tensor +
+         coords.tensor;
+}
+
+MeshCoords CoordsOf(const MeshShape& shape, int rank) {
+  const int per_stage = shape.data * shape.tensor;
+  return {(rank % per_stage) / shape.tensor, rank % shape.tensor, rank / per_stage};
+}
+
+bool InMesh(const MeshShape& shape, const MeshCoords& coords) {
+  return coords.data >= 0 && coords.data < shape.data && coords.tensor >= 0 &&
+         coords.tensor < shape.tensor && coords.pipeline >= 0 && coords.pipeline < shape.pipeline;
+}
+
+const char* AxisName(Axis axis) {
+  switch (axis) {
+    case Axis::kTensor:
+      return "tensor";
+    case Axis::kData:
+      return "data";
+    case Axis::kPipeline:
+      return "pipeline";
+  }
+  return "unknown";
+}
+
+int AxisSize(const MeshShape& shape, Axis axis) {
+  switch (axis) {
+    case Axis::kTensor:
+      return shape.tensor;
+    case Axis::kData:
+      return shape.data;
+    case Axis::kPipeline:
+      return shape.pipeline;
+  }
+  return 1;
+}
+
+int AxisCoordinate(const MeshCoords& coords, Axis axis) {
+  switch (axis) {
+    case Axis::kTensor:
+      return coords.tensor;
+    case Axis::kData:
+      return coords.data;
+    case Axis::kPipeline:
+      return coords.pipeline;
+  }
+  return 0;
+}
+
+namespace {
+
+MeshCoords WithCoordinate(MeshCoords coords, Axis axis, int value) {
+  switch (axis) {
+    case Axis::kTensor:
+      coords.tensor = value;
+      break;
+    case Axis::kData:
+      coords.data = value;
+      break;
+    case Axis::kPipeline:
+      coords.pipeline = value;
+      break;
+  }
+  return coords;
+}
+
+}  // namespace
+
+AxisGroup GroupOf(const MeshShape& shape, Axis axis, const MeshCoords& coords) {
+  AxisGroup group;
+  const int size = AxisSize(shape, axis);
+  group.ranks.reserve(static_cast<size_t>(size));
+  for (int i = 0; i < size; ++i) group.ranks.push_back(RankOf(shape, WithCoordinate(coords, axis, i)));
+  group.index = AxisCoordinate(coords, axis);
+  switch (axis) {
+    case Axis::kTensor:
+      group.group_index = coords.pipeline * shape.data + coords.data;
+      break;
+    case Axis::kData:
+      group.group_index = coords.pipeline * shape.tensor + coords.tensor;
+      break;
+    case Axis::kPipeline:
+      group.group_index = coords.data * shape.tensor + coords.tensor;
+      break;
+  }
+  return group;
+}
+
+int GroupsOnAxis(const MeshShape& shape, Axis axis) {
+  return shape.world() / AxisSize(shape, axis);
+}
+
+std::optional<int> PreviousStageRank(const MeshShape& shape, const MeshCoords& coords) {
+  if (coords.pipeline == 0) return std::nullopt;
+  return RankOf(shape, WithCoordinate(coords, Axis::kPipeline, coords.pipeline - 1));
+}
+
+std::optional<int> NextStageRank(const MeshShape& shape, const MeshCoords& coords) {
+  if (coords.pipeline + 1 >= shape.pipeline) return std::nullopt;
+  return RankOf(shape, WithCoordinate(coords, Axis::kPipeline, coords.pipeline + 1));
+}
+
+size_t PaddedShardedSize(size_t num_params, int data_parallel) {
+  const size_t unit = static_cast<size_t>(data_parallel) * kShardAlignment;
+  return (std::max<size_t>(num_params, 1) + unit - 1) / unit * unit;
+}
+
+ShardRange DataShardRange(size_t num_params, int data_parallel, int data_rank) {
+  const size_t shard = PaddedShardedSize(num_params, data_parallel) / static_cast<size_t>(data_parallel);
+  const size_t begin = std::min(num_params, shard * static_cast<size_t>(data_rank));
+  return {begin, std::min(num_params, begin + shard)};
+}
+
+int OptimizerCopies(bool zero1, int optimizer_replicas, int data_parallel) {
+  const int dp = std::max(1, data_parallel);
+  return zero1 ? std::clamp(optimizer_replicas, 1, dp) : dp;
+}
+
+int OptimizerCopyHolder(int owner, int copy, int data_parallel) {
+  return (owner + copy) % data_parallel;
+}
+
+int OptimizerCopyOwner(int holder, int copy, int data_parallel) {
+  return ((holder - copy) % data_parallel + data_parallel) % data_parallel;
+}
+
+}  // namespace cohort::layout

@@ -1,0 +1,100 @@
+#pragma once
+// The mesh math every part of Cohort shares: where a rank sits in a
+// data x tensor x pipeline mesh, which ranks form each axis's groups, how
+// ZeRO-1 splits the flat parameter vector over data ranks, and which data
+// ranks hold each optimizer shard's copies. The coordinator's planners, the
+// worker's groups, communicators, state versions and live transfer, and
+// cohortctl all call this; nothing else computes a rank.
+//
+// Ranks follow Megatron's order, tensor fastest, then data, then pipeline:
+//
+//   rank = pipeline * (data_parallel * tensor_parallel) + data * tensor_parallel + tensor
+//
+// so a tensor group is tensor_parallel consecutive ranks (the group that
+// talks most shares a host when hosts get consecutive ranks).
+//
+//   axis      group members: the same ...     ordered by   group index
+//   tensor    data and pipeline coordinates   tensor       pipeline * dp + data
+//   data      tensor and pipeline coordinates data         pipeline * tp + tensor
+//   pipeline  data and tensor coordinates     pipeline     data * tp + tensor
+//
+// Pure arithmetic: no I/O, no allocation beyond the returned vectors.
+
+#include <cstddef>
+#include <optional>
+#include <vector>
+
+namespace cohort::layout {
+
+// The degrees of a mesh; each >= 1 where the functions below are used.
+struct MeshShape {
+  int data = 1;
+  int tensor = 1;
+  int pipeline = 1;
+  int world() const { return data * tensor * pipeline; }
+  bool operator==(const MeshShape&) const = default;
+};
+
+// Where a rank sits.
+struct MeshCoords {
+  int data = 0;
+  int tensor = 0;
+  int pipeline = 0;
+  bool operator==(const MeshCoords&) const = default;
+};
+
+int RankOf(const MeshShape& shape, const MeshCoords& coords);
+// `rank` in [0, shape.world()).
+MeshCoords CoordsOf(const MeshShape& shape, int rank);
+bool InMesh(const MeshShape& shape, const MeshCoords& coords);
+
+enum class Axis { kTensor, kData, kPipeline };
+const char* AxisName(Axis axis);
+
+// The degree of `axis` (the size of each of its groups).
+int AxisSize(const MeshShape& shape, Axis axis);
+// The coordinate of `coords` along `axis` (its index within its group).
+int AxisCoordinate(const MeshCoords& coords, Axis axis);
+
+// The group of `axis` that `coords` belongs to.
+struct AxisGroup {
+  std::vector<int> ranks;  // ordered along the axis: ranks[i] has coordinate i
+  int group_index = 0;     // distinct per group of one axis (table above)
+  int index = 0;           // coords' position in `ranks`
+};
+AxisGroup GroupOf(const MeshShape& shape, Axis axis, const MeshCoords& coords);
+// Groups of `axis` in the mesh: the product of the other two degrees.
+int GroupsOnAxis(const MeshShape& shape, Axis axis);
+
+// The neighbouring stages of `coords` in its pipeline group, if any.
+std::optional<int> PreviousStageRank(const MeshShape& shape, const MeshCoords& coords);
+std::optional<int> NextStageRank(const MeshShape& shape, const MeshCoords& coords);
+
+// ZeRO-1: the flat parameter vector of a (tensor, pipeline) shard, padded to
+// a multiple of data_parallel * kShardAlignment and cut into equal pieces,
+// so piece boundaries fall on the gradient norm's fixed chunks (the norm
+// does not depend on where pieces fall); [begin, end) is clipped to
+// num_params and may be empty for the last data ranks of a tiny model.
+inline constexpr size_t kShardAlignment = size_t{1} << 14;
+struct ShardRange {
+  size_t begin = 0;
+  size_t end = 0;
+  size_t size() const { return end - begin; }
+  bool operator==(const ShardRange&) const = default;
+};
+ShardRange DataShardRange(size_t num_params, int data_parallel, int data_rank);
+// The padded length those pieces cut: data_parallel pieces of equal size.
+size_t PaddedShardedSize(size_t num_params, int data_parallel);
+
+// How many data ranks hold each optimizer-state piece: with ZeRO-1 the
+// piece's owner plus copies - 1 mirrors (`optimizer_replicas` clamped to
+// [1, data_parallel]); without it every data rank holds all of it.
+int OptimizerCopies(bool zero1, int optimizer_replicas, int data_parallel);
+// The data rank holding copy `copy` (0: the owner) of `owner`'s piece:
+// the next data ranks after the owner, wrapping, so a lost rank's pieces
+// are spread over different survivors.
+int OptimizerCopyHolder(int owner, int copy, int data_parallel);
+// The owner whose copy `copy` data rank `holder` holds (the inverse).
+int OptimizerCopyOwner(int holder, int copy, int data_parallel);
+
+}  // namespace cohort::layout

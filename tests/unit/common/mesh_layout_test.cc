@@ -1,0 +1,226 @@
+// The layout library (common/layout/mesh_layout.h) against brute-force
+// enumeration, and the coordinator's plan against the groups a worker
+// derives from it, for every (dp, tp, pp) of up to 64 ranks (issue 22).
+
+#include "common/layout/mesh_layout.h"
+
+#include <algorithm>
+#include <map>
+#include <set>
+#include <string>
+#include <tuple>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "coordinator/mesh_planner.h"
+#include "gtest/gtest.h"
+#include "worker/comm/mesh_groups.h"
+
+namespace cohort::layout {
+namespace {
+
+constexpr int kMaxRanks = 64;
+
+std::vector<MeshShape> AllShapes() {
+  std::vector<MeshShape> shapes;
+  for (int dp = 1; dp <= kMaxRanks; ++dp) {
+    for (int tp = 1; dp * tp <= kMaxRanks; ++tp) {
+      for (int pp = 1; dp * tp * pp <= kMaxRanks; ++pp) shapes.push_back({dp, tp, pp});
+    }
+  }
+  return shapes;
+}
+
+std::string Name(const MeshShape& s) {
+  return absl::StrCat("dp ", s.data, " tp ", s.tensor, " pp ", s.pipeline);
+}
+
+// Megatron's order, written as the nested loops that define it.
+std::vector<MeshCoords> Enumerate(const MeshShape& shape) {
+  std::vector<MeshCoords> by_rank;
+  for (int p = 0; p < shape.pipeline; ++p) {
+    for (int d = 0; d < shape.data; ++d) {
+      for (int t = 0; t < shape.tensor; ++t) by_rank.push_back({d, t, p});
+    }
+  }
+  return by_rank;
+}
+
+TEST(MeshLayoutTest, RanksAndCoordinatesAreTheEnumerationOrder) {
+  const std::vector<MeshShape> shapes = AllShapes();
+  ASSERT_GT(shapes.size(), 500u);
+  for (const MeshShape& shape : shapes) {
+    const std::vector<MeshCoords> by_rank = Enumerate(shape);
+    ASSERT_EQ(static_cast<int>(by_rank.size()), shape.world()) << Name(shape);
+    for (int rank = 0; rank < shape.world(); ++rank) {
+      const MeshCoords& c = by_rank[static_cast<size_t>(rank)];
+      ASSERT_EQ(RankOf(shape, c), rank) << Name(shape);
+      ASSERT_EQ(CoordsOf(shape, rank), c) << Name(shape) << " rank " << rank;
+      ASSERT_TRUE(InMesh(shape, c));
+    }
+    EXPECT_FALSE(InMesh(shape, {shape.data, 0, 0}));
+    EXPECT_FALSE(InMesh(shape, {0, -1, 0}));
+    EXPECT_FALSE(InMesh(shape, {0, 0, shape.pipeline}));
+  }
+}
+
+TEST(MeshLayoutTest, TensorFastestThenDataThenPipeline) {
+  const MeshShape shape{3, 2, 2};
+  EXPECT_EQ(shape.world(), 12);
+  EXPECT_EQ(RankOf(shape, {0, 1, 0}), 1);
+  EXPECT_EQ(RankOf(shape, {1, 0, 0}), 2);
+  EXPECT_EQ(RankOf(shape, {2, 1, 0}), 5);
+  EXPECT_EQ(RankOf(shape, {0, 0, 1}), 6);
+  EXPECT_EQ(RankOf(shape, {2, 1, 1}), 11);
+}
+
+TEST(MeshLayoutTest, GroupsAreTheRanksThatShareTheOtherTwoCoordinates) {
+  for (const MeshShape& shape : AllShapes()) {
+    const std::vector<MeshCoords> by_rank = Enumerate(shape);
+    for (const Axis axis : {Axis::kTensor, Axis::kData, Axis::kPipeline}) {
+      std::map<int, std::vector<int>> ranks_of_group;  // group index -> ranks
+      for (int rank = 0; rank < shape.world(); ++rank) {
+        const MeshCoords& self = by_rank[static_cast<size_t>(rank)];
+        const AxisGroup group = GroupOf(shape, axis, self);
+        // Brute force: every rank whose other coordinates equal self's, by
+        // its coordinate on the axis.
+        std::vector<std::pair<int, int>> expected;
+        for (int other = 0; other < shape.world(); ++other) {
+          const MeshCoords& c = by_rank[static_cast<size_t>(other)];
+          const bool same = (axis == Axis::kTensor || c.tensor == self.tensor) &&
+                            (axis == Axis::kData || c.data == self.data) &&
+                            (axis == Axis::kPipeline || c.pipeline == self.pipeline);
+          if (same) expected.push_back({AxisCoordinate(c, axis), other});
+        }
+        std::sort(expected.begin(), expected.end());
+        std::vector<int> expected_ranks;
+        for (const auto& [coordinate, r] : expected) expected_ranks.push_back(r);
+        ASSERT_EQ(group.ranks, expected_ranks) << Name(shape) << " " << AxisName(axis);
+        ASSERT_EQ(static_cast<int>(group.ranks.size()), AxisSize(shape, axis));
+        ASSERT_EQ(group.ranks[static_cast<size_t>(group.index)], rank);
+        ASSERT_GE(group.group_index, 0);
+        ASSERT_LT(group.group_index, GroupsOnAxis(shape, axis));
+        auto [it, inserted] = ranks_of_group.emplace(group.group_index, group.ranks);
+        // Every member of a group computes the same index, and distinct
+        // groups get distinct indices.
+        ASSERT_EQ(it->second, group.ranks) << Name(shape) << " " << AxisName(axis);
+      }
+      EXPECT_EQ(static_cast<int>(ranks_of_group.size()), GroupsOnAxis(shape, axis));
+    }
+  }
+}
+
+TEST(MeshLayoutTest, NeighbouringStagesAreThePipelineGroupsNeighbours) {
+  for (const MeshShape& shape : AllShapes()) {
+    for (int rank = 0; rank < shape.world(); ++rank) {
+      const MeshCoords c = CoordsOf(shape, rank);
+      const AxisGroup pipeline = GroupOf(shape, Axis::kPipeline, c);
+      const std::optional<int> previous = PreviousStageRank(shape, c);
+      const std::optional<int> next = NextStageRank(shape, c);
+      ASSERT_EQ(previous.has_value(), c.pipeline > 0);
+      ASSERT_EQ(next.has_value(), c.pipeline + 1 < shape.pipeline);
+      if (previous) {
+        ASSERT_EQ(*previous, pipeline.ranks[static_cast<size_t>(c.pipeline - 1)]);
+      }
+      if (next) {
+        ASSERT_EQ(*next, pipeline.ranks[static_cast<size_t>(c.pipeline + 1)]);
+      }
+    }
+  }
+}
+
+TEST(MeshLayoutTest, DataShardsTileTheParametersOnAlignedBoundaries) {
+  for (size_t n : {size_t{0}, size_t{1}, size_t{1000}, kShardAlignment, kShardAlignment * 3 + 7,
+                   size_t{124439808}}) {
+    for (int dp = 1; dp <= kMaxRanks; ++dp) {
+      size_t covered = 0;
+      const size_t padded = PaddedShardedSize(n, dp);
+      ASSERT_EQ(padded % (static_cast<size_t>(dp) * kShardAlignment), 0u);
+      ASSERT_GE(padded, std::max<size_t>(n, 1));
+      for (int d = 0; d < dp; ++d) {
+        const ShardRange r = DataShardRange(n, dp, d);
+        ASSERT_EQ(r.begin, covered) << n << " over " << dp << ": rank " << d;
+        ASSERT_LE(r.end, n);
+        if (r.end < n) {
+          ASSERT_EQ(r.end % kShardAlignment, 0u);
+        }
+        ASSERT_LE(r.size(), padded / static_cast<size_t>(dp));
+        covered = r.end;
+      }
+      ASSERT_EQ(covered, n) << n << " over " << dp;
+    }
+  }
+}
+
+TEST(MeshLayoutTest, OptimizerCopiesSitOnDistinctDataRanksAndInvert) {
+  EXPECT_EQ(OptimizerCopies(false, 2, 4), 4) << "without ZeRO-1 every data rank holds it all";
+  EXPECT_EQ(OptimizerCopies(true, 2, 4), 2);
+  EXPECT_EQ(OptimizerCopies(true, 8, 3), 3) << "clamped to the data degree";
+  EXPECT_EQ(OptimizerCopies(true, 0, 3), 1);
+  for (int dp = 1; dp <= kMaxRanks; ++dp) {
+    for (int replicas = 1; replicas <= 8; ++replicas) {
+      const int copies = OptimizerCopies(true, replicas, dp);
+      for (int owner = 0; owner < dp; ++owner) {
+        std::set<int> holders;
+        for (int copy = 0; copy < copies; ++copy) {
+          const int holder = OptimizerCopyHolder(owner, copy, dp);
+          ASSERT_GE(holder, 0);
+          ASSERT_LT(holder, dp);
+          ASSERT_EQ(OptimizerCopyOwner(holder, copy, dp), owner);
+          holders.insert(holder);
+        }
+        ASSERT_EQ(OptimizerCopyHolder(owner, 0, dp), owner);
+        ASSERT_EQ(static_cast<int>(holders.size()), copies) << "dp " << dp << " owner " << owner;
+      }
+    }
+  }
+}
+
+// What the coordinator plans and what each worker derives from the plan
+// describe the same mesh: every member's groups exist, and its tensor,
+// data and pipeline groups hold exactly the planned members that share the
+// other two coordinates.
+TEST(MeshLayoutTest, TheCoordinatorsPlanAndTheWorkersGroupsAgree) {
+  for (const MeshShape& shape : AllShapes()) {
+    coordinator::PlanRequest request;
+    request.tensor = shape.tensor;
+    request.pipeline = shape.pipeline;
+    request.min_workers = request.max_workers = shape.world();
+    request.micro_batches = shape.data;
+    for (int w = 0; w < shape.world(); ++w) {
+      request.candidates.push_back({WorkerId(absl::StrCat("w", w)), Incarnation(1),
+                                    absl::StrCat("host-", w / 8), w % 8});
+    }
+    absl::StatusOr<v1::Mesh> mesh = coordinator::MeshPlanner::Plan(request);
+    ASSERT_TRUE(mesh.ok()) << Name(shape) << ": " << mesh.status();
+    ASSERT_EQ(mesh->data_parallel(), shape.data) << Name(shape);
+    ASSERT_TRUE(comm::ValidateMesh(*mesh).ok()) << Name(shape);
+    std::map<int, MeshCoords> planned;  // rank -> coordinates
+    for (const v1::MeshMember& m : mesh->members()) {
+      const v1::MeshCoordinates& c = m.coordinates();
+      planned[c.rank()] = {c.data(), c.tensor(), c.pipeline()};
+    }
+    for (const v1::MeshMember& m : mesh->members()) {
+      absl::StatusOr<comm::MeshGroups> groups = comm::ComputeMeshGroups(*mesh, m.coordinates());
+      ASSERT_TRUE(groups.ok()) << Name(shape) << ": " << groups.status();
+      const MeshCoords self = planned[m.coordinates().rank()];
+      for (const auto& [group, axis] :
+           {std::pair{&groups->tensor, Axis::kTensor}, std::pair{&groups->data, Axis::kData},
+            std::pair{&groups->pipeline, Axis::kPipeline}}) {
+        ASSERT_EQ(static_cast<int>(group->ranks.size()), AxisSize(shape, axis));
+        for (size_t i = 0; i < group->ranks.size(); ++i) {
+          const MeshCoords c = planned[group->ranks[i]];
+          ASSERT_EQ(AxisCoordinate(c, axis), static_cast<int>(i)) << Name(shape);
+          for (const Axis other : {Axis::kTensor, Axis::kData, Axis::kPipeline}) {
+            if (other != axis) {
+              ASSERT_EQ(AxisCoordinate(c, other), AxisCoordinate(self, other));
+            }
+          }
+        }
+      }
+    }
+  }
+}
+
+}  // namespace
+}  // namespace cohort::layout
