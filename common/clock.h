@@ -1,5 +1,5 @@
 #pragma once
-// Time behind an interface (house rule 3): core logic takes `now` from a Clock;
+// Time behind an interface (docs/conventions.md, Pure core): core logic takes `now` from a Clock;
 // tests use FakeClock and advance it by hand instead of sleeping.
 
 #include "absl/base/thread_annotations.h"

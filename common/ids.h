@@ -1,6 +1,7 @@
 #pragma once
-// Typed identities (house rule 9): a worker id, an incarnation, a generation,
-// a rank and a step are distinct types so they cannot be swapped silently.
+// Typed identities (docs/conventions.md, Types and names): a worker id, an
+// incarnation, a generation, a rank and a step are distinct types so they
+// cannot be swapped silently.
 
 #include <compare>
 #include <cstdint>

@@ -4,6 +4,7 @@
 // (coordinator/job_spec_validator.cc); the worker applies the same ones to
 // specs that skipped normalisation (worker/train/training_config.cc).
 
+#include <climits>
 #include <cstdint>
 
 #include "absl/time/time.h"
@@ -25,6 +26,12 @@ inline constexpr int32_t kDefaultSyntheticOrder = 2;
 // this (GPT-2: 50257 -> 50304, llm.c's Vp); tensor parallelism splits the
 // padded rows, so it must divide the padded size.
 inline constexpr int kVocabPadMultiple = 128;
+
+// model.width: the widest model the engine holds. Its kernels index the
+// 4C x C MLP matrices with int, so 4 * C * C must fit in int32: C <= 23170.
+inline constexpr int32_t kMaxModelWidth = 23170;
+static_assert(int64_t{4} * kMaxModelWidth * kMaxModelWidth <= INT32_MAX &&
+              int64_t{4} * (kMaxModelWidth + 1) * (kMaxModelWidth + 1) > INT32_MAX);
 
 // checkpoint.keep_last: committed checkpoints retained besides keep_every's.
 inline constexpr int32_t kDefaultKeepLast = 3;

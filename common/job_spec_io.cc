@@ -493,7 +493,7 @@ JobSpecFormat DetectJobSpecFormat(absl::string_view path, absl::string_view cont
 }
 
 absl::StatusOr<std::string> YamlToJson(absl::string_view yaml, const Descriptor* schema) {
-  // yaml-cpp reports errors by exception; they stop here (house rule 5).
+  // yaml-cpp reports errors by exception; they stop here (docs/conventions.md, Errors).
   try {
     const YAML::Node root = YAML::Load(std::string(yaml));
     std::string out;

@@ -55,7 +55,7 @@ struct Voidify {
                                       __LINE__)                           \
                 .stream()
 
-// Programmer invariants only (house rule 6), active in Release builds too.
+// Programmer invariants only (docs/conventions.md, Crash policy), active in Release builds too.
 #define CHECK(cond)                                                        \
   (cond) ? (void)0                                                         \
          : ::cohort::log::Voidify() &                                      \

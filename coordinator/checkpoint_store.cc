@@ -152,20 +152,4 @@ size_t InMemoryCheckpointStore::chunk_count() const {
   return chunks_.size();
 }
 
-void InMemoryCheckpointStore::FlipByte(const JobId& job, int64_t step, const std::string& tensor,
-                                       uint32_t index, size_t byte) {
-  absl::MutexLock lock(&mu_);
-  const v1::CheckpointManifest& manifest = manifests_.at({job.value(), step});
-  for (const v1::TensorInfo& info : manifest.tensors()) {
-    if (info.name() != tensor) continue;
-    const v1::ChunkInfo& chunk = info.chunks(static_cast<int>(index));
-    auto& bytes = chunks_.at(ChunkKey{
-        PendingCheckpoint{job, step, Generation(manifest.generation())}, tensor,
-        std::vector<int64_t>(chunk.box().start().begin(), chunk.box().start().end())});
-    auto copy = std::make_shared<std::string>(*bytes);
-    (*copy)[byte] = static_cast<char>((*copy)[byte] ^ 0x40);
-    bytes = std::move(copy);
-  }
-}
-
 }  // namespace cohort::coordinator

@@ -110,11 +110,8 @@ class InMemoryCheckpointStore : public CheckpointStore {
   absl::StatusOr<std::unique_ptr<CheckpointReader>> Open(const JobId& job, int64_t step) override;
   absl::Status Delete(const JobId& job, int64_t step) override;
 
-  // Test hooks: the number of stored chunks (committed or not), and a way to
-  // corrupt one committed chunk's bytes.
+  // Test hook: the number of stored chunks (committed or not).
   size_t chunk_count() const;
-  void FlipByte(const JobId& job, int64_t step, const std::string& tensor, uint32_t index,
-                size_t byte);
 
  private:
   using ChunkKey = std::tuple<PendingCheckpoint, std::string, std::vector<int64_t>>;

@@ -2,7 +2,7 @@
 // Coordinator: the thread-safe facade the gRPC glue calls. It owns the pure
 // logic (MembershipTable, JobManager, KvStore), serialises every call under
 // one mutex, and delivers the resulting messages and events to sinks after
-// releasing it. No gRPC types here (house rule 4).
+// releasing it. No gRPC types here (docs/conventions.md, gRPC at the edge).
 //
 // Errors (besides those of the logic classes):
 //   OnWorkerMessage: Aborted if the incarnation is not the worker's current

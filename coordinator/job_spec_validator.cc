@@ -19,7 +19,6 @@ namespace {
 // Sanity bounds: far above anything this system trains, low enough that
 // products of them cannot overflow and typos (an extra zero or two) are caught.
 constexpr int32_t kMaxLayers = 1024;
-constexpr int32_t kMaxWidth = 65536;
 constexpr int32_t kMaxVocab = 1 << 20;
 constexpr int32_t kMaxContext = 1 << 20;
 constexpr int32_t kMaxWorkers = 100000;
@@ -74,8 +73,8 @@ bool CheckRange(absl::string_view field, int64_t value, int64_t max, Errors& err
 void CheckModel(const v1::ModelConfig& model, Errors& errors, bool& heads_ok, bool& vocab_ok,
                 bool& layers_ok) {
   layers_ok = CheckRange("model.layers", model.layers(), kMaxLayers, errors);
-  const bool width_ok = CheckRange("model.width", model.width(), kMaxWidth, errors);
-  heads_ok = CheckRange("model.heads", model.heads(), kMaxWidth, errors);
+  const bool width_ok = CheckRange("model.width", model.width(), kMaxModelWidth, errors);
+  heads_ok = CheckRange("model.heads", model.heads(), kMaxModelWidth, errors);
   vocab_ok = CheckRange("model.vocab_size", model.vocab_size(), kMaxVocab, errors);
   CheckRange("model.context_length", model.context_length(), kMaxContext, errors);
   if (width_ok && heads_ok && model.width() % model.heads() != 0) {
@@ -296,10 +295,18 @@ void CheckElastic(v1::ElasticConfig& elastic, int64_t replica, int64_t micro_bat
     ok = false;
   }
   if (!ok || micro_batches <= 0) return;
-  // The planner needs a data-parallel degree that splits the step's
-  // micro-batches evenly (the determinism contract).
   const int64_t lo = (min + replica - 1) / replica;
   const int64_t hi = max / replica;
+  if (lo > hi) {
+    errors.Add("elastic",
+               absl::StrCat("no worker count from ", min, " to ", max,
+                            " (elastic.min_workers to elastic.max_workers) is a multiple of the ",
+                            replica, " workers of one model replica (parallelism.tensor x "
+                            "parallelism.pipeline); a job runs on whole replicas"));
+    return;
+  }
+  // The planner needs a data-parallel degree that splits the step's
+  // micro-batches evenly (the determinism contract).
   for (int64_t dp = lo; dp <= hi && dp <= micro_batches; ++dp) {
     if (micro_batches % dp == 0) return;
   }

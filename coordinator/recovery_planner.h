@@ -1,6 +1,6 @@
 #pragma once
 // PlanRecovery: how the next generation of a job gets its training state.
-// Pure logic (house rule 3): inputs in, plan out.
+// Pure logic (docs/conventions.md, Pure core): inputs in, plan out.
 //
 // The state of a generation is cut into pieces the way a checkpoint is
 // (worker/checkpoint/shard_plan.h): piece r is what source rank r owns, the

@@ -1,5 +1,5 @@
 #pragma once
-// The one place rocksdb::Status becomes absl::Status (house rule 5), shared
+// The one place rocksdb::Status becomes absl::Status (docs/conventions.md, Errors), shared
 // by the job store and the checkpoint store.
 
 #include <string>

@@ -61,7 +61,7 @@ std::string ScratchPath(std::string_view name);
 
 // Aborts with `what` and the status when `status` is an error that is not a
 // proper handler error: every error must carry a canonical code other than
-// UNKNOWN and a message (house rule 5: "a message a user can act on").
+// UNKNOWN and a message (docs/conventions.md, Errors: "a message a user can act on").
 void CheckHandlerError(const absl::Status& status, const char* what);
 
 // Aborts with a message when `condition` is false: a property of the code

@@ -583,14 +583,10 @@ void WorkerAgent::ExecuteDrain(const v1::Drain& drain) {
 }
 
 void WorkerAgent::InterruptFor(const std::string& job, uint64_t generation) {
-  {
-    absl::MutexLock lock(&mu_);
-    if (!held_.has_value() || held_->job_id.value() != job ||
-        generation < held_->generation.value()) {
-      return;
-    }
-  }
-  trainer_->Interrupt();
+  // Not filtered by what is held: the message may overtake the Prepare it
+  // is meant to interrupt (queued, not yet begun); the trainer keeps the
+  // interrupt for it.
+  trainer_->Interrupt(JobId(job), Generation(generation));
 }
 
 void WorkerAgent::ExecuteSuspend(const v1::Suspend& suspend) {

@@ -9,6 +9,13 @@
 //                                      <-- HeartbeatAck{seq}
 //                                      <-- Assign / Reconfigure
 //   trainer.Prepare, then AssignmentStatus{READY | FAILED} -->
+//     (a Prepare cut short by a peer or an interrupt: SUSPENDED + held states)
+//                                      <-- Reconfigure as a donor
+//   trainer.Donate, then AssignmentStatus{DONATED} -->
+//     (with an error message when the donation failed; the state is kept)
+//                                      <-- Suspend (a re-plan begins)
+//   trainer.Suspend, AssignmentStatus{SUSPENDED, held states} -->
+//   (a member whose step broke because a peer failed sends SUSPENDED on its own)
 //                                      <-- Stop
 //   trainer.Stop, AssignmentStatus{RELEASED} -->
 //                                      <-- Drain
@@ -28,8 +35,10 @@
 // Reconfigure of a job not held is answered FAILED.
 //
 // Threads: Run() owns the attach loop and sends heartbeats; per stream one
-// reader thread; one command thread executes Assign/Reconfigure/Stop/Drain in
-// arrival order (so a slow Prepare never delays heartbeats). Writes to a stream
+// reader thread; one command thread executes Assign/Reconfigure/Suspend/Stop/
+// Drain in arrival order (so a slow Prepare never delays heartbeats). A Suspend
+// or Stop also interrupts, from the reader thread, the Prepare or Donate it
+// is meant for (Trainer::Interrupt), even one still queued. Writes to a stream
 // are serialised by the stream's mutex.
 
 #include <cstdint>
@@ -147,7 +156,6 @@ class WorkerAgent {
   // Whether `command` names a generation older than one already commanded
   // for its job (then it is skipped); records its generation otherwise.
   bool IsStale(const v1::CoordinatorMessage& command) ABSL_LOCKS_EXCLUDED(mu_);
-  void Execute(const v1::CoordinatorMessage& command);
   void ExecuteAssign(const v1::Assign& assign);
   void ExecuteReconfigure(const v1::Reconfigure& reconfigure);
   void ExecuteStop(const v1::Stop& stop);

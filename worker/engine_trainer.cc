@@ -7,6 +7,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
+#include "absl/cleanup/cleanup.h"
 #include "common/job_spec_defaults.h"
 #include "common/log.h"
 #include "common/status_macros.h"
@@ -363,7 +364,8 @@ std::vector<v1::HeldState> EngineTrainer::HeldStatesLocked() const {
 absl::Status EngineTrainer::Prepare(const Assignment& assignment) {
   absl::MutexLock lock(&mu_);
   SuspendLocked();
-  cancelled_ = false;
+  BeginInterruptible(assignment);
+  absl::Cleanup end_interruptible = [this] { EndInterruptible(); };
   {
     // Until the state is restored the step is the one it will resume at.
     absl::MutexLock progress_lock(&progress_mu_);
@@ -452,7 +454,8 @@ absl::Status EngineTrainer::Prepare(const Assignment& assignment) {
 absl::Status EngineTrainer::Donate(const Assignment& assignment) {
   absl::MutexLock lock(&mu_);
   SuspendLocked();
-  cancelled_ = false;
+  BeginInterruptible(assignment);
+  absl::Cleanup end_interruptible = [this] { EndInterruptible(); };
   Run* source = HeldRunLocked(assignment.recovery.source_generation());
   absl::Status donated = [&]() -> absl::Status {
     if (assignment.recovery.kind() != v1::RECOVERY_KIND_PEER) return absl::OkStatus();
@@ -576,14 +579,48 @@ void EngineTrainer::SuspendLocked() {
   if (run_->trained) previous_.reset();
 }
 
-void EngineTrainer::Interrupt() {
+void EngineTrainer::BeginInterruptible(const Assignment& assignment) {
+  absl::MutexLock lock(&interrupt_mu_);
+  interruptible_ = std::pair(assignment.job_id, assignment.generation);
+  for (auto it = interrupted_.begin(); it != interrupted_.end();) {
+    if (it->first == assignment.job_id) {
+      ++it;
+    } else {
+      interrupted_.erase(it++);
+    }
+  }
+  auto it = interrupted_.find(assignment.job_id);
+  cancelled_ = it != interrupted_.end() && assignment.generation <= it->second;
+}
+
+void EngineTrainer::EndInterruptible() {
+  absl::MutexLock lock(&interrupt_mu_);
+  interruptible_.reset();
+}
+
+void EngineTrainer::Interrupt(const JobId& job, Generation generation) {
+  {
+    absl::MutexLock lock(&interrupt_mu_);
+    Generation& newest = interrupted_[job];
+    newest = std::max(newest, generation);
+    if (!interruptible_.has_value() || interruptible_->first != job ||
+        interruptible_->second > generation) {
+      return;  // recorded for a Prepare or Donate that has not begun
+    }
+    cancelled_ = true;
+  }
+  absl::MutexLock lock(&building_mu_);
+  if (building_ != nullptr) building_->Abort(absl::CancelledError("trainer interrupted"));
+}
+
+void EngineTrainer::InterruptAll() {
   cancelled_ = true;
   absl::MutexLock lock(&building_mu_);
   if (building_ != nullptr) building_->Abort(absl::CancelledError("trainer interrupted"));
 }
 
 void EngineTrainer::Stop() {
-  Interrupt();
+  InterruptAll();
   absl::MutexLock lock(&mu_);
   StopLocked();
 }

@@ -38,11 +38,13 @@
 #include <atomic>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <string>
 #include <thread>
 #include <vector>
 
 #include "absl/base/thread_annotations.h"
+#include "absl/container/flat_hash_map.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
 #include "prometheus/registry.h"
@@ -100,7 +102,7 @@ class EngineTrainer : public Trainer {
   // the transfer), Cancelled when Stop() or Interrupt() interrupts it.
   absl::Status Prepare(const Assignment& assignment) override;
   std::vector<v1::HeldState> Suspend() override;
-  void Interrupt() override;
+  void Interrupt(const JobId& job, Generation generation) override;
   absl::Status Donate(const Assignment& assignment) override;
   void Stop() override;
   TrainingProgress progress() const override;
@@ -127,7 +129,23 @@ class EngineTrainer : public Trainer {
   const EngineTrainerOptions options_;
   std::unique_ptr<checkpoint::CheckpointMetrics> checkpoint_metrics_;
   std::unique_ptr<CommunicationMetrics> communication_metrics_;  // null without a registry
+  // Starts `assignment`'s Prepare or Donate: cancelled_ says whether an
+  // interrupt already covers it, and later ones of it set it.
+  void BeginInterruptible(const Assignment& assignment);
+  // It returned: later interrupts are only recorded.
+  void EndInterruptible();
+  // Interrupts the work in flight, whatever it is (Stop).
+  void InterruptAll();
+
+  // Set while the Prepare or Donate in flight has been interrupted; read by
+  // the cancellable KeyValue client and the transfers.
   std::atomic<bool> cancelled_{false};
+  absl::Mutex interrupt_mu_;
+  // The Prepare or Donate in flight, if any.
+  std::optional<std::pair<JobId, Generation>> interruptible_ ABSL_GUARDED_BY(interrupt_mu_);
+  // Per job, the newest generation an interrupt has named. Entries of other
+  // jobs are dropped when a Prepare or Donate begins.
+  absl::flat_hash_map<JobId, Generation> interrupted_ ABSL_GUARDED_BY(interrupt_mu_);
   std::atomic<int> in_collective_{0};
 
   absl::Mutex mu_;  // Prepare/Suspend/Donate/Stop

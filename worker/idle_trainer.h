@@ -19,7 +19,7 @@ class IdleTrainer : public Trainer {
   absl::Status Prepare(const Assignment& assignment) override;
   // Nothing is held.
   std::vector<v1::HeldState> Suspend() override { return {}; }
-  void Interrupt() override {}
+  void Interrupt(const JobId&, Generation) override {}
   // Nothing to serve; drops the assignment.
   absl::Status Donate(const Assignment& assignment) override;
   void Stop() override;

@@ -59,9 +59,13 @@ class Trainer {
   // returns the consistent states held, newest first (empty: none).
   virtual std::vector<v1::HeldState> Suspend() = 0;
 
-  // Makes an in-flight Prepare or Donate give up promptly (Cancelled), so a
-  // Suspend or Stop that just arrived can run. From any thread.
-  virtual void Interrupt() = 0;
+  // Makes an in-flight Prepare or Donate of `job` at a generation <=
+  // `generation` give up promptly (Cancelled), so a Suspend or Stop that
+  // just arrived can run; one that starts later gives up at once. The agent
+  // calls it as the Suspend or Stop arrives, which may be before it has
+  // even begun the Prepare the message is meant to interrupt: an interrupt
+  // must never be undone by the Prepare starting after it. From any thread.
+  virtual void Interrupt(const JobId& job, Generation generation) = 0;
 
   // As a donor of `assignment` (assignment.donor): serves this worker's
   // pieces of the held state to the new mesh, then drops all state.

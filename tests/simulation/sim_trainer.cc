@@ -77,13 +77,30 @@ std::vector<v1::HeldState> SimWorker::TrainerSuspend() {
   return held;
 }
 
-void SimWorker::TrainerInterrupt() {
+void SimWorker::BeginInterruptible(const Assignment& assignment) {
+  interruptible_ = std::pair(assignment.job, assignment.generation);
+  for (auto it = interrupted_.begin(); it != interrupted_.end();) {
+    it = it->first == assignment.job ? std::next(it) : interrupted_.erase(it);
+  }
+  auto it = interrupted_.find(assignment.job);
+  cancelled_ = it != interrupted_.end() && assignment.generation <= it->second;
+}
+
+void SimWorker::TrainerInterrupt(const std::string& job, uint64_t generation) {
+  uint64_t& newest = interrupted_[job];
+  newest = std::max(newest, generation);
+  if (op_ == 0 || !interruptible_.has_value() || interruptible_->first != job ||
+      interruptible_->second > generation) {
+    return;  // kept for a Prepare or Donate that has not begun
+  }
+  ActingOn(job, generation, "interrupt (Suspend or Stop)");
   cancelled_ = true;
   if (op_ != 0) FailOp(op_, absl::CancelledError("trainer interrupted"));
 }
 
 void SimWorker::TrainerStop() {
-  TrainerInterrupt();
+  cancelled_ = true;
+  if (op_ != 0) FailOp(op_, absl::CancelledError("trainer interrupted"));
   StopAll();
 }
 
@@ -99,7 +116,7 @@ void SimWorker::FailOp(uint64_t op, absl::Status status) {
 
 void SimWorker::TrainerPrepare(const Assignment& assignment, Done done) {
   SuspendTraining();
-  cancelled_ = false;
+  BeginInterruptible(assignment);
   const uint64_t op = next_op_++;
   op_ = op;
   op_done_ = std::move(done);
@@ -112,7 +129,7 @@ void SimWorker::TrainerPrepare(const Assignment& assignment, Done done) {
 
 void SimWorker::TrainerDonate(const Assignment& assignment, Done done) {
   SuspendTraining();
-  cancelled_ = false;
+  BeginInterruptible(assignment);
   // A donor keeps nothing once it handed its state over; a failed donation
   // keeps the source state (EngineTrainer::Donate).
   Done finish = [this, done = std::move(done)](absl::Status status) {

@@ -61,6 +61,8 @@ void SimWorker::Start() {
   op_ = 0;
   op_done_ = nullptr;
   cancelled_ = false;
+  interruptible_.reset();
+  interrupted_.clear();
   backoff_ = kBackoffInitial;
   world_->Trace(absl::StrCat(id_, " starts (incarnation ", incarnation_, ")"));
   Connect();
@@ -411,9 +413,9 @@ void SimWorker::ExecuteStop(const v1::Stop& stop) {
 }
 
 void SimWorker::InterruptFor(const std::string& job, uint64_t generation) {
-  if (!held_.has_value() || held_->job != job || generation < held_->generation) return;
-  ActingOn(job, generation, "interrupt (Suspend or Stop)");
-  TrainerInterrupt();
+  // As WorkerAgent::InterruptFor: not filtered by what is held (the message
+  // may overtake the Prepare it interrupts); the trainer keeps it.
+  TrainerInterrupt(job, generation);
 }
 
 void SimWorker::ExecuteSuspend(const v1::Suspend& suspend) {

@@ -112,7 +112,9 @@ class SimWorker {
   void TrainerDonate(const Assignment& assignment, Done done);
   std::vector<v1::HeldState> TrainerSuspend();
   void TrainerStop();
-  void TrainerInterrupt();
+  // As EngineTrainer::Interrupt, BeginInterruptible.
+  void TrainerInterrupt(const std::string& job, uint64_t generation);
+  void BeginInterruptible(const Assignment& assignment);
   void SuspendTraining();
   // Build (KV bootstrap among the participants), then `next`.
   void Bootstrap(const Assignment& assignment, uint64_t op, std::function<void()> next);
@@ -164,6 +166,8 @@ class SimWorker {
   uint64_t next_op_ = 1;
   Done op_done_;
   bool cancelled_ = false;
+  std::optional<std::pair<std::string, uint64_t>> interruptible_;
+  std::map<std::string, uint64_t> interrupted_;  // job -> newest interrupted generation
 };
 
 }  // namespace cohort::simulation

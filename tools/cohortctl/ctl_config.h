@@ -1,6 +1,6 @@
 #pragma once
 // What main.cc hands to the cohortctl library: the parsed command line as a
-// plain struct (house rule 11: flags live only in main.cc).
+// plain struct (docs/conventions.md, Flags only in main.cc: flags live only in main.cc).
 
 #include <cstdint>
 #include <optional>

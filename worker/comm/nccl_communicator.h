@@ -150,7 +150,6 @@ class NcclCommunicator : public Communicator {
   absl::Status FailLocked(absl::Status status) ABSL_EXCLUSIVE_LOCKS_REQUIRED(comm_mu_);
   // InvalidArgument unless `ptr` is device-accessible memory on this device.
   absl::Status CheckDeviceBuffer(const void* ptr, const char* name) const;
-  absl::Status SelectDevice() const;
 
   const NcclGroupSpec spec_;
   const NcclCommunicatorOptions options_;

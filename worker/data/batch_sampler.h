@@ -1,5 +1,5 @@
 #pragma once
-// BatchSampler: the data side of the determinism contract (DESIGN.md). The
+// BatchSampler: the data side of the determinism contract (docs/architecture.md, "Training engine"). The
 // samples of step s are chosen from (seed, s) alone, never from the layout:
 //
 //   sample j of step s (0 <= j < global_batch_size) is the window of

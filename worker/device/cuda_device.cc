@@ -10,7 +10,7 @@
 namespace cohort::worker {
 namespace {
 
-// CUDA codes are converted here, once (house rule 5).
+// CUDA codes are converted here, once (docs/conventions.md, Errors).
 std::string DescribeCudaError(cudaError_t error) {
   return absl::StrCat(cudaGetErrorName(error), ": ", cudaGetErrorString(error));
 }

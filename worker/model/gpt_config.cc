@@ -44,11 +44,11 @@ absl::Status GptConfig::Validate() const {
     return absl::InvalidArgumentError(
         absl::StrCat("GptConfig.vocab_size (", vocab_size, ") is too large"));
   }
-  // The largest single dimension product a kernel indexes with int is 4C*C
-  // per layer; keep it and the whole parameter count well inside int64.
-  const int64_t c = width;
-  if (4 * c * c > std::numeric_limits<int32_t>::max()) {
-    return absl::InvalidArgumentError(absl::StrCat("GptConfig.width (", width, ") is too large"));
+  // The coordinator refuses these at submit (job_spec_defaults.h).
+  if (width > kMaxModelWidth) {
+    return absl::InvalidArgumentError(absl::StrCat("GptConfig.width (", width,
+                                                   ") is over the engine's limit of ",
+                                                   kMaxModelWidth));
   }
   return absl::OkStatus();
 }

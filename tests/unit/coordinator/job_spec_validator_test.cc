@@ -139,6 +139,22 @@ INSTANTIATE_TEST_SUITE_P(
                 "model.layers: 5000 exceeds the limit of 1024"},
         BadCase{"NegativeWidth", [](v1::JobSpec& s) { s.mutable_model()->set_width(-64); },
                 "model.width: must be > 0, got -64"},
+        BadCase{"WidthTheEngineCannotHold",
+                [](v1::JobSpec& s) {
+                  // 4 * C * C = 2149316624 passes int32.
+                  s.mutable_model()->set_width(23180);
+                  s.mutable_model()->set_heads(4);
+                },
+                "model.width: 23180 exceeds the limit of 23170"},
+        BadCase{"NoWorkerCountIsWholeReplicas",
+                [](v1::JobSpec& s) {
+                  s.mutable_parallelism()->set_tensor(2);
+                  s.mutable_parallelism()->set_pipeline(2);
+                  s.mutable_elastic()->set_min_workers(5);
+                  s.mutable_elastic()->set_max_workers(7);
+                },
+                "elastic: no worker count from 5 to 7 (elastic.min_workers to "
+                "elastic.max_workers) is a multiple of the 4 workers of one model replica"},
         BadCase{"HugeVocab",
                 [](v1::JobSpec& s) { s.mutable_model()->set_vocab_size((1 << 20) + 2); },
                 "model.vocab_size: 1048578 exceeds the limit of 1048576"},

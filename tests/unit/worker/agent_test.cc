@@ -182,7 +182,7 @@ class FailingTrainer : public Trainer {
     return absl::ResourceExhaustedError("model does not fit in 1 MiB");
   }
   std::vector<v1::HeldState> Suspend() override { return {}; }
-  void Interrupt() override {}
+  void Interrupt(const JobId&, Generation) override {}
   absl::Status Donate(const Assignment&) override { return absl::OkStatus(); }
   void Stop() override {}
   TrainingProgress progress() const override { return {}; }
