@@ -1,5 +1,7 @@
 #include "coordinator/checkpoint_store.h"
 
+#include <limits>
+
 #include <algorithm>
 
 #include "absl/strings/str_cat.h"
@@ -145,6 +147,35 @@ absl::Status InMemoryCheckpointStore::Delete(const JobId& job, int64_t step) {
   manifests_.erase(it);
   std::erase_if(chunks_, [&](const auto& entry) { return std::get<0>(entry.first) == key; });
   return absl::OkStatus();
+}
+
+std::optional<int64_t> InMemoryCheckpointStore::NewestStep(const JobId& job) const {
+  absl::MutexLock lock(&mu_);
+  auto it = manifests_.lower_bound({job.value(), std::numeric_limits<int64_t>::max()});
+  if (it == manifests_.begin()) return std::nullopt;
+  --it;
+  if (it->first.first != job.value()) return std::nullopt;
+  return it->first.second;
+}
+
+void CommittedIndex::Add(const JobId& job, int64_t step) {
+  absl::MutexLock lock(&mu_);
+  steps_[job.value()].insert(step);
+}
+
+void CommittedIndex::Remove(const JobId& job, int64_t step) {
+  absl::MutexLock lock(&mu_);
+  auto it = steps_.find(job.value());
+  if (it == steps_.end()) return;
+  it->second.erase(step);
+  if (it->second.empty()) steps_.erase(it);
+}
+
+std::optional<int64_t> CommittedIndex::Newest(const JobId& job) const {
+  absl::MutexLock lock(&mu_);
+  auto it = steps_.find(job.value());
+  if (it == steps_.end()) return std::nullopt;
+  return *it->second.rbegin();
 }
 
 size_t InMemoryCheckpointStore::chunk_count() const {

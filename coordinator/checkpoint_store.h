@@ -15,6 +15,8 @@
 
 #include <cstdint>
 #include <map>
+#include <optional>
+#include <set>
 #include <memory>
 #include <string>
 #include <string_view>
@@ -89,6 +91,22 @@ class CheckpointStore {
                                                                  int64_t step) = 0;
   // Deletes a committed checkpoint and frees its bytes. NotFound if absent.
   virtual absl::Status Delete(const JobId& job, int64_t step) = 0;
+  // The newest committed step of `job`, from memory (no I/O, so callers
+  // may hold locks a heartbeat needs); nullopt when it has none.
+  virtual std::optional<int64_t> NewestStep(const JobId& job) const = 0;
+};
+
+// Which steps of which jobs are committed: the stores' in-memory index.
+// Thread-safe.
+class CommittedIndex {
+ public:
+  void Add(const JobId& job, int64_t step);
+  void Remove(const JobId& job, int64_t step);
+  std::optional<int64_t> Newest(const JobId& job) const;
+
+ private:
+  mutable absl::Mutex mu_;
+  std::map<std::string, std::set<int64_t>> steps_ ABSL_GUARDED_BY(mu_);
 };
 
 // OK when `bytes` are chunk `chunk` of `tensor` (size and crc32c);
@@ -109,6 +127,7 @@ class InMemoryCheckpointStore : public CheckpointStore {
   absl::StatusOr<std::vector<v1::CheckpointManifest>> List(const JobId& job) override;
   absl::StatusOr<std::unique_ptr<CheckpointReader>> Open(const JobId& job, int64_t step) override;
   absl::Status Delete(const JobId& job, int64_t step) override;
+  std::optional<int64_t> NewestStep(const JobId& job) const override;
 
   // Test hook: the number of stored chunks (committed or not).
   size_t chunk_count() const;

@@ -133,6 +133,7 @@ struct CheckpointUploads::Attempt {
   std::map<std::string, std::string> objects;
   v1::CheckpointPolicy policy;
   absl::Time last_activity;
+  bool beginning = false;  // its marker is being written (Begin, without the lock)
   int in_flight = 0;  // store writes running without the lock
   bool committing = false;  // every writer ended; CommitAttempt runs
   bool abandoned = false;
@@ -195,23 +196,57 @@ absl::StatusOr<std::unique_ptr<CheckpointUploads::Writer>> CheckpointUploads::Be
     return absl::UnavailableError(absl::StrCat("the abandoned upload of ", PendingName(key),
                                                " is still being dropped; retry"));
   }
-  std::shared_ptr<Attempt>& slot = attempts_[key];
+  std::shared_ptr<Attempt> slot;
+  if (auto found = attempts_.find(key); found != attempts_.end()) slot = found->second;
+  if (slot != nullptr && slot->beginning) {
+    // Another writer of this checkpoint is writing its marker: wait for it
+    // (the marker write is one synced put).
+    std::shared_ptr<Attempt> beginning = slot;
+    mu_.AwaitWithTimeout(
+        absl::Condition(+[](Attempt* a) { return !a->beginning; }, beginning.get()),
+        absl::Seconds(30));
+    auto again = attempts_.find(key);
+    if (beginning->beginning || again == attempts_.end() || again->second != beginning) {
+      return absl::UnavailableError(absl::StrCat(
+          "the checkpoint upload of ", PendingName(key), " could not be begun yet; retry"));
+    }
+  }
   if (slot != nullptr && slot->committing) {
     return absl::UnavailableError(
         absl::StrCat("the checkpoint of ", PendingName(key), " is being committed; retry"));
   }
   if (slot == nullptr) {
-    // The marker goes down before the first chunk can, so a crash from here
-    // on leaves something CollectAbandoned finds.
-    if (absl::Status s = store_->BeginPending(key); !s.ok()) {
-      attempts_.erase(key);
-      return s;
-    }
     slot = std::make_shared<Attempt>();
     slot->key = key;
     slot->declaration = header;
     for (const v1::TensorInfo& t : slot->declaration.tensors()) slot->tensors[t.name()] = &t;
     slot->policy = job.policy;
+    slot->last_activity = clock_->Now();
+    // The marker goes down before the first chunk can, so a crash from here
+    // on leaves something CollectAbandoned finds. A synced write: made
+    // without the lock, which every chunk of every upload takes; the other
+    // writers of this checkpoint wait above, counted as a store write in
+    // flight (an abandon meanwhile drops the attempt once it is done).
+    slot->beginning = true;
+    ++slot->in_flight;
+    attempts_[key] = slot;
+    mu_.Unlock();
+    const absl::Status marked = store_->BeginPending(key);
+    mu_.Lock();
+    slot->beginning = false;
+    --slot->in_flight;
+    if (!marked.ok() || slot->abandoned) {
+      auto it = attempts_.find(key);
+      if (it != attempts_.end() && it->second == slot) attempts_.erase(it);
+      if (slot->abandoned && slot->in_flight == 0) {
+        mu_.Unlock();
+        Drop(slot);
+        mu_.Lock();
+      }
+      if (!marked.ok()) return marked;
+      return absl::AbortedError(absl::StrCat("the checkpoint upload of ", PendingName(key),
+                                             " was abandoned: ", slot->abandon_reason));
+    }
   } else if (!SameDeclaration(slot->declaration, header)) {
     return absl::InvalidArgumentError(absl::StrCat(
         "header of writer ", header.writer(), " for ", PendingName(key),

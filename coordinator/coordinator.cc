@@ -38,11 +38,30 @@ std::string ScopeString(const KvScope& scope) {
 
 }  // namespace
 
-void Coordinator::Deliveries::Run() {
+Coordinator::SectionLock::SectionLock(const Coordinator* coordinator, LockSection section)
+    : coordinator_(coordinator), section_(section), arrived_(absl::Now()) {
+  coordinator_->mu_.Lock();
+  acquired_ = absl::Now();
+}
+
+Coordinator::SectionLock::~SectionLock() {
+  const absl::Time released = absl::Now();
+  coordinator_->mu_.Unlock();
+  if (coordinator_->metrics_ != nullptr) {
+    coordinator_->metrics_->LockSectionTimed(section_, acquired_ - arrived_, released - acquired_);
+  }
+}
+
+absl::Status Coordinator::Deliveries::Run() {
+  absl::Status flushed;
+  if (persister != nullptr && persist_through > 0) {
+    flushed = persister->Flush(persist_through);  // logs failures itself
+  }
   for (auto& [sink, message] : messages) sink->Send(message);
   for (auto& [sink, event] : events) sink->OnEvent(event);
   for (auto& sink : finished) sink->OnFinished();
   for (KvCompletion& completion : kv) completion.Run();
+  return flushed;
 }
 
 template <typename F>
@@ -50,12 +69,12 @@ auto Coordinator::WithEffects(F&& f) -> decltype(f(std::declval<Effects*>())) {
   Deliveries deliveries;
   decltype(f(std::declval<Effects*>())) result;
   {
-    absl::MutexLock lock(&mu_);
+    SectionLock lock(this, LockSection::kJobs);
     Effects effects;
     result = f(&effects);
     Collect(std::move(effects), &deliveries);
   }
-  deliveries.Run();
+  deliveries.Run().IgnoreError();  // logged; the writes stay queued
   return result;
 }
 
@@ -65,6 +84,11 @@ Coordinator::Coordinator(Options options, std::unique_ptr<JobStore> store, const
       clock_(clock),
       metrics_(metrics),
       store_(std::move(store)),
+      persister_(std::make_unique<JobPersister>(
+          store_.get(),
+          [metrics](int64_t records, absl::Duration took) {
+            metrics->JobRecordsWritten(records, took);
+          })),
       membership_(MembershipTable::Options{.heartbeat_timeout = options_.heartbeat_timeout}),
       jobs_(JobManager::Options{.readopt_grace = options_.readopt_grace,
                                 .suspend_timeout = options_.suspend_timeout,
@@ -73,7 +97,7 @@ Coordinator::Coordinator(Options options, std::unique_ptr<JobStore> store, const
                                 .prepare_timeout = options_.prepare_timeout,
                                 .latest_checkpoint = options_.latest_checkpoint,
                                 .finished_retention = options_.finished_retention},
-            &membership_, store_.get()),
+            &membership_, persister_.get()),
       kv_(options_.kv) {}
 
 absl::StatusOr<std::unique_ptr<Coordinator>> Coordinator::Create(Options options,
@@ -91,14 +115,23 @@ absl::StatusOr<std::unique_ptr<Coordinator>> Coordinator::Create(Options options
   std::unique_ptr<Coordinator> coordinator(
       new Coordinator(std::move(options), std::move(store), clock, metrics));
   {
-    absl::MutexLock lock(&coordinator->mu_);
+    SectionLock lock(coordinator.get(), LockSection::kOther);
     RETURN_IF_ERROR(coordinator->jobs_.Restore(clock->Now()));
     coordinator->UpdateGauges();
+    coordinator->collected_ticket_ = coordinator->persister_->last_ticket();
   }
+  // What restoring changed is on disk before anyone is told anything.
+  RETURN_IF_ERROR(coordinator->persister_->Flush(coordinator->persister_->last_ticket()));
   return coordinator;
 }
 
 void Coordinator::Collect(Effects effects, Deliveries* out) {
+  const uint64_t ticket = persister_->last_ticket();
+  if (ticket > collected_ticket_) {
+    out->persister = persister_.get();
+    out->persist_through = ticket;
+    collected_ticket_ = ticket;
+  }
   for (const LostWorker& worker : effects.lost) {
     metrics_->FailureDetected(worker.reason, worker.silence);
     // Fenced: nothing more is delivered to it, and its messages are refused
@@ -200,7 +233,7 @@ absl::StatusOr<v1::Welcome> Coordinator::Attach(const v1::Hello& hello,
   Deliveries deliveries;
   v1::Welcome welcome;
   {
-    absl::MutexLock lock(&mu_);
+    SectionLock lock(this, LockSection::kAttach);
     const absl::Time now = clock_->Now();
     DiscountOwnStall(now);  // before anything can time out
     const WorkerRecord* before = membership_.Find(WorkerId(hello.worker_id()));
@@ -230,16 +263,19 @@ absl::StatusOr<v1::Welcome> Coordinator::Attach(const v1::Hello& hello,
     jobs_.OnWorkerJoined(hello, now, &effects);
     Collect(std::move(effects), &deliveries);
   }
-  deliveries.Run();
+  deliveries.Run().IgnoreError();  // logged; the writes stay queued
   return welcome;
 }
 
 absl::Status Coordinator::OnWorkerMessage(const WorkerId& worker,
                                           const v1::WorkerMessage& message) {
+  const absl::Time arrived = absl::Now();
   Deliveries deliveries;
   absl::Status result;
   {
-    absl::MutexLock lock(&mu_);
+    SectionLock lock(this, message.kind_case() == v1::WorkerMessage::kHeartbeat
+                                ? LockSection::kHeartbeat
+                                : LockSection::kStatus);
     const absl::Time now = clock_->Now();
     DiscountOwnStall(now);  // before anything can time out
     auto sink = sinks_.find(worker);
@@ -282,14 +318,17 @@ absl::Status Coordinator::OnWorkerMessage(const WorkerId& worker,
     }
     Collect(std::move(effects), &deliveries);
   }
-  deliveries.Run();
+  deliveries.Run().IgnoreError();  // logged; the writes stay queued
+  if (message.kind_case() == v1::WorkerMessage::kHeartbeat) {
+    metrics_->HeartbeatHandled(absl::Now() - arrived);
+  }
   return result;
 }
 
 void Coordinator::Detach(const WorkerId& worker, Incarnation incarnation) {
   Deliveries deliveries;
   {
-    absl::MutexLock lock(&mu_);
+    SectionLock lock(this, LockSection::kDetach);
     const absl::Time now = clock_->Now();
     DiscountOwnStall(now);  // before anything can time out
     auto sink = sinks_.find(worker);
@@ -302,11 +341,11 @@ void Coordinator::Detach(const WorkerId& worker, Incarnation incarnation) {
     HandleLost({*lost}, &effects);
     Collect(std::move(effects), &deliveries);
   }
-  deliveries.Run();
+  deliveries.Run().IgnoreError();  // logged; the writes stay queued
 }
 
 std::vector<v1::WorkerInfo> Coordinator::ListWorkers() const {
-  absl::MutexLock lock(&mu_);
+  SectionLock lock(this, LockSection::kRead);
   bool more = false;
   return ListWorkersLocked("", std::numeric_limits<size_t>::max(), &more);
 }
@@ -318,7 +357,7 @@ absl::StatusOr<v1::ListWorkersResponse> Coordinator::ListWorkersPage(
   v1::ListWorkersResponse response;
   bool more = false;
   {
-    absl::MutexLock lock(&mu_);
+    SectionLock lock(this, LockSection::kRead);
     for (v1::WorkerInfo& info : ListWorkersLocked(page.after, page.limit, &more)) {
       *response.add_workers() = std::move(info);
     }
@@ -343,7 +382,7 @@ absl::StatusOr<v1::ListJobsResponse> Coordinator::ListJobsPage(
   bool more = false;
   int64_t last = after;
   {
-    absl::MutexLock lock(&mu_);
+    SectionLock lock(this, LockSection::kRead);
     for (v1::Job& job : jobs_.ListPage(request.include_finished(), after, page.limit, &more,
                                        &last)) {
       *response.add_jobs() = std::move(job);
@@ -442,24 +481,42 @@ absl::StatusOr<v1::Job> Coordinator::Submit(const v1::SubmitJobRequest& request)
                        "checkpoint.resume_from_job: ", found.message()));
     }
   }
+  ASSIGN_OR_RETURN(v1::Job job, JobManager::NewJob(request.spec(), clock_->Now()));
+  if (request.validate_only()) return job;
+  // The number and the first record are written before the job exists in
+  // memory, without the lock: a failed write creates nothing, and nobody
+  // waits on the disk for it but this caller.
+  ASSIGN_OR_RETURN(int64_t number, store_->NextJobNumber());
+  job.set_job_id(JobManager::NamedJobId(job.spec(), number));
+  RETURN_IF_ERROR(store_->Put(job));
   return WithEffects([&](Effects* effects) {
-    return jobs_.Submit(request.spec(), request.validate_only(), clock_->Now(), effects);
+    return jobs_.Admit(std::move(job), number, clock_->Now(), effects);
   });
 }
 
 absl::Status Coordinator::DeleteJob(const JobId& id) {
   if (id.value().empty()) return absl::InvalidArgumentError("job_id: must not be empty");
-  absl::MutexLock lock(&mu_);
-  return jobs_.Delete(id);
+  Deliveries deliveries;
+  {
+    SectionLock lock(this, LockSection::kJobs);
+    RETURN_IF_ERROR(jobs_.Delete(id));
+    Collect(Effects(), &deliveries);
+  }
+  if (absl::Status flushed = deliveries.Run(); !flushed.ok()) {
+    return absl::UnavailableError(
+        absl::StrCat("job ", id.value(), " is deleted, but removing its record did not reach "
+                     "the disk yet (retried with the next change): ", flushed.message()));
+  }
+  return absl::OkStatus();
 }
 
 absl::StatusOr<v1::Job> Coordinator::GetJob(const JobId& id) const {
-  absl::MutexLock lock(&mu_);
+  SectionLock lock(this, LockSection::kRead);
   return jobs_.Get(id);
 }
 
 std::vector<v1::Job> Coordinator::ListJobs(bool include_finished) const {
-  absl::MutexLock lock(&mu_);
+  SectionLock lock(this, LockSection::kRead);
   return jobs_.List(include_finished);
 }
 
@@ -479,7 +536,7 @@ absl::StatusOr<uint64_t> Coordinator::Watch(const JobId& id, std::shared_ptr<Job
   bool finished = false;
   uint64_t handle = 0;
   {
-    absl::MutexLock lock(&mu_);
+    SectionLock lock(this, LockSection::kJobs);
     ASSIGN_OR_RETURN(v1::Job job, jobs_.Get(id));
     snapshot.set_kind(v1::JOB_EVENT_KIND_SNAPSHOT);
     *snapshot.mutable_time() = ToProtoTime(clock_->Now());
@@ -496,7 +553,7 @@ absl::StatusOr<uint64_t> Coordinator::Watch(const JobId& id, std::shared_ptr<Job
 }
 
 void Coordinator::Unwatch(uint64_t handle) {
-  absl::MutexLock lock(&mu_);
+  SectionLock lock(this, LockSection::kJobs);
   watchers_.erase(handle);
 }
 
@@ -518,7 +575,7 @@ absl::Status Coordinator::CheckKvScope(const KvScope& scope) const {
 absl::Status Coordinator::CheckParticipant(const WorkerIdentity& caller, const JobId& job,
                                           Generation generation) const {
   if (caller.any()) return absl::OkStatus();
-  absl::MutexLock lock(&mu_);
+  SectionLock lock(this, LockSection::kRead);
   // Read in place: KeyValue calls come from every participant at bootstrap,
   // and a copy would carry the whole mesh each time.
   const v1::Job* found = jobs_.Find(job);
@@ -541,19 +598,19 @@ absl::Status Coordinator::CheckParticipant(const WorkerIdentity& caller, const J
 absl::Status Coordinator::KvSet(const KvScope& scope, const std::string& key, std::string value) {
   Deliveries deliveries;
   {
-    absl::MutexLock lock(&mu_);
+    SectionLock lock(this, LockSection::kKeyValue);
     metrics_->KvOperation("set");
     // Limits first: they are about the request itself, whatever the scope.
     RETURN_IF_ERROR(kv_.CheckLimits(scope, key, value));
     RETURN_IF_ERROR(CheckKvScope(scope));
     ASSIGN_OR_RETURN(deliveries.kv, kv_.Set(scope, key, std::move(value)));
   }
-  deliveries.Run();
+  deliveries.Run().IgnoreError();  // logged; the writes stay queued
   return absl::OkStatus();
 }
 
 absl::StatusOr<std::string> Coordinator::KvGet(const KvScope& scope, const std::string& key) {
-  absl::MutexLock lock(&mu_);
+  SectionLock lock(this, LockSection::kKeyValue);
   metrics_->KvOperation("get");
   RETURN_IF_ERROR(CheckKvScope(scope));
   return kv_.Get(scope, key);
@@ -564,7 +621,7 @@ uint64_t Coordinator::KvWaitFor(const KvScope& scope, const std::string& key,
   Deliveries deliveries;
   uint64_t id = 0;
   {
-    absl::MutexLock lock(&mu_);
+    SectionLock lock(this, LockSection::kKeyValue);
     metrics_->KvOperation("wait");
     absl::Status valid = CheckKvScope(scope);
     if (!valid.ok()) {
@@ -577,21 +634,21 @@ uint64_t Coordinator::KvWaitFor(const KvScope& scope, const std::string& key,
     }
   }
   LOG(DEBUG) << "kv wait " << ScopeString(scope) << "/" << key;
-  deliveries.Run();
+  deliveries.Run().IgnoreError();  // logged; the writes stay queued
   return id;
 }
 
 void Coordinator::KvCancelWait(const KvScope& scope, const std::string& key, uint64_t id) {
   Deliveries deliveries;
   {
-    absl::MutexLock lock(&mu_);
+    SectionLock lock(this, LockSection::kKeyValue);
     deliveries.kv = kv_.CancelWaiter(scope, key, id);
   }
-  deliveries.Run();
+  deliveries.Run().IgnoreError();  // logged; the writes stay queued
 }
 
 void Coordinator::Quiesce() {
-  absl::MutexLock lock(&mu_);
+  SectionLock lock(this, LockSection::kOther);
   quiesced_ = true;
 }
 
@@ -611,7 +668,7 @@ void Coordinator::DiscountOwnStall(absl::Time now) {
 void Coordinator::Tick() {
   Deliveries deliveries;
   {
-    absl::MutexLock lock(&mu_);
+    SectionLock lock(this, LockSection::kTick);
     if (quiesced_) return;
     const absl::Time now = clock_->Now();
     DiscountOwnStall(now);
@@ -621,10 +678,15 @@ void Coordinator::Tick() {
     jobs_.Tick(now, &effects);
     deliveries.kv = kv_.Expire(now);
     Collect(std::move(effects), &deliveries);
+    if (deliveries.persist_through == 0 && persister_->has_queued()) {
+      // Left by a failed batch: retried here when nothing else writes.
+      deliveries.persister = persister_.get();
+      deliveries.persist_through = persister_->last_ticket();
+    }
     // Gauges scan every worker, so they refresh on the tick, not per message.
     UpdateGauges();
   }
-  deliveries.Run();
+  deliveries.Run().IgnoreError();  // logged; the writes stay queued
 }
 
 }  // namespace cohort::coordinator

@@ -26,6 +26,7 @@
 #include "common/clock.h"
 #include "coordinator/coordinator_metrics.h"
 #include "coordinator/job_manager.h"
+#include "coordinator/job_persister.h"
 #include "coordinator/job_store.h"
 #include "coordinator/kv_store.h"
 #include "coordinator/worker_identity.h"
@@ -154,6 +155,23 @@ class Coordinator {
   Coordinator(Options options, std::unique_ptr<JobStore> store, const Clock* clock,
               CoordinatorMetrics* metrics);
 
+  // Holds mu_ for one critical section and reports how long the section
+  // waited for it and held it (CoordinatorMetrics::LockSectionTimed).
+  class ABSL_SCOPED_LOCKABLE SectionLock {
+   public:
+    SectionLock(const Coordinator* coordinator, LockSection section)
+        ABSL_EXCLUSIVE_LOCK_FUNCTION(coordinator->mu_);
+    ~SectionLock() ABSL_UNLOCK_FUNCTION();
+    SectionLock(const SectionLock&) = delete;
+    SectionLock& operator=(const SectionLock&) = delete;
+
+   private:
+    const Coordinator* coordinator_;
+    LockSection section_;
+    absl::Time arrived_;
+    absl::Time acquired_;
+  };
+
   // Handles what a logic call produced: KV scopes of old generations,
   // messages and events. Fills `deliveries` to run after unlocking.
   struct Deliveries {
@@ -161,7 +179,13 @@ class Coordinator {
     std::vector<std::pair<std::shared_ptr<JobEventSink>, v1::JobEvent>> events;
     std::vector<std::shared_ptr<JobEventSink>> finished;
     std::vector<KvCompletion> kv;
-    void Run();
+    // The job writes the section queued (0: none), made durable before
+    // anything above is delivered.
+    JobPersister* persister = nullptr;
+    uint64_t persist_through = 0;
+    // Flushes, then delivers; returns the flush's status (delivery goes
+    // ahead either way, as the writes stay queued and are retried).
+    absl::Status Run();
   };
   void Collect(Effects effects, Deliveries* out) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Runs `f(&effects)` under the lock, then delivers what it produced after
@@ -195,11 +219,16 @@ class Coordinator {
   const Clock* clock_;
   CoordinatorMetrics* metrics_;
   std::unique_ptr<JobStore> store_;
+  // JobManager's store: queues writes under mu_, flushed after unlocking.
+  std::unique_ptr<JobPersister> persister_;
 
   mutable absl::Mutex mu_;
   MembershipTable membership_ ABSL_GUARDED_BY(mu_);
   JobManager jobs_ ABSL_GUARDED_BY(mu_);
   KvStore kv_ ABSL_GUARDED_BY(mu_);
+  // The persister's last ticket when Collect last ran: writes queued after
+  // it were queued by the section now collecting (sections hold mu_).
+  uint64_t collected_ticket_ ABSL_GUARDED_BY(mu_) = 0;
   absl::flat_hash_map<WorkerId, SinkEntry> sinks_ ABSL_GUARDED_BY(mu_);
   absl::flat_hash_map<uint64_t, Watcher> watchers_ ABSL_GUARDED_BY(mu_);
   uint64_t next_watch_handle_ ABSL_GUARDED_BY(mu_) = 1;

@@ -17,6 +17,13 @@
 
 namespace cohort::coordinator {
 
+// What a critical section of the coordinator's facade was for (a label of
+// the lock metrics).
+enum class LockSection { kAttach, kHeartbeat, kStatus, kDetach, kTick, kJobs, kKeyValue, kRead,
+                         kOther };
+inline constexpr int kLockSections = 9;
+const char* LockSectionName(LockSection section);
+
 class CoordinatorMetrics {
  public:
   explicit CoordinatorMetrics(std::shared_ptr<prometheus::Registry> registry);
@@ -24,6 +31,22 @@ class CoordinatorMetrics {
   std::shared_ptr<prometheus::Registry> registry() const { return registry_; }
 
   void HeartbeatReceived() { heartbeats_->Increment(); }
+  // One critical section: how long it waited for the facade's mutex and
+  // how long it held it.
+  void LockSectionTimed(LockSection section, absl::Duration waited, absl::Duration held) {
+    lock_wait_[static_cast<int>(section)]->Observe(absl::ToDoubleSeconds(waited));
+    lock_hold_[static_cast<int>(section)]->Observe(absl::ToDoubleSeconds(held));
+  }
+  // A heartbeat's handling, from arrival at the facade to its ack queued.
+  void HeartbeatHandled(absl::Duration latency) {
+    heartbeat_seconds_->Observe(absl::ToDoubleSeconds(latency));
+  }
+  // Job records written by one synced batch (group commit).
+  void JobRecordsWritten(int64_t records, absl::Duration took) {
+    job_write_batches_->Increment();
+    job_write_records_->Increment(static_cast<double>(records));
+    job_write_seconds_->Observe(absl::ToDoubleSeconds(took));
+  }
   // `silence` is how long the worker had been quiet when the loss was detected.
   void FailureDetected(LossReason reason, absl::Duration silence);
   void GenerationChanged() { generation_changes_->Increment(); }
@@ -60,6 +83,12 @@ class CoordinatorMetrics {
  private:
   std::shared_ptr<prometheus::Registry> registry_;
   prometheus::Counter* heartbeats_;
+  prometheus::Histogram* lock_wait_[kLockSections];
+  prometheus::Histogram* lock_hold_[kLockSections];
+  prometheus::Histogram* heartbeat_seconds_;
+  prometheus::Counter* job_write_batches_;
+  prometheus::Counter* job_write_records_;
+  prometheus::Histogram* job_write_seconds_;
   prometheus::Family<prometheus::Counter>* failures_;
   prometheus::Family<prometheus::Histogram>* detection_silence_;
   prometheus::Counter* generation_changes_;

@@ -123,25 +123,43 @@ absl::Status JobManager::Restore(absl::Time now) {
   return absl::OkStatus();
 }
 
-absl::StatusOr<v1::Job> JobManager::Submit(const v1::JobSpec& spec, bool validate_only,
-                                           absl::Time now, Effects* effects) {
+absl::StatusOr<v1::Job> JobManager::NewJob(const v1::JobSpec& spec, absl::Time now) {
   ASSIGN_OR_RETURN(v1::JobSpec normalized, NormalizeJobSpec(spec));
   v1::Job job;
   *job.mutable_spec() = std::move(normalized);
   job.set_state(v1::JOB_STATE_PENDING);
   *job.mutable_create_time() = ToProtoTime(now);
   *job.mutable_update_time() = ToProtoTime(now);
-  if (validate_only) return job;
+  return job;
+}
 
+std::string JobManager::NamedJobId(const v1::JobSpec& spec, int64_t number) {
+  return absl::StrCat(spec.name(), "-", number);
+}
+
+absl::StatusOr<v1::Job> JobManager::Submit(const v1::JobSpec& spec, bool validate_only,
+                                           absl::Time now, Effects* effects) {
+  ASSIGN_OR_RETURN(v1::Job job, NewJob(spec, now));
+  if (validate_only) return job;
   ASSIGN_OR_RETURN(int64_t number, store_->NextJobNumber());
-  job.set_job_id(absl::StrCat(job.spec().name(), "-", number));
+  job.set_job_id(NamedJobId(job.spec(), number));
   // Persist before the job exists in memory: a failed write creates nothing.
   RETURN_IF_ERROR(store_->Put(job));
+  return Admit(std::move(job), number, now, effects);
+}
+
+v1::Job JobManager::Admit(v1::Job job, int64_t number, absl::Time now, Effects* effects) {
   JobId id(job.job_id());
   JobEntry& entry = jobs_[id];
   entry.number = number;
   entry.job = std::move(job);
-  order_.push_back(id);
+  // In number order (ListPage relies on it), which concurrent submits, each
+  // numbered before it is admitted, may reach out of order.
+  order_.insert(std::upper_bound(order_.begin(), order_.end(), number,
+                                 [this](int64_t n, const JobId& other) {
+                                   return n < jobs_.at(other).number;
+                                 }),
+                id);
   LOG(INFO) << "job " << id << " submitted";
   Emit(entry, v1::JOB_EVENT_KIND_STATE_CHANGED, effects);
   Schedule(now, effects);

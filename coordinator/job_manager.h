@@ -152,8 +152,17 @@ class JobManager {
   // schedules. InvalidArgument for a bad spec; the JobStore's error if it
   // cannot be persisted (nothing is created then). With validate_only the
   // normalized job is returned and nothing is stored.
+  // (NewJob, then the store's NextJobNumber and Put, then Admit.)
   absl::StatusOr<v1::Job> Submit(const v1::JobSpec& spec, bool validate_only, absl::Time now,
                                  Effects* effects);
+  // Submit in parts, so a caller can do the durable writes without holding
+  // the lock the rest needs: the PENDING record of a spec (no id yet;
+  // InvalidArgument for a bad spec) ...
+  static absl::StatusOr<v1::Job> NewJob(const v1::JobSpec& spec, absl::Time now);
+  // ... and, once it carries its id (NamedJobId) and is durably stored, its
+  // admission: the job exists here and is scheduled.
+  v1::Job Admit(v1::Job job, int64_t number, absl::Time now, Effects* effects);
+  static std::string NamedJobId(const v1::JobSpec& spec, int64_t number);
   // NotFound for an unknown id.
   absl::StatusOr<v1::Job> Get(const JobId& id) const;
   // The job without a copy (null if unknown); valid until the next call

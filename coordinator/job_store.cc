@@ -1,8 +1,33 @@
 #include "coordinator/job_store.h"
 
+#include "common/status_macros.h"
+
 #include <utility>
 
 namespace cohort::coordinator {
+
+absl::Status JobStore::Write(const std::vector<JobWrite>& writes) {
+  for (const JobWrite& write : writes) {
+    RETURN_IF_ERROR(write.job.has_value() ? Put(*write.job) : Delete(write.job_id));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status InMemoryJobStore::Write(const std::vector<JobWrite>& writes) {
+  absl::MutexLock lock(&mu_);
+  if (!next_put_status_.ok()) return std::exchange(next_put_status_, absl::OkStatus());
+  for (const JobWrite& write : writes) {
+    if (write.job_id.empty()) return absl::InvalidArgumentError("a write has no job_id");
+  }
+  for (const JobWrite& write : writes) {
+    if (write.job.has_value()) {
+      jobs_[write.job_id] = *write.job;
+    } else {
+      jobs_.erase(write.job_id);
+    }
+  }
+  return absl::OkStatus();
+}
 
 absl::Status InMemoryJobStore::Put(const v1::Job& job) {
   absl::MutexLock lock(&mu_);

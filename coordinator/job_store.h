@@ -4,6 +4,7 @@
 
 #include <map>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -14,6 +15,12 @@
 #include "cohort/v1/job.pb.h"
 
 namespace cohort::coordinator {
+
+// One record to write: the job (put) or, without one, its deletion.
+struct JobWrite {
+  std::string job_id;
+  std::optional<v1::Job> job;
+};
 
 // Implementations are thread-safe.
 class JobStore {
@@ -30,6 +37,10 @@ class JobStore {
   virtual absl::StatusOr<int64_t> NextJobNumber() = 0;
   // Durably removes the job's record (synced, like Put); OK if absent.
   virtual absl::Status Delete(const std::string& job_id) = 0;
+  // Applies `writes` in order, durably; the default applies them one by one
+  // (stopping at the first error), a real store as one synced batch that
+  // lands whole or not at all (one disk sync for many writes).
+  virtual absl::Status Write(const std::vector<JobWrite>& writes);
 };
 
 class InMemoryJobStore : public JobStore {
@@ -38,7 +49,9 @@ class InMemoryJobStore : public JobStore {
   absl::StatusOr<std::vector<v1::Job>> LoadAll() override;
   absl::StatusOr<int64_t> NextJobNumber() override;
   absl::Status Delete(const std::string& job_id) override;
-  // Test hook: the next Put fails with `status`.
+  // All or nothing, like a real store's batch.
+  absl::Status Write(const std::vector<JobWrite>& writes) override;
+  // Test hook: the next Put (or Write) fails with `status`.
   void FailNextPut(absl::Status status);
 
  private:

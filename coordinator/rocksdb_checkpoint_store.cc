@@ -211,6 +211,18 @@ absl::StatusOr<std::unique_ptr<RocksDbCheckpointStore>> RocksDbCheckpointStore::
   auto store = absl::WrapUnique(new RocksDbCheckpointStore(dir));
   store->db_.reset(raw);
   store->handles_ = std::move(handles);
+  // The index of committed steps: one pass over the manifests.
+  std::unique_ptr<rocksdb::Iterator> it(
+      store->db_->NewIterator(rocksdb::ReadOptions(), store->manifests_family()));
+  for (it->SeekToFirst(); it->Valid(); it->Next()) {
+    v1::CheckpointManifest manifest;
+    if (!manifest.ParseFromArray(it->value().data(), static_cast<int>(it->value().size()))) {
+      return absl::DataLossError(absl::StrCat("a checkpoint manifest in ", dir, " does not parse"));
+    }
+    store->committed_.Add(JobId(manifest.job_id()), manifest.step());
+  }
+  RETURN_IF_ERROR(FromRocksDb(it->status(), dir, "scan of checkpoint manifests"));
+  it.reset();
   return store;
 }
 
@@ -275,6 +287,7 @@ absl::Status RocksDbCheckpointStore::Commit(const v1::CheckpointManifest& manife
   RETURN_IF_ERROR(FromRocksDb(batch.Delete(pending_family(), AttemptKey(attempt)), dir_, "batch"));
   RETURN_IF_ERROR(FromRocksDb(db_->Write(Synced(), &batch), dir_,
                               absl::StrCat("commit of ", name)));
+  committed_.Add(attempt.job, attempt.step);
   if (replaced) {
     if (absl::Status s = DeleteChunks(*replaced); !s.ok()) {
       LOG(WARNING) << "freeing the replaced " << PendingName(*replaced) << ": " << s;
@@ -396,6 +409,7 @@ absl::Status RocksDbCheckpointStore::Delete(const JobId& job, int64_t step) {
   RETURN_IF_ERROR(FromRocksDb(batch.Put(pending_family(), AttemptKey(attempt), ""), dir_, "batch"));
   RETURN_IF_ERROR(FromRocksDb(db_->Write(Synced(), &batch), dir_,
                               absl::StrCat("delete of checkpoint ", PendingName(attempt))));
+  committed_.Remove(job, step);
   return DropPending(attempt);
 }
 

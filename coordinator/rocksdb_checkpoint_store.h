@@ -59,6 +59,9 @@ class RocksDbCheckpointStore : public CheckpointStore {
   absl::StatusOr<std::vector<v1::CheckpointManifest>> List(const JobId& job) override;
   absl::StatusOr<std::unique_ptr<CheckpointReader>> Open(const JobId& job, int64_t step) override;
   absl::Status Delete(const JobId& job, int64_t step) override;
+  std::optional<int64_t> NewestStep(const JobId& job) const override {
+    return committed_.Newest(job);
+  }
 
   // Bytes of the live SST and blob files (what the directory holds, minus
   // logs and obsolete files not yet removed).
@@ -83,6 +86,7 @@ class RocksDbCheckpointStore : public CheckpointStore {
   const std::string dir_;
   std::unique_ptr<rocksdb::DB> db_;
   std::vector<rocksdb::ColumnFamilyHandle*> handles_;  // default, manifests, pending, chunks
+  CommittedIndex committed_;  // loaded at Open, kept by Commit and Delete
 };
 
 }  // namespace cohort::coordinator

@@ -14,6 +14,7 @@
 #include "rocksdb/db.h"
 #include "rocksdb/iterator.h"
 #include "rocksdb/options.h"
+#include "rocksdb/write_batch.h"
 
 namespace cohort::coordinator {
 namespace {
@@ -92,6 +93,27 @@ absl::Status RocksDbJobStore::Delete(const std::string& job_id) {
   const std::string key = absl::StrCat(kJobKeyPrefix, job_id);
   return FromRocksDb(db_->Delete(SyncWrite(), jobs_family(), key), data_dir_,
                      absl::StrCat("delete of ", key));
+}
+
+absl::Status RocksDbJobStore::Write(const std::vector<JobWrite>& writes) {
+  rocksdb::WriteBatch batch;
+  for (const JobWrite& write : writes) {
+    if (write.job_id.empty()) return absl::InvalidArgumentError("a write has no job_id");
+    const std::string key = absl::StrCat(kJobKeyPrefix, write.job_id);
+    rocksdb::Status added;
+    if (write.job.has_value()) {
+      std::string value;
+      if (!write.job->SerializeToString(&value)) {
+        return absl::InternalError(absl::StrCat("cannot serialize job ", write.job_id));
+      }
+      added = batch.Put(jobs_family(), key, value);
+    } else {
+      added = batch.Delete(jobs_family(), key);
+    }
+    RETURN_IF_ERROR(FromRocksDb(added, data_dir_, absl::StrCat("batch entry for ", key)));
+  }
+  return FromRocksDb(db_->Write(SyncWrite(), &batch), data_dir_,
+                     absl::StrCat("write of ", writes.size(), " job records"));
 }
 
 absl::StatusOr<std::vector<v1::Job>> RocksDbJobStore::LoadAll() {

@@ -37,6 +37,8 @@ class RocksDbJobStore : public JobStore {
   absl::StatusOr<std::vector<v1::Job>> LoadAll() override;
   absl::StatusOr<int64_t> NextJobNumber() override;
   absl::Status Delete(const std::string& job_id) override;
+  // One synced WriteBatch.
+  absl::Status Write(const std::vector<JobWrite>& writes) override;
 
   // For later issues (checkpoint store) that share the same database. Owned
   // by this store; valid until it is destroyed.

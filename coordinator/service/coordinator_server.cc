@@ -57,17 +57,10 @@ absl::StatusOr<std::unique_ptr<CoordinatorServer>> CoordinatorServer::Start(
                                                             int64_t step) -> absl::Status {
     return checkpoint_store->Open(JobId(job), step).status();
   };
+  // Called under the coordinator's lock: from the store's in-memory index.
   config.coordinator.latest_checkpoint =
       [checkpoint_store](const JobId& job) -> std::optional<int64_t> {
-    absl::StatusOr<std::unique_ptr<CheckpointReader>> newest = checkpoint_store->Open(job, -1);
-    if (!newest.ok()) {
-      if (!absl::IsNotFound(newest.status())) {
-        LOG(WARNING) << "job " << job << ": cannot read its newest checkpoint: "
-                     << newest.status();
-      }
-      return std::nullopt;
-    }
-    return (*newest)->manifest().step();
+    return checkpoint_store->NewestStep(job);
   };
   if (config.coordinator.stall_threshold <= absl::ZeroDuration()) {
     // The ticker runs every tick_interval: a much longer gap is the

@@ -1,6 +1,8 @@
 #include "coordinator/checkpoint_uploads.h"
 
 #include <map>
+#include <memory>
+#include <thread>
 #include <string>
 #include <vector>
 
@@ -8,6 +10,8 @@
 #include "common/crc32c.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "tests/testing/wait.h"
+#include "absl/synchronization/notification.h"
 
 namespace cohort::coordinator {
 namespace {
@@ -258,6 +262,91 @@ TEST_F(CheckpointUploadsTest, ANewerCommitAbandonsOlderAttemptsAndRetentionKeeps
   EXPECT_THAT(steps, ::testing::ElementsAre(30, 20));  // keep_last 2
   EXPECT_EQ(store_.chunk_count(), 4u);
   EXPECT_EQ(uploads_.counters().retired, 1);
+}
+
+// Issue 22: Begin's synced marker write ran under the lock every chunk of
+// every upload takes. Now a chunk of another upload goes ahead while a
+// marker is at the disk, and the checkpoint's other writers wait for it.
+class GatedMarkerStore : public InMemoryCheckpointStore {
+ public:
+  absl::Status BeginPending(const PendingCheckpoint& pending) override {
+    {
+      absl::MutexLock lock(&mu_);
+      ++entered_;
+      mu_.Await(absl::Condition(+[](bool* open) { return *open; }, &open_));
+    }
+    return InMemoryCheckpointStore::BeginPending(pending);
+  }
+  void set_open(bool open) {
+    absl::MutexLock lock(&mu_);
+    open_ = open;
+  }
+  int entered() {
+    absl::MutexLock lock(&mu_);
+    return entered_;
+  }
+
+ private:
+  absl::Mutex mu_;
+  bool open_ ABSL_GUARDED_BY(mu_) = true;
+  int entered_ ABSL_GUARDED_BY(mu_) = 0;
+};
+
+TEST(CheckpointUploadsMarkerTest, AMarkerAtTheDiskHoldsUpOnlyItsOwnCheckpointsWriters) {
+  GatedMarkerStore store;
+  FakeClock clock{absl::FromUnixSeconds(1000)};
+  CheckpointJobState job;
+  job.generation = Generation(2);
+  CheckpointUploads uploads(
+      &store, [&job](const JobId&) -> absl::StatusOr<CheckpointJobState> { return job; }, &clock);
+  auto header = [](const std::string& job_id, uint32_t writer) {
+    v1::UploadHeader h;
+    h.set_job_id(job_id);
+    h.set_generation(2);
+    h.set_step(10);
+    h.mutable_layout()->set_data_parallel(2);
+    h.mutable_layout()->set_tensor_parallel(1);
+    h.mutable_layout()->set_pipeline_parallel(1);
+    h.set_writer(writer);
+    h.set_writers(2);
+    v1::TensorInfo* t = h.add_tensors();
+    t->set_name("param/w");
+    t->set_dtype(v1::TENSOR_DTYPE_FLOAT32);
+    t->add_global_shape(2);
+    return h;
+  };
+  // An upload of job "other" is under way before the disk stalls.
+  absl::StatusOr<std::unique_ptr<CheckpointUploads::Writer>> other =
+      uploads.Begin(header("other", 0));
+  ASSERT_TRUE(other.ok()) << other.status();
+  store.set_open(false);
+  absl::StatusOr<std::unique_ptr<CheckpointUploads::Writer>> first, second;
+  std::thread first_thread([&] { first = uploads.Begin(header("job-1", 0)); });
+  ASSERT_TRUE(testing::WaitUntil([&] { return store.entered() == 2; }, absl::Seconds(10)));
+  std::thread second_thread([&] { second = uploads.Begin(header("job-1", 1)); });
+  // A chunk of the other upload is stored meanwhile, on another thread so
+  // that a lock held across the marker write fails the test, not hangs it.
+  absl::Notification stored;
+  std::thread chunk_thread([&] {
+    const std::string bytes(4, '\0');
+    v1::ChunkHeader chunk;
+    chunk.set_tensor("param/w");
+    chunk.mutable_box()->add_start(0);
+    chunk.mutable_box()->add_extent(1);
+    chunk.set_bytes(4);
+    chunk.set_crc32c(Crc32c(bytes));
+    EXPECT_TRUE((*other)->AddChunk(chunk, bytes).ok());
+    stored.Notify();
+  });
+  EXPECT_TRUE(stored.WaitForNotificationWithTimeout(absl::Seconds(10)))
+      << "a chunk waited for another checkpoint's marker";
+  store.set_open(true);
+  first_thread.join();
+  second_thread.join();
+  chunk_thread.join();
+  ASSERT_TRUE(first.ok()) << first.status();
+  ASSERT_TRUE(second.ok()) << second.status();
+  EXPECT_EQ(store.entered(), 2) << "one marker per checkpoint";
 }
 
 TEST(StepsToRetireTest, KeepsTheNewestAndEveryNth) {

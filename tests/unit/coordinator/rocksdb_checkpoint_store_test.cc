@@ -96,6 +96,14 @@ TEST(RocksDbCheckpointStoreTest, CommittedCheckpointsSurviveReopenAndReadBackWho
   }
   EXPECT_TRUE(absl::IsNotFound((*store)->Open(JobId("job-1"), 15).status()));
   EXPECT_TRUE(absl::IsNotFound((*store)->Open(JobId("job-2"), -1).status()));
+  // The in-memory index (what the coordinator asks under its lock) was
+  // rebuilt at Open and follows deletes.
+  EXPECT_EQ((*store)->NewestStep(JobId("job-1")), 20);
+  EXPECT_EQ((*store)->NewestStep(JobId("job-10")), std::nullopt) << "uncommitted";
+  ASSERT_TRUE((*store)->Delete(JobId("job-1"), 20).ok());
+  EXPECT_EQ((*store)->NewestStep(JobId("job-1")), 10);
+  ASSERT_TRUE((*store)->Delete(JobId("job-1"), 10).ok());
+  EXPECT_EQ((*store)->NewestStep(JobId("job-1")), std::nullopt);
 }
 
 TEST(RocksDbCheckpointStoreTest, AFlippedByteIsDataLossNamingTensorAndChunk) {
