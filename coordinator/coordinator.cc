@@ -57,7 +57,15 @@ absl::Status Coordinator::Deliveries::Run() {
   if (persister != nullptr && persist_through > 0) {
     flushed = persister->Flush(persist_through);  // logs failures itself
   }
-  for (auto& [sink, message] : messages) sink->Send(message);
+  for (Outgoing& out : messages) {
+    if (out.base == nullptr) {
+      out.sink->Send(out.message);
+    } else {
+      v1::CoordinatorMessage full = *out.base;
+      full.MergeFrom(out.message);
+      out.sink->Send(full);
+    }
+  }
   for (auto& [sink, event] : events) sink->OnEvent(event);
   for (auto& sink : finished) sink->OnFinished();
   for (KvCompletion& completion : kv) completion.Run();
@@ -161,7 +169,8 @@ void Coordinator::Collect(Effects effects, Deliveries* out) {
   for (auto& message : effects.messages) {
     auto it = sinks_.find(message.worker);
     if (it == sinks_.end() || it->second.incarnation != message.incarnation) continue;
-    out->messages.emplace_back(it->second.sink, std::move(message.message));
+    out->messages.push_back(
+        Deliveries::Outgoing{it->second.sink, std::move(message.message), std::move(message.base)});
   }
   const google::protobuf::Timestamp now = ToProtoTime(clock_->Now());
   for (auto& event : effects.events) {
@@ -259,7 +268,7 @@ absl::StatusOr<v1::Welcome> Coordinator::Attach(const v1::Hello& hello,
     // The Welcome must precede any command the join triggers.
     v1::CoordinatorMessage welcome_message;
     *welcome_message.mutable_welcome() = welcome;
-    deliveries.messages.emplace_back(sink, std::move(welcome_message));
+    deliveries.messages.push_back({sink, std::move(welcome_message), nullptr});
     jobs_.OnWorkerJoined(hello, now, &effects);
     Collect(std::move(effects), &deliveries);
   }
@@ -294,7 +303,7 @@ absl::Status Coordinator::OnWorkerMessage(const WorkerId& worker,
         metrics_->HeartbeatReceived();
         v1::CoordinatorMessage ack;
         ack.mutable_heartbeat_ack()->set_sequence(message.heartbeat().sequence());
-        deliveries.messages.emplace_back(sink->second.sink, std::move(ack));
+        deliveries.messages.push_back({sink->second.sink, std::move(ack), nullptr});
         if (!message.heartbeat().job_id().empty()) {
           jobs_.OnProgress(worker, message.heartbeat(), now, &effects);
         }

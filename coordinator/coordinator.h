@@ -175,7 +175,12 @@ class Coordinator {
   // Handles what a logic call produced: KV scopes of old generations,
   // messages and events. Fills `deliveries` to run after unlocking.
   struct Deliveries {
-    std::vector<std::pair<std::shared_ptr<WorkerSink>, v1::CoordinatorMessage>> messages;
+    struct Outgoing {
+      std::shared_ptr<WorkerSink> sink;
+      v1::CoordinatorMessage message;
+      std::shared_ptr<const v1::CoordinatorMessage> base;  // Effects::Message::base
+    };
+    std::vector<Outgoing> messages;
     std::vector<std::pair<std::shared_ptr<JobEventSink>, v1::JobEvent>> events;
     std::vector<std::shared_ptr<JobEventSink>> finished;
     std::vector<KvCompletion> kv;

@@ -52,6 +52,13 @@ std::string MeshShapeString(const v1::Mesh& mesh) {
 
 }  // namespace
 
+v1::CoordinatorMessage Effects::Message::Full() const {
+  if (base == nullptr) return message;
+  v1::CoordinatorMessage full = *base;
+  full.MergeFrom(message);
+  return full;
+}
+
 JobManager::JobManager(Options options, MembershipTable* membership, JobStore* store)
     : options_(options), membership_(membership), store_(store) {}
 
@@ -781,6 +788,23 @@ std::map<v1::JobState, int> JobManager::CountByState() const {
   return counts;
 }
 
+void JobManager::AppendIdleCandidates(const v1::JobSpec& spec, PlanRequest* request) const {
+  // Idle workers in (host, device) order, whole hosts at a time, until the
+  // job's largest mesh could be filled from them alone: planning stays
+  // proportional to the job, not to the cluster (a one-worker job among
+  // 10,000 idle workers looked at all of them). The shape is the same as
+  // with every idle worker, since it can never exceed max_workers.
+  const size_t enough = request->candidates.size() +
+                        static_cast<size_t>(std::max({spec.elastic().max_workers(),
+                                                      spec.elastic().min_workers(), 1}));
+  const std::string* host = nullptr;
+  for (const WorkerRecord* record : membership_->Idle(spec.device_kind())) {
+    if (request->candidates.size() >= enough && (host == nullptr || record->host != *host)) break;
+    request->candidates.push_back(ToPlannerWorker(*record));
+    host = &record->host;
+  }
+}
+
 void JobManager::Schedule(absl::Time now, Effects* effects) {
   absl::flat_hash_map<JobId, bool> awaited_jobs;
   for (const auto& [worker, awaited] : awaiting_) awaited_jobs[awaited.job] = true;
@@ -788,10 +812,10 @@ void JobManager::Schedule(absl::Time now, Effects* effects) {
     JobEntry& entry = jobs_.at(id);
     const v1::JobState state = entry.job.state();
     if (IsTerminal(state) || awaited_jobs.contains(id)) continue;
-    const std::vector<const WorkerRecord*> idle = membership_->Idle(entry.job.spec().device_kind());
+    const v1::DeviceKind kind = entry.job.spec().device_kind();
     if (state == v1::JOB_STATE_PENDING) {
       PlanRequest request = MakePlanRequest(entry.job.spec());
-      for (const WorkerRecord* record : idle) request.candidates.push_back(ToPlannerWorker(*record));
+      AppendIdleCandidates(entry.job.spec(), &request);
       absl::StatusOr<v1::Mesh> mesh = MeshPlanner::Plan(request);
       if (!mesh.ok()) {
         SetMessage(entry, absl::StrCat("waiting for workers: ", mesh.status().message()), now);
@@ -805,7 +829,7 @@ void JobManager::Schedule(absl::Time now, Effects* effects) {
       ApplyMesh(entry, *std::move(mesh), "job started", plan, now, effects);
       continue;
     }
-    if (idle.empty()) continue;
+    if (!membership_->HasIdle(kind)) continue;
     if (entry.suspension.has_value()) {
       // Waiting for workers after a loss: try again with the new ones.
       if (entry.suspension->awaiting.empty()) CompleteSuspension(entry, now, effects);
@@ -838,9 +862,7 @@ void JobManager::Replan(JobEntry& entry, const std::string& reason, bool only_if
         ++current;
       }
     }
-    for (const WorkerRecord* record : membership_->Idle(entry.job.spec().device_kind())) {
-      request.candidates.push_back(ToPlannerWorker(*record));
-    }
+    AppendIdleCandidates(entry.job.spec(), &request);
     absl::StatusOr<MeshShape> shape =
         MeshPlanner::ChooseShape(request, static_cast<int>(request.candidates.size()));
     if (!shape.ok() || shape->world() <= current) return;
@@ -981,9 +1003,7 @@ void JobManager::CompleteSuspension(JobEntry& entry, absl::Time now, Effects* ef
     }
     return;
   }
-  for (const WorkerRecord* record : membership_->Idle(entry.job.spec().device_kind())) {
-    request.candidates.push_back(ToPlannerWorker(*record));
-  }
+  AppendIdleCandidates(entry.job.spec(), &request);
   request.previous = &entry.job.mesh();
   absl::StatusOr<v1::Mesh> mesh = MeshPlanner::Plan(request);
   if (!mesh.ok() && s.growth) {
@@ -1104,35 +1124,47 @@ void JobManager::ApplyMesh(JobEntry& entry, v1::Mesh mesh, const std::string& re
       }
     }
   }
+  // The common parts once; each member's message adds its coordinates.
+  std::shared_ptr<v1::CoordinatorMessage> reconfigure_base, assign_base;
   for (const auto& member : mesh.members()) {
     const WorkerId worker(member.worker_id());
     const WorkerRecord* record = membership_->Find(worker);
     CHECK(record != nullptr) << "planned worker " << worker << " is unknown";
     v1::CoordinatorMessage message;
+    std::shared_ptr<const v1::CoordinatorMessage> base;
     if (record->state == WorkerState::kAssigned && record->job == id && !first) {
-      v1::Reconfigure* reconfigure = message.mutable_reconfigure();
-      reconfigure->set_job_id(id.value());
-      reconfigure->set_generation(generation.value());
-      *reconfigure->mutable_mesh() = mesh;
-      *reconfigure->mutable_coordinates() = member.coordinates();
-      reconfigure->set_reason(reason);
-      *reconfigure->mutable_recovery() = plan;
-      reconfigure->set_role(v1::RECONFIGURE_ROLE_MEMBER);
-      // An Assign of an earlier generation may not have arrived yet (or
-      // ever): the spec lets the worker join from this command alone.
-      *reconfigure->mutable_spec() = entry.job.spec();
+      if (reconfigure_base == nullptr) {
+        reconfigure_base = std::make_shared<v1::CoordinatorMessage>();
+        v1::Reconfigure* reconfigure = reconfigure_base->mutable_reconfigure();
+        reconfigure->set_job_id(id.value());
+        reconfigure->set_generation(generation.value());
+        *reconfigure->mutable_mesh() = mesh;
+        reconfigure->set_reason(reason);
+        *reconfigure->mutable_recovery() = plan;
+        reconfigure->set_role(v1::RECONFIGURE_ROLE_MEMBER);
+        // An Assign of an earlier generation may not have arrived yet (or
+        // ever): the spec lets the worker join from this command alone.
+        *reconfigure->mutable_spec() = entry.job.spec();
+      }
+      base = reconfigure_base;
+      *message.mutable_reconfigure()->mutable_coordinates() = member.coordinates();
     } else {
       absl::Status assigned = membership_->AssignToJob(worker, id);
       CHECK(assigned.ok()) << assigned;
-      v1::Assign* assign = message.mutable_assign();
-      assign->set_job_id(id.value());
-      assign->set_generation(generation.value());
-      *assign->mutable_spec() = entry.job.spec();
-      *assign->mutable_mesh() = mesh;
-      *assign->mutable_coordinates() = member.coordinates();
-      *assign->mutable_recovery() = plan;
+      if (assign_base == nullptr) {
+        assign_base = std::make_shared<v1::CoordinatorMessage>();
+        v1::Assign* assign = assign_base->mutable_assign();
+        assign->set_job_id(id.value());
+        assign->set_generation(generation.value());
+        *assign->mutable_spec() = entry.job.spec();
+        *assign->mutable_mesh() = mesh;
+        *assign->mutable_recovery() = plan;
+      }
+      base = assign_base;
+      *message.mutable_assign()->mutable_coordinates() = member.coordinates();
     }
-    effects->messages.push_back(Effects::Message{worker, record->incarnation, std::move(message)});
+    effects->messages.push_back(
+        Effects::Message{worker, record->incarnation, std::move(message), std::move(base)});
   }
 
   LOG(INFO) << "job " << id << " generation " << generation << ": " << MeshShapeString(mesh)

@@ -60,6 +60,7 @@
 
 #include <functional>
 #include <map>
+#include <memory>
 #include <optional>
 #include <set>
 #include <string>
@@ -73,6 +74,7 @@
 #include "common/ids.h"
 #include "coordinator/job_store.h"
 #include "coordinator/membership_table.h"
+#include "coordinator/mesh_planner.h"
 #include "coordinator/recovery_planner.h"
 
 namespace cohort::coordinator {
@@ -80,9 +82,21 @@ namespace cohort::coordinator {
 // What a JobManager call wants done, in order.
 struct Effects {
   struct Message {
+    Message(WorkerId worker, Incarnation incarnation, v1::CoordinatorMessage message,
+            std::shared_ptr<const v1::CoordinatorMessage> base = nullptr)
+        : worker(std::move(worker)),
+          incarnation(incarnation),
+          message(std::move(message)),
+          base(std::move(base)) {}
     WorkerId worker;
     Incarnation incarnation;
     v1::CoordinatorMessage message;
+    // When set, what the worker gets is *base with `message` merged into it:
+    // a command to many workers shares its large common part (spec, mesh,
+    // plan), and the per-worker copy is made only after the coordinator's
+    // lock is released (a 1,000-worker Assign held the lock for a second).
+    std::shared_ptr<const v1::CoordinatorMessage> base;
+    v1::CoordinatorMessage Full() const;
   };
   struct Event {
     v1::JobEventKind kind;
@@ -295,6 +309,9 @@ class JobManager {
 
   // Tries to start pending jobs and grow running ones.
   void Schedule(absl::Time now, Effects* effects);
+  // Adds idle workers of the spec's device kind to request->candidates,
+  // whole hosts at a time, as many as the job could use (AppendIdleCandidates).
+  void AppendIdleCandidates(const v1::JobSpec& spec, PlanRequest* request) const;
   // Re-plans an active job over its remaining members plus idle workers:
   // starts (or joins) a suspension when members remain, else plans at once.
   // `only_if_larger` restricts it to growth.

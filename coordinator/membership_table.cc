@@ -42,13 +42,12 @@ const char* LossReasonName(LossReason reason) {
 
 namespace {
 
-// Moves `record` to LOST and describes the loss. The job moves into the
-// LostWorker: a LOST record belongs to no job any more.
+// Describes the loss of `record` (about to become LOST). The job moves into
+// the LostWorker: a LOST record belongs to no job any more.
 LostWorker MakeLost(WorkerRecord& record, LossReason reason, absl::Time now) {
   LostWorker lost{record.id, record.incarnation, std::move(record.job), reason,
                   now - record.last_heartbeat};
   record.job.reset();
-  record.state = WorkerState::kLost;
   record.lost_at = now;
   record.loss_reason = reason;
   return lost;
@@ -62,7 +61,6 @@ void FillFromHello(const v1::Hello& hello, absl::Time now, WorkerRecord& record)
   record.device_index = hello.device_index();
   record.capabilities = hello.capabilities();
   record.metrics_address = hello.metrics_address();
-  record.state = WorkerState::kIdle;
   record.job.reset();
   record.joined_at = now;
   record.last_heartbeat = now;
@@ -73,6 +71,26 @@ void FillFromHello(const v1::Hello& hello, absl::Time now, WorkerRecord& record)
 }  // namespace
 
 MembershipTable::MembershipTable(Options options) : options_(options) {}
+
+bool MembershipTable::IdleOrder::operator()(const WorkerRecord* a, const WorkerRecord* b) const {
+  return std::tie(a->host, a->device_index, a->id) < std::tie(b->host, b->device_index, b->id);
+}
+
+void MembershipTable::IndexIdle(const WorkerRecord& record) {
+  idle_[record.device_kind].insert(&record);
+}
+
+void MembershipTable::UnindexIdle(const WorkerRecord& record) {
+  auto kind = idle_.find(record.device_kind);
+  if (kind != idle_.end()) kind->second.erase(&record);
+}
+
+void MembershipTable::SetState(WorkerRecord& record, WorkerState state) {
+  if (record.state == state) return;
+  if (record.state == WorkerState::kIdle) UnindexIdle(record);
+  record.state = state;
+  if (state == WorkerState::kIdle) IndexIdle(record);
+}
 
 absl::StatusOr<JoinResult> MembershipTable::Join(const v1::Hello& hello, absl::Time now) {
   if (absl::Status valid = ValidateHello(hello); !valid.ok()) return valid;
@@ -92,6 +110,8 @@ absl::StatusOr<JoinResult> MembershipTable::Join(const v1::Hello& hello, absl::T
   const WorkerId id(hello.worker_id());
   auto [it, inserted] = workers_.try_emplace(id);
   WorkerRecord& record = it->second;
+  // A new record is not indexed yet (kLost until filled below).
+  if (inserted) record.state = WorkerState::kLost;
   if (!inserted) {
     if (record.incarnation.value() == hello.incarnation()) {
       if (record.state != WorkerState::kLost) {
@@ -108,7 +128,10 @@ absl::StatusOr<JoinResult> MembershipTable::Join(const v1::Hello& hello, absl::T
       if (record.state != WorkerState::kLost) result.previous_job = record.job;
     }
   }
+  // The index orders by host and device: out of it while they change.
+  SetState(record, WorkerState::kLost);
   FillFromHello(hello, now, record);
+  SetState(record, WorkerState::kIdle);
   return result;
 }
 
@@ -142,7 +165,9 @@ std::optional<LostWorker> MembershipTable::MarkLost(const WorkerId& id, Incarnat
   if (record.incarnation != incarnation || record.state == WorkerState::kLost) {
     return std::nullopt;
   }
-  return MakeLost(record, reason, now);
+  LostWorker lost = MakeLost(record, reason, now);
+  SetState(record, WorkerState::kLost);
+  return lost;
 }
 
 std::vector<LostWorker> MembershipTable::Expire(absl::Time now) {
@@ -155,12 +180,14 @@ std::vector<LostWorker> MembershipTable::Expire(absl::Time now) {
     WorkerRecord& record = it->second;
     if (record.state == WorkerState::kLost) {
       if (record.lost_at < forget_before) {
-        // erase(iterator) leaves the other iterators of a flat_hash_map valid.
+        // LOST, so not in the idle index; erase(iterator) leaves the other
+        // iterators valid.
         workers_.erase(it++);
         continue;
       }
     } else if (record.last_heartbeat < silent_before) {
       lost.push_back(MakeLost(record, LossReason::kHeartbeatTimeout, now));
+      SetState(record, WorkerState::kLost);
     }
     ++it;
   }
@@ -191,7 +218,7 @@ absl::Status MembershipTable::AssignToJob(const WorkerId& id, const JobId& job) 
                      record.job.has_value() ? absl::StrCat(" (job ", record.job->value(), ")") : "",
                      "; only idle workers can join job ", job.value()));
   }
-  record.state = WorkerState::kAssigned;
+  SetState(record, WorkerState::kAssigned);
   record.job = job;
   return absl::OkStatus();
 }
@@ -202,7 +229,7 @@ void MembershipTable::Release(const WorkerId& id) {
   WorkerRecord& record = it->second;
   switch (record.state) {
     case WorkerState::kAssigned:
-      record.state = WorkerState::kIdle;
+      SetState(record, WorkerState::kIdle);
       record.job.reset();
       break;
     case WorkerState::kDraining:
@@ -224,7 +251,7 @@ absl::Status MembershipTable::MarkDraining(const WorkerId& id) {
     return absl::FailedPreconditionError(
         absl::StrCat("worker ", id.value(), " is lost; there is nothing to drain"));
   }
-  record.state = WorkerState::kDraining;
+  SetState(record, WorkerState::kDraining);
   return absl::OkStatus();
 }
 
@@ -242,17 +269,15 @@ std::vector<const WorkerRecord*> MembershipTable::List() const {
   return records;
 }
 
+bool MembershipTable::HasIdle(v1::DeviceKind kind) const {
+  auto it = idle_.find(kind);
+  return it != idle_.end() && !it->second.empty();
+}
+
 std::vector<const WorkerRecord*> MembershipTable::Idle(v1::DeviceKind kind) const {
-  std::vector<const WorkerRecord*> records;
-  for (const auto& [id, record] : workers_) {
-    if (record.state == WorkerState::kIdle && record.device_kind == kind) {
-      records.push_back(&record);
-    }
-  }
-  std::sort(records.begin(), records.end(), [](const WorkerRecord* a, const WorkerRecord* b) {
-    return std::tie(a->host, a->device_index, a->id) < std::tie(b->host, b->device_index, b->id);
-  });
-  return records;
+  auto it = idle_.find(kind);
+  if (it == idle_.end()) return {};
+  return std::vector<const WorkerRecord*>(it->second.begin(), it->second.end());
 }
 
 int MembershipTable::CountInState(WorkerState state) const {

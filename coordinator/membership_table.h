@@ -17,11 +17,13 @@
 // Messages carrying an incarnation other than the current one get Aborted.
 // LOST records stay listed for `lost_retention` and are then forgotten.
 
+#include <map>
 #include <optional>
+#include <set>
 #include <string>
 #include <vector>
 
-#include "absl/container/flat_hash_map.h"
+#include "absl/container/node_hash_map.h"
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
@@ -123,15 +125,30 @@ class MembershipTable {
   const WorkerRecord* Find(const WorkerId& id) const;
   // All records, sorted by worker id.
   std::vector<const WorkerRecord*> List() const;
-  // IDLE workers of `kind`, sorted by (host, device_index, id).
+  // IDLE workers of `kind`, sorted by (host, device_index, id). From an
+  // index kept by every state change: no scan of all workers, no sort.
   std::vector<const WorkerRecord*> Idle(v1::DeviceKind kind) const;
+  bool HasIdle(v1::DeviceKind kind) const;
   int CountInState(WorkerState state) const;
   size_t size() const { return workers_.size(); }
   const Options& options() const { return options_; }
 
  private:
+  // Moves `record` to `state`, keeping idle_ in step (every state change of
+  // a record in workers_ goes through here or through Forget/FillIdle).
+  void SetState(WorkerRecord& record, WorkerState state);
+  void IndexIdle(const WorkerRecord& record);
+  void UnindexIdle(const WorkerRecord& record);
+
+  struct IdleOrder {
+    bool operator()(const WorkerRecord* a, const WorkerRecord* b) const;
+  };
+
   Options options_;
-  absl::flat_hash_map<WorkerId, WorkerRecord> workers_;
+  // Node-based: records do not move, so the idle index can point at them.
+  absl::node_hash_map<WorkerId, WorkerRecord> workers_;
+  // IDLE records by device kind, in (host, device_index, id) order.
+  std::map<v1::DeviceKind, std::set<const WorkerRecord*, IdleOrder>> idle_;
 };
 
 }  // namespace cohort::coordinator

@@ -16,6 +16,9 @@
 #include <string>
 
 #include "absl/flags/flag.h"
+#include "absl/strings/str_format.h"
+#include "tools/sim/churn_driver.h"
+#include "tools/sim/metrics_scrape.h"
 #include "absl/flags/parse.h"
 #include "absl/flags/usage.h"
 #include "absl/strings/numbers.h"
@@ -44,6 +47,20 @@ ABSL_FLAG(int, plan_workers, 10000,
           "time MeshPlanner::Plan over this many synthetic workers (tp 8); 0 = skip");
 ABSL_FLAG(std::string, output, "table", "table | json");
 ABSL_FLAG(std::string, name_prefix, "sim", "prefix of worker ids and host names");
+ABSL_FLAG(double, churn_submits_per_second, 0,
+          "while measuring, submit this many one-worker jobs per second, cancelling the oldest "
+          "beyond 20 live ones");
+ABSL_FLAG(int, churn_replanning_jobs, 0,
+          "while measuring, this many jobs re-plan continuously (scaled between 2 and 4 workers "
+          "--churn_replan_pause after each re-plan is RUNNING)");
+ABSL_FLAG(double, churn_replan_pause, 1,
+          "seconds between a re-plan reaching RUNNING and the next scale of that job; 0: at once");
+ABSL_FLAG(int, churn_probe_workers, 0,
+          "submit one job of this many workers 2 s into the run and report the time from Submit "
+          "to RUNNING");
+ABSL_FLAG(std::string, coordinator_metrics, "",
+          "host:port of the coordinator's /metrics: report failures it detected, its lock wait "
+          "and hold and heartbeat handling p99 over the run");
 
 namespace {
 
@@ -77,6 +94,47 @@ int RunMain() {
   }
   config.name_prefix = absl::GetFlag(FLAGS_name_prefix);
 
+  std::unique_ptr<cohort::sim::ChurnDriver> churn;
+  cohort::sim::ChurnConfig churn_config;
+  churn_config.coordinator = config.coordinator;
+  churn_config.tls = config.tls;
+  churn_config.submits_per_second = absl::GetFlag(FLAGS_churn_submits_per_second);
+  churn_config.replanning_jobs = absl::GetFlag(FLAGS_churn_replanning_jobs);
+  churn_config.probe_workers = absl::GetFlag(FLAGS_churn_probe_workers);
+  churn_config.replan_pause = absl::Seconds(absl::GetFlag(FLAGS_churn_replan_pause));
+  churn_config.name_prefix = config.name_prefix + "-job";
+  if (churn_config.submits_per_second > 0 || churn_config.replanning_jobs > 0 ||
+      churn_config.probe_workers > 0) {
+    absl::StatusOr<std::unique_ptr<cohort::sim::ChurnDriver>> made =
+        cohort::sim::ChurnDriver::Create(churn_config);
+    if (!made.ok()) {
+      std::cerr << "cohort-sim: " << made.status().message() << "\n";
+      return 2;
+    }
+    churn = *std::move(made);
+  }
+  const std::string metrics_address = absl::GetFlag(FLAGS_coordinator_metrics);
+  std::string metrics_before, metrics_after;
+  auto scrape = [&metrics_address](std::string* out) {
+    if (metrics_address.empty()) return;
+    absl::StatusOr<std::string> text =
+        cohort::sim::FetchMetrics(metrics_address, absl::Seconds(10));
+    if (text.ok()) {
+      *out = *std::move(text);
+    } else {
+      LOG(WARNING) << "coordinator metrics: " << text.status();
+    }
+  };
+  std::optional<cohort::sim::ChurnReport> churn_report;
+  config.on_attached = [&] {
+    scrape(&metrics_before);
+    if (churn != nullptr) churn->Start();
+  };
+  config.before_close = [&] {
+    if (churn != nullptr) churn_report = churn->Stop();
+    scrape(&metrics_after);
+  };
+
   absl::StatusOr<std::unique_ptr<cohort::sim::Simulator>> sim =
       cohort::sim::Simulator::Create(config);
   if (!sim.ok()) {
@@ -105,6 +163,39 @@ int RunMain() {
   std::cout << (output == "json" ? cohort::sim::FormatJson(*report)
                                  : cohort::sim::FormatTable(*report))
             << std::flush;
+  if (churn_report.has_value()) {
+    std::cout << "churn: " << churn_report->submitted << " jobs submitted, "
+              << churn_report->cancelled << " cancelled, " << churn_report->replans
+              << " re-plans completed, " << churn_report->call_errors << " failed calls"
+              << (churn_report->first_error.empty() ? "" : " (first: " + churn_report->first_error + ")")
+              << "\n";
+    if (churn_config.probe_workers > 0) {
+      std::cout << "probe: a job of " << churn_config.probe_workers << " workers was RUNNING "
+                << (churn_report->probe_seconds
+                        ? absl::StrFormat("%.3f s", *churn_report->probe_seconds)
+                        : std::string("never"))
+                << " after its Submit (polled every 10 ms)\n";
+    }
+  }
+  if (!metrics_before.empty() && !metrics_after.empty()) {
+    const cohort::sim::MetricsText diff(cohort::sim::DiffMetrics(metrics_before, metrics_after));
+    auto us = [](std::optional<double> seconds) {
+      return seconds ? absl::StrFormat("%.0f us", *seconds * 1e6) : std::string("-");
+    };
+    std::cout << "coordinator over the run: "
+              << diff.Sum("cohort_worker_failures_detected_total") << " failures detected; "
+              << "lock hold p99 " << us(diff.Quantile("cohort_coordinator_lock_hold_seconds", 0.99))
+              << " (heartbeat sections "
+              << us(diff.Quantile("cohort_coordinator_lock_hold_seconds", 0.99,
+                                  "section=\"heartbeat\""))
+              << ", job sections "
+              << us(diff.Quantile("cohort_coordinator_lock_hold_seconds", 0.99, "section=\"jobs\""))
+              << "), lock wait p99 " << us(diff.Quantile("cohort_coordinator_lock_wait_seconds", 0.99))
+              << ", heartbeat handling p99 "
+              << us(diff.Quantile("cohort_coordinator_heartbeat_seconds", 0.99)) << "; "
+              << diff.Sum("cohort_coordinator_job_write_batches_total") << " job-write batches of "
+              << diff.Sum("cohort_coordinator_job_write_records_total") << " records\n";
+  }
   return report->errors() == 0 ? 0 : 3;
 }
 

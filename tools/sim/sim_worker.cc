@@ -48,7 +48,14 @@ void SimWorker::SendHeartbeat() {
     awaiting_ack_.push_back({sequence, MonotonicNanos()});
     v1::WorkerMessage message;
     message.set_incarnation(options_.incarnation);
-    message.mutable_heartbeat()->set_sequence(sequence);
+    v1::Heartbeat* heartbeat = message.mutable_heartbeat();
+    heartbeat->set_sequence(sequence);
+    if (!job_id_.empty()) {
+      heartbeat->set_job_id(job_id_);
+      heartbeat->set_generation(generation_);
+      heartbeat->mutable_progress()->set_step(++step_);
+      heartbeat->mutable_progress()->set_step_time_seconds(0.1);
+    }
     Enqueue(std::move(message), &actions);
   }
   Act(actions);
@@ -256,6 +263,12 @@ void SimWorker::ReplyStatus(const std::string& job_id, uint64_t generation,
   status->set_state(state);
   Enqueue(std::move(message), actions);
   counters_->assignments.fetch_add(1);
+  if (state == v1::ASSIGNMENT_STATE_READY) {
+    job_id_ = job_id;
+    generation_ = generation;
+  } else if (job_id == job_id_) {
+    job_id_.clear();  // suspended, released or donated: no progress to report
+  }
 }
 
 }  // namespace cohort::sim

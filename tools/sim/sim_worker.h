@@ -134,6 +134,12 @@ class SimWorker : public grpc::ClientBidiReactor<v1::WorkerMessage, v1::Coordina
   std::vector<double> rtt_ms_ ABSL_GUARDED_BY(mu_);
   int64_t unacked_ ABSL_GUARDED_BY(mu_) = 0;
   std::string error_ ABSL_GUARDED_BY(mu_);
+  // The assignment this worker reported READY for, if any: its heartbeats
+  // then carry progress, one step further each time, as a training worker's
+  // do (or the coordinator's stall detection fences it after 30 s).
+  std::string job_id_ ABSL_GUARDED_BY(mu_);
+  uint64_t generation_ ABSL_GUARDED_BY(mu_) = 0;
+  int64_t step_ ABSL_GUARDED_BY(mu_) = 0;
 };
 
 }  // namespace cohort::sim

@@ -119,6 +119,7 @@ absl::StatusOr<SimReport> Simulator::Run() {
                  << " ms: workers will be declared lost";
   }
 
+  if (config_.on_attached) config_.on_attached();
   if (config_.warmup > absl::ZeroDuration()) {
     LOG(INFO) << "warming up for " << absl::FormatDuration(config_.warmup);
     absl::SleepFor(config_.warmup);
@@ -130,6 +131,7 @@ absl::StatusOr<SimReport> Simulator::Run() {
   report.attach_seconds = absl::ToDoubleSeconds(attach_time);
   Measure(&report);
   WaitForWindowAcks();
+  if (config_.before_close) config_.before_close();
   // Streams that broke before we closed them are errors of the run.
   CloseAll();
 
@@ -237,8 +239,12 @@ void Simulator::WaitForWindowAcks() {
 void Simulator::CloseAll() {
   if (closed_) return;
   closed_ = true;
-  if (scheduler_ != nullptr) scheduler_->Stop();
+  // Streams close first, heartbeats stop after: closing 10,000 streams can
+  // take longer than the coordinator's heartbeat timeout, and a worker gone
+  // silent before its stream closed would be declared lost (and its stream
+  // ended with an error) at the very end of a clean run.
   for (const std::unique_ptr<SimWorker>& worker : workers_) worker->Close();
+  if (scheduler_ != nullptr) scheduler_->Stop();
   auto all_done = [this] {
     for (const std::unique_ptr<SimWorker>& worker : workers_) {
       if (!worker->done()) return false;

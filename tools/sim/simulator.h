@@ -12,6 +12,7 @@
 #include <grpcpp/grpcpp.h>
 #include <sys/types.h>
 
+#include <functional>
 #include <memory>
 #include <optional>
 #include <string>
@@ -45,6 +46,11 @@ struct SimConfig {
   // Prefix of worker ids ("sim-<i>") and hosts ("sim-host-<j>"); lets two
   // simulators share one coordinator.
   std::string name_prefix = "sim";
+  // Called once every worker is attached (before the warmup), and after the
+  // window's acks, before the streams close (e.g. to start and stop other
+  // traffic, scrape the coordinator's metrics).
+  std::function<void()> on_attached;
+  std::function<void()> before_close;
 };
 
 class Simulator {

@@ -44,7 +44,7 @@ std::vector<v1::CoordinatorMessage> MessagesTo(const Effects& effects, const std
                                                v1::CoordinatorMessage::KindCase kind) {
   std::vector<v1::CoordinatorMessage> out;
   for (const auto& m : effects.messages) {
-    if (m.worker.value() == worker && m.message.kind_case() == kind) out.push_back(m.message);
+    if (m.worker.value() == worker && m.message.kind_case() == kind) out.push_back(m.Full());
   }
   return out;
 }

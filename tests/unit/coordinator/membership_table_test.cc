@@ -1,6 +1,8 @@
 #include "coordinator/membership_table.h"
 
+#include <algorithm>
 #include <string>
+#include <tuple>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
@@ -324,6 +326,58 @@ TEST(MembershipScaleTest, ExpireOverTenThousandWorkers) {
   EXPECT_EQ(lost, 10);
   EXPECT_EQ(table.CountInState(WorkerState::kLost), 10);
   EXPECT_EQ(table.CountInState(WorkerState::kIdle), 9990);
+}
+
+// Issue 22: Idle() comes from an index every state change keeps, not from
+// a scan and sort of every worker per job per scheduling pass. Checked
+// against the definition (a filter and sort of List()) after each change.
+TEST_F(MembershipTableTest, TheIdleIndexFollowsEveryStateChange) {
+  auto scanned = [this](v1::DeviceKind kind) {
+    std::vector<const WorkerRecord*> idle;
+    for (const WorkerRecord* r : table_.List()) {
+      if (r->state == WorkerState::kIdle && r->device_kind == kind) idle.push_back(r);
+    }
+    std::sort(idle.begin(), idle.end(), [](const WorkerRecord* a, const WorkerRecord* b) {
+      return std::tie(a->host, a->device_index, a->id) < std::tie(b->host, b->device_index, b->id);
+    });
+    return Ids(idle);
+  };
+  auto check = [&](const std::string& after) {
+    for (v1::DeviceKind kind : {v1::DEVICE_KIND_CPU, v1::DEVICE_KIND_GPU}) {
+      EXPECT_EQ(Ids(table_.Idle(kind)), scanned(kind)) << "after " << after;
+      EXPECT_EQ(table_.HasIdle(kind), !scanned(kind).empty()) << "after " << after;
+    }
+  };
+  JoinOk(MakeHello("w2", 1, "hb", 1));
+  JoinOk(MakeHello("w1", 1, "hb", 0));
+  JoinOk(MakeHello("w0", 1, "ha", 5));
+  JoinOk(MakeHello("g0", 1, "ha", 0, v1::DEVICE_KIND_GPU));
+  check("joins");
+  EXPECT_THAT(Ids(table_.Idle(v1::DEVICE_KIND_CPU)), ElementsAre("w0", "w1", "w2"));
+  ASSERT_TRUE(table_.AssignToJob(kW1, kJob).ok());
+  check("assign");
+  ASSERT_TRUE(table_.MarkDraining(kW0).ok());
+  check("drain");
+  table_.Release(kW1);
+  check("release");
+  ASSERT_TRUE(table_.MarkLost(WorkerId("w2"), Incarnation(1), LossReason::kStreamBroken,
+                              clock_.Now())
+                  .has_value());
+  check("lost");
+  // w1 restarts on another host: it moves in the order.
+  ASSERT_TRUE(table_.Join(MakeHello("w1", 2, "hc", 0), clock_.Now()).ok());
+  check("rejoin elsewhere");
+  EXPECT_THAT(Ids(table_.Idle(v1::DEVICE_KIND_CPU)), ElementsAre("w1"));
+  // w2 comes back (same incarnation after a broken stream).
+  ASSERT_TRUE(table_.Join(MakeHello("w2", 1, "hb", 1), clock_.Now()).ok());
+  check("rejoin");
+  clock_.Advance(absl::Seconds(60));
+  table_.Expire(clock_.Now());
+  check("expire");
+  EXPECT_FALSE(table_.HasIdle(v1::DEVICE_KIND_CPU));
+  clock_.Advance(absl::Hours(1));
+  table_.Expire(clock_.Now());  // forgets the lost records
+  check("forget");
 }
 
 }  // namespace
