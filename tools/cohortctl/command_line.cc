@@ -15,6 +15,10 @@
 #include "absl/strings/str_split.h"
 #include "absl/time/time.h"
 #include "common/flag_checks.h"
+#include "common/log.h"
+#include "google/protobuf/descriptor.h"
+#include "google/protobuf/message.h"
+#include "tools/cohortctl/spec_builder.h"
 
 namespace cohort::cohortctl {
 namespace {
@@ -32,75 +36,89 @@ constexpr char kExport[] = "checkpoints export flags:";
 constexpr std::array<FlagDoc, 39> kFlags = {{
     {"coordinator", FlagKind::kValue, "HOST:PORT", kGlobal,
      "coordinator gRPC address (default: $COHORT_COORDINATOR, else "
-     "localhost:7070)"},
+     "localhost:7070)", nullptr},
     {"output", FlagKind::kValue, "table|json", kGlobal,
      "table for people; json prints protobuf's JSON mapping of the reply "
-     "(watch: one JSON object per line) (default: table)"},
+     "(watch: one JSON object per line) (default: table)", nullptr},
     {"timeout", FlagKind::kValue, "SECONDS", kGlobal,
      "deadline of each request, and how long watch waits to connect "
-     "(default: 10)"},
+     "(default: 10)", nullptr},
     {"tls_ca", FlagKind::kValue, "FILE", kGlobal,
      "PEM bundle that signed the coordinator's certificate; set: connect "
-     "with TLS (default: $COHORT_TLS_CA, else plaintext)"},
+     "with TLS (default: $COHORT_TLS_CA, else plaintext)", nullptr},
     {"tls_cert", FlagKind::kValue, "FILE", kGlobal,
-     "PEM client certificate, if the cluster wants one (needs --tls_ca)"},
-    {"tls_key", FlagKind::kValue, "FILE", kGlobal, "PEM private key of --tls_cert"},
+     "PEM client certificate, if the cluster wants one (needs --tls_ca)", nullptr},
+    {"tls_key", FlagKind::kValue, "FILE", kGlobal, "PEM private key of --tls_cert", nullptr},
     {"tls_server_name", FlagKind::kValue, "NAME", kGlobal,
      "name the coordinator's certificate must carry when it differs from "
-     "the host of --coordinator"},
+     "the host of --coordinator", nullptr},
     {"token_file", FlagKind::kValue, "FILE", kGlobal,
      "file holding the bearer token sent with every request (needs TLS) "
      "(default: $COHORT_TOKEN_FILE; the token itself may be given in "
-     "$COHORT_TOKEN)"},
+     "$COHORT_TOKEN)", nullptr},
     // Help is handled by the scanner; listed so the text documents it.
-    {"help", FlagKind::kBool, "", kGlobal, "print this text (also: -h, help)"},
-    {"all", FlagKind::kBool, "", kList, "also list COMPLETED, FAILED and CANCELLED jobs"},
+    {"help", FlagKind::kBool, "", kGlobal, "print this text (also: -h, help)", nullptr},
+    {"all", FlagKind::kBool, "", kList, "also list COMPLETED, FAILED and CANCELLED jobs", nullptr},
     {"validate_only", FlagKind::kBool, "", kSubmit,
-     "have the coordinator check the spec without creating a job"},
-    {"name", FlagKind::kValue, "NAME", kSubmit, "job name, [a-z0-9][a-z0-9-]{0,62} (demo)"},
-    {"device", FlagKind::kValue, "cpu|gpu", kSubmit, "kind of device the workers train on (cpu)"},
-    {"layers", FlagKind::kValue, "N", kSubmit, "transformer blocks (2)"},
-    {"heads", FlagKind::kValue, "N", kSubmit, "attention heads (4)"},
-    {"width", FlagKind::kValue, "N", kSubmit, "embedding width d_model (64)"},
-    {"vocab", FlagKind::kValue, "N", kSubmit, "vocabulary size (256)"},
-    {"context", FlagKind::kValue, "N", kSubmit, "context length, tokens per sample (64)"},
+     "have the coordinator check the spec without creating a job", nullptr},
+    {"name", FlagKind::kValue, "NAME", kSubmit,
+     "job name, [a-z0-9][a-z0-9-]{0,62}", "name"},
+    {"device", FlagKind::kValue, "cpu|gpu", kSubmit,
+     "kind of device the workers train on", "device_kind"},
+    {"layers", FlagKind::kValue, "N", kSubmit,
+     "transformer blocks", "model.layers"},
+    {"heads", FlagKind::kValue, "N", kSubmit,
+     "attention heads", "model.heads"},
+    {"width", FlagKind::kValue, "N", kSubmit,
+     "embedding width d_model", "model.width"},
+    {"vocab", FlagKind::kValue, "N", kSubmit,
+     "vocabulary size", "model.vocab_size"},
+    {"context", FlagKind::kValue, "N", kSubmit,
+     "context length, tokens per sample", "model.context_length"},
     {"seed", FlagKind::kValue, "N", kSubmit,
-     "data seed; with synthetic data also the source's seed (1)"},
+     "data seed; with synthetic data also the source's seed", "data.seed"},
     {"data_shards", FlagKind::kValue, "GLOB", kSubmit,
-     "train on the llm.c token shards matching GLOB instead of synthetic "
-     "data (synthetic)"},
-    {"lr", FlagKind::kValue, "X", kSubmit, "peak learning rate (0.001)"},
+     "train on the llm.c token shards matching GLOB instead of synthetic data", "data.shards.pattern"},
+    {"lr", FlagKind::kValue, "X", kSubmit,
+     "peak learning rate", "optimizer.learning_rate"},
     {"min_lr", FlagKind::kValue, "X", kSubmit,
-     "learning rate at the end of the cosine decay (0.0001)"},
-    {"warmup", FlagKind::kValue, "N", kSubmit, "warmup steps (10)"},
-    {"weight_decay", FlagKind::kValue, "X", kSubmit, "AdamW weight decay (0.1)"},
-    {"grad_clip", FlagKind::kValue, "X", kSubmit, "global gradient norm clip, 0 disables (1)"},
-    {"global_batch", FlagKind::kValue, "N", kSubmit, "sequences per optimizer step (16)"},
+     "learning rate at the end of the cosine decay", "optimizer.min_learning_rate"},
+    {"warmup", FlagKind::kValue, "N", kSubmit,
+     "warmup steps", "optimizer.warmup_steps"},
+    {"weight_decay", FlagKind::kValue, "X", kSubmit,
+     "AdamW weight decay", "optimizer.weight_decay"},
+    {"grad_clip", FlagKind::kValue, "X", kSubmit,
+     "global gradient norm clip, 0 disables", "optimizer.grad_clip"},
+    {"global_batch", FlagKind::kValue, "N", kSubmit,
+     "sequences per optimizer step", "batch.global_batch_size"},
     {"micro_batch", FlagKind::kValue, "N", kSubmit,
-     "sequences per micro-batch, divides --global_batch (2)"},
-    {"tensor", FlagKind::kValue, "N", kSubmit, "tensor parallel degree (2)"},
-    {"pipeline", FlagKind::kValue, "N", kSubmit, "pipeline parallel degree (1)"},
+     "sequences per micro-batch, divides --global_batch", "batch.micro_batch_size"},
+    {"tensor", FlagKind::kValue, "N", kSubmit,
+     "tensor parallel degree", "parallelism.tensor"},
+    {"pipeline", FlagKind::kValue, "N", kSubmit,
+     "pipeline parallel degree", "parallelism.pipeline"},
     {"zero1", FlagKind::kBool, "", kSubmit,
-     "shard optimizer state across the data parallel group (off)"},
-    {"steps", FlagKind::kValue, "N", kSubmit, "optimizer steps to run (200)"},
+     "shard optimizer state across the data parallel group", "parallelism.zero1"},
+    {"steps", FlagKind::kValue, "N", kSubmit,
+     "optimizer steps to run", "steps"},
     {"checkpoint_interval", FlagKind::kValue, "N", kSubmit,
-     "checkpoint every N steps, 0 disables (50)"},
-    {"keep_last", FlagKind::kValue, "N", kSubmit, "checkpoints to retain (3)"},
+     "checkpoint every N steps, 0 disables", "checkpoint.interval_steps"},
+    {"keep_last", FlagKind::kValue, "N", kSubmit, "checkpoints to retain (3)", nullptr},
     {"min_workers", FlagKind::kValue, "N", kElastic,
      "fewest workers the job runs with (demo: 2; scale needs it or "
-     "--workers)"},
+     "--workers)", nullptr},
     {"max_workers", FlagKind::kValue, "N", kElastic,
      "most workers the job grows to (demo: 4; scale: defaults to "
-     "--min_workers)"},
+     "--min_workers)", nullptr},
     {"workers", FlagKind::kValue, "N", kScale,
      "run the job on exactly N workers: --min_workers=N --max_workers=N "
-     "(not with either of them)"},
+     "(not with either of them)", nullptr},
     {"reason", FlagKind::kValue, "TEXT", kDrain,
      "why the worker leaves; the coordinator logs it and gives it as the "
-     "reason its job is re-planned (default: drained by an operator)"},
-    {"out", FlagKind::kValue, "FILE", kExport, "file to write (required)"},
+     "reason its job is re-planned (default: drained by an operator)", nullptr},
+    {"out", FlagKind::kValue, "FILE", kExport, "file to write (required)", nullptr},
     {"format", FlagKind::kValue, "safetensors", kExport,
-     "file format; safetensors is the one supported (default: safetensors)"},
+     "file format; safetensors is the one supported (default: safetensors)", nullptr},
 }};
 
 constexpr char kCommandsText[] =
@@ -187,6 +205,50 @@ absl::Status UsageError(absl::string_view message) { return absl::InvalidArgumen
 
 absl::Span<const FlagDoc> FlagDocs() { return kFlags; }
 
+std::string SpecFieldText(const v1::JobSpec& spec, const std::string& field) {
+  const google::protobuf::Message* message = &spec;
+  const google::protobuf::Reflection* reflection = spec.GetReflection();
+  std::vector<std::string> path = absl::StrSplit(field, '.');
+  for (size_t i = 0; i < path.size(); ++i) {
+    const google::protobuf::FieldDescriptor* descriptor =
+        message->GetDescriptor()->FindFieldByName(path[i]);
+    CHECK(descriptor != nullptr) << "no JobSpec field " << field;
+    reflection = message->GetReflection();
+    if (i + 1 < path.size()) {
+      message = &reflection->GetMessage(*message, descriptor);
+      continue;
+    }
+    using Type = google::protobuf::FieldDescriptor;
+    switch (descriptor->cpp_type()) {
+      case Type::CPPTYPE_INT32: return absl::StrCat(reflection->GetInt32(*message, descriptor));
+      case Type::CPPTYPE_INT64: return absl::StrCat(reflection->GetInt64(*message, descriptor));
+      case Type::CPPTYPE_UINT32: return absl::StrCat(reflection->GetUInt32(*message, descriptor));
+      case Type::CPPTYPE_UINT64: return absl::StrCat(reflection->GetUInt64(*message, descriptor));
+      case Type::CPPTYPE_DOUBLE: return absl::StrCat(reflection->GetDouble(*message, descriptor));
+      case Type::CPPTYPE_FLOAT: return absl::StrCat(reflection->GetFloat(*message, descriptor));
+      case Type::CPPTYPE_BOOL: return reflection->GetBool(*message, descriptor) ? "on" : "off";
+      case Type::CPPTYPE_ENUM: {
+        // DEVICE_KIND_CPU -> cpu (the values the flags take are one word)
+        const std::string name = reflection->GetEnum(*message, descriptor)->name();
+        return absl::AsciiStrToLower(name.substr(name.rfind('_') + 1));
+      }
+      case Type::CPPTYPE_STRING: {
+        const std::string value = reflection->GetString(*message, descriptor);
+        if (field == "data.shards.pattern" && value.empty()) return "synthetic";
+        return value;
+      }
+      case Type::CPPTYPE_MESSAGE: break;
+    }
+  }
+  LOG(FATAL) << "JobSpec field " << field << " is not a scalar";
+  return "";
+}
+
+std::string FlagHelp(const FlagDoc& flag) {
+  if (flag.spec_field == nullptr) return flag.help;
+  return absl::StrCat(flag.help, " (", SpecFieldText(DemoJobSpec(), flag.spec_field), ")");
+}
+
 std::string UsageText() {
   std::string text = kCommandsText;
   const char* section = nullptr;
@@ -200,7 +262,7 @@ std::string UsageText() {
       absl::StrAppend(&left, "=", flag.value_name);
     }
     // Two columns: the flag, then its help wrapped to kTextWidth.
-    std::vector<std::string> lines = WrapWords(flag.help, kTextWidth - kHelpColumn);
+    std::vector<std::string> lines = WrapWords(FlagHelp(flag), kTextWidth - kHelpColumn);
     if (left.size() + 2 > kHelpColumn) {
       absl::StrAppend(&text, left, "\n");
       left.clear();

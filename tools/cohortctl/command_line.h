@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "cohort/v1/job.pb.h"
 #include "absl/strings/string_view.h"
 #include "absl/types/span.h"
 #include "tools/cohortctl/ctl_config.h"
@@ -31,8 +32,21 @@ struct FlagDoc {
   FlagKind kind;
   const char* value_name;  // shown as --name=VALUE; empty for bools
   const char* section;     // heading it is listed under in the help text
-  const char* help;        // one line, with the default
+  const char* help;        // one line; the default follows (see FlagHelp)
+  // The JobSpec field (path of names, e.g. "optimizer.warmup_steps") a
+  // submit flag sets; the help shows the demo job's value of it, so help and
+  // what submit sends cannot disagree. Null for other flags.
+  const char* spec_field;
 };
+
+// A flag's help: `help`, then for a spec flag the demo job's value of its
+// field in parentheses.
+std::string FlagHelp(const FlagDoc& flag);
+
+// The demo job's value of `field` (a path as in FlagDoc::spec_field) as the
+// help shows it: numbers as written, enums without their prefix in lower
+// case, bools on/off, an empty data.shards.pattern "synthetic".
+std::string SpecFieldText(const v1::JobSpec& spec, const std::string& field);
 
 // Every flag cohortctl accepts, in help order.
 absl::Span<const FlagDoc> FlagDocs();

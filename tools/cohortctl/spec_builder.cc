@@ -4,43 +4,19 @@
 #include "absl/strings/ascii.h"
 #include "absl/strings/str_cat.h"
 #include "common/job_spec_io.h"
+#include "common/log.h"
+#include "tools/cohortctl/demo_job_yaml.h"
 
 namespace cohort::cohortctl {
 
 v1::JobSpec DemoJobSpec() {
-  v1::JobSpec spec;
-  spec.set_name("demo");
-  spec.set_device_kind(v1::DEVICE_KIND_CPU);
-  v1::ModelConfig& model = *spec.mutable_model();
-  model.set_layers(2);
-  model.set_heads(4);
-  model.set_width(64);
-  model.set_vocab_size(256);
-  model.set_context_length(64);
-  model.set_init_seed(42);
-  v1::SyntheticSource& synthetic = *spec.mutable_data()->mutable_synthetic();
-  synthetic.set_seed(1);
-  synthetic.set_alphabet_size(16);
-  synthetic.set_branching(4);
-  synthetic.set_order(1);
-  synthetic.set_tokens(1000000);
-  spec.mutable_data()->set_seed(1);
-  v1::OptimizerConfig& optimizer = *spec.mutable_optimizer();
-  optimizer.set_learning_rate(3e-3);
-  optimizer.set_min_learning_rate(3e-4);
-  optimizer.set_warmup_steps(20);
-  optimizer.set_weight_decay(0.1);
-  optimizer.set_grad_clip(1.0);
-  spec.mutable_batch()->set_global_batch_size(16);
-  spec.mutable_batch()->set_micro_batch_size(4);
-  spec.mutable_parallelism()->set_tensor(1);
-  spec.mutable_parallelism()->set_pipeline(1);
-  spec.mutable_parallelism()->set_zero1(true);
-  spec.mutable_elastic()->set_min_workers(2);
-  spec.mutable_elastic()->set_max_workers(4);
-  spec.set_steps(500);
-  spec.mutable_checkpoint()->set_interval_steps(0);
-  return spec;
+  static const v1::JobSpec* const demo = [] {
+    absl::StatusOr<v1::JobSpec> parsed = ParseJobSpec(kDemoJobYaml, JobSpecFormat::kYaml);
+    // The file is in the repository and tested (CohortctlSpecBuilderTest).
+    CHECK(parsed.ok()) << "deploy/local/jobs/demo.yaml: " << parsed.status();
+    return new v1::JobSpec(*std::move(parsed));
+  }();
+  return *demo;
 }
 
 absl::Status ApplySpecFlags(const SpecFlags& flags, v1::JobSpec* spec) {

@@ -11,8 +11,8 @@
 
 namespace cohort::cohortctl {
 
-// The demo job of deploy/local/jobs/demo.yaml: a 2-layer GPT on synthetic
-// data, tensor parallel 2, elastic between 2 and 4 CPU workers, 200 steps.
+// The demo job: deploy/local/jobs/demo.yaml, compiled in (a 2-layer GPT on a
+// synthetic source, data parallel over 2 to 4 CPU workers with ZeRO-1).
 v1::JobSpec DemoJobSpec();
 
 // Sets every field of `spec` that `flags` holds. InvalidArgument when --device

@@ -6,7 +6,10 @@
 
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
 #include "tools/cohortctl/command_line.h"
+#include "tools/cohortctl/spec_builder.h"
 
 namespace cohort::cohortctl {
 namespace {
@@ -394,6 +397,38 @@ TEST(CommandLineTest, EveryFlagScansAndEverySpecFlagIsDocumented) {
     EXPECT_TRUE(scanned.ok()) << name << " is not in FlagDocs";
   }
   EXPECT_EQ(SetSpecFlagNames(all).size(), 24u);
+}
+
+}  // namespace
+}  // namespace cohort::cohortctl
+
+namespace cohort::cohortctl {
+namespace {
+
+// Issue 22: the help once advertised defaults (lr, warmup, micro_batch,
+// tensor, zero1, steps, checkpoint_interval) that differed from what
+// submit sends. Each spec flag's help now shows the value submit sends
+// without a file or flags.
+TEST(CommandLineTest, TheHelpShowsTheValuesSubmitSendsWithoutFlags) {
+  absl::StatusOr<v1::JobSpec> sent = BuildSubmitSpec("", SpecFlags());
+  ASSERT_TRUE(sent.ok()) << sent.status();
+  int spec_flags = 0;
+  const std::string usage = UsageText();
+  for (const FlagDoc& flag : FlagDocs()) {
+    if (flag.spec_field == nullptr) continue;
+    ++spec_flags;
+    const std::string value = SpecFieldText(*sent, flag.spec_field);
+    EXPECT_TRUE(absl::EndsWith(FlagHelp(flag), absl::StrCat("(", value, ")")))
+        << "--" << flag.name << ": " << FlagHelp(flag) << " but submit sends " << value;
+  }
+  EXPECT_EQ(spec_flags, 21);
+  // Spot checks against deploy/local/jobs/demo.yaml.
+  EXPECT_EQ(SpecFieldText(*sent, "optimizer.learning_rate"), "0.003");
+  EXPECT_EQ(SpecFieldText(*sent, "optimizer.warmup_steps"), "20");
+  EXPECT_EQ(SpecFieldText(*sent, "parallelism.zero1"), "on");
+  EXPECT_EQ(SpecFieldText(*sent, "device_kind"), "cpu");
+  EXPECT_EQ(SpecFieldText(*sent, "data.shards.pattern"), "synthetic");
+  EXPECT_THAT(usage, HasSubstr("(0.003)"));
 }
 
 }  // namespace
