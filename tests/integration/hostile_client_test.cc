@@ -286,9 +286,11 @@ TEST_F(HostileClientTest, PartialMessagesOfUnauthenticatedPeersStayWithinTheGrpc
   std::smatch match;
   ASSERT_TRUE(std::regex_search(attack->output, match, rss)) << attack->output;
   const int before = std::stoi(match[1]), peak = std::stoi(match[2]);
-  // The quota plus gRPC's own bookkeeping; without the quota the peak is
-  // about before + 800 MiB.
-  EXPECT_LT(peak - before, kQuotaMiB + 128) << attack->output;
+  // The quota plus gRPC's bookkeeping plus what the allocator keeps of
+  // freed buffers, which varies with timing: 76 to 127 MiB above the fresh
+  // RSS alone, 281 MiB once in CI with another test running beside it.
+  // Without the quota the peak is about before + 800 MiB.
+  EXPECT_LT(peak - before, kQuotaMiB + 384) << attack->output;
   // The coordinator still serves.
   EXPECT_TRUE(cluster_.ListWorkers().ok());
 }
