@@ -61,9 +61,7 @@ absl::Status Coordinator::Deliveries::Run() {
     if (out.base == nullptr) {
       out.sink->Send(out.message);
     } else {
-      v1::CoordinatorMessage full = *out.base;
-      full.MergeFrom(out.message);
-      out.sink->Send(full);
+      out.sink->Send(Effects::Message::WithBase(*out.base, out.message));
     }
   }
   for (auto& [sink, event] : events) sink->OnEvent(event);

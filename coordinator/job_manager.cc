@@ -52,9 +52,9 @@ std::string MeshShapeString(const v1::Mesh& mesh) {
 
 }  // namespace
 
-v1::CoordinatorMessage Effects::Message::Full() const {
-  if (base == nullptr) return message;
-  v1::CoordinatorMessage full = *base;
+v1::CoordinatorMessage Effects::Message::WithBase(const v1::CoordinatorMessage& base,
+                                                  const v1::CoordinatorMessage& message) {
+  v1::CoordinatorMessage full = base;
   full.MergeFrom(message);
   return full;
 }

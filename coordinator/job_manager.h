@@ -96,7 +96,10 @@ struct Effects {
     // plan), and the per-worker copy is made only after the coordinator's
     // lock is released (a 1,000-worker Assign held the lock for a second).
     std::shared_ptr<const v1::CoordinatorMessage> base;
-    v1::CoordinatorMessage Full() const;
+    v1::CoordinatorMessage Full() const { return base ? WithBase(*base, message) : message; }
+    // `base` with `message` merged into it.
+    static v1::CoordinatorMessage WithBase(const v1::CoordinatorMessage& base,
+                                           const v1::CoordinatorMessage& message);
   };
   struct Event {
     v1::JobEventKind kind;

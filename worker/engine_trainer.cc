@@ -607,10 +607,8 @@ void EngineTrainer::Interrupt(const JobId& job, Generation generation) {
         interruptible_->second > generation) {
       return;  // recorded for a Prepare or Donate that has not begun
     }
-    cancelled_ = true;
   }
-  absl::MutexLock lock(&building_mu_);
-  if (building_ != nullptr) building_->Abort(absl::CancelledError("trainer interrupted"));
+  InterruptAll();  // it is the one in flight
 }
 
 void EngineTrainer::InterruptAll() {

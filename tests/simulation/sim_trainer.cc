@@ -94,13 +94,16 @@ void SimWorker::TrainerInterrupt(const std::string& job, uint64_t generation) {
     return;  // kept for a Prepare or Donate that has not begun
   }
   ActingOn(job, generation, "interrupt (Suspend or Stop)");
+  CancelOp();
+}
+
+void SimWorker::CancelOp() {
   cancelled_ = true;
   if (op_ != 0) FailOp(op_, absl::CancelledError("trainer interrupted"));
 }
 
 void SimWorker::TrainerStop() {
-  cancelled_ = true;
-  if (op_ != 0) FailOp(op_, absl::CancelledError("trainer interrupted"));
+  CancelOp();
   StopAll();
 }
 

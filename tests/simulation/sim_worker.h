@@ -115,6 +115,8 @@ class SimWorker {
   // As EngineTrainer::Interrupt, BeginInterruptible.
   void TrainerInterrupt(const std::string& job, uint64_t generation);
   void BeginInterruptible(const Assignment& assignment);
+  // Fails the Prepare or Donate in flight (if any) as Cancelled.
+  void CancelOp();
   void SuspendTraining();
   // Build (KV bootstrap among the participants), then `next`.
   void Bootstrap(const Assignment& assignment, uint64_t op, std::function<void()> next);
