@@ -82,7 +82,7 @@ struct EngineTrainer::Run {
   std::unique_ptr<comm::TrackedCommunicator> tracked_data, tracked_tensor, tracked_pipeline;
   std::unique_ptr<comm::UcxCommunicator> world;  // every participant: state transfers
   std::unique_ptr<train::TrainingSession> session;  // members only
-  std::unique_ptr<checkpoint::CheckpointClient> checkpoints;
+  std::unique_ptr<client::CheckpointClient> checkpoints;
   std::unique_ptr<checkpoint::CheckpointWriter> writer;  // when checkpointing
   checkpoint::ArenaRange optimizer;
   std::FILE* loss_log = nullptr;
@@ -175,7 +175,7 @@ absl::StatusOr<std::unique_ptr<EngineTrainer::Run>> EngineTrainer::Build(
     }
     run->checkpoints = options_.checkpoint_factory
                            ? options_.checkpoint_factory()
-                           : checkpoint::NewGrpcCheckpointClient(options_.coordinator);
+                           : client::NewGrpcCheckpointClient(options_.coordinator);
     if (assignment.donor) return absl::OkStatus();
 
     ASSIGN_OR_RETURN(train::TrainingConfig config,

@@ -48,7 +48,7 @@
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
 #include "prometheus/registry.h"
-#include "worker/checkpoint/checkpoint_client.h"
+#include "client/checkpoint_client.h"
 #include "common/tls_credentials.h"
 #include "worker/checkpoint/checkpoint_metrics.h"
 #include "worker/communication_metrics.h"
@@ -78,7 +78,7 @@ struct EngineTrainerOptions {
   // Makes the bootstrap KvClient for a scope; default: the coordinator's.
   std::function<std::unique_ptr<comm::KvClient>(const comm::KvScopeRef&)> kv_factory;
   // Makes the checkpoint client; default: gRPC to `coordinator`.
-  std::function<std::unique_ptr<checkpoint::CheckpointClient>()> checkpoint_factory;
+  std::function<std::unique_ptr<client::CheckpointClient>()> checkpoint_factory;
   // Where the checkpoint and recovery metrics go (none when null).
   std::shared_ptr<prometheus::Registry> registry;
   // When set, one line per completed step is appended to this file:

@@ -21,7 +21,7 @@
 #include "gtest/gtest.h"
 #include "tests/integration/local_cluster.h"
 #include "tests/integration/synthetic_checkpoint.h"
-#include "worker/checkpoint/checkpoint_client.h"
+#include "client/checkpoint_client.h"
 #include "worker/checkpoint/checkpoint_writer.h"
 #include "worker/train/data_parallel.h"
 
@@ -63,7 +63,7 @@ class Uploader {
 
  private:
   void Loop() {
-    auto client = checkpoint::NewGrpcCheckpointClient(CoordinatorTarget::Insecure(cluster_->address()));
+    auto client = client::NewGrpcCheckpointClient(CoordinatorTarget::Insecure(cluster_->address()));
     // Its own stub: the main thread's restarts replace the cluster's (the
     // address stays the same).
     auto jobs = v1::Jobs::NewStub(
@@ -116,7 +116,7 @@ class Uploader {
 // I/O), so an older checkpoint listed a moment ago may be gone by the time
 // its manifest or its chunks are read. It must then be gone from the list,
 // and a newer checkpoint must be there.
-void ExpectRetiredSinceListed(checkpoint::CheckpointClient* client, const std::string& job_id,
+void ExpectRetiredSinceListed(client::CheckpointClient* client, const std::string& job_id,
                               int64_t step, const absl::Status& read) {
   absl::StatusOr<v1::ListCheckpointsResponse> again = client->List(job_id, absl::Seconds(10));
   ASSERT_TRUE(again.ok()) << again.status();
@@ -133,7 +133,7 @@ void ExpectRetiredSinceListed(checkpoint::CheckpointClient* client, const std::s
 // Reads back every listed checkpoint whole; returns how many it read (the
 // listed ones less those retired meanwhile).
 int VerifyListed(const std::string& address, const std::string& job_id) {
-  auto client = checkpoint::NewGrpcCheckpointClient(CoordinatorTarget::Insecure(address));
+  auto client = client::NewGrpcCheckpointClient(CoordinatorTarget::Insecure(address));
   absl::StatusOr<v1::ListCheckpointsResponse> listed = client->List(job_id, absl::Seconds(10));
   EXPECT_TRUE(listed.ok()) << listed.status();
   if (!listed.ok()) return 0;

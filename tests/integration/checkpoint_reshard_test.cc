@@ -148,7 +148,7 @@ std::vector<RankState> MakeRanks(const Layout& l, bool zero1, bool filled) {
 }
 
 // Every rank of `l` saves step `step`; returns how many writers committed.
-int SaveAll(const Layout& l, bool zero1, int64_t step, CheckpointClient* client) {
+int SaveAll(const Layout& l, bool zero1, int64_t step, client::CheckpointClient* client) {
   std::vector<RankState> ranks = MakeRanks(l, zero1, /*filled=*/true);
   std::vector<std::unique_ptr<CheckpointWriter>> writers;
   for (size_t r = 0; r < ranks.size(); ++r) {
@@ -175,7 +175,7 @@ int SaveAll(const Layout& l, bool zero1, int64_t step, CheckpointClient* client)
 
 // Loads `step` into every rank of `l` and compares with the synthetic state.
 // `saved`: the layout the checkpoint was written in.
-void LoadAllAndCompare(const Layout& l, bool zero1, int64_t step, CheckpointClient* client,
+void LoadAllAndCompare(const Layout& l, bool zero1, int64_t step, client::CheckpointClient* client,
                        const Layout& saved) {
   absl::StatusOr<v1::CheckpointManifest> manifest = client->GetManifest(kJob, step, absl::Seconds(10));
   ASSERT_TRUE(manifest.ok()) << manifest.status();
@@ -221,7 +221,7 @@ void LoadAllAndCompare(const Layout& l, bool zero1, int64_t step, CheckpointClie
 
 TEST(CheckpointReshardTest, SavedUnderTwoTwoOneLoadsBitwiseIntoEveryLayout) {
   CheckpointServer server;
-  std::unique_ptr<CheckpointClient> client = NewGrpcCheckpointClient(CoordinatorTarget::Insecure(server.address()));
+  std::unique_ptr<client::CheckpointClient> client = client::NewGrpcCheckpointClient(CoordinatorTarget::Insecure(server.address()));
   for (bool save_zero1 : {true, false}) {
     const int64_t step = save_zero1 ? 10 : 20;
     ASSERT_EQ(SaveAll(Layout{2, 2, 1}, save_zero1, step, client.get()), 1)
@@ -246,7 +246,7 @@ TEST(CheckpointReshardTest, SavedUnderTwoTwoOneLoadsBitwiseIntoEveryLayout) {
 
 TEST(CheckpointReshardTest, PipelineSavesLoadIntoTensorLayoutsToo) {
   CheckpointServer server;
-  std::unique_ptr<CheckpointClient> client = NewGrpcCheckpointClient(CoordinatorTarget::Insecure(server.address()));
+  std::unique_ptr<client::CheckpointClient> client = client::NewGrpcCheckpointClient(CoordinatorTarget::Insecure(server.address()));
   ASSERT_EQ(SaveAll(Layout{1, 2, 2}, true, 7, client.get()), 1);
   LoadAllAndCompare(Layout{2, 2, 1}, true, 7, client.get(), Layout{1, 2, 2});
   LoadAllAndCompare(Layout{1, 4, 1}, false, 7, client.get(), Layout{1, 2, 2});
@@ -258,8 +258,8 @@ TEST(CheckpointReshardTest, PipelineSavesLoadIntoTensorLayoutsToo) {
 // service's 64 slots leave a full download working.
 TEST(CheckpointReshardTest, DownloadsKeepTheRequestedOrderAndAbandonedOnesFreeTheirSlots) {
   CheckpointServer server;
-  std::unique_ptr<CheckpointClient> client =
-      NewGrpcCheckpointClient(CoordinatorTarget::Insecure(server.address()));
+  std::unique_ptr<client::CheckpointClient> client =
+      client::NewGrpcCheckpointClient(CoordinatorTarget::Insecure(server.address()));
   ASSERT_EQ(SaveAll(Layout{1, 1, 1}, false, 5, client.get()), 1);
   absl::StatusOr<v1::CheckpointManifest> manifest = client->GetManifest(kJob, 5, absl::Seconds(5));
   ASSERT_TRUE(manifest.ok());
@@ -299,7 +299,7 @@ TEST(CheckpointReshardTest, DownloadsKeepTheRequestedOrderAndAbandonedOnesFreeTh
 
 TEST(CheckpointReshardTest, ACorruptChunkIsDataLossNamingTensorAndChunk) {
   CheckpointServer server;
-  std::unique_ptr<CheckpointClient> client = NewGrpcCheckpointClient(CoordinatorTarget::Insecure(server.address()));
+  std::unique_ptr<client::CheckpointClient> client = client::NewGrpcCheckpointClient(CoordinatorTarget::Insecure(server.address()));
   ASSERT_EQ(SaveAll(Layout{1, 1, 1}, false, 3, client.get()), 1);
   absl::StatusOr<v1::CheckpointManifest> manifest = client->GetManifest(kJob, 3, absl::Seconds(5));
   ASSERT_TRUE(manifest.ok());
@@ -333,7 +333,7 @@ TEST(CheckpointReshardTest, ACorruptChunkIsDataLossNamingTensorAndChunk) {
 
 TEST(CheckpointReshardTest, AnotherModelIsRefused) {
   CheckpointServer server;
-  std::unique_ptr<CheckpointClient> client = NewGrpcCheckpointClient(CoordinatorTarget::Insecure(server.address()));
+  std::unique_ptr<client::CheckpointClient> client = client::NewGrpcCheckpointClient(CoordinatorTarget::Insecure(server.address()));
   ASSERT_EQ(SaveAll(Layout{1, 1, 1}, false, 3, client.get()), 1);
   absl::StatusOr<v1::CheckpointManifest> manifest = client->GetManifest(kJob, -1, absl::Seconds(5));
   ASSERT_TRUE(manifest.ok());

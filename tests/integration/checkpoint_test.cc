@@ -24,7 +24,7 @@
 #include "tests/integration/local_cluster.h"
 #include "tests/integration/loss_log.h"
 #include "tests/integration/synthetic_checkpoint.h"
-#include "worker/checkpoint/checkpoint_client.h"
+#include "client/checkpoint_client.h"
 
 namespace cohort::testing {
 namespace {
@@ -120,7 +120,7 @@ TEST_F(CheckpointTest, ResumeInTheSameLayoutIsBitwiseAndInOtherLayoutsWithinTole
   const std::map<int, std::string> reference = Losses(base.job_id());
   ASSERT_EQ(reference.size(), 20u) << Logs();
 
-  auto client = checkpoint::NewGrpcCheckpointClient(CoordinatorTarget::Insecure(cluster_.address()));
+  auto client = client::NewGrpcCheckpointClient(CoordinatorTarget::Insecure(cluster_.address()));
   absl::StatusOr<v1::ListCheckpointsResponse> listed = client->List(base.job_id(), absl::Seconds(5));
   ASSERT_TRUE(listed.ok()) << listed.status();
   ASSERT_EQ(listed->checkpoints_size(), 2);  // steps 10 and 20
@@ -200,7 +200,7 @@ TEST_F(CheckpointTest, CohortctlExportsAStaleGenerationIsRefusedAndFlippedBlobBy
   const std::string id = job->job_id();
   cluster_.WaitForJob(id, [](const v1::Job& j) { return LocalCluster::RunningAndReady(j, 2); },
                       absl::Seconds(30), "the job to run on 2 workers");
-  auto client = checkpoint::NewGrpcCheckpointClient(CoordinatorTarget::Insecure(cluster_.address()));
+  auto client = client::NewGrpcCheckpointClient(CoordinatorTarget::Insecure(cluster_.address()));
   const SyntheticUpload saved = UploadSynthetic(client.get(), id, 1, 7, 2);
   ASSERT_TRUE(saved.all_ok && saved.committed) << saved.first_error;
 

@@ -14,7 +14,7 @@
 #include "absl/strings/str_cat.h"
 #include "common/box.h"
 #include "common/box_proto.h"
-#include "worker/checkpoint/checkpoint_client.h"
+#include "client/checkpoint_client.h"
 #include "worker/checkpoint/checkpoint_writer.h"
 
 namespace cohort::testing {
@@ -60,7 +60,7 @@ struct SyntheticUpload {
 // Uploads checkpoint `step` of job `job_id` at `generation` from `dp`
 // writers at once. `on_result` (may be empty) sees each writer's result.
 inline SyntheticUpload UploadSynthetic(
-    checkpoint::CheckpointClient* client, const std::string& job_id, uint64_t generation,
+    client::CheckpointClient* client, const std::string& job_id, uint64_t generation,
     int64_t step, int dp, std::function<void(const checkpoint::UploadResult&)> on_result = {}) {
   const model::ParameterTable table(kSyntheticModel);
   const SyntheticState state = MakeSyntheticState(table, step);

@@ -1,7 +1,7 @@
 // cohort-bench-checkpoint: checkpoint save and load throughput through a
 // running coordinator, and the training stall a checkpoint costs.
 //
-//   cohort-bench-checkpoint --coordinator=HOST:PORT --job=ID --generation=G
+//   cohort-bench-checkpoint --coordinator=HOST:PORT --jobs=1:ID1,2:ID2 --generation=G
 //       [--model=gpt2-124m] [--writers=1,2] [--rounds=3] [--drop_caches]
 //       [--stall_spec=deploy/local/jobs/demo.yaml --stall_steps=200 --stall_interval=10]
 //
@@ -13,14 +13,19 @@
 // time from the first request to the last byte in place. With --drop_caches (root) the page cache is dropped before
 // each load, so loads read the disk. One table row per (writers, round).
 //
+// The coordinator takes uploads only in the layout of the job's current mesh,
+// so each writer count W uploads under a RUNNING job of W workers (--jobs).
+//
 // Stall: the spec's model trains in this process for --stall_steps steps,
-// checkpointing every --stall_interval steps to the coordinator (under job
-// --job, the uploads are real); prints the median step time without a
+// checkpointing every --stall_interval steps to the coordinator (under the
+// 1-worker job of --jobs, the uploads are real); prints the median step time without a
 // checkpoint, the time the loop is blocked per checkpoint (waiting for the
 // previous upload, then copying the state), and the time of the steps that
 // run while an upload is in flight.
 
 #include <algorithm>
+#include <atomic>
+#include <map>
 #include <cstdio>
 #include <fstream>
 #include <memory>
@@ -38,7 +43,7 @@
 #include "common/huge_page_malloc.h"
 #include "common/job_spec_io.h"
 #include "common/log.h"
-#include "worker/checkpoint/checkpoint_client.h"
+#include "client/checkpoint_client.h"
 #include "worker/checkpoint/checkpoint_loader.h"
 #include "worker/checkpoint/checkpoint_writer.h"
 #include "worker/train/data_parallel.h"
@@ -46,8 +51,10 @@
 #include "worker/train/training_session.h"
 
 ABSL_FLAG(std::string, coordinator, "127.0.0.1:7070", "coordinator gRPC address");
-ABSL_FLAG(std::string, job, "", "a RUNNING job whose generation the uploads carry");
-ABSL_FLAG(uint64_t, generation, 1, "that job's current generation");
+ABSL_FLAG(std::string, jobs, "",
+          "W:JOB,...: for each writer count W a RUNNING job of W workers whose generation the "
+          "uploads carry");
+ABSL_FLAG(uint64_t, generation, 1, "those jobs' current generation");
 ABSL_FLAG(std::string, model, "gpt2-124m", "gpt2-124m (L12 C768 V50257 T1024) or small");
 ABSL_FLAG(std::string, writers, "1,2", "writer counts to measure, comma separated");
 ABSL_FLAG(int, rounds, 3, "rounds per writer count");
@@ -64,6 +71,25 @@ model::GptConfig Model() {
     return {.layers = 4, .heads = 4, .width = 128, .vocab_size = 512, .context_length = 64};
   }
   return {.layers = 12, .heads = 12, .width = 768, .vocab_size = 50257, .context_length = 1024};
+}
+
+// --jobs parsed: writer count -> job id.
+using JobsByWriters = std::map<int, std::string>;
+
+absl::StatusOr<JobsByWriters> ParseJobs(absl::string_view text) {
+  JobsByWriters jobs;
+  for (absl::string_view entry : absl::StrSplit(text, ',', absl::SkipEmpty())) {
+    const std::vector<absl::string_view> parts = absl::StrSplit(entry, absl::MaxSplits(':', 1));
+    int writers = 0;
+    if (parts.size() != 2 || !absl::SimpleAtoi(parts[0], &writers) || writers < 1 ||
+        parts[1].empty()) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("--jobs: \"", entry, "\" is not W:JOB (a writer count and a job id)"));
+    }
+    jobs[writers] = std::string(parts[1]);
+  }
+  if (jobs.empty()) return absl::InvalidArgumentError("--jobs is required (W:JOB,...)");
+  return jobs;
 }
 
 double Median(std::vector<double> v) {
@@ -104,7 +130,8 @@ std::vector<Rank> MakeRanks(const model::ParameterTable& table, int writers) {
   return ranks;
 }
 
-void Throughput(checkpoint::CheckpointClient* client) {
+// Returns how many rounds failed.
+int Throughput(client::CheckpointClient* client, const JobsByWriters& jobs) {
   const model::GptConfig config = Model();
   const model::ParameterTable table(config);
   const double state_gb = 3.0 * static_cast<double>(table.num_params()) * 4 / 1e9;
@@ -114,12 +141,21 @@ void Throughput(checkpoint::CheckpointClient* client) {
               "load GB/s |\n");
   std::printf("|---|---|---|---|---|---|---|---|\n");
   int64_t step = 1;
+  int failed = 0;
   for (absl::string_view text : absl::StrSplit(absl::GetFlag(FLAGS_writers), ',')) {
     int writers = 0;
     if (!absl::SimpleAtoi(text, &writers) || writers < 1) {
       LOG(ERROR) << "--writers: \"" << text << "\" is not a positive count";
+      ++failed;
       continue;
     }
+    const auto job = jobs.find(writers);
+    if (job == jobs.end()) {
+      LOG(ERROR) << "--jobs names no job of " << writers << " workers for --writers " << writers;
+      ++failed;
+      continue;
+    }
+    const std::string& job_id = job->second;
     std::vector<Rank> ranks = MakeRanks(table, writers);
     std::vector<Rank> loaded = MakeRanks(table, writers);
     // The writers live across rounds, as in a trainer: their snapshot
@@ -127,7 +163,7 @@ void Throughput(checkpoint::CheckpointClient* client) {
     std::vector<std::unique_ptr<checkpoint::CheckpointWriter>> writer_objects;
     for (int r = 0; r < writers; ++r) {
       checkpoint::CheckpointWriterOptions options;
-      options.job_id = absl::GetFlag(FLAGS_job);
+      options.job_id = job_id;
       options.generation = Generation(absl::GetFlag(FLAGS_generation));
       options.writer = static_cast<uint32_t>(r);
       options.position = ranks[static_cast<size_t>(r)].position;
@@ -160,17 +196,22 @@ void Throughput(checkpoint::CheckpointClient* client) {
         }
       }
       const double save_s = absl::ToDoubleSeconds(absl::Now() - start);
-      if (!ok) continue;
+      if (!ok) {
+        ++failed;
+        continue;
+      }
       std::fprintf(stderr, "writers %d round %d: loading step %lld\n", writers, round + 1,
                    static_cast<long long>(step));
       if (absl::GetFlag(FLAGS_drop_caches)) DropCaches();
       absl::StatusOr<v1::CheckpointManifest> manifest =
-          client->GetManifest(absl::GetFlag(FLAGS_job), step, absl::Minutes(1));
+          client->GetManifest(job_id, step, absl::Minutes(1));
       if (!manifest.ok()) {
         LOG(ERROR) << manifest.status();
+        ++failed;
         continue;
       }
       std::vector<uint64_t> bytes(static_cast<size_t>(writers));
+      std::atomic<int> load_errors{0};
       std::vector<std::thread> loaders;
       const absl::Time load_start = absl::Now();
       for (int r = 0; r < writers; ++r) {
@@ -181,12 +222,19 @@ void Throughput(checkpoint::CheckpointClient* client) {
               client, *manifest, config, table,
               {rank.params.data(), rank.m.data(), rank.v.data(), rank.optimizer},
               absl::Minutes(10), &stats);
-          if (!s.ok()) LOG(ERROR) << "load: " << s;
+          if (!s.ok()) {
+            LOG(ERROR) << "load: " << s;
+            ++load_errors;
+          }
           bytes[static_cast<size_t>(r)] = stats.bytes;
         });
       }
       for (std::thread& t : loaders) t.join();
       const double load_s = absl::ToDoubleSeconds(absl::Now() - load_start);
+      if (load_errors > 0) {
+        ++failed;
+        continue;
+      }
       uint64_t read = 0;
       for (uint64_t b : bytes) read += b;
       std::printf("| %d | %d | %.0f | %.2f | %.3f | %.2f | %.3f | %.3f |\n", writers, round + 1,
@@ -195,9 +243,10 @@ void Throughput(checkpoint::CheckpointClient* client) {
       std::fflush(stdout);
     }
   }
+  return failed;
 }
 
-int Stall(checkpoint::CheckpointClient* client) {
+int Stall(client::CheckpointClient* client, const std::string& job_id) {
   absl::StatusOr<v1::JobSpec> spec = ReadJobSpecFile(absl::GetFlag(FLAGS_stall_spec));
   if (!spec.ok()) {
     LOG(ERROR) << spec.status();
@@ -219,7 +268,7 @@ int Stall(checkpoint::CheckpointClient* client) {
   }
   train::TrainingSession& s = **session;
   checkpoint::CheckpointWriterOptions writer_options;
-  writer_options.job_id = absl::GetFlag(FLAGS_job);
+  writer_options.job_id = job_id;
   writer_options.generation = Generation(absl::GetFlag(FLAGS_generation));
   writer_options.position = {model::ModelLayout{}, 1, 0};
   checkpoint::CheckpointWriter writer(client, config->model, s.model().table(), writer_options);
@@ -268,7 +317,7 @@ int Stall(checkpoint::CheckpointClient* client) {
   std::printf("| %.2f | %.2f | %.3f / %.3f | %.1f%% |\n", step_ms, Median(overlapped), stall_ms,
               stalls.empty() ? 0.0 : *std::max_element(stalls.begin(), stalls.end()),
               step_ms > 0 ? 100.0 * stall_ms / step_ms : 0.0);
-  return 0;
+  return writer.uploads_failed() == 0 ? 0 : 1;
 }
 
 }  // namespace
@@ -279,13 +328,28 @@ int main(int argc, char** argv) {
   cohort::ReexecWithHugePageMalloc(argv);
   absl::SetProgramUsageMessage("cohort-bench-checkpoint: checkpoint throughput and stall");
   absl::ParseCommandLine(argc, argv);
-  if (absl::GetFlag(FLAGS_job).empty()) {
-    std::fprintf(stderr, "cohort-bench-checkpoint: --job is required\n");
+  const absl::StatusOr<cohort::bench::JobsByWriters> jobs =
+      cohort::bench::ParseJobs(absl::GetFlag(FLAGS_jobs));
+  if (!jobs.ok()) {
+    std::fprintf(stderr, "cohort-bench-checkpoint: %s\n", std::string(jobs.status().message()).c_str());
     return 64;
   }
-  auto client = cohort::checkpoint::NewGrpcCheckpointClient(
+  auto client = cohort::client::NewGrpcCheckpointClient(
       cohort::CoordinatorTarget::Insecure(absl::GetFlag(FLAGS_coordinator)));
-  if (absl::GetFlag(FLAGS_rounds) > 0) cohort::bench::Throughput(client.get());
-  if (!absl::GetFlag(FLAGS_stall_spec).empty()) return cohort::bench::Stall(client.get());
+  int failed = 0;
+  if (absl::GetFlag(FLAGS_rounds) > 0) failed += cohort::bench::Throughput(client.get(), *jobs);
+  if (!absl::GetFlag(FLAGS_stall_spec).empty()) {
+    const auto one = jobs->find(1);
+    if (one == jobs->end()) {
+      std::fprintf(stderr, "cohort-bench-checkpoint: --stall_spec needs a 1-worker job in --jobs\n");
+      return 64;
+    }
+    failed += cohort::bench::Stall(client.get(), one->second);
+  }
+  if (failed > 0) {
+    std::fprintf(stderr, "cohort-bench-checkpoint: %d measurement(s) failed (see the log)\n",
+                 failed);
+    return 1;
+  }
   return 0;
 }

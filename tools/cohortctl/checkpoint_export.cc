@@ -39,7 +39,7 @@ absl::Status WriteAt(int fd, const char* data, size_t n, uint64_t offset, const 
 
 }  // namespace
 
-absl::Status ExportSafetensors(checkpoint::CheckpointClient& client,
+absl::Status ExportSafetensors(client::CheckpointClient& client,
                                const v1::CheckpointManifest& manifest, const std::string& path,
                                absl::Duration timeout,
                                const std::function<void(const ExportProgress&)>& progress) {

@@ -14,7 +14,7 @@
 
 #include "absl/status/status.h"
 #include "cohort/v1/checkpoints.pb.h"
-#include "worker/checkpoint/checkpoint_client.h"
+#include "client/checkpoint_client.h"
 
 namespace cohort::cohortctl {
 
@@ -30,7 +30,7 @@ struct ExportProgress {
 // FailedPrecondition when the checkpoint holds no weights or a dtype other
 // than float32; the download's (DataLoss naming tensor and chunk); Internal
 // for file errors, naming the path.
-absl::Status ExportSafetensors(checkpoint::CheckpointClient& client,
+absl::Status ExportSafetensors(client::CheckpointClient& client,
                                const v1::CheckpointManifest& manifest, const std::string& path,
                                absl::Duration timeout,
                                const std::function<void(const ExportProgress&)>& progress);

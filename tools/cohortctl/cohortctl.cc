@@ -7,7 +7,7 @@
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
 #include "common/job_spec_io.h"
-#include "tools/cohortctl/api_client.h"
+#include "client/api_client.h"
 #include "tools/cohortctl/checkpoint_export.h"
 #include "tools/cohortctl/checkpoint_format.h"
 #include "tools/cohortctl/command_line.h"
@@ -20,7 +20,7 @@ namespace {
 
 // Prints a failed call's status and returns the exit code it maps to.
 int ReportError(const absl::Status& status, const std::string& command, std::ostream& err) {
-  if (IsUnreachable(status)) {
+  if (client::IsUnreachable(status)) {
     err << "cohortctl: " << status.message() << "\n";
     return kExitUnreachable;
   }
@@ -41,7 +41,7 @@ int PrintReply(const CtlConfig& config, const Message& reply, Format format_tabl
   return kExitOk;
 }
 
-int RunSubmit(ApiClient& client, const CtlConfig& config, const Command& command, std::ostream& out,
+int RunSubmit(client::ApiClient& client, const CtlConfig& config, const Command& command, std::ostream& out,
               std::ostream& err) {
   absl::StatusOr<v1::JobSpec> spec = BuildSubmitSpec(command.operand, config.spec);
   if (!spec.ok()) {
@@ -64,7 +64,7 @@ int RunSubmit(ApiClient& client, const CtlConfig& config, const Command& command
       out);
 }
 
-int RunWatch(ApiClient& client, const CtlConfig& config, const Command& command, std::ostream& out,
+int RunWatch(client::ApiClient& client, const CtlConfig& config, const Command& command, std::ostream& out,
              std::ostream& err) {
   const bool json = config.output == OutputFormat::kJson;
   const bool live = !json && config.stdout_is_terminal;
@@ -100,9 +100,9 @@ int RunWatch(ApiClient& client, const CtlConfig& config, const Command& command,
   return last->state() == v1::JOB_STATE_COMPLETED ? kExitOk : kExitFailure;
 }
 
-int RunCheckpoints(ApiClient& client, const CtlConfig& config, const Command& command,
+int RunCheckpoints(client::ApiClient& client, const CtlConfig& config, const Command& command,
                    std::ostream& out, std::ostream& err) {
-  checkpoint::CheckpointClient& checkpoints = client.checkpoints();
+  client::CheckpointClient& checkpoints = client.checkpoints();
   const std::string name = "checkpoints";
   const int64_t step = command.step.value_or(-1);
   switch (command.checkpoints) {
@@ -158,7 +158,7 @@ int RunCheckpoints(ApiClient& client, const CtlConfig& config, const Command& co
   return kExitUsage;
 }
 
-int RunCommand(ApiClient& client, const CtlConfig& config, const Command& command,
+int RunCommand(client::ApiClient& client, const CtlConfig& config, const Command& command,
                std::ostream& out, std::ostream& err) {
   auto summary = [](const v1::Job& job) { return FormatJobSummary(job) + "\n"; };
   switch (command.kind) {
@@ -226,7 +226,7 @@ int RunCohortctl(const CtlConfig& config, std::ostream& out, std::ostream& err) 
     out << UsageText();
     return kExitOk;
   }
-  absl::StatusOr<std::unique_ptr<ApiClient>> client = ApiClient::Create(
+  absl::StatusOr<std::unique_ptr<client::ApiClient>> client = client::ApiClient::Create(
       {.address = config.coordinator, .timeout = config.timeout, .tls = config.tls,
        .token = config.token});
   if (!client.ok()) return ReportUsageError(client.status().message(), err);

@@ -6,7 +6,6 @@
 #include <vector>
 
 #include "absl/status/status.h"
-#include "absl/strings/ascii.h"
 #include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
@@ -15,10 +14,9 @@
 #include "absl/strings/str_split.h"
 #include "absl/time/time.h"
 #include "common/flag_checks.h"
-#include "common/log.h"
-#include "google/protobuf/descriptor.h"
-#include "google/protobuf/message.h"
+#include "common/job_spec_defaults.h"
 #include "tools/cohortctl/spec_builder.h"
+#include "tools/cohortctl/spec_fields.h"
 
 namespace cohort::cohortctl {
 namespace {
@@ -103,13 +101,12 @@ constexpr std::array<FlagDoc, 39> kFlags = {{
      "optimizer steps to run", "steps"},
     {"checkpoint_interval", FlagKind::kValue, "N", kSubmit,
      "checkpoint every N steps, 0 disables", "checkpoint.interval_steps"},
-    {"keep_last", FlagKind::kValue, "N", kSubmit, "checkpoints to retain (3)", nullptr},
+    {"keep_last", FlagKind::kValue, "N", kSubmit,
+     "checkpoints to retain, 0 means 3", "checkpoint.keep_last"},
     {"min_workers", FlagKind::kValue, "N", kElastic,
-     "fewest workers the job runs with (demo: 2; scale needs it or "
-     "--workers)", nullptr},
+     "fewest workers the job runs with; scale needs it or --workers", "elastic.min_workers"},
     {"max_workers", FlagKind::kValue, "N", kElastic,
-     "most workers the job grows to (demo: 4; scale: defaults to "
-     "--min_workers)", nullptr},
+     "most workers the job grows to; scale: defaults to --min_workers", "elastic.max_workers"},
     {"workers", FlagKind::kValue, "N", kScale,
      "run the job on exactly N workers: --min_workers=N --max_workers=N "
      "(not with either of them)", nullptr},
@@ -120,6 +117,8 @@ constexpr std::array<FlagDoc, 39> kFlags = {{
     {"format", FlagKind::kValue, "safetensors", kExport,
      "file format; safetensors is the one supported (default: safetensors)", nullptr},
 }};
+
+static_assert(kDefaultKeepLast == 3, "--keep_last's help says what 0 means");
 
 constexpr char kCommandsText[] =
     R"(cohortctl: command-line client of the Cohort coordinator.
@@ -192,56 +191,17 @@ std::vector<std::string> WrapWords(absl::string_view text, size_t width) {
   return lines;
 }
 
-const FlagDoc* FindFlag(absl::string_view name) {
-  for (const FlagDoc& flag : kFlags) {
-    if (name == flag.name) return &flag;
-  }
-  return nullptr;
-}
-
 absl::Status UsageError(absl::string_view message) { return absl::InvalidArgumentError(message); }
 
 }  // namespace
 
 absl::Span<const FlagDoc> FlagDocs() { return kFlags; }
 
-std::string SpecFieldText(const v1::JobSpec& spec, const std::string& field) {
-  const google::protobuf::Message* message = &spec;
-  const google::protobuf::Reflection* reflection = spec.GetReflection();
-  std::vector<std::string> path = absl::StrSplit(field, '.');
-  for (size_t i = 0; i < path.size(); ++i) {
-    const google::protobuf::FieldDescriptor* descriptor =
-        message->GetDescriptor()->FindFieldByName(path[i]);
-    CHECK(descriptor != nullptr) << "no JobSpec field " << field;
-    reflection = message->GetReflection();
-    if (i + 1 < path.size()) {
-      message = &reflection->GetMessage(*message, descriptor);
-      continue;
-    }
-    using Type = google::protobuf::FieldDescriptor;
-    switch (descriptor->cpp_type()) {
-      case Type::CPPTYPE_INT32: return absl::StrCat(reflection->GetInt32(*message, descriptor));
-      case Type::CPPTYPE_INT64: return absl::StrCat(reflection->GetInt64(*message, descriptor));
-      case Type::CPPTYPE_UINT32: return absl::StrCat(reflection->GetUInt32(*message, descriptor));
-      case Type::CPPTYPE_UINT64: return absl::StrCat(reflection->GetUInt64(*message, descriptor));
-      case Type::CPPTYPE_DOUBLE: return absl::StrCat(reflection->GetDouble(*message, descriptor));
-      case Type::CPPTYPE_FLOAT: return absl::StrCat(reflection->GetFloat(*message, descriptor));
-      case Type::CPPTYPE_BOOL: return reflection->GetBool(*message, descriptor) ? "on" : "off";
-      case Type::CPPTYPE_ENUM: {
-        // DEVICE_KIND_CPU -> cpu (the values the flags take are one word)
-        const std::string name = reflection->GetEnum(*message, descriptor)->name();
-        return absl::AsciiStrToLower(name.substr(name.rfind('_') + 1));
-      }
-      case Type::CPPTYPE_STRING: {
-        const std::string value = reflection->GetString(*message, descriptor);
-        if (field == "data.shards.pattern" && value.empty()) return "synthetic";
-        return value;
-      }
-      case Type::CPPTYPE_MESSAGE: break;
-    }
+const FlagDoc* FindFlagDoc(absl::string_view name) {
+  for (const FlagDoc& flag : kFlags) {
+    if (name == flag.name) return &flag;
   }
-  LOG(FATAL) << "JobSpec field " << field << " is not a scalar";
-  return "";
+  return nullptr;
 }
 
 std::string FlagHelp(const FlagDoc& flag) {
@@ -298,9 +258,9 @@ absl::StatusOr<ScannedCommandLine> ScanCommandLine(const std::vector<std::string
       scanned.help = true;
       continue;
     }
-    const FlagDoc* flag = FindFlag(name);
+    const FlagDoc* flag = FindFlagDoc(name);
     if (flag == nullptr && !has_value && absl::StartsWith(name, "no")) {
-      const FlagDoc* negated = FindFlag(name.substr(2));
+      const FlagDoc* negated = FindFlagDoc(name.substr(2));
       if (negated != nullptr && negated->kind == FlagKind::kBool) {
         scanned.flags.emplace_back(negated->name, "false");
         continue;
@@ -327,33 +287,10 @@ absl::StatusOr<ScannedCommandLine> ScanCommandLine(const std::vector<std::string
 
 std::vector<std::string> SetSpecFlagNames(const SpecFlags& spec) {
   std::vector<std::string> names;
-  auto add = [&names](const auto& field, const char* name) {
-    if (field.has_value()) names.push_back(absl::StrCat("--", name));
-  };
-  add(spec.name, "name");
-  add(spec.device, "device");
-  add(spec.layers, "layers");
-  add(spec.heads, "heads");
-  add(spec.width, "width");
-  add(spec.vocab, "vocab");
-  add(spec.context, "context");
-  add(spec.seed, "seed");
-  add(spec.data_shards, "data_shards");
-  add(spec.lr, "lr");
-  add(spec.min_lr, "min_lr");
-  add(spec.warmup, "warmup");
-  add(spec.weight_decay, "weight_decay");
-  add(spec.grad_clip, "grad_clip");
-  add(spec.global_batch, "global_batch");
-  add(spec.micro_batch, "micro_batch");
-  add(spec.tensor, "tensor");
-  add(spec.pipeline, "pipeline");
-  add(spec.zero1, "zero1");
-  add(spec.min_workers, "min_workers");
-  add(spec.max_workers, "max_workers");
-  add(spec.steps, "steps");
-  add(spec.checkpoint_interval, "checkpoint_interval");
-  add(spec.keep_last, "keep_last");
+  for (const auto& [name, value] : spec) {
+    std::string flag = absl::StrCat("--", name);
+    if (std::find(names.begin(), names.end(), flag) == names.end()) names.push_back(std::move(flag));
+  }
   return names;
 }
 
@@ -372,14 +309,19 @@ std::vector<std::string> CommandFlagNames(const CtlConfig& config) {
 }
 
 // Sets command->min_workers and max_workers from --workers=N or from
-// --min_workers=A [--max_workers=B]; a usage error when neither form is
-// given, or when --workers is mixed with the other two.
-absl::Status ResolveScaleBounds(const CtlConfig& config, Command* command) {
-  const SpecFlags& spec = config.spec;
+// --min_workers=A [--max_workers=B] (their values are in `given`, the spec
+// flags applied to an empty spec); a usage error when neither form is given,
+// or when --workers is mixed with the other two.
+absl::Status ResolveScaleBounds(const CtlConfig& config, const v1::JobSpec& given,
+                                Command* command) {
+  const std::vector<std::string> set = SetSpecFlagNames(config.spec);
+  auto is_set = [&set](const char* flag) {
+    return std::find(set.begin(), set.end(), flag) != set.end();
+  };
   if (config.workers.has_value()) {
     std::vector<std::string> conflicting;
-    if (spec.min_workers.has_value()) conflicting.push_back("--min_workers");
-    if (spec.max_workers.has_value()) conflicting.push_back("--max_workers");
+    if (is_set("--min_workers")) conflicting.push_back("--min_workers");
+    if (is_set("--max_workers")) conflicting.push_back("--max_workers");
     if (!conflicting.empty()) {
       return UsageError(absl::StrCat("scale: --workers cannot be combined with ",
                                      absl::StrJoin(conflicting, ", "),
@@ -388,12 +330,13 @@ absl::Status ResolveScaleBounds(const CtlConfig& config, Command* command) {
     command->min_workers = command->max_workers = *config.workers;
     return absl::OkStatus();
   }
-  if (!spec.min_workers.has_value()) {
+  if (!is_set("--min_workers")) {
     return UsageError(
         "scale needs --workers=N, or --min_workers=A (and optionally --max_workers=B)");
   }
-  command->min_workers = *spec.min_workers;
-  command->max_workers = spec.max_workers.value_or(*spec.min_workers);
+  command->min_workers = given.elastic().min_workers();
+  command->max_workers =
+      is_set("--max_workers") ? given.elastic().max_workers() : command->min_workers;
   return absl::OkStatus();
 }
 
@@ -544,15 +487,15 @@ absl::StatusOr<Command> ParseCommand(const CtlConfig& config) {
     return UsageError(
         absl::StrCat(command.name, " does not take ", absl::StrJoin(misplaced, ", ")));
   }
-  if (config.spec.device.has_value()) {
-    const std::string device = absl::AsciiStrToLower(*config.spec.device);
-    if (device != "cpu" && device != "gpu") {
-      return UsageError(
-          absl::StrCat("--device must be cpu or gpu, not \"", *config.spec.device, "\""));
-    }
+  // Each spec flag's value must be one of its field's type (an integer in
+  // range, true/false, cpu|gpu, ...): checked here, so a bad one is a usage
+  // error before anything is sent.
+  v1::JobSpec given;
+  if (absl::Status values = ApplySpecFlags(config.spec, &given); !values.ok()) {
+    return UsageError(values.message());
   }
   if (command.kind == CommandKind::kScale) {
-    absl::Status bounds = ResolveScaleBounds(config, &command);
+    absl::Status bounds = ResolveScaleBounds(config, given, &command);
     if (!bounds.ok()) return bounds;
   }
   if (command.kind == CommandKind::kSubmit && command.operand.empty() &&

@@ -25,8 +25,9 @@ inline constexpr int kExitUsage = 64;       // EX_USAGE
 
 enum class FlagKind { kBool, kValue };
 
-// One flag as documented in the help text. main.cc defines an absl flag of
-// the same name for each entry.
+// One flag: its declaration, its help and, for a submit flag, the JobSpec
+// field it sets. main.cc defines an absl flag of the same name for each entry
+// that is not a spec flag; spec flags go to CtlConfig::spec as text.
 struct FlagDoc {
   const char* name;  // without dashes
   FlagKind kind;
@@ -34,8 +35,9 @@ struct FlagDoc {
   const char* section;     // heading it is listed under in the help text
   const char* help;        // one line; the default follows (see FlagHelp)
   // The JobSpec field (path of names, e.g. "optimizer.warmup_steps") a
-  // submit flag sets; the help shows the demo job's value of it, so help and
-  // what submit sends cannot disagree. Null for other flags.
+  // submit flag sets (spec_fields.h), whose type is the flag's; the help
+  // shows the demo job's value of it, so help and what submit sends cannot
+  // disagree. Null for other flags.
   const char* spec_field;
 };
 
@@ -43,13 +45,11 @@ struct FlagDoc {
 // field in parentheses.
 std::string FlagHelp(const FlagDoc& flag);
 
-// The demo job's value of `field` (a path as in FlagDoc::spec_field) as the
-// help shows it: numbers as written, enums without their prefix in lower
-// case, bools on/off, an empty data.shards.pattern "synthetic".
-std::string SpecFieldText(const v1::JobSpec& spec, const std::string& field);
-
 // Every flag cohortctl accepts, in help order.
 absl::Span<const FlagDoc> FlagDocs();
+
+// The entry of flag `name` (without dashes); null when there is none.
+const FlagDoc* FindFlagDoc(absl::string_view name);
 
 // The full help text: commands, every flag, exit codes. Ends with '\n'.
 std::string UsageText();
@@ -118,7 +118,7 @@ absl::StatusOr<absl::Duration> ParseTimeout(double seconds);
 // "table" or "json"; InvalidArgument otherwise.
 absl::StatusOr<OutputFormat> ParseOutputFormat(absl::string_view text);
 
-// "--name" for every spec flag that is set, in SpecFlags order.
+// "--name" for every spec flag that is set, once each, in SpecFlags order.
 std::vector<std::string> SetSpecFlagNames(const SpecFlags& spec);
 
 }  // namespace cohort::cohortctl

@@ -5,6 +5,7 @@
 #include <cstdint>
 #include <optional>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "common/tls_credentials.h"
@@ -14,34 +15,12 @@ namespace cohort::cohortctl {
 
 enum class OutputFormat { kTable, kJson };
 
-// Job spec fields given on the command line. A field left empty keeps the
-// value from the spec file, or from the demo job when no file is given.
-struct SpecFlags {
-  std::optional<std::string> name;
-  std::optional<std::string> device;  // "cpu" or "gpu"
-  std::optional<int32_t> layers;
-  std::optional<int32_t> heads;
-  std::optional<int32_t> width;
-  std::optional<int32_t> vocab;
-  std::optional<int32_t> context;
-  std::optional<uint64_t> seed;            // data seed (synthetic source too)
-  std::optional<std::string> data_shards;  // glob of token shards
-  std::optional<double> lr;
-  std::optional<double> min_lr;
-  std::optional<int32_t> warmup;
-  std::optional<double> weight_decay;
-  std::optional<double> grad_clip;
-  std::optional<int32_t> global_batch;
-  std::optional<int32_t> micro_batch;
-  std::optional<int32_t> tensor;
-  std::optional<int32_t> pipeline;
-  std::optional<bool> zero1;
-  std::optional<int32_t> min_workers;  // also used by `scale`
-  std::optional<int32_t> max_workers;  // also used by `scale`
-  std::optional<int64_t> steps;
-  std::optional<int32_t> checkpoint_interval;
-  std::optional<int32_t> keep_last;
-};
+// Job spec fields given on the command line: (flag name, value text) in
+// command-line order, the last of a repeated flag winning. The flag table
+// (command_line.h, FlagDoc::spec_field) says which JobSpec field each one
+// sets; a field no flag names keeps the spec file's value, or the demo job's
+// when no file is given. Values are checked when the spec is built.
+using SpecFlags = std::vector<std::pair<std::string, std::string>>;
 
 struct CtlConfig {
   // host:port of the coordinator's gRPC endpoint.

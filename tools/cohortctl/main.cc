@@ -20,10 +20,11 @@
 #include "tools/cohortctl/cohortctl.h"
 #include "tools/cohortctl/command_line.h"
 
-// Each flag is documented in tools/cohortctl/command_line.cc (FlagDocs), which
-// `cohortctl help` prints. Only flags given on the command line are read, so
-// the defaults here are placeholders; the demo job's values come from
-// DemoJobSpec().
+// Each flag is declared in tools/cohortctl/command_line.cc (FlagDocs), which
+// `cohortctl help` prints. The submit flags (those with a spec_field) go to
+// CtlConfig::spec as text and have no absl flag; the others are defined here.
+// Only flags given on the command line are read, so the defaults here are
+// placeholders.
 ABSL_FLAG(std::string, coordinator, "", "see cohortctl help");
 ABSL_FLAG(std::string, output, "table", "see cohortctl help");
 ABSL_FLAG(double, timeout, 10.0, "see cohortctl help");
@@ -34,30 +35,6 @@ ABSL_FLAG(std::string, tls_server_name, "", "see cohortctl help");
 ABSL_FLAG(std::string, token_file, "", "see cohortctl help");
 ABSL_FLAG(bool, all, false, "see cohortctl help");
 ABSL_FLAG(bool, validate_only, false, "see cohortctl help");
-ABSL_FLAG(std::string, name, "", "see cohortctl help");
-ABSL_FLAG(std::string, device, "", "see cohortctl help");
-ABSL_FLAG(int32_t, layers, 0, "see cohortctl help");
-ABSL_FLAG(int32_t, heads, 0, "see cohortctl help");
-ABSL_FLAG(int32_t, width, 0, "see cohortctl help");
-ABSL_FLAG(int32_t, vocab, 0, "see cohortctl help");
-ABSL_FLAG(int32_t, context, 0, "see cohortctl help");
-ABSL_FLAG(uint64_t, seed, 0, "see cohortctl help");
-ABSL_FLAG(std::string, data_shards, "", "see cohortctl help");
-ABSL_FLAG(double, lr, 0, "see cohortctl help");
-ABSL_FLAG(double, min_lr, 0, "see cohortctl help");
-ABSL_FLAG(int32_t, warmup, 0, "see cohortctl help");
-ABSL_FLAG(double, weight_decay, 0, "see cohortctl help");
-ABSL_FLAG(double, grad_clip, 0, "see cohortctl help");
-ABSL_FLAG(int32_t, global_batch, 0, "see cohortctl help");
-ABSL_FLAG(int32_t, micro_batch, 0, "see cohortctl help");
-ABSL_FLAG(int32_t, tensor, 0, "see cohortctl help");
-ABSL_FLAG(int32_t, pipeline, 0, "see cohortctl help");
-ABSL_FLAG(bool, zero1, false, "see cohortctl help");
-ABSL_FLAG(int32_t, min_workers, 0, "see cohortctl help");
-ABSL_FLAG(int32_t, max_workers, 0, "see cohortctl help");
-ABSL_FLAG(int64_t, steps, 0, "see cohortctl help");
-ABSL_FLAG(int32_t, checkpoint_interval, 0, "see cohortctl help");
-ABSL_FLAG(int32_t, keep_last, 0, "see cohortctl help");
 ABSL_FLAG(std::string, out, "", "see cohortctl help");
 ABSL_FLAG(std::string, format, "safetensors", "see cohortctl help");
 ABSL_FLAG(int32_t, workers, 0, "see cohortctl help");
@@ -96,7 +73,12 @@ int main(int argc, char** argv) {
     return ctl::kExitOk;
   }
   absl::flat_hash_set<std::string> given;
+  CtlConfig config;
   for (const auto& [name, value] : scanned->flags) {
+    if (const ctl::FlagDoc* doc = ctl::FindFlagDoc(name); doc != nullptr && doc->spec_field != nullptr) {
+      config.spec.emplace_back(name, value);  // checked as the spec is built
+      continue;
+    }
     absl::CommandLineFlag* flag = absl::FindCommandLineFlag(name);
     if (flag == nullptr) {  // FlagDocs and the definitions above disagree
       std::cerr << "cohortctl: internal error: flag --" << name
@@ -110,8 +92,6 @@ int main(int argc, char** argv) {
     given.insert(name);
   }
   auto set = [&given](const char* name) { return given.contains(name); };
-
-  CtlConfig config;
   config.args = scanned->positional;
   absl::StatusOr<std::string> coordinator = ctl::ResolveCoordinatorAddress(
       set("coordinator") ? std::optional(absl::GetFlag(FLAGS_coordinator)) : std::nullopt,
@@ -153,35 +133,6 @@ int main(int argc, char** argv) {
   if (set("format")) config.format = absl::GetFlag(FLAGS_format);
   if (set("workers")) config.workers = absl::GetFlag(FLAGS_workers);
   if (set("reason")) config.reason = absl::GetFlag(FLAGS_reason);
-
-  ctl::SpecFlags& spec = config.spec;
-#define COHORT_SPEC_FLAG(flag) \
-  if (set(#flag)) spec.flag = absl::GetFlag(FLAGS_##flag)
-  COHORT_SPEC_FLAG(name);
-  COHORT_SPEC_FLAG(device);
-  COHORT_SPEC_FLAG(layers);
-  COHORT_SPEC_FLAG(heads);
-  COHORT_SPEC_FLAG(width);
-  COHORT_SPEC_FLAG(vocab);
-  COHORT_SPEC_FLAG(context);
-  COHORT_SPEC_FLAG(seed);
-  COHORT_SPEC_FLAG(data_shards);
-  COHORT_SPEC_FLAG(lr);
-  COHORT_SPEC_FLAG(min_lr);
-  COHORT_SPEC_FLAG(warmup);
-  COHORT_SPEC_FLAG(weight_decay);
-  COHORT_SPEC_FLAG(grad_clip);
-  COHORT_SPEC_FLAG(global_batch);
-  COHORT_SPEC_FLAG(micro_batch);
-  COHORT_SPEC_FLAG(tensor);
-  COHORT_SPEC_FLAG(pipeline);
-  COHORT_SPEC_FLAG(zero1);
-  COHORT_SPEC_FLAG(min_workers);
-  COHORT_SPEC_FLAG(max_workers);
-  COHORT_SPEC_FLAG(steps);
-  COHORT_SPEC_FLAG(checkpoint_interval);
-  COHORT_SPEC_FLAG(keep_last);
-#undef COHORT_SPEC_FLAG
 
   config.stdout_is_terminal = isatty(STDOUT_FILENO) == 1;
   config.terminal_width = TerminalWidth();

@@ -15,9 +15,10 @@ namespace cohort::cohortctl {
 // synthetic source, data parallel over 2 to 4 CPU workers with ZeRO-1).
 v1::JobSpec DemoJobSpec();
 
-// Sets every field of `spec` that `flags` holds. InvalidArgument when --device
-// is neither cpu nor gpu. Field values are otherwise checked by the
-// coordinator, which owns the rules.
+// Sets the field of `spec` each of `flags` names (FlagDoc::spec_field), in
+// order. InvalidArgument naming the flag when its text is not a value of the
+// field's type (spec_fields.h). Whether the values make a valid job is the
+// coordinator's to check: it owns the rules.
 absl::Status ApplySpecFlags(const SpecFlags& flags, v1::JobSpec* spec);
 
 // The spec to submit: the file at `path` (when not empty) or the demo job,

@@ -19,7 +19,7 @@ struct Overlap {
 
 }  // namespace
 
-absl::Status LoadCheckpoint(CheckpointClient* client, const v1::CheckpointManifest& manifest,
+absl::Status LoadCheckpoint(client::CheckpointClient* client, const v1::CheckpointManifest& manifest,
                             const model::GptConfig& config, const model::ParameterTable& table,
                             const StateBuffers& buffers, absl::Duration timeout,
                             LoadStats* stats) {

@@ -13,7 +13,7 @@
 #include "absl/status/status.h"
 #include "absl/time/time.h"
 #include "cohort/v1/checkpoints.pb.h"
-#include "worker/checkpoint/checkpoint_client.h"
+#include "client/checkpoint_client.h"
 #include "worker/checkpoint/shard_plan.h"
 
 namespace cohort::checkpoint {
@@ -40,7 +40,7 @@ struct LoadStats {
 // corrupt (naming tensor and chunk) or the chunks leave part of the state
 // uncovered; the client's errors. After an error the buffers hold a partial
 // state, not to be trained on.
-absl::Status LoadCheckpoint(CheckpointClient* client, const v1::CheckpointManifest& manifest,
+absl::Status LoadCheckpoint(client::CheckpointClient* client, const v1::CheckpointManifest& manifest,
                             const model::GptConfig& config, const model::ParameterTable& table,
                             const StateBuffers& buffers, absl::Duration timeout,
                             LoadStats* stats = nullptr);

@@ -13,7 +13,7 @@ size_t KindIndex(StateKind kind) { return static_cast<size_t>(kind); }
 
 }  // namespace
 
-CheckpointWriter::CheckpointWriter(CheckpointClient* client, const model::GptConfig& config,
+CheckpointWriter::CheckpointWriter(client::CheckpointClient* client, const model::GptConfig& config,
                                    const model::ParameterTable& table,
                                    CheckpointWriterOptions options)
     : client_(client),
@@ -50,11 +50,11 @@ absl::StatusOr<absl::Duration> CheckpointWriter::Save(int64_t step, const StateV
 void CheckpointWriter::Upload(int64_t step) {
   const absl::Time start = absl::Now();
   const size_t n = range_.end - range_.begin;
-  std::vector<UploadChunk> chunks;
+  std::vector<client::UploadChunk> chunks;
   chunks.reserve(pieces_.size());
   for (const SavePiece& piece : pieces_) {
     const float* base = snapshot_.data() + KindIndex(piece.kind) * n;
-    chunks.push_back(UploadChunk{piece.tensor, piece.box, base + (piece.arena_offset - range_.begin),
+    chunks.push_back(client::UploadChunk{piece.tensor, piece.box, base + (piece.arena_offset - range_.begin),
                                  piece.count * sizeof(float)});
   }
   v1::UploadHeader header;

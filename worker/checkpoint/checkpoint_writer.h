@@ -32,7 +32,7 @@
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
 #include "common/ids.h"
-#include "worker/checkpoint/checkpoint_client.h"
+#include "client/checkpoint_client.h"
 #include "worker/checkpoint/shard_plan.h"
 
 namespace cohort::checkpoint {
@@ -71,7 +71,7 @@ struct StateView {
 class CheckpointWriter {
  public:
   // `client` must outlive the writer. `table` is the rank's ParameterTable.
-  CheckpointWriter(CheckpointClient* client, const model::GptConfig& config,
+  CheckpointWriter(client::CheckpointClient* client, const model::GptConfig& config,
                    const model::ParameterTable& table, CheckpointWriterOptions options);
   // Waits for the in-flight upload.
   ~CheckpointWriter();
@@ -94,7 +94,7 @@ class CheckpointWriter {
  private:
   void Upload(int64_t step);
 
-  CheckpointClient* const client_;
+  client::CheckpointClient* const client_;
   const CheckpointWriterOptions options_;
   const ArenaRange range_;
   const std::vector<SavePiece> pieces_;

@@ -318,8 +318,7 @@ TEST_F(CohortctlTest, SubmitFilePrintsJobIdAndState) {
 }
 
 TEST_F(CohortctlTest, SubmitFlagsOverrideTheFile) {
-  config_.spec.name.emplace("wide");
-  config_.spec.tensor = 4;
+  config_.spec = {{"name", "wide"}, {"tensor", "4"}};
   EXPECT_EQ(Run({"submit", kDemoYaml}), kExitOk) << err();
   ASSERT_EQ(jobs_.submits().size(), 1u);
   EXPECT_EQ(jobs_.submits()[0].spec().name(), "wide");
@@ -337,7 +336,7 @@ TEST_F(CohortctlTest, SubmitValidateOnlyCreatesNothing) {
 }
 
 TEST_F(CohortctlTest, SubmitRefusedShowsTheServersFieldMessage) {
-  config_.spec.name.emplace("");
+  config_.spec = {{"name", ""}};
   EXPECT_EQ(Run({"submit", kDemoYaml}), kExitFailure);
   EXPECT_EQ(out(), "");
   EXPECT_EQ(err(),
@@ -426,9 +425,9 @@ TEST_F(CohortctlTest, CancelPrintsTheNewState) {
 
 TEST_F(CohortctlTest, ScaleSendsTheBounds) {
   jobs_.AddJob(MakeJob("j-5", v1::JOB_STATE_RUNNING, 20));
-  config_.spec.min_workers = 3;
+  config_.spec = {{"min_workers", "3"}};
   EXPECT_EQ(Run({"scale", "j-5"}), kExitOk) << err();
-  config_.spec.max_workers = 6;
+  config_.spec.emplace_back("max_workers", "6");
   EXPECT_EQ(Run({"scale", "j-5"}), kExitOk) << err();
   EXPECT_EQ(out(), "j-5 RUNNING\n");
   const std::vector<v1::ScaleJobRequest> scales = jobs_.scales();
@@ -459,7 +458,7 @@ TEST_F(CohortctlTest, ScaleWorkersSetsBothBounds) {
   EXPECT_EQ(scales[0].min_workers(), 4);
   EXPECT_EQ(scales[0].max_workers(), 4);
 
-  config_.spec.max_workers = 6;
+  config_.spec.emplace_back("max_workers", "6");
   EXPECT_EQ(Run({"scale", "j-5"}), kExitUsage);
   EXPECT_THAT(err(), StartsWith("cohortctl: scale: --workers cannot be combined with "
                                 "--max_workers (--workers=N sets both bounds)\n\n"));

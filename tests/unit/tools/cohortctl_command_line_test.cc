@@ -10,6 +10,7 @@
 #include "absl/strings/str_cat.h"
 #include "tools/cohortctl/command_line.h"
 #include "tools/cohortctl/spec_builder.h"
+#include "tools/cohortctl/spec_fields.h"
 
 namespace cohort::cohortctl {
 namespace {
@@ -131,7 +132,7 @@ TEST(ParseCommandTest, OperandCountsAreChecked) {
 
 TEST(ParseCommandTest, FlagsMustBelongToTheCommand) {
   CtlConfig config = ConfigWithArgs({"list"});
-  config.spec.tensor = 2;
+  config.spec = {{"tensor", "2"}};
   config.validate_only = true;
   EXPECT_EQ(ParseCommand(config).status().message(),
             "list does not take --tensor, --validate_only");
@@ -141,12 +142,11 @@ TEST(ParseCommandTest, FlagsMustBelongToTheCommand) {
   EXPECT_EQ(ParseCommand(config).status().message(), "submit does not take --all");
 
   config = ConfigWithArgs({"scale", "j1"});
-  config.spec.min_workers = 2;
-  config.spec.steps = 5;
+  config.spec = {{"min_workers", "2"}, {"steps", "5"}};
   EXPECT_EQ(ParseCommand(config).status().message(), "scale does not take --steps");
 
   config = ConfigWithArgs({"get", "j1"});
-  config.spec.name.emplace("x");
+  config.spec = {{"name", "x"}};
   EXPECT_FALSE(ParseCommand(config).ok());
 }
 
@@ -200,19 +200,22 @@ TEST(ParseCommandTest, ScaleNeedsWorkersOrMinWorkers) {
   CtlConfig config = ConfigWithArgs({"scale", "j1"});
   EXPECT_EQ(ParseCommand(config).status().message(),
             "scale needs --workers=N, or --min_workers=A (and optionally --max_workers=B)");
-  config.spec.max_workers = 4;
+  config.spec = {{"max_workers", "4"}};
   EXPECT_EQ(ParseCommand(config).status().message(),
             "scale needs --workers=N, or --min_workers=A (and optionally --max_workers=B)");
-  config.spec.min_workers = 2;
+  config.spec.emplace_back("min_workers", "2");
   absl::StatusOr<Command> command = ParseCommand(config);
   ASSERT_TRUE(command.ok()) << command.status();
   EXPECT_EQ(command->min_workers, 2);
   EXPECT_EQ(command->max_workers, 4);
+  config.spec.emplace_back("max_workers", "2x");
+  EXPECT_EQ(ParseCommand(config).status().message(),
+            "--max_workers must be an integer from -2147483648 to 2147483647, not \"2x\"");
 }
 
 TEST(ParseCommandTest, ScaleMaxWorkersDefaultsToMinWorkers) {
   CtlConfig config = ConfigWithArgs({"scale", "j1"});
-  config.spec.min_workers = 3;
+  config.spec = {{"min_workers", "3"}};
   absl::StatusOr<Command> command = ParseCommand(config);
   ASSERT_TRUE(command.ok()) << command.status();
   EXPECT_EQ(command->kind, CommandKind::kScale);
@@ -233,16 +236,15 @@ TEST(ParseCommandTest, ScaleWorkersSetsBothBounds) {
 TEST(ParseCommandTest, ScaleWorkersWithMinOrMaxWorkersNamesBothFlags) {
   CtlConfig config = ConfigWithArgs({"scale", "j1"});
   config.workers = 6;
-  config.spec.min_workers = 2;
+  config.spec = {{"min_workers", "2"}};
   EXPECT_EQ(ParseCommand(config).status().message(),
             "scale: --workers cannot be combined with --min_workers (--workers=N sets both "
             "bounds)");
-  config.spec.min_workers.reset();
-  config.spec.max_workers = 8;
+  config.spec = {{"max_workers", "8"}};
   EXPECT_EQ(ParseCommand(config).status().message(),
             "scale: --workers cannot be combined with --max_workers (--workers=N sets both "
             "bounds)");
-  config.spec.min_workers = 2;
+  config.spec = {{"min_workers", "2"}, {"max_workers", "8"}};
   EXPECT_EQ(ParseCommand(config).status().message(),
             "scale: --workers cannot be combined with --min_workers, --max_workers "
             "(--workers=N sets both bounds)");
@@ -266,7 +268,7 @@ TEST(ParseCommandTest, DrainTakesAWorkerAndReason) {
   EXPECT_EQ(command->name, "drain");
   EXPECT_EQ(command->operand, "w3");
 
-  config.spec.min_workers = 1;
+  config.spec = {{"min_workers", "1"}};
   config.all = true;
   EXPECT_EQ(ParseCommand(config).status().message(), "drain does not take --min_workers, --all");
 }
@@ -299,7 +301,7 @@ TEST(ParseCommandTest, SubmitNeedsAFileOrSpecFlags) {
   CtlConfig config = ConfigWithArgs({"submit"});
   EXPECT_THAT(std::string(ParseCommand(config).status().message()),
               HasSubstr("submit needs a FILE or spec flags"));
-  config.spec.name.emplace("quick");
+  config.spec = {{"name", "quick"}};
   absl::StatusOr<Command> command = ParseCommand(config);
   ASSERT_TRUE(command.ok()) << command.status();
   EXPECT_EQ(command->operand, "");
@@ -307,9 +309,9 @@ TEST(ParseCommandTest, SubmitNeedsAFileOrSpecFlags) {
 
 TEST(ParseCommandTest, DeviceMustBeCpuOrGpu) {
   CtlConfig config = ConfigWithArgs({"submit"});
-  config.spec.device.emplace("tpu");
+  config.spec = {{"device", "tpu"}};
   EXPECT_EQ(ParseCommand(config).status().message(), "--device must be cpu or gpu, not \"tpu\"");
-  config.spec.device.emplace("GPU");
+  config.spec = {{"device", "GPU"}};
   EXPECT_TRUE(ParseCommand(config).ok());
 }
 
@@ -352,8 +354,7 @@ TEST(CommandLineTest, OutputFormat) {
 TEST(CommandLineTest, SetSpecFlagNamesListsOnlySetFlags) {
   SpecFlags spec;
   EXPECT_TRUE(SetSpecFlagNames(spec).empty());
-  spec.zero1 = false;  // set, even though false
-  spec.steps = 10;
+  spec = {{"zero1", "false"}, {"steps", "10"}, {"zero1", "true"}};  // set, even though false
   EXPECT_THAT(SetSpecFlagNames(spec), ElementsAre("--zero1", "--steps"));
 }
 
@@ -379,24 +380,50 @@ TEST(CommandLineTest, UsageDocumentsEveryCommandAndFlag) {
   }
 }
 
-TEST(CommandLineTest, EveryFlagScansAndEverySpecFlagIsDocumented) {
-  // The flags SpecFlags carries are the ones the help text lists.
-  SpecFlags all;
-  all.name.emplace("x");
-  all.device.emplace("cpu");
-  all.layers = all.heads = all.width = all.vocab = all.context = 1;
-  all.seed = 1;
-  all.data_shards.emplace("x");
-  all.lr = all.min_lr = all.weight_decay = all.grad_clip = 1;
-  all.warmup = all.global_batch = all.micro_batch = all.tensor = all.pipeline = all.min_workers =
-      all.max_workers = all.keep_last = all.checkpoint_interval = 1;
-  all.zero1 = true;
-  all.steps = 1;
-  for (const std::string& name : SetSpecFlagNames(all)) {
-    absl::StatusOr<ScannedCommandLine> scanned = ScanCommandLine({name + "=1"});
-    EXPECT_TRUE(scanned.ok()) << name << " is not in FlagDocs";
+TEST(CommandLineTest, EverySpecFlagSetsAFieldOfItsType) {
+  // One table declares the submit flags: each names a JobSpec field, and a
+  // value of the field's type given to the flag lands in that field.
+  int spec_flags = 0;
+  for (const FlagDoc& flag : FlagDocs()) {
+    if (flag.spec_field == nullptr) continue;
+    ++spec_flags;
+    v1::JobSpec spec;
+    const std::string value = flag.kind == FlagKind::kBool ? "true"
+                              : absl::string_view(flag.name) == "device" ? "gpu"
+                                                                        : "7";
+    absl::StatusOr<ScannedCommandLine> scanned =
+        ScanCommandLine({absl::StrCat("--", flag.name, "=", value)});
+    ASSERT_TRUE(scanned.ok()) << flag.name;
+    ASSERT_TRUE(ApplySpecFlags(scanned->flags, &spec).ok()) << flag.name;
+    const std::string shown = flag.kind == FlagKind::kBool ? "on" : value;
+    EXPECT_EQ(SpecFieldText(spec, flag.spec_field), shown) << flag.name;
   }
-  EXPECT_EQ(SetSpecFlagNames(all).size(), 24u);
+  EXPECT_EQ(spec_flags, 24);
+}
+
+TEST(CommandLineTest, ASpecFlagValueOfTheWrongTypeNamesTheFlag) {
+  struct Case {
+    SpecFlags flags;
+    std::string message;
+  };
+  const std::vector<Case> cases = {
+      {{{"layers", "twelve"}},
+       "--layers must be an integer from -2147483648 to 2147483647, not \"twelve\""},
+      {{{"layers", "4294967296"}},
+       "--layers must be an integer from -2147483648 to 2147483647, not \"4294967296\""},
+      {{{"seed", "-1"}}, "--seed must be an integer from 0 to 18446744073709551615, not \"-1\""},
+      {{{"lr", "nan"}}, "--lr must be a finite number, not \"nan\""},
+      {{{"lr", "1e999"}}, "--lr must be a finite number, not \"1e999\""},
+      {{{"zero1", "maybe"}}, "--zero1 must be true or false, not \"maybe\""},
+      {{{"device", "abacus"}}, "--device must be cpu or gpu, not \"abacus\""},
+      {{{"reason", "x"}}, "--reason is not a job spec flag"},
+  };
+  for (const Case& c : cases) {
+    v1::JobSpec spec;
+    const absl::Status status = ApplySpecFlags(c.flags, &spec);
+    EXPECT_EQ(status.code(), absl::StatusCode::kInvalidArgument);
+    EXPECT_EQ(status.message(), c.message);
+  }
 }
 
 }  // namespace
@@ -421,7 +448,7 @@ TEST(CommandLineTest, TheHelpShowsTheValuesSubmitSendsWithoutFlags) {
     EXPECT_TRUE(absl::EndsWith(FlagHelp(flag), absl::StrCat("(", value, ")")))
         << "--" << flag.name << ": " << FlagHelp(flag) << " but submit sends " << value;
   }
-  EXPECT_EQ(spec_flags, 21);
+  EXPECT_EQ(spec_flags, 24);
   // Spot checks against deploy/local/jobs/demo.yaml.
   EXPECT_EQ(SpecFieldText(*sent, "optimizer.learning_rate"), "0.003");
   EXPECT_EQ(SpecFieldText(*sent, "optimizer.warmup_steps"), "20");

@@ -30,18 +30,10 @@ TEST(SpecBuilderTest, NoFileAndNoFlagsGivesTheDemo) {
 }
 
 TEST(SpecBuilderTest, FlagsOverrideOnlyWhatTheyName) {
-  SpecFlags flags;
-  flags.name.emplace("big");
-  flags.device.emplace("gpu");
-  flags.layers = 12;
-  flags.tensor = 4;
-  flags.pipeline = 2;
-  flags.zero1 = true;
-  flags.min_workers = 8;
-  flags.max_workers = 16;
-  flags.steps = 5000;
-  flags.lr = 6e-4;
-  flags.seed = 7;
+  const SpecFlags flags = {{"name", "big"},      {"device", "gpu"},      {"layers", "12"},
+                           {"tensor", "4"},       {"pipeline", "2"},      {"zero1", "true"},
+                           {"min_workers", "8"},  {"max_workers", "16"},  {"steps", "5000"},
+                           {"lr", "6e-4"},        {"seed", "7"},          {"steps", "5000"}};
   absl::StatusOr<v1::JobSpec> spec = BuildSubmitSpec(kDemoYaml, flags);
   ASSERT_TRUE(spec.ok()) << spec.status();
 
@@ -62,8 +54,7 @@ TEST(SpecBuilderTest, FlagsOverrideOnlyWhatTheyName) {
 }
 
 TEST(SpecBuilderTest, DataShardsReplaceTheSyntheticSource) {
-  SpecFlags flags;
-  flags.data_shards.emplace("/data/*.bin");
+  const SpecFlags flags = {{"data_shards", "/data/*.bin"}};
   absl::StatusOr<v1::JobSpec> spec = BuildSubmitSpec("", flags);
   ASSERT_TRUE(spec.ok()) << spec.status();
   EXPECT_FALSE(spec->data().has_synthetic());
@@ -72,8 +63,7 @@ TEST(SpecBuilderTest, DataShardsReplaceTheSyntheticSource) {
 }
 
 TEST(SpecBuilderTest, BadDeviceIsInvalidArgument) {
-  SpecFlags flags;
-  flags.device.emplace("abacus");
+  const SpecFlags flags = {{"device", "abacus"}};
   v1::JobSpec spec;
   const absl::Status status = ApplySpecFlags(flags, &spec);
   EXPECT_EQ(status.code(), absl::StatusCode::kInvalidArgument);

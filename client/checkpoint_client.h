@@ -1,7 +1,8 @@
 #pragma once
 // CheckpointClient: a worker's (or cohortctl's) side of the coordinator's
-// Checkpoints service. GrpcCheckpointClient is the real one; tests may
-// implement the interface over an in-process store.
+// Checkpoints service, at the level of the protos; no model code (workers map
+// their tensors to chunks in worker/checkpoint). GrpcCheckpointClient is the
+// real one; tests may implement the interface over an in-process store.
 //
 // Thread-safety: implementations are thread-safe (calls may run from the
 // trainer and the background uploader at once).
@@ -23,7 +24,7 @@ namespace grpc {
 class Channel;
 }  // namespace grpc
 
-namespace cohort::checkpoint {
+namespace cohort::client {
 
 // One chunk to upload: a box of `tensor` and its bytes (row-major over the
 // box), which the caller keeps alive during Upload.
@@ -91,4 +92,4 @@ std::unique_ptr<CheckpointClient> NewGrpcCheckpointClient(std::shared_ptr<grpc::
 // A client with its own channel to `address` (host:port) that waits for it.
 std::unique_ptr<CheckpointClient> NewGrpcCheckpointClient(const CoordinatorTarget& target);
 
-}  // namespace cohort::checkpoint
+}  // namespace cohort::client

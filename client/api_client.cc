@@ -1,4 +1,4 @@
-#include "tools/cohortctl/api_client.h"
+#include "client/api_client.h"
 
 #include <utility>
 
@@ -12,7 +12,7 @@
 #include "grpcpp/create_channel.h"
 #include "grpcpp/security/credentials.h"
 
-namespace cohort::cohortctl {
+namespace cohort::client {
 namespace {
 
 // Payload that marks a status as "no connection" rather than a reply.
@@ -49,7 +49,7 @@ ApiClient::ApiClient(std::shared_ptr<grpc::Channel> channel, ApiClientOptions op
       options_(std::move(options)),
       jobs_(v1::Jobs::NewStub(channel_)),
       workers_(v1::Workers::NewStub(channel_)),
-      checkpoints_(checkpoint::NewGrpcCheckpointClient(channel_, /*wait_for_ready=*/false)) {}
+      checkpoints_(client::NewGrpcCheckpointClient(channel_, /*wait_for_ready=*/false)) {}
 
 absl::Status ApiClient::Classify(const absl::Status& status) const {
   if ((absl::IsUnavailable(status) || absl::IsDeadlineExceeded(status)) &&
@@ -225,4 +225,4 @@ absl::Status ApiClient::Watch(const std::string& job_id,
   return FromGrpc(status);
 }
 
-}  // namespace cohort::cohortctl
+}  // namespace cohort::client

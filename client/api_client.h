@@ -1,6 +1,6 @@
 #pragma once
-// cohortctl's gRPC client of the coordinator's public API (Jobs,
-// Workers.List, Workers.Drain and Checkpoints). Converts gRPC statuses to
+// A gRPC client of the coordinator's public API (Jobs, Workers.List,
+// Workers.Drain and Checkpoints), as cohortctl and other tools use it. Converts gRPC statuses to
 // absl::Status once, here, and tells "the coordinator cannot be reached"
 // apart from "the coordinator refused".
 //
@@ -17,9 +17,9 @@
 #include "cohort/v1/jobs.grpc.pb.h"
 #include "cohort/v1/workers.grpc.pb.h"
 #include "grpcpp/channel.h"
-#include "worker/checkpoint/checkpoint_client.h"
+#include "client/checkpoint_client.h"
 
-namespace cohort::cohortctl {
+namespace cohort::client {
 
 struct ApiClientOptions {
   std::string address;  // host:port
@@ -70,7 +70,7 @@ class ApiClient {
 
   // The Checkpoints service over the same channel; its errors go through
   // Classify to tell an unreachable coordinator apart.
-  checkpoint::CheckpointClient& checkpoints() { return *checkpoints_; }
+  client::CheckpointClient& checkpoints() { return *checkpoints_; }
   // A status from checkpoints(), converted like the calls above.
   absl::Status Classify(const absl::Status& status) const;
   absl::Duration timeout() const { return options_.timeout; }
@@ -87,7 +87,7 @@ class ApiClient {
   ApiClientOptions options_;
   std::unique_ptr<v1::Jobs::Stub> jobs_;
   std::unique_ptr<v1::Workers::Stub> workers_;
-  std::unique_ptr<checkpoint::CheckpointClient> checkpoints_;
+  std::unique_ptr<client::CheckpointClient> checkpoints_;
 };
 
-}  // namespace cohort::cohortctl
+}  // namespace cohort::client

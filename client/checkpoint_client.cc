@@ -1,4 +1,4 @@
-#include "worker/checkpoint/checkpoint_client.h"
+#include "client/checkpoint_client.h"
 
 #include <chrono>
 #include <cstring>
@@ -15,7 +15,7 @@
 #include "grpcpp/create_channel.h"
 #include "grpcpp/security/credentials.h"
 
-namespace cohort::checkpoint {
+namespace cohort::client {
 namespace {
 
 void Prepare(grpc::ClientContext* context, absl::Duration timeout, bool wait_for_ready) {
@@ -298,4 +298,4 @@ std::unique_ptr<CheckpointClient> NewGrpcCheckpointClient(const CoordinatorTarge
   return NewGrpcCheckpointClient(target.NewChannel(args), /*wait_for_ready=*/true);
 }
 
-}  // namespace cohort::checkpoint
+}  // namespace cohort::client
