@@ -61,7 +61,7 @@ class InMemoryCheckpointStore::Reader : public CheckpointReader {
 
 absl::Status InMemoryCheckpointStore::BeginPending(const PendingCheckpoint& pending) {
   absl::MutexLock lock(&mu_);
-  pending_[pending] = true;
+  pending_.insert(pending);
   return absl::OkStatus();
 }
 
@@ -97,7 +97,7 @@ absl::Status InMemoryCheckpointStore::DropPending(const PendingCheckpoint& pendi
 absl::StatusOr<std::vector<PendingCheckpoint>> InMemoryCheckpointStore::ListPending() {
   absl::MutexLock lock(&mu_);
   std::vector<PendingCheckpoint> out;
-  for (const auto& [key, unused] : pending_) out.push_back(key);
+  for (const PendingCheckpoint& key : pending_) out.push_back(key);
   return out;
 }
 

@@ -136,7 +136,7 @@ class InMemoryCheckpointStore : public CheckpointStore {
   using ChunkKey = std::tuple<PendingCheckpoint, std::string, std::vector<int64_t>>;
   class Reader;
   mutable absl::Mutex mu_;
-  std::map<PendingCheckpoint, bool> pending_ ABSL_GUARDED_BY(mu_);
+  std::set<PendingCheckpoint> pending_ ABSL_GUARDED_BY(mu_);
   std::map<ChunkKey, std::shared_ptr<const std::string>> chunks_ ABSL_GUARDED_BY(mu_);
   std::map<std::pair<std::string, int64_t>, v1::CheckpointManifest> manifests_
       ABSL_GUARDED_BY(mu_);

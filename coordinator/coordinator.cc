@@ -4,6 +4,7 @@
 #include <optional>
 #include <random>
 
+#include "absl/container/flat_hash_set.h"
 #include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
@@ -406,7 +407,7 @@ std::vector<v1::WorkerInfo> Coordinator::ListWorkersLocked(const std::string& af
   *more = false;
   // Each job's mesh is read once per call, not once per member.
   absl::flat_hash_map<std::string, v1::MeshCoordinates> coordinates;
-  absl::flat_hash_map<JobId, bool> jobs_seen;
+  absl::flat_hash_set<JobId> jobs_seen;
   for (const WorkerRecord* record : membership_.List()) {
     if (!after.empty() && record->id.value() <= after) continue;
     if (out.size() == limit) {
@@ -422,7 +423,7 @@ std::vector<v1::WorkerInfo> Coordinator::ListWorkersLocked(const std::string& af
     info.set_state(ToProtoState(record->state));
     if (record->job.has_value()) {
       info.set_job_id(record->job->value());
-      if (jobs_seen.emplace(*record->job, true).second) {
+      if (jobs_seen.insert(*record->job).second) {
         absl::StatusOr<v1::Job> job = jobs_.Get(*record->job);
         if (job.ok()) {
           for (const auto& member : job->mesh().members()) {

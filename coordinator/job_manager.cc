@@ -107,7 +107,7 @@ absl::Status JobManager::Restore(absl::Time now) {
     // persisted as such; otherwise the count restarts and re-adopted workers
     // are asked again.
     if (entry.job.ready_workers() == entry.job.mesh().members_size()) {
-      for (const auto& member : entry.job.mesh().members()) entry.ready[member.worker_id()] = true;
+      for (const auto& member : entry.job.mesh().members()) entry.ready.insert(WorkerId(member.worker_id()));
     } else {
       entry.job.set_ready_workers(0);
       entry.prepare_deadline = now + options_.prepare_timeout;
@@ -293,7 +293,7 @@ void JobManager::OnWorkerJoined(const v1::Hello& hello, absl::Time now, Effects*
         if (entry->suspension.has_value()) {
           // A re-plan began while it was away: it suspends like the others.
           AskToSuspend(*entry, id, Incarnation(hello.incarnation()), now, effects);
-        } else if (!entry->ready.contains(id.value())) {
+        } else if (!entry->ready.contains(id)) {
           v1::CoordinatorMessage message;
           v1::Reconfigure* reconfigure = message.mutable_reconfigure();
           reconfigure->set_job_id(job_id.value());
@@ -372,7 +372,7 @@ void JobManager::OnWorkersLost(const std::vector<LostWorker>& lost, absl::Time n
     if (!worker.job.has_value()) continue;
     JobEntry* entry = FindEntry(*worker.job);
     if (entry == nullptr) continue;
-    if (entry->donors.erase(worker.id.value()) > 0) {
+    if (entry->donors.erase(worker.id) > 0) {
       // A donor died: members still preparing may be waiting for its address
       // or its pieces until their own deadlines. Re-plan now.
       if (entry->job.state() != v1::JOB_STATE_RECONFIGURING) continue;
@@ -458,7 +458,7 @@ absl::Status JobManager::OnAssignmentStatus(const WorkerId& worker,
                                            entry->job.generation()));
   }
   if (status.state() == v1::ASSIGNMENT_STATE_DONATED) {
-    if (!entry->donors.contains(worker.value())) {
+    if (!entry->donors.contains(worker)) {
       // Not a donor (any more): a re-plan that began before the donation
       // ended took it into its suspension, which its SUSPENDED answers.
       return absl::AbortedError(absl::StrCat("worker ", worker.value(), " is not a donor of job ",
@@ -479,7 +479,7 @@ absl::Status JobManager::OnAssignmentStatus(const WorkerId& worker,
       Schedule(now, effects);
       return absl::OkStatus();
     }
-    entry->donors.erase(worker.value());
+    entry->donors.erase(worker);
     const WorkerRecord* record = membership_->Find(worker);
     const bool draining = record != nullptr && record->state == WorkerState::kDraining;
     if (!status.message().empty()) {
@@ -502,7 +502,7 @@ absl::Status JobManager::OnAssignmentStatus(const WorkerId& worker,
   switch (status.state()) {
     case v1::ASSIGNMENT_STATE_READY: {
       if (entry->suspension.has_value()) return absl::OkStatus();  // a re-plan overtook it
-      entry->ready[worker.value()] = true;
+      entry->ready.insert(worker);
       entry->job.set_ready_workers(static_cast<int32_t>(entry->ready.size()));
       const bool all_ready = static_cast<int>(entry->ready.size()) ==
                                  entry->job.mesh().members_size() &&
@@ -561,7 +561,7 @@ absl::Status JobManager::OnAssignmentStatus(const WorkerId& worker,
       OnSuspended(*entry, worker, status, now, effects);
       return absl::OkStatus();
     case v1::ASSIGNMENT_STATE_COMPLETED:
-      entry->completed[worker.value()] = true;
+      entry->completed.insert(worker);
       // The final step's progress, which the last heartbeat may not carry.
       if (status.has_progress() && status.progress().step() > entry->job.progress().step()) {
         *entry->job.mutable_progress() = status.progress();
@@ -603,7 +603,7 @@ void JobManager::OnProgress(const WorkerId& worker, const v1::Heartbeat& heartbe
   entry->reached_step = std::max(entry->reached_step, heartbeat.progress().step());
   // Progress counts from members that restored this generation's state
   // (READY): before that a worker reports no step of its own.
-  if (!entry->ready.contains(worker.value())) return;
+  if (!entry->ready.contains(worker)) return;
   auto member = entry->progress.find(worker.value());
   if (member != entry->progress.end()) {
     member->second.waiting = heartbeat.progress().waiting_for_peers();
@@ -696,7 +696,7 @@ void JobManager::CheckTimeouts(JobEntry& entry, absl::Time now, Effects* effects
     Suspension& s = *entry.suspension;
     if (!s.awaiting.empty() && now >= s.deadline) {
       std::vector<std::string> silent;
-      for (const auto& [worker, unused] : s.awaiting) silent.push_back(worker);
+      for (const WorkerId& worker : s.awaiting) silent.push_back(worker.value());
       std::sort(silent.begin(), silent.end());
       fence(silent, absl::StrCat("no answer to Suspend within ",
                                  absl::FormatDuration(options_.suspend_timeout)));
@@ -719,7 +719,7 @@ void JobManager::CheckTimeouts(JobEntry& entry, absl::Time now, Effects* effects
   if (entry.prepare_deadline.has_value() && now >= *entry.prepare_deadline) {
     std::vector<std::string> preparing;
     for (const auto& member : entry.job.mesh().members()) {
-      if (!entry.ready.contains(member.worker_id())) preparing.push_back(member.worker_id());
+      if (!entry.ready.contains(WorkerId(member.worker_id()))) preparing.push_back(member.worker_id());
     }
     std::sort(preparing.begin(), preparing.end());
     entry.prepare_deadline.reset();
@@ -806,8 +806,8 @@ void JobManager::AppendIdleCandidates(const v1::JobSpec& spec, PlanRequest* requ
 }
 
 void JobManager::Schedule(absl::Time now, Effects* effects) {
-  absl::flat_hash_map<JobId, bool> awaited_jobs;
-  for (const auto& [worker, awaited] : awaiting_) awaited_jobs[awaited.job] = true;
+  absl::flat_hash_set<JobId> awaited_jobs;
+  for (const auto& [worker, awaited] : awaiting_) awaited_jobs.insert(awaited.job);
   for (const JobId& id : order_) {
     JobEntry& entry = jobs_.at(id);
     const v1::JobState state = entry.job.state();
@@ -902,7 +902,7 @@ void JobManager::BeginSuspension(JobEntry& entry, const std::string& reason, boo
   // with the members and are planned with them, in their places of the live
   // mesh. A donor that already handed its state over answers with nothing.
   for (const v1::MeshMember& member : entry.job.live_state().mesh().members()) {
-    if (!entry.donors.contains(member.worker_id()) || IsMember(entry, WorkerId(member.worker_id()))) {
+    if (!entry.donors.contains(WorkerId(member.worker_id())) || IsMember(entry, WorkerId(member.worker_id()))) {
       continue;
     }
     const WorkerRecord* record = membership_->Find(WorkerId(member.worker_id()));
@@ -918,7 +918,7 @@ void JobManager::BeginSuspension(JobEntry& entry, const std::string& reason, boo
     const WorkerRecord* record = membership_->Find(worker);
     if (record == nullptr || record->job != id || record->state == WorkerState::kLost) continue;
     if (worker.value() == answered) {
-      s.awaiting[worker.value()] = true;  // its answer is in hand (OnSuspended)
+      s.awaiting.insert(worker);  // its answer is in hand (OnSuspended)
     } else {
       AskToSuspend(entry, worker, record->incarnation, now, effects);
     }
@@ -959,7 +959,7 @@ void JobManager::OnSuspended(JobEntry& entry, const WorkerId& worker,
       entry.reached_step = std::max(entry.reached_step, held.step());
     }
   }
-  s.awaiting.erase(worker.value());
+  s.awaiting.erase(worker);
   if (s.awaiting.empty()) CompleteSuspension(entry, now, effects);
 }
 
@@ -1081,10 +1081,10 @@ void JobManager::ApplyMesh(JobEntry& entry, v1::Mesh mesh, const std::string& re
   const JobId id(entry.job.job_id());
   const bool first = entry.job.generation() == 0;
   const Generation generation(entry.job.generation() + 1);
-  absl::flat_hash_map<std::string, bool> in_new;
-  for (const auto& member : mesh.members()) in_new[member.worker_id()] = true;
+  absl::flat_hash_set<std::string> in_new;
+  for (const auto& member : mesh.members()) in_new.insert(member.worker_id());
   entry.donors.clear();
-  for (const v1::Donor& donor : plan.donors()) entry.donors[donor.worker_id()] = true;
+  for (const v1::Donor& donor : plan.donors()) entry.donors.insert(WorkerId(donor.worker_id()));
   // Lost members of the live generation stay awaited (JobEntry::returning)
   // until this generation takes effect: if it fails first, their state may
   // still save the job.
@@ -1093,7 +1093,7 @@ void JobManager::ApplyMesh(JobEntry& entry, v1::Mesh mesh, const std::string& re
   // state as donors if the plan needs it, and are released otherwise.
   for (const auto& member : entry.job.mesh().members()) {
     if (in_new.contains(member.worker_id())) continue;
-    if (entry.donors.contains(member.worker_id())) {
+    if (entry.donors.contains(WorkerId(member.worker_id()))) {
       const WorkerId worker(member.worker_id());
       const WorkerRecord* record = membership_->Find(worker);
       if (record == nullptr) continue;
@@ -1209,11 +1209,11 @@ void JobManager::Finish(JobEntry& entry, v1::JobState state, const std::string& 
       ++it;
     }
   }
-  for (const auto& [donor, unused] : entry.donors) {
-    const WorkerRecord* record = membership_->Find(WorkerId(donor));
+  for (const WorkerId& donor : entry.donors) {
+    const WorkerRecord* record = membership_->Find(donor);
     if (record != nullptr && record->job == id && record->state != WorkerState::kLost) {
-      SendStop(WorkerId(donor), id, Generation(entry.job.generation()), "job finished", effects);
-      membership_->Release(WorkerId(donor));
+      SendStop(donor, id, Generation(entry.job.generation()), "job finished", effects);
+      membership_->Release(donor);
     }
   }
   entry.donors.clear();
@@ -1294,10 +1294,10 @@ bool JobManager::Rejoin(const v1::Hello& hello, absl::Time now, Effects* effects
       // After a coordinator restart: the re-plan starts now, with it.
       BeginSuspension(entry, absl::StrCat("worker ", id.value(), " re-attached with its state"),
                       /*growth=*/false, now, effects);
-      if (entry.suspension.has_value()) entry.suspension->rejoined[id.value()] = true;
+      if (entry.suspension.has_value()) entry.suspension->rejoined.insert(id);
       continue;
     }
-    entry.suspension->rejoined[id.value()] = true;
+    entry.suspension->rejoined.insert(id);
     AskToSuspend(entry, id, Incarnation(hello.incarnation()), now, effects);
   }
   return rejoined;
@@ -1306,7 +1306,7 @@ bool JobManager::Rejoin(const v1::Hello& hello, absl::Time now, Effects* effects
 void JobManager::AskToSuspend(JobEntry& entry, const WorkerId& worker, Incarnation incarnation,
                               absl::Time now, Effects* effects) {
   Suspension& s = *entry.suspension;
-  s.awaiting[worker.value()] = true;
+  s.awaiting.insert(worker);
   // Its answer is due suspend_timeout after it was asked, like anyone's.
   s.deadline = std::max(s.deadline, now + options_.suspend_timeout);
   v1::CoordinatorMessage message;
@@ -1325,12 +1325,12 @@ void JobManager::RemoveMember(JobEntry& entry, const WorkerId& worker) {
       break;
     }
   }
-  entry.ready.erase(worker.value());
-  entry.completed.erase(worker.value());
+  entry.ready.erase(worker);
+  entry.completed.erase(worker);
   entry.progress.erase(worker.value());
   entry.job.set_ready_workers(static_cast<int32_t>(entry.ready.size()));
   if (entry.suspension.has_value()) {
-    entry.suspension->awaiting.erase(worker.value());
+    entry.suspension->awaiting.erase(worker);
     entry.suspension->holders.erase(worker.value());
   }
   const WorkerRecord* record = membership_->Find(worker);

@@ -67,6 +67,7 @@
 #include <vector>
 
 #include "absl/container/flat_hash_map.h"
+#include "absl/container/flat_hash_set.h"
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
 #include "cohort/v1/jobs.pb.h"
@@ -246,7 +247,7 @@ class JobManager {
     std::string reason;
     absl::Time started;   // when the change was noticed
     absl::Time deadline;  // for the answers
-    absl::flat_hash_map<std::string, bool> awaiting;
+    absl::flat_hash_set<WorkerId> awaiting;
     // Survivors holding state in the live state's layout: worker -> step.
     std::map<std::string, int64_t> holders;
     bool growth = false;  // nobody was lost: a growth or a scale
@@ -255,7 +256,7 @@ class JobManager {
     // planning waits for them until this time.
     std::optional<absl::Time> rejoin_deadline;
     // Members that were lost and came back during this suspension.
-    absl::flat_hash_map<std::string, bool> rejoined;
+    absl::flat_hash_set<WorkerId> rejoined;
   };
   // A member lost while its process may still be alive (broken stream,
   // heartbeat timeout) holding the job's live state.
@@ -273,8 +274,8 @@ class JobManager {
     v1::Job job;
     int64_t number = 0;  // submit order
     // Members that reported READY / COMPLETED for the current generation.
-    absl::flat_hash_map<std::string, bool> ready;
-    absl::flat_hash_map<std::string, bool> completed;
+    absl::flat_hash_set<WorkerId> ready;
+    absl::flat_hash_set<WorkerId> completed;
     bool dirty = false;  // persisted copy is stale (a Put failed)
     std::optional<Suspension> suspension;
     // Lost members that may come back with the live state (see Returning),
@@ -282,7 +283,7 @@ class JobManager {
     absl::flat_hash_map<std::string, Returning> returning;
     // Donors of the current generation, released when they report DONATED;
     // a re-plan before then asks them to suspend with the members.
-    absl::flat_hash_map<std::string, bool> donors;
+    absl::flat_hash_set<WorkerId> donors;
     // Every member of the current generation must be READY by then.
     std::optional<absl::Time> prepare_deadline;
     // The current generation's re-plan began at this time (for its

@@ -145,8 +145,8 @@ bool IsSpareReplacement(const v1::RecoveryPlan& plan, const v1::Mesh& source,
       source.pipeline_parallel() != next.pipeline_parallel()) {
     return false;
   }
-  std::map<std::string, bool> before;
-  for (const v1::MeshMember& m : source.members()) before[m.worker_id()] = true;
+  std::set<std::string> before;
+  for (const v1::MeshMember& m : source.members()) before.insert(m.worker_id());
   for (const v1::MeshMember& m : next.members()) {
     if (!before.contains(m.worker_id())) return true;
   }

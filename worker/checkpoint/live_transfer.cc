@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <map>
+#include <set>
 #include <tuple>
 
 #include "common/layout/mesh_layout.h"
@@ -116,7 +117,7 @@ std::vector<std::vector<int>> ScheduleRounds(const std::vector<Transfer>& transf
   // receives) keep their canonical order across rounds.
   std::vector<std::vector<int>> rounds;
   std::map<int, size_t> next_send_round, next_recv_round;
-  std::vector<std::map<int, bool>> sending, receiving;
+  std::vector<std::set<int>> sending, receiving;
   for (int i = 0; i < static_cast<int>(transfers.size()); ++i) {
     const Transfer& t = transfers[static_cast<size_t>(i)];
     if (t.from == t.to) continue;
@@ -130,8 +131,8 @@ std::vector<std::vector<int>> ScheduleRounds(const std::vector<Transfer>& transf
       receiving.emplace_back();
     }
     rounds[round].push_back(i);
-    sending[round][t.from] = true;
-    receiving[round][t.to] = true;
+    sending[round].insert(t.from);
+    receiving[round].insert(t.to);
     next_send_round[t.from] = round + 1;
     next_recv_round[t.to] = round + 1;
   }
