@@ -21,6 +21,7 @@
 #include "worker/comm/ucx_context.h"
 #include "worker/train/mesh_communicators.h"
 #include "worker/train/training_session.h"
+#include "worker/training_loop.h"
 
 namespace cohort::worker {
 namespace {
@@ -483,85 +484,61 @@ absl::Status EngineTrainer::Donate(const Assignment& assignment) {
 }
 
 void EngineTrainer::Train(Run* run) {
-  const absl::Time started = absl::Now();
-  absl::Time last_log = started;
-  train::TrainingSession& session = *run->session;
-  for (int64_t s = run->start_step; s < run->steps; ++s) {
-    if (run->stop.load()) return;
-    const absl::Time begin = absl::Now();
-    absl::StatusOr<train::StepResult> result = session.RunStep(Step(s));
-    if (!result.ok()) {
-      if (run->stop.load() || absl::IsAborted(result.status())) return;
-      if (absl::IsUnavailable(result.status()) || absl::IsDeadlineExceeded(result.status())) {
-        LOG(WARNING) << "job " << run->job_id << " generation " << run->generation << " step "
-                     << s << ": " << result.status() << "; state kept for the next generation";
-        if (options_.on_suspended) {
-          std::vector<v1::HeldState> held;
-          const int64_t newest = session.runner().versions().newest();
-          if (newest >= 0) {
-            v1::HeldState state;
-            state.set_generation(run->generation.value());
-            state.set_step(newest);
-            held.push_back(state);
-          }
-          if (!run->trained) held.insert(held.end(), run->kept.begin(), run->kept.end());
-          options_.on_suspended(run->job_id, run->generation, held,
-                                std::string(result.status().message()));
-        }
-        return;
+  TrainingLoopInput input;
+  input.job = run->job_id;
+  input.generation = run->generation;
+  input.session = run->session.get();
+  input.start_step = run->start_step;
+  input.steps = run->steps;
+  input.writer = run->writer.get();
+  input.checkpoint_interval = run->checkpoint_interval;
+  input.optimizer = run->optimizer;
+  input.loss_log = run->loss_log;
+  input.stop = &run->stop;
+  TrainingLoopHooks hooks;
+  hooks.on_step = [this, run](Step done, const train::StepResult& result, absl::Duration took) {
+    run->trained = true;
+    const double seconds = absl::ToDoubleSeconds(took);
+    absl::MutexLock lock(&progress_mu_);
+    progress_.step = done;
+    progress_.loss = result.loss;
+    progress_.step_time_seconds = seconds;
+    progress_.tokens_per_second = static_cast<double>(result.tokens) / seconds;
+  };
+  if (checkpoint_metrics_ != nullptr) {
+    hooks.on_checkpoint = [metrics = checkpoint_metrics_.get()](absl::Duration stall) {
+      metrics->Saved(stall);
+    };
+  }
+  const TrainingLoopOutcome outcome = RunTrainingLoop(input, hooks);
+  switch (outcome.end) {
+    case TrainingLoopEnd::kStopped:
+      return;
+    case TrainingLoopEnd::kPeerLost: {
+      if (!options_.on_suspended) return;
+      std::vector<v1::HeldState> held;
+      if (outcome.newest_state >= 0) {
+        v1::HeldState state;
+        state.set_generation(run->generation.value());
+        state.set_step(outcome.newest_state);
+        held.push_back(state);
       }
-      LOG(ERROR) << "job " << run->job_id << " step " << s << " failed: " << result.status();
-      if (options_.on_finished) options_.on_finished(run->job_id, run->generation, result.status());
+      // Until this generation has trained, the source generation's state is
+      // held too, or the coordinator would not know it survives.
+      if (!run->trained) held.insert(held.end(), run->kept.begin(), run->kept.end());
+      options_.on_suspended(run->job_id, run->generation, held,
+                            std::string(outcome.status.message()));
       return;
     }
-    run->trained = true;
-    const double seconds = std::max(1e-9, absl::ToDoubleSeconds(absl::Now() - begin));
-    const int64_t done = s + 1;
-    if (run->loss_log != nullptr) {
-      std::fprintf(run->loss_log, "job %s generation %llu step %lld loss %a time %.6f\n",
-                   run->job_id.value().c_str(),
-                   static_cast<unsigned long long>(run->generation.value()),
-                   static_cast<long long>(done), result->loss,
-                   absl::ToDoubleSeconds(absl::Now() - absl::UnixEpoch()));
-      std::fflush(run->loss_log);
-    }
-    if (run->writer != nullptr && (done % run->checkpoint_interval == 0 || done == run->steps)) {
-      absl::StatusOr<absl::Duration> stall = run->writer->Save(
-          done, checkpoint::StateView{session.model().params(), session.runner().adam_m(),
-                                      session.runner().adam_v(), run->optimizer});
-      if (!stall.ok()) {
-        LOG(WARNING) << "job " << run->job_id << " step " << done
-                     << ": checkpoint not taken: " << stall.status();
-      } else if (checkpoint_metrics_ != nullptr) {
-        checkpoint_metrics_->Saved(*stall);
+    case TrainingLoopEnd::kFailed:
+      if (options_.on_finished) options_.on_finished(run->job_id, run->generation, outcome.status);
+      return;
+    case TrainingLoopEnd::kCompleted:
+      if (options_.on_finished) {
+        options_.on_finished(run->job_id, run->generation, absl::OkStatus());
       }
-    }
-    {
-      absl::MutexLock lock(&progress_mu_);
-      progress_.step = Step(done);
-      progress_.loss = result->loss;
-      progress_.step_time_seconds = seconds;
-      progress_.tokens_per_second = static_cast<double>(result->tokens) / seconds;
-    }
-    if (absl::Now() - last_log >= absl::Seconds(10) || done == run->steps) {
-      last_log = absl::Now();
-      LOG(INFO) << "job " << run->job_id << " step " << done << "/" << run->steps << " loss "
-                << result->loss << " grad norm " << result->grad_norm << " lr "
-                << result->learning_rate << " " << static_cast<int64_t>(result->tokens / seconds)
-                << " tokens/s";
-    }
+      return;
   }
-  if (run->writer != nullptr) {
-    // The job completes only once its final checkpoint is in (or failed).
-    const checkpoint::UploadResult last = run->writer->Wait();
-    if (!last.status.ok()) {
-      LOG(WARNING) << "job " << run->job_id << ": the final checkpoint (step " << last.step
-                   << ") was not saved: " << last.status;
-    }
-  }
-  LOG(INFO) << "job " << run->job_id << " finished " << run->steps << " steps in "
-            << absl::FormatDuration(absl::Trunc(absl::Now() - started, absl::Milliseconds(1)));
-  if (options_.on_finished) options_.on_finished(run->job_id, run->generation, absl::OkStatus());
 }
 
 std::vector<v1::HeldState> EngineTrainer::Suspend() {

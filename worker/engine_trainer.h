@@ -21,6 +21,10 @@
 // completed a step, so a failure during a recovery can still be recovered
 // from the older state.
 //
+// The steps themselves run in RunTrainingLoop (worker/training_loop.h), on
+// the generation's training thread; this class builds the generation,
+// restores its state and turns how the loop ended into the callbacks below.
+//
 // Checkpoints. With checkpoint.interval_steps = N > 0, after every N-th step
 // and after the last one, the rank snapshots its share of the state and
 // uploads it in the background (worker/checkpoint/checkpoint_writer.h); the

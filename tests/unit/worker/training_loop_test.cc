@@ -1,0 +1,275 @@
+// RunTrainingLoop (worker/training_loop.h) on a real TrainingSession over fake
+// communicators: where it starts and ends, what it reports per step, when it
+// checkpoints, and how each way a step can fail ends the loop.
+
+#include <atomic>
+#include <cstdio>
+#include <cstring>
+#include <fstream>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/synchronization/mutex.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "tests/testing/job_specs.h"
+#include "worker/comm/communicator.h"
+#include "worker/train/training_config.h"
+#include "worker/training_loop.h"
+
+namespace cohort::worker {
+namespace {
+
+using ::testing::ElementsAre;
+using ::testing::HasSubstr;
+
+// A data-parallel group of two in which the peer contributes what this rank
+// does, until `fail` is set: then every collective returns `failure`.
+class FakeGroup : public comm::Communicator {
+ public:
+  int rank() const override { return 0; }
+  int size() const override { return 2; }
+  absl::Status AllReduce(void* data, size_t count, comm::DataType type, comm::ReduceOp op,
+                         absl::Duration) override {
+    if (op == comm::ReduceOp::kSum && type == comm::DataType::kFloat32) {
+      float* f = static_cast<float*>(data);
+      for (size_t i = 0; i < count; ++i) f[i] *= 2;
+    }
+    return Outcome();
+  }
+  absl::Status ReduceScatter(const void* input, void* output, size_t count_per_rank,
+                             comm::DataType type, comm::ReduceOp, absl::Duration) override {
+    std::memcpy(output, input, count_per_rank * comm::DataTypeSize(type));
+    return Outcome();
+  }
+  absl::Status AllGather(const void* input, void* output, size_t count_per_rank,
+                         comm::DataType type, absl::Duration) override {
+    const size_t bytes = count_per_rank * comm::DataTypeSize(type);
+    for (int r = 0; r < 2; ++r) std::memcpy(static_cast<char*>(output) + r * bytes, input, bytes);
+    return Outcome();
+  }
+  absl::Status Broadcast(void*, size_t, comm::DataType, int, absl::Duration) override {
+    return Outcome();
+  }
+  absl::Status Send(const void*, size_t, int, uint32_t, absl::Duration) override {
+    return Outcome();
+  }
+  absl::Status Recv(void*, size_t, int, uint32_t, absl::Duration) override { return Outcome(); }
+  absl::Status SendRecv(const void*, size_t, int, void*, size_t, int, uint32_t,
+                        absl::Duration) override {
+    return Outcome();
+  }
+  absl::Status Barrier(absl::Duration) override { return Outcome(); }
+  void Abort(const absl::Status&) override {}
+
+  std::atomic<bool> fail{false};
+  absl::Status failure = absl::UnavailableError("peer 1 is gone");
+
+ private:
+  absl::Status Outcome() const { return fail ? failure : absl::OkStatus(); }
+};
+
+// Records uploads; every one commits.
+class RecordingCheckpointClient : public client::CheckpointClient {
+ public:
+  absl::StatusOr<v1::UploadResponse> Upload(const v1::UploadHeader& header,
+                                            const std::vector<client::UploadChunk>& chunks,
+                                            const v1::UploadEnd&, absl::Duration) override {
+    absl::MutexLock lock(&mu_);
+    steps_.push_back(header.step());
+    v1::UploadResponse response;
+    response.set_chunks_stored(static_cast<uint32_t>(chunks.size()));
+    response.set_committed(true);
+    return response;
+  }
+  absl::StatusOr<v1::CheckpointManifest> GetManifest(const std::string&, int64_t,
+                                                     absl::Duration) override {
+    return absl::NotFoundError("none");
+  }
+  absl::Status Download(const std::string&, int64_t, const std::vector<v1::ChunkRef>&,
+                        const client::ChunkPlacement&, const client::ChunkCallback&,
+                        absl::Duration) override {
+    return absl::UnimplementedError("not in this test");
+  }
+  absl::StatusOr<v1::ListCheckpointsResponse> List(const std::string&, absl::Duration) override {
+    return v1::ListCheckpointsResponse();
+  }
+  absl::Status Delete(const std::string&, int64_t, absl::Duration) override {
+    return absl::OkStatus();
+  }
+  std::vector<int64_t> steps() {
+    absl::MutexLock lock(&mu_);
+    return steps_;
+  }
+
+ private:
+  absl::Mutex mu_;
+  std::vector<int64_t> steps_ ABSL_GUARDED_BY(mu_);
+};
+
+class TrainingLoopTest : public ::testing::Test {
+ protected:
+  // A session of the small test model; data parallel over `group` when set.
+  std::unique_ptr<train::TrainingSession> NewSession(int64_t steps, FakeGroup* group = nullptr) {
+    v1::JobSpec spec = testing::SmallJobSpec("loop", 1, 1, 2);
+    spec.set_steps(steps);
+    absl::StatusOr<train::TrainingConfig> config =
+        train::TrainingConfigFromSpec(spec, group == nullptr ? 1 : 2);
+    EXPECT_TRUE(config.ok()) << config.status();
+    train::TrainingGroups groups;
+    groups.data = group;
+    train::TrainingSessionOptions options;
+    options.num_threads = 1;
+    absl::StatusOr<std::unique_ptr<train::TrainingSession>> session =
+        train::TrainingSession::Create(*config, model::ModelLayout{}, groups, options);
+    EXPECT_TRUE(session.ok()) << session.status();
+    return session.ok() ? *std::move(session) : nullptr;
+  }
+
+  TrainingLoopInput Input(train::TrainingSession* session, int64_t start, int64_t steps) {
+    TrainingLoopInput input;
+    input.job = JobId("loop-1");
+    input.generation = Generation(3);
+    input.session = session;
+    input.start_step = start;
+    input.steps = steps;
+    input.optimizer = {session->data_parallel().update_begin(),
+                       session->data_parallel().update_end()};
+    input.stop = &stop_;
+    return input;
+  }
+
+  // Records each on_step; `then` runs after recording.
+  TrainingLoopHooks Recording(std::function<void(Step)> then = nullptr) {
+    TrainingLoopHooks hooks;
+    hooks.on_step = [this, then](Step done, const train::StepResult& result, absl::Duration took) {
+      steps_.push_back(done.value());
+      losses_.push_back(result.loss);
+      EXPECT_GT(took, absl::ZeroDuration());
+      if (then) then(done);
+    };
+    return hooks;
+  }
+
+  std::atomic<bool> stop_{false};
+  std::vector<int64_t> steps_;
+  std::vector<double> losses_;
+};
+
+TEST_F(TrainingLoopTest, ARunResumedAtAStepContinuesTheTrajectoryOfOneUninterruptedRun) {
+  // The reference: steps 0..5 in one loop.
+  std::unique_ptr<train::TrainingSession> reference = NewSession(6);
+  ASSERT_NE(reference, nullptr);
+  TrainingLoopOutcome whole = RunTrainingLoop(Input(reference.get(), 0, 6), Recording());
+  EXPECT_EQ(whole.end, TrainingLoopEnd::kCompleted);
+  EXPECT_EQ(whole.steps_done, 6);
+  const std::vector<double> reference_losses = losses_;
+  EXPECT_THAT(steps_, ElementsAre(1, 2, 3, 4, 5, 6));
+
+  // The same in two calls, the second resuming at step 3 (as after a
+  // Prepare whose restore returned 3), with a loss log.
+  steps_.clear();
+  losses_.clear();
+  const std::string log_path = ::testing::TempDir() + "/training_loop_loss.log";
+  std::FILE* log = std::fopen(log_path.c_str(), "w");
+  ASSERT_NE(log, nullptr);
+  std::unique_ptr<train::TrainingSession> session = NewSession(6);
+  TrainingLoopInput first = Input(session.get(), 0, 3);
+  EXPECT_EQ(RunTrainingLoop(first, Recording()).end, TrainingLoopEnd::kCompleted);
+  TrainingLoopInput second = Input(session.get(), 3, 6);
+  second.loss_log = log;
+  const TrainingLoopOutcome resumed = RunTrainingLoop(second, Recording());
+  std::fclose(log);
+  EXPECT_EQ(resumed.end, TrainingLoopEnd::kCompleted);
+  EXPECT_EQ(resumed.steps_done, 3);
+  EXPECT_THAT(steps_, ElementsAre(1, 2, 3, 4, 5, 6));
+  ASSERT_EQ(losses_.size(), reference_losses.size());
+  for (size_t i = 0; i < losses_.size(); ++i) {
+    EXPECT_EQ(losses_[i], reference_losses[i]) << "step " << i + 1;  // bitwise: same math
+  }
+  std::ifstream lines(log_path);
+  std::string line;
+  std::vector<std::string> logged;
+  while (std::getline(lines, line)) logged.push_back(line);
+  ASSERT_EQ(logged.size(), 3u);
+  EXPECT_THAT(logged[0], HasSubstr("job loop-1 generation 3 step 4 loss "));
+  EXPECT_THAT(logged[2], HasSubstr(" step 6 loss "));
+}
+
+TEST_F(TrainingLoopTest, ACheckpointFollowsEveryIntervalAndTheLastStep) {
+  std::unique_ptr<train::TrainingSession> session = NewSession(5);
+  ASSERT_NE(session, nullptr);
+  RecordingCheckpointClient client;
+  checkpoint::CheckpointWriterOptions options;
+  options.job_id = "loop-1";
+  options.generation = Generation(3);
+  options.position = {model::ModelLayout{}, 1, 0};
+  checkpoint::CheckpointWriter writer(&client, session->config().model, session->model().table(),
+                                      options);
+  TrainingLoopInput input = Input(session.get(), 0, 5);
+  input.writer = &writer;
+  input.checkpoint_interval = 2;
+  TrainingLoopHooks hooks = Recording();
+  int checkpoints = 0;
+  hooks.on_checkpoint = [&checkpoints](absl::Duration stall) {
+    EXPECT_GE(stall, absl::ZeroDuration());
+    ++checkpoints;
+  };
+  const TrainingLoopOutcome outcome = RunTrainingLoop(input, hooks);
+  EXPECT_EQ(outcome.end, TrainingLoopEnd::kCompleted);
+  EXPECT_EQ(checkpoints, 3);
+  // The loop waits for the last upload before it reports completion.
+  EXPECT_THAT(client.steps(), ElementsAre(2, 4, 5));
+  EXPECT_EQ(writer.uploads_ok(), 3);
+}
+
+TEST_F(TrainingLoopTest, StopEndsTheLoopBetweenSteps) {
+  std::unique_ptr<train::TrainingSession> session = NewSession(10);
+  ASSERT_NE(session, nullptr);
+  const TrainingLoopOutcome outcome = RunTrainingLoop(
+      Input(session.get(), 0, 10), Recording([this](Step done) {
+        if (done == Step(2)) stop_ = true;
+      }));
+  EXPECT_EQ(outcome.end, TrainingLoopEnd::kStopped);
+  EXPECT_EQ(outcome.steps_done, 2);
+  EXPECT_THAT(steps_, ElementsAre(1, 2));
+}
+
+TEST_F(TrainingLoopTest, HowAFailedCollectiveEndsTheLoop) {
+  struct Case {
+    absl::Status failure;
+    TrainingLoopEnd end;
+  };
+  const std::vector<Case> cases = {
+      {absl::UnavailableError("peer 1 is gone"), TrainingLoopEnd::kPeerLost},
+      {absl::DeadlineExceededError("peer 1 is silent"), TrainingLoopEnd::kPeerLost},
+      {absl::AbortedError("generation released"), TrainingLoopEnd::kStopped},
+      {absl::InternalError("a bug"), TrainingLoopEnd::kFailed},
+  };
+  for (const Case& c : cases) {
+    SCOPED_TRACE(c.failure.ToString());
+    steps_.clear();
+    FakeGroup group;
+    group.failure = c.failure;
+    std::unique_ptr<train::TrainingSession> session = NewSession(10, &group);
+    ASSERT_NE(session, nullptr);
+    // Two steps train; the third's collectives fail.
+    const TrainingLoopOutcome outcome =
+        RunTrainingLoop(Input(session.get(), 0, 10), Recording([&group](Step done) {
+                          if (done == Step(2)) group.fail = true;
+                        }));
+    EXPECT_EQ(outcome.end, c.end);
+    EXPECT_EQ(outcome.steps_done, 2);
+    if (c.end != TrainingLoopEnd::kStopped) {
+      EXPECT_EQ(outcome.status, c.failure);
+    }
+    if (c.end == TrainingLoopEnd::kPeerLost) {
+      // What survivors report holding: the state after the last whole step.
+      EXPECT_EQ(outcome.newest_state, 2);
+    }
+  }
+}
+
+}  // namespace
+}  // namespace cohort::worker
