@@ -14,6 +14,7 @@
 #include "common/status_macros.h"
 #include "coordinator/job_spec_validator.h"
 #include "coordinator/paging.h"
+#include "coordinator/worker_commands.h"
 
 namespace cohort::coordinator {
 namespace {
@@ -458,9 +459,8 @@ absl::StatusOr<v1::WorkerInfo> Coordinator::DrainWorker(const WorkerId& worker,
       // It leaves once its job no longer needs it (ApplyMesh / DONATED).
       jobs_.OnWorkerDraining(worker, why, clock_->Now(), effects);
     } else {
-      v1::CoordinatorMessage message;
-      message.mutable_drain()->set_reason(why);
-      effects->messages.push_back(Effects::Message{worker, record->incarnation, std::move(message)});
+      effects->messages.push_back(
+          Effects::Message{worker, record->incarnation, commands::Drain(why)});
     }
     return absl::OkStatus();
   });

@@ -1,6 +1,7 @@
 #include "coordinator/coordinator_metrics.h"
 
 #include "absl/strings/ascii.h"
+#include "common/enum_names.h"
 
 namespace cohort::coordinator {
 namespace {
@@ -28,10 +29,7 @@ const prometheus::Histogram::BucketBoundaries& LockBuckets() {
 
 // "JOB_STATE_RUNNING" -> "running".
 std::string JobStateLabel(v1::JobState state) {
-  std::string name = v1::JobState_Name(state);
-  constexpr std::string_view kPrefix = "JOB_STATE_";
-  if (name.rfind(kPrefix, 0) == 0) name = name.substr(kPrefix.size());
-  return absl::AsciiStrToLower(name);
+  return absl::AsciiStrToLower(ShortEnumName(state));
 }
 
 }  // namespace

@@ -6,22 +6,17 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "common/enum_names.h"
 #include "common/job_spec_defaults.h"
 #include "common/log.h"
 #include "common/proto_time.h"
 #include "common/status_macros.h"
 #include "coordinator/job_spec_validator.h"
 #include "coordinator/mesh_planner.h"
+#include "coordinator/worker_commands.h"
 
 namespace cohort::coordinator {
 namespace {
-
-// "JOB_STATE_RUNNING" -> "RUNNING", as cohortctl shows it.
-std::string StateWord(v1::JobState state) {
-  std::string name = v1::JobState_Name(state);
-  constexpr std::string_view kPrefix = "JOB_STATE_";
-  return name.rfind(kPrefix, 0) == 0 ? name.substr(kPrefix.size()) : name;
-}
 
 int MeshWorld(const v1::Mesh& mesh) {
   return mesh.data_parallel() * mesh.tensor_parallel() * mesh.pipeline_parallel();
@@ -218,7 +213,7 @@ absl::Status JobManager::Delete(const JobId& id) {
   if (entry == nullptr) return absl::NotFoundError(absl::StrCat("job ", id.value(), " not found"));
   if (!IsTerminal(entry->job.state())) {
     return absl::FailedPreconditionError(
-        absl::StrCat("job ", id.value(), " is ", StateWord(entry->job.state()),
+        absl::StrCat("job ", id.value(), " is ", ShortEnumName(entry->job.state()),
                      "; only a finished job can be deleted (cancel it first)"));
   }
   // The record goes first: a failed write deletes nothing.
@@ -235,7 +230,7 @@ absl::StatusOr<v1::Job> JobManager::Cancel(const JobId& id, absl::Time now, Effe
   if (entry == nullptr) return absl::NotFoundError(absl::StrCat("job ", id.value(), " not found"));
   if (IsTerminal(entry->job.state())) {
     return absl::FailedPreconditionError(absl::StrCat(
-        "job ", id.value(), " already finished (", StateWord(entry->job.state()), ")"));
+        "job ", id.value(), " already finished (", ShortEnumName(entry->job.state()), ")"));
   }
   Finish(*entry, v1::JOB_STATE_CANCELLED, "cancelled by user", now, effects);
   Schedule(now, effects);
@@ -294,18 +289,13 @@ void JobManager::OnWorkerJoined(const v1::Hello& hello, absl::Time now, Effects*
           // A re-plan began while it was away: it suspends like the others.
           AskToSuspend(*entry, id, Incarnation(hello.incarnation()), now, effects);
         } else if (!entry->ready.contains(id)) {
-          v1::CoordinatorMessage message;
-          v1::Reconfigure* reconfigure = message.mutable_reconfigure();
-          reconfigure->set_job_id(job_id.value());
-          reconfigure->set_generation(entry->job.generation());
-          *reconfigure->mutable_mesh() = entry->job.mesh();
-          *reconfigure->mutable_coordinates() = member->coordinates();
-          reconfigure->set_reason("re-adopted; confirm readiness");
-          *reconfigure->mutable_recovery() = entry->job.recovery();
-          reconfigure->set_role(v1::RECONFIGURE_ROLE_MEMBER);
-          *reconfigure->mutable_spec() = entry->job.spec();
-          effects->messages.push_back(
-              Effects::Message{id, Incarnation(hello.incarnation()), std::move(message)});
+          effects->messages.push_back(Effects::Message{
+              id, Incarnation(hello.incarnation()),
+              commands::MemberCoordinates(v1::CoordinatorMessage::kReconfigure,
+                                          member->coordinates()),
+              std::make_shared<const v1::CoordinatorMessage>(commands::Reconfigure(
+                  job_id, Generation(entry->job.generation()), entry->job.mesh(),
+                  entry->job.recovery(), entry->job.spec(), "re-adopted; confirm readiness"))});
         }
         Schedule(now, effects);
         return;
@@ -488,9 +478,8 @@ absl::Status JobManager::OnAssignmentStatus(const WorkerId& worker,
     }
     membership_->Release(worker);
     if (draining) {
-      v1::CoordinatorMessage message;
-      message.mutable_drain()->set_reason("drained: its state was handed over");
-      effects->messages.push_back(Effects::Message{worker, record->incarnation, std::move(message)});
+      effects->messages.push_back(Effects::Message{
+          worker, record->incarnation, commands::Drain("drained: its state was handed over")});
     }
     Schedule(now, effects);
     return absl::OkStatus();
@@ -523,10 +512,11 @@ absl::Status JobManager::OnAssignmentStatus(const WorkerId& worker,
         entry->returning.clear();
       }
       entry->prepare_deadline.reset();
-      entry->progress.clear();
+      std::vector<WorkerId> members;
       for (const auto& member : entry->job.mesh().members()) {
-        entry->progress[member.worker_id()] = MemberProgress{entry->job.recovery().step(), false, now};
+        members.push_back(WorkerId(member.worker_id()));
       }
+      entry->stall.Start(members, entry->job.recovery().step(), now);
       if (entry->recovery_started.has_value()) {
         const v1::RecoveryPlan& plan = entry->job.recovery();
         Effects::Recovery recovery{JobId(entry->job.job_id()), plan.kind(), entry->recovery_spare,
@@ -604,22 +594,13 @@ void JobManager::OnProgress(const WorkerId& worker, const v1::Heartbeat& heartbe
   // Progress counts from members that restored this generation's state
   // (READY): before that a worker reports no step of its own.
   if (!entry->ready.contains(worker)) return;
-  auto member = entry->progress.find(worker.value());
-  if (member != entry->progress.end()) {
-    member->second.waiting = heartbeat.progress().waiting_for_peers();
-    if (heartbeat.progress().step() != member->second.step) {
-      member->second.step = heartbeat.progress().step();
-      member->second.since = now;
-    }
-  }
+  entry->stall.Observe(worker, heartbeat.progress().step(),
+                       heartbeat.progress().waiting_for_peers(), now);
   // Rank 0 speaks for the job; every rank computes the same loss.
   const auto& members = entry->job.mesh().members();
   if (members.empty() || members[0].worker_id() != worker.value()) return;
   if (heartbeat.progress().step() == entry->job.progress().step()) return;
-  if (heartbeat.progress().step_time_seconds() > 0) {
-    entry->step_seconds.push_back(heartbeat.progress().step_time_seconds());
-    if (entry->step_seconds.size() > 64) entry->step_seconds.erase(entry->step_seconds.begin());
-  }
+  entry->stall.ObserveStepTime(heartbeat.progress().step_time_seconds());
   *entry->job.mutable_progress() = heartbeat.progress();
   Emit(*entry, v1::JOB_EVENT_KIND_PROGRESS, effects);
 }
@@ -733,29 +714,16 @@ void JobManager::CheckTimeouts(JobEntry& entry, absl::Time now, Effects* effects
     }
   }
   // Stall: nobody advanced for the hang timeout.
-  if (entry.job.state() != v1::JOB_STATE_RUNNING || options_.hang_timeout_floor <= absl::ZeroDuration() ||
-      entry.progress.empty() || entry.job.progress().step() >= entry.job.spec().steps()) {
+  if (entry.job.state() != v1::JOB_STATE_RUNNING ||
+      entry.job.progress().step() >= entry.job.spec().steps()) {
     return;
   }
-  absl::Time last_advance = absl::InfinitePast();
-  for (const auto& [worker, p] : entry.progress) last_advance = std::max(last_advance, p.since);
-  absl::Duration timeout = options_.hang_timeout_floor;
-  if (!entry.step_seconds.empty()) {
-    std::vector<double> sorted = entry.step_seconds;
-    std::sort(sorted.begin(), sorted.end());
-    timeout = std::max(timeout, absl::Seconds(options_.hang_step_multiple *
-                                              sorted[sorted.size() / 2]));
-  }
-  if (now - last_advance < timeout) return;
-  std::vector<std::string> stuck;
-  for (const auto& [worker, p] : entry.progress) {
-    if (!p.waiting) stuck.push_back(worker);
-  }
-  if (stuck.empty()) return;  // everyone waits on everyone: nobody to blame
-  std::sort(stuck.begin(), stuck.end());
-  fence(stuck, absl::StrCat("the job made no progress for ",
-                            absl::FormatDuration(now - last_advance),
-                            " and this member is not waiting for peers"));
+  const std::optional<StallDetector::Stall> stall = entry.stall.Check(
+      now, StallDetector::Options{options_.hang_timeout_floor, options_.hang_step_multiple});
+  if (!stall.has_value()) return;
+  fence(stall->stuck, absl::StrCat("the job made no progress for ",
+                                   absl::FormatDuration(stall->idle),
+                                   " and this member is not waiting for peers"));
 }
 
 void JobManager::Discount(absl::Duration gap, absl::Time now) {
@@ -763,9 +731,7 @@ void JobManager::Discount(absl::Duration gap, absl::Time now) {
   for (auto& [id, entry] : jobs_) {
     for (auto& [worker, returning] : entry.returning) returning.deadline += gap;
     if (entry.prepare_deadline.has_value()) *entry.prepare_deadline += gap;
-    for (auto& [worker, progress] : entry.progress) {
-      progress.since = std::min(progress.since + gap, now);
-    }
+    entry.stall.Discount(gap, now);
     if (!entry.suspension.has_value()) continue;
     Suspension& s = *entry.suspension;
     s.deadline += gap;
@@ -1097,16 +1063,11 @@ void JobManager::ApplyMesh(JobEntry& entry, v1::Mesh mesh, const std::string& re
       const WorkerId worker(member.worker_id());
       const WorkerRecord* record = membership_->Find(worker);
       if (record == nullptr) continue;
-      v1::CoordinatorMessage message;
-      v1::Reconfigure* reconfigure = message.mutable_reconfigure();
-      reconfigure->set_job_id(id.value());
-      reconfigure->set_generation(generation.value());
-      *reconfigure->mutable_mesh() = mesh;
-      reconfigure->set_reason(absl::StrCat(reason, "; donate state to generation ",
-                                           generation.value()));
-      *reconfigure->mutable_recovery() = plan;
-      reconfigure->set_role(v1::RECONFIGURE_ROLE_DONOR);
-      effects->messages.push_back(Effects::Message{worker, record->incarnation, std::move(message)});
+      effects->messages.push_back(Effects::Message{
+          worker, record->incarnation,
+          commands::DonorReconfigure(
+              id, generation, mesh, plan,
+              absl::StrCat(reason, "; donate state to generation ", generation.value()))});
       continue;
     }
     const WorkerId worker(member.worker_id());
@@ -1117,10 +1078,8 @@ void JobManager::ApplyMesh(JobEntry& entry, v1::Mesh mesh, const std::string& re
       const bool draining = record->state == WorkerState::kDraining;
       membership_->Release(worker);
       if (draining) {
-        v1::CoordinatorMessage message;
-        message.mutable_drain()->set_reason("drained");
         effects->messages.push_back(
-            Effects::Message{worker, record->incarnation, std::move(message)});
+            Effects::Message{worker, record->incarnation, commands::Drain("drained")});
       }
     }
   }
@@ -1130,41 +1089,26 @@ void JobManager::ApplyMesh(JobEntry& entry, v1::Mesh mesh, const std::string& re
     const WorkerId worker(member.worker_id());
     const WorkerRecord* record = membership_->Find(worker);
     CHECK(record != nullptr) << "planned worker " << worker << " is unknown";
-    v1::CoordinatorMessage message;
     std::shared_ptr<const v1::CoordinatorMessage> base;
     if (record->state == WorkerState::kAssigned && record->job == id && !first) {
       if (reconfigure_base == nullptr) {
-        reconfigure_base = std::make_shared<v1::CoordinatorMessage>();
-        v1::Reconfigure* reconfigure = reconfigure_base->mutable_reconfigure();
-        reconfigure->set_job_id(id.value());
-        reconfigure->set_generation(generation.value());
-        *reconfigure->mutable_mesh() = mesh;
-        reconfigure->set_reason(reason);
-        *reconfigure->mutable_recovery() = plan;
-        reconfigure->set_role(v1::RECONFIGURE_ROLE_MEMBER);
-        // An Assign of an earlier generation may not have arrived yet (or
-        // ever): the spec lets the worker join from this command alone.
-        *reconfigure->mutable_spec() = entry.job.spec();
+        reconfigure_base = std::make_shared<v1::CoordinatorMessage>(
+            commands::Reconfigure(id, generation, mesh, plan, entry.job.spec(), reason));
       }
       base = reconfigure_base;
-      *message.mutable_reconfigure()->mutable_coordinates() = member.coordinates();
     } else {
       absl::Status assigned = membership_->AssignToJob(worker, id);
       CHECK(assigned.ok()) << assigned;
       if (assign_base == nullptr) {
-        assign_base = std::make_shared<v1::CoordinatorMessage>();
-        v1::Assign* assign = assign_base->mutable_assign();
-        assign->set_job_id(id.value());
-        assign->set_generation(generation.value());
-        *assign->mutable_spec() = entry.job.spec();
-        *assign->mutable_mesh() = mesh;
-        *assign->mutable_recovery() = plan;
+        assign_base = std::make_shared<v1::CoordinatorMessage>(
+            commands::Assign(id, generation, mesh, plan, entry.job.spec()));
       }
       base = assign_base;
-      *message.mutable_assign()->mutable_coordinates() = member.coordinates();
     }
     effects->messages.push_back(
-        Effects::Message{worker, record->incarnation, std::move(message), std::move(base)});
+        Effects::Message{worker, record->incarnation,
+                         commands::MemberCoordinates(base->kind_case(), member.coordinates()),
+                         std::move(base)});
   }
 
   LOG(INFO) << "job " << id << " generation " << generation << ": " << MeshShapeString(mesh)
@@ -1309,12 +1253,9 @@ void JobManager::AskToSuspend(JobEntry& entry, const WorkerId& worker, Incarnati
   s.awaiting.insert(worker);
   // Its answer is due suspend_timeout after it was asked, like anyone's.
   s.deadline = std::max(s.deadline, now + options_.suspend_timeout);
-  v1::CoordinatorMessage message;
-  v1::Suspend* suspend = message.mutable_suspend();
-  suspend->set_job_id(entry.job.job_id());
-  suspend->set_generation(entry.job.generation());
-  suspend->set_reason(s.reason);
-  effects->messages.push_back(Effects::Message{worker, incarnation, std::move(message)});
+  effects->messages.push_back(Effects::Message{
+      worker, incarnation,
+      commands::Suspend(JobId(entry.job.job_id()), Generation(entry.job.generation()), s.reason)});
 }
 
 void JobManager::RemoveMember(JobEntry& entry, const WorkerId& worker) {
@@ -1327,7 +1268,7 @@ void JobManager::RemoveMember(JobEntry& entry, const WorkerId& worker) {
   }
   entry.ready.erase(worker);
   entry.completed.erase(worker);
-  entry.progress.erase(worker.value());
+  entry.stall.Remove(worker);
   entry.job.set_ready_workers(static_cast<int32_t>(entry.ready.size()));
   if (entry.suspension.has_value()) {
     entry.suspension->awaiting.erase(worker);
@@ -1369,12 +1310,8 @@ void JobManager::SendStop(const WorkerId& worker, const JobId& job, Generation g
                           const std::string& reason, Effects* effects) const {
   const WorkerRecord* record = membership_->Find(worker);
   if (record == nullptr || record->state == WorkerState::kLost) return;
-  v1::CoordinatorMessage message;
-  v1::Stop* stop = message.mutable_stop();
-  stop->set_job_id(job.value());
-  stop->set_generation(generation.value());
-  stop->set_reason(reason);
-  effects->messages.push_back(Effects::Message{worker, record->incarnation, std::move(message)});
+  effects->messages.push_back(
+      Effects::Message{worker, record->incarnation, commands::Stop(job, generation, reason)});
 }
 
 }  // namespace cohort::coordinator

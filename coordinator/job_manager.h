@@ -77,6 +77,7 @@
 #include "coordinator/membership_table.h"
 #include "coordinator/mesh_planner.h"
 #include "coordinator/recovery_planner.h"
+#include "coordinator/stall_detector.h"
 
 namespace cohort::coordinator {
 
@@ -265,11 +266,6 @@ class JobManager {
     v1::MeshMember member;  // its place in the mesh it left
     absl::Time deadline;    // awaited until then
   };
-  struct MemberProgress {
-    int64_t step = 0;
-    bool waiting = false;
-    absl::Time since;  // when `step` was first seen
-  };
   struct JobEntry {
     v1::Job job;
     int64_t number = 0;  // submit order
@@ -290,9 +286,8 @@ class JobManager {
     // detect-to-running time), and whether it replaced a worker by a spare.
     std::optional<absl::Time> recovery_started;
     bool recovery_spare = false;
-    // Heartbeat progress per member, for stall detection.
-    absl::flat_hash_map<std::string, MemberProgress> progress;
-    std::vector<double> step_seconds;  // recent step times (rank 0)
+    // Heartbeat progress of the running generation's members.
+    StallDetector stall;
     // The newest step any member reported completing since the last
     // recovery took effect (every member READY; from its step), for the
     // lost steps of the next plan. A plan that never took effect is not

@@ -9,21 +9,12 @@
 #include "absl/strings/str_replace.h"
 #include "absl/strings/strip.h"
 #include "absl/time/time.h"
+#include "common/enum_names.h"
 #include "common/proto_time.h"
 #include "tools/cohortctl/text_table.h"
 
 namespace cohort::cohortctl {
 namespace {
-
-// The enum value's name without its type prefix ("JOB_STATE_").
-template <typename Enum, typename NameFn>
-std::string ShortEnumName(Enum value, NameFn name_fn, absl::string_view prefix) {
-  const std::string name = name_fn(value);
-  if (name.empty()) return absl::StrCat("UNKNOWN(", static_cast<int>(value), ")");
-  absl::string_view short_name = name;
-  absl::ConsumePrefix(&short_name, prefix);
-  return std::string(short_name);
-}
 
 std::string FormatTime(const google::protobuf::Timestamp& time) {
   if (time.seconds() == 0 && time.nanos() == 0) return "-";
@@ -79,25 +70,13 @@ std::string RecoveryHeadline(const v1::RecoveryPlan& plan) {
 
 }  // namespace
 
-std::string JobStateName(v1::JobState state) {
-  return ShortEnumName(
-      state, [](v1::JobState s) { return v1::JobState_Name(s); }, "JOB_STATE_");
-}
+std::string JobStateName(v1::JobState state) { return ShortEnumName(state); }
 
-std::string WorkerStateName(v1::WorkerState state) {
-  return ShortEnumName(
-      state, [](v1::WorkerState s) { return v1::WorkerState_Name(s); }, "WORKER_STATE_");
-}
+std::string WorkerStateName(v1::WorkerState state) { return ShortEnumName(state); }
 
-std::string JobEventKindName(v1::JobEventKind kind) {
-  return ShortEnumName(
-      kind, [](v1::JobEventKind k) { return v1::JobEventKind_Name(k); }, "JOB_EVENT_KIND_");
-}
+std::string JobEventKindName(v1::JobEventKind kind) { return ShortEnumName(kind); }
 
-std::string RecoveryKindName(v1::RecoveryKind kind) {
-  return ShortEnumName(
-      kind, [](v1::RecoveryKind k) { return v1::RecoveryKind_Name(k); }, "RECOVERY_KIND_");
-}
+std::string RecoveryKindName(v1::RecoveryKind kind) { return ShortEnumName(kind); }
 
 bool IsTerminal(v1::JobState state) {
   return state == v1::JOB_STATE_COMPLETED || state == v1::JOB_STATE_FAILED ||
