@@ -5,6 +5,11 @@
 // the injected JobStore, no threads. Not thread-safe (the Coordinator
 // serialises calls).
 //
+// Where it lives: job_manager.cc (the state machine, scheduling, timeouts),
+// job_manager_replan.cc (suspend, plan, rejoin), stall_detector.h (when a
+// running generation counts as stalled), worker_commands.h (every command
+// sent to workers).
+//
 // Job states:
 //
 //   PENDING --(enough idle workers: first mesh, generation 1)--> RUNNING
@@ -306,11 +311,27 @@ class JobManager {
   static bool IsTerminal(v1::JobState state);
   bool IsMember(const JobEntry& entry, const WorkerId& worker) const;
 
+  static PlannerWorker ToPlannerWorker(const WorkerRecord& record);
+  static PlanRequest MakePlanRequest(const v1::JobSpec& spec);
+
+  // --- job_manager.cc: the state machine and scheduling ---
+
   // Tries to start pending jobs and grow running ones.
   void Schedule(absl::Time now, Effects* effects);
   // Adds idle workers of the spec's device kind to request->candidates,
   // whole hosts at a time, as many as the job could use (AppendIdleCandidates).
   void AppendIdleCandidates(const v1::JobSpec& spec, PlanRequest* request) const;
+  // Fences silent suspended members and stalled ones; fails jobs that waited
+  // too long for workers.
+  void CheckTimeouts(JobEntry& entry, absl::Time now, Effects* effects);
+  // Stops all members and moves the job to a terminal state.
+  void Finish(JobEntry& entry, v1::JobState state, const std::string& message, absl::Time now,
+              Effects* effects);
+  // Drops a member from the job's mesh and membership.
+  void RemoveMember(JobEntry& entry, const WorkerId& worker);
+
+  // --- job_manager_replan.cc: suspend, plan, rejoin ---
+
   // Re-plans an active job over its remaining members plus idle workers:
   // starts (or joins) a suspension when members remain, else plans at once.
   // `only_if_larger` restricts it to growth.
@@ -330,14 +351,6 @@ class JobManager {
   // Installs `mesh` as the next generation and tells every worker involved.
   void ApplyMesh(JobEntry& entry, v1::Mesh mesh, const std::string& reason,
                  const v1::RecoveryPlan& plan, absl::Time now, Effects* effects);
-  // Fences silent suspended members and stalled ones; fails jobs that waited
-  // too long for workers.
-  void CheckTimeouts(JobEntry& entry, absl::Time now, Effects* effects);
-  // Stops all members and moves the job to a terminal state.
-  void Finish(JobEntry& entry, v1::JobState state, const std::string& message, absl::Time now,
-              Effects* effects);
-  // Drops a member from the job's mesh and membership.
-  void RemoveMember(JobEntry& entry, const WorkerId& worker);
   // Adds a member back during a suspension: it is awaited (due by
   // suspend_timeout from now at the latest) and sent Suspend.
   void AskToSuspend(JobEntry& entry, const WorkerId& worker, Incarnation incarnation,
@@ -357,6 +370,8 @@ class JobManager {
   bool Rejoin(const v1::Hello& hello, absl::Time now, Effects* effects);
   // How long lost holders are awaited before state is given up.
   absl::Duration RejoinGrace(const JobEntry& entry) const;
+
+  // --- job_manager.cc: records, events, Stop ---
 
   void SetState(JobEntry& entry, v1::JobState state, const std::string& message, absl::Time now,
                 Effects* effects);
