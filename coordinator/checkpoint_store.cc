@@ -11,7 +11,7 @@
 namespace cohort::coordinator {
 
 std::string PendingName(const PendingCheckpoint& pending) {
-  return absl::StrCat("job ", pending.job.value(), " step ", pending.step, " generation ",
+  return absl::StrCat("job ", pending.job.value(), " step ", pending.step.value(), " generation ",
                       pending.generation.value());
 }
 
@@ -75,7 +75,7 @@ absl::Status InMemoryCheckpointStore::PutChunk(const PendingCheckpoint& pending,
 
 absl::Status InMemoryCheckpointStore::Commit(const v1::CheckpointManifest& manifest) {
   absl::MutexLock lock(&mu_);
-  const PendingCheckpoint key{JobId(manifest.job_id()), manifest.step(),
+  const PendingCheckpoint key{JobId(manifest.job_id()), Step(manifest.step()),
                               Generation(manifest.generation())};
   auto old = manifests_.find({manifest.job_id(), manifest.step()});
   if (old != manifests_.end() && old->second.generation() != manifest.generation()) {
@@ -112,19 +112,22 @@ absl::StatusOr<std::vector<v1::CheckpointManifest>> InMemoryCheckpointStore::Lis
   return out;
 }
 
-absl::StatusOr<std::unique_ptr<CheckpointReader>> InMemoryCheckpointStore::Open(const JobId& job,
-                                                                                int64_t step) {
+absl::StatusOr<std::unique_ptr<CheckpointReader>> InMemoryCheckpointStore::Open(
+    const JobId& job, std::optional<Step> step) {
   absl::MutexLock lock(&mu_);
   const v1::CheckpointManifest* found = nullptr;
   for (const auto& [key, manifest] : manifests_) {
-    if (key.first == job.value() && (step < 0 || key.second == step)) found = &manifest;
+    if (key.first == job.value() && (!step.has_value() || key.second == step->value())) {
+      found = &manifest;
+    }
   }
   if (found == nullptr) {
-    return absl::NotFoundError(step < 0 ? absl::StrCat("job ", job.value(), " has no checkpoint")
-                                        : absl::StrCat("job ", job.value(),
-                                                       " has no checkpoint at step ", step));
+    return absl::NotFoundError(!step.has_value()
+                                   ? absl::StrCat("job ", job.value(), " has no checkpoint")
+                                   : absl::StrCat("job ", job.value(),
+                                                  " has no checkpoint at step ", step->value()));
   }
-  const PendingCheckpoint key{job, found->step(), Generation(found->generation())};
+  const PendingCheckpoint key{job, Step(found->step()), Generation(found->generation())};
   std::map<std::pair<std::string, uint32_t>, std::shared_ptr<const std::string>> chunks;
   for (const v1::TensorInfo& tensor : found->tensors()) {
     for (const v1::ChunkInfo& chunk : tensor.chunks()) {
@@ -137,11 +140,12 @@ absl::StatusOr<std::unique_ptr<CheckpointReader>> InMemoryCheckpointStore::Open(
   return std::make_unique<Reader>(*found, std::move(chunks));
 }
 
-absl::Status InMemoryCheckpointStore::Delete(const JobId& job, int64_t step) {
+absl::Status InMemoryCheckpointStore::Delete(const JobId& job, Step step) {
   absl::MutexLock lock(&mu_);
-  auto it = manifests_.find({job.value(), step});
+  auto it = manifests_.find({job.value(), step.value()});
   if (it == manifests_.end()) {
-    return absl::NotFoundError(absl::StrCat("job ", job.value(), " has no checkpoint at step ", step));
+    return absl::NotFoundError(
+        absl::StrCat("job ", job.value(), " has no checkpoint at step ", step.value()));
   }
   const PendingCheckpoint key{job, step, Generation(it->second.generation())};
   manifests_.erase(it);
@@ -149,31 +153,31 @@ absl::Status InMemoryCheckpointStore::Delete(const JobId& job, int64_t step) {
   return absl::OkStatus();
 }
 
-std::optional<int64_t> InMemoryCheckpointStore::NewestStep(const JobId& job) const {
+std::optional<Step> InMemoryCheckpointStore::NewestStep(const JobId& job) const {
   absl::MutexLock lock(&mu_);
   auto it = manifests_.lower_bound({job.value(), std::numeric_limits<int64_t>::max()});
   if (it == manifests_.begin()) return std::nullopt;
   --it;
   if (it->first.first != job.value()) return std::nullopt;
-  return it->first.second;
+  return Step(it->first.second);
 }
 
-void CommittedIndex::Add(const JobId& job, int64_t step) {
+void CommittedIndex::Add(const JobId& job, Step step) {
   absl::MutexLock lock(&mu_);
-  steps_[job.value()].insert(step);
+  steps_[job].insert(step);
 }
 
-void CommittedIndex::Remove(const JobId& job, int64_t step) {
+void CommittedIndex::Remove(const JobId& job, Step step) {
   absl::MutexLock lock(&mu_);
-  auto it = steps_.find(job.value());
+  auto it = steps_.find(job);
   if (it == steps_.end()) return;
   it->second.erase(step);
   if (it->second.empty()) steps_.erase(it);
 }
 
-std::optional<int64_t> CommittedIndex::Newest(const JobId& job) const {
+std::optional<Step> CommittedIndex::Newest(const JobId& job) const {
   absl::MutexLock lock(&mu_);
-  auto it = steps_.find(job.value());
+  auto it = steps_.find(job);
   if (it == steps_.end()) return std::nullopt;
   return *it->second.rbegin();
 }

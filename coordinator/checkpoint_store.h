@@ -33,17 +33,20 @@ namespace cohort::coordinator {
 
 struct PendingCheckpoint {
   JobId job;
-  int64_t step = 0;
+  Step step;
   Generation generation;
 
   friend bool operator==(const PendingCheckpoint&, const PendingCheckpoint&) = default;
-  friend auto operator<=>(const PendingCheckpoint& a, const PendingCheckpoint& b) {
-    return std::tuple(a.job.value(), a.step, a.generation.value()) <=>
-           std::tuple(b.job.value(), b.step, b.generation.value());
-  }
+  friend auto operator<=>(const PendingCheckpoint&, const PendingCheckpoint&) = default;
 };
 
 std::string PendingName(const PendingCheckpoint& pending);  // "job demo-1 step 10 generation 2"
+
+// The step a request names (GetManifest, Download): a negative one is the
+// newest committed checkpoint (nullopt), as proto/README.md says.
+inline std::optional<Step> StepOrNewest(int64_t requested) {
+  return requested < 0 ? std::nullopt : std::optional<Step>(Step(requested));
+}
 
 // A committed checkpoint as of one moment: its manifest and chunks stay
 // readable through this object even if the checkpoint is deleted meanwhile.
@@ -85,28 +88,28 @@ class CheckpointStore {
 
   // The job's committed manifests, newest step first.
   virtual absl::StatusOr<std::vector<v1::CheckpointManifest>> List(const JobId& job) = 0;
-  // A reader of committed checkpoint `step` of `job` (step -1: the newest).
+  // A reader of committed checkpoint `step` of `job` (nullopt: the newest).
   // NotFound when there is none.
-  virtual absl::StatusOr<std::unique_ptr<CheckpointReader>> Open(const JobId& job,
-                                                                 int64_t step) = 0;
+  virtual absl::StatusOr<std::unique_ptr<CheckpointReader>> Open(
+      const JobId& job, std::optional<Step> step) = 0;
   // Deletes a committed checkpoint and frees its bytes. NotFound if absent.
-  virtual absl::Status Delete(const JobId& job, int64_t step) = 0;
+  virtual absl::Status Delete(const JobId& job, Step step) = 0;
   // The newest committed step of `job`, from memory (no I/O, so callers
   // may hold locks a heartbeat needs); nullopt when it has none.
-  virtual std::optional<int64_t> NewestStep(const JobId& job) const = 0;
+  virtual std::optional<Step> NewestStep(const JobId& job) const = 0;
 };
 
 // Which steps of which jobs are committed: the stores' in-memory index.
 // Thread-safe.
 class CommittedIndex {
  public:
-  void Add(const JobId& job, int64_t step);
-  void Remove(const JobId& job, int64_t step);
-  std::optional<int64_t> Newest(const JobId& job) const;
+  void Add(const JobId& job, Step step);
+  void Remove(const JobId& job, Step step);
+  std::optional<Step> Newest(const JobId& job) const;
 
  private:
   mutable absl::Mutex mu_;
-  std::map<std::string, std::set<int64_t>> steps_ ABSL_GUARDED_BY(mu_);
+  std::map<JobId, std::set<Step>> steps_ ABSL_GUARDED_BY(mu_);
 };
 
 // OK when `bytes` are chunk `chunk` of `tensor` (size and crc32c);
@@ -125,9 +128,10 @@ class InMemoryCheckpointStore : public CheckpointStore {
   absl::Status DropPending(const PendingCheckpoint& pending) override;
   absl::StatusOr<std::vector<PendingCheckpoint>> ListPending() override;
   absl::StatusOr<std::vector<v1::CheckpointManifest>> List(const JobId& job) override;
-  absl::StatusOr<std::unique_ptr<CheckpointReader>> Open(const JobId& job, int64_t step) override;
-  absl::Status Delete(const JobId& job, int64_t step) override;
-  std::optional<int64_t> NewestStep(const JobId& job) const override;
+  absl::StatusOr<std::unique_ptr<CheckpointReader>> Open(const JobId& job,
+                                                         std::optional<Step> step) override;
+  absl::Status Delete(const JobId& job, Step step) override;
+  std::optional<Step> NewestStep(const JobId& job) const override;
 
   // Test hook: the number of stored chunks (committed or not).
   size_t chunk_count() const;

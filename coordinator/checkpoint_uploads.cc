@@ -158,7 +158,7 @@ absl::StatusOr<int> CheckpointUploads::CollectAbandoned() {
 absl::StatusOr<std::unique_ptr<CheckpointUploads::Writer>> CheckpointUploads::Begin(
     const v1::UploadHeader& header) {
   RETURN_IF_ERROR(CheckHeader(header, options_));
-  const PendingCheckpoint key{JobId(header.job_id()), header.step(),
+  const PendingCheckpoint key{JobId(header.job_id()), Step(header.step()),
                               Generation(header.generation())};
   ASSIGN_OR_RETURN(CheckpointJobState job, jobs_(key.job));
   if (key.generation < job.generation) {
@@ -378,7 +378,7 @@ absl::Status CheckpointUploads::CommitAttempt(std::shared_ptr<Attempt> attempt) 
   }
   v1::CheckpointManifest manifest;
   manifest.set_job_id(key.job.value());
-  manifest.set_step(key.step);
+  manifest.set_step(key.step.value());
   manifest.set_generation(key.generation.value());
   *manifest.mutable_layout() = attempt->declaration.layout();
   manifest.set_writers(attempt->declaration.writers());
@@ -423,7 +423,7 @@ absl::Status CheckpointUploads::CommitAttempt(std::shared_ptr<Attempt> attempt) 
       if (it->first.job == key.job && it->first.step < key.step) {
         std::shared_ptr<Attempt> older = it->second;
         it = attempts_.erase(it);
-        if (AbandonLocked(older, absl::StrCat("step ", key.step, " was committed first"))) {
+        if (AbandonLocked(older, absl::StrCat("step ", key.step.value(), " was committed first"))) {
           to_drop.push_back(older);
         }
       } else {
@@ -451,7 +451,7 @@ void CheckpointUploads::Retire(const JobId& job, const v1::CheckpointPolicy& pol
   std::vector<int64_t> steps;
   for (const v1::CheckpointManifest& m : *listed) steps.push_back(m.step());
   for (int64_t step : StepsToRetire(steps, policy)) {
-    if (absl::Status s = store_->Delete(job, step); !s.ok() && !absl::IsNotFound(s)) {
+    if (absl::Status s = store_->Delete(job, Step(step)); !s.ok() && !absl::IsNotFound(s)) {
       LOG(WARNING) << "retention: deleting job " << job << " step " << step << ": " << s;
       continue;
     }

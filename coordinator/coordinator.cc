@@ -480,8 +480,10 @@ absl::StatusOr<v1::Job> Coordinator::Submit(const v1::SubmitJobRequest& request)
   const bool resume_malformed = absl::StrContains(spec_errors.message(), "checkpoint.resume_from_job");
   if (!policy.resume_from_job().empty() && !resume_malformed && options_.checkpoint_exists) {
     // Outside the lock: the check reads the checkpoint store.
-    const int64_t step = policy.resume_from_step() > 0 ? policy.resume_from_step() : -1;
-    if (absl::Status found = options_.checkpoint_exists(policy.resume_from_job(), step);
+    const std::optional<Step> step =
+        policy.resume_from_step() > 0 ? std::optional<Step>(Step(policy.resume_from_step()))
+                                      : std::nullopt;
+    if (absl::Status found = options_.checkpoint_exists(JobId(policy.resume_from_job()), step);
         !found.ok()) {
       return absl::InvalidArgumentError(
           absl::StrCat("invalid job spec: ",

@@ -72,11 +72,11 @@ class Coordinator {
     absl::Duration stall_threshold = absl::ZeroDuration();
     absl::Duration hang_timeout_floor = absl::Seconds(30);
     double hang_step_multiple = 20.0;
-    std::function<std::optional<int64_t>(const JobId&)> latest_checkpoint;
-    // Whether job `job_id` has a committed checkpoint at `step` (-1: any):
-    // OK, or NotFound saying what is missing. Submit uses it to check
+    std::function<std::optional<Step>(const JobId&)> latest_checkpoint;
+    // Whether `job` has a committed checkpoint at `step` (nullopt: any): OK,
+    // or NotFound saying what is missing. Submit uses it to check
     // checkpoint.resume_from_job; unset: not checked at submit.
-    std::function<absl::Status(const std::string& job_id, int64_t step)> checkpoint_exists;
+    std::function<absl::Status(const JobId& job, std::optional<Step> step)> checkpoint_exists;
   };
 
   // Restores persisted jobs from `store`. Errors from JobStore::LoadAll.

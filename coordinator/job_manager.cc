@@ -784,6 +784,12 @@ void JobManager::SendStop(const WorkerId& worker, const JobId& job, Generation g
       Effects::Message{worker, record->incarnation, commands::Stop(job, generation, reason)});
 }
 
+std::optional<int64_t> JobManager::LatestCheckpoint(const JobId& id) const {
+  if (!options_.latest_checkpoint) return std::nullopt;
+  const std::optional<Step> step = options_.latest_checkpoint(id);
+  return step.has_value() ? std::optional<int64_t>(step->value()) : std::nullopt;
+}
+
 PlannerWorker JobManager::ToPlannerWorker(const WorkerRecord& record) {
   return PlannerWorker{record.id, record.incarnation, record.host, record.device_index};
 }
@@ -833,7 +839,7 @@ void JobManager::Schedule(absl::Time now, Effects* effects) {
       }
       RecoveryInput input;  // no live state: a checkpoint if there is one
       input.next_mesh = *mesh;
-      if (options_.latest_checkpoint) input.checkpoint_step = options_.latest_checkpoint(id);
+      input.checkpoint_step = LatestCheckpoint(id);
       v1::RecoveryPlan plan = PlanRecovery(input);
       plan.set_lost_steps(0);
       ApplyMesh(entry, *std::move(mesh), "job started", plan, now, effects);

@@ -160,7 +160,7 @@ class JobManager {
     absl::Duration prepare_timeout = absl::Minutes(10);
     // The job's newest committed checkpoint step, for recovery plans; unset:
     // none known.
-    std::function<std::optional<int64_t>(const JobId&)> latest_checkpoint;
+    std::function<std::optional<Step>(const JobId&)> latest_checkpoint;
     // A finished job (COMPLETED, FAILED, CANCELLED) is deleted this long
     // after it finished (its checkpoints stay). Zero: kept until deleted.
     absl::Duration finished_retention = absl::Hours(24 * 7);
@@ -311,6 +311,8 @@ class JobManager {
   static bool IsTerminal(v1::JobState state);
   bool IsMember(const JobEntry& entry, const WorkerId& worker) const;
 
+  // Options::latest_checkpoint's answer, when it is set.
+  std::optional<int64_t> LatestCheckpoint(const JobId& id) const;
   static PlannerWorker ToPlannerWorker(const WorkerRecord& record);
   static PlanRequest MakePlanRequest(const v1::JobSpec& spec);
 

@@ -255,7 +255,7 @@ void JobManager::CompleteSuspension(JobEntry& entry, absl::Time now, Effects* ef
   }
   input.holders = s.holders;
   input.next_mesh = *mesh;
-  if (options_.latest_checkpoint) input.checkpoint_step = options_.latest_checkpoint(id);
+  input.checkpoint_step = LatestCheckpoint(id);
   input.reported_step = entry.reached_step;
   const v1::RecoveryPlan plan = PlanRecovery(input);
   if (plan.kind() != v1::RECOVERY_KIND_PEER && live.generation() != 0) {

@@ -39,9 +39,9 @@ uint64_t ReadBigEndian(std::string_view bytes) {
 // interleave with those of a job whose id extends it ("a-1" and "a-10").
 std::string JobPrefix(const JobId& job) { return absl::StrCat(job.value(), std::string(1, '\0')); }
 
-std::string ManifestKey(const JobId& job, int64_t step) {
+std::string ManifestKey(const JobId& job, Step step) {
   std::string key = JobPrefix(job);
-  AppendBigEndian(&key, static_cast<uint64_t>(step));
+  AppendBigEndian(&key, static_cast<uint64_t>(step.value()));
   return key;
 }
 
@@ -64,7 +64,7 @@ absl::StatusOr<PendingCheckpoint> ParseAttemptKey(std::string_view key) {
                                             " bytes"));
   }
   return PendingCheckpoint{JobId(std::string(key.substr(0, nul))),
-                           static_cast<int64_t>(ReadBigEndian(key.substr(nul + 1, 8))),
+                           Step(static_cast<int64_t>(ReadBigEndian(key.substr(nul + 1, 8)))),
                            Generation(ReadBigEndian(key.substr(nul + 9, 8)))};
 }
 
@@ -121,7 +121,7 @@ class RocksDbCheckpointStore::Reader : public CheckpointReader {
 
   absl::StatusOr<std::string> ReadChunk(const v1::TensorInfo& tensor,
                                         const v1::ChunkInfo& chunk) override {
-    const PendingCheckpoint attempt{JobId(manifest_.job_id()), manifest_.step(),
+    const PendingCheckpoint attempt{JobId(manifest_.job_id()), Step(manifest_.step()),
                                     Generation(manifest_.generation())};
     const std::string key = ChunkKey(
         attempt, tensor.name(),
@@ -219,7 +219,7 @@ absl::StatusOr<std::unique_ptr<RocksDbCheckpointStore>> RocksDbCheckpointStore::
     if (!manifest.ParseFromArray(it->value().data(), static_cast<int>(it->value().size()))) {
       return absl::DataLossError(absl::StrCat("a checkpoint manifest in ", dir, " does not parse"));
     }
-    store->committed_.Add(JobId(manifest.job_id()), manifest.step());
+    store->committed_.Add(JobId(manifest.job_id()), Step(manifest.step()));
   }
   RETURN_IF_ERROR(FromRocksDb(it->status(), dir, "scan of checkpoint manifests"));
   it.reset();
@@ -256,7 +256,7 @@ absl::Status RocksDbCheckpointStore::PutChunk(const PendingCheckpoint& pending,
 }
 
 absl::Status RocksDbCheckpointStore::Commit(const v1::CheckpointManifest& manifest) {
-  const PendingCheckpoint attempt{JobId(manifest.job_id()), manifest.step(),
+  const PendingCheckpoint attempt{JobId(manifest.job_id()), Step(manifest.step()),
                                   Generation(manifest.generation())};
   const std::string name = PendingName(attempt);
   rocksdb::FlushOptions flush;
@@ -348,20 +348,20 @@ absl::StatusOr<std::vector<v1::CheckpointManifest>> RocksDbCheckpointStore::List
   return out;
 }
 
-absl::StatusOr<std::unique_ptr<CheckpointReader>> RocksDbCheckpointStore::Open(const JobId& job,
-                                                                               int64_t step) {
+absl::StatusOr<std::unique_ptr<CheckpointReader>> RocksDbCheckpointStore::Open(
+    const JobId& job, std::optional<Step> step) {
   const rocksdb::Snapshot* snapshot = db_->GetSnapshot();
   auto release = [&] { db_->ReleaseSnapshot(snapshot); };
   rocksdb::ReadOptions read;
   read.snapshot = snapshot;
   std::string value;
   rocksdb::Status status;
-  if (step >= 0) {
-    status = db_->Get(read, manifests_family(), ManifestKey(job, step), &value);
+  if (step.has_value()) {
+    status = db_->Get(read, manifests_family(), ManifestKey(job, *step), &value);
   } else {
     // The newest: the last key with the job's prefix.
     std::unique_ptr<rocksdb::Iterator> it(db_->NewIterator(read, manifests_family()));
-    it->SeekForPrev(ManifestKey(job, std::numeric_limits<int64_t>::max()));
+    it->SeekForPrev(ManifestKey(job, Step(std::numeric_limits<int64_t>::max())));
     if (it->Valid() && it->key().starts_with(JobPrefix(job))) {
       value = it->value().ToString();
     } else {
@@ -370,9 +370,10 @@ absl::StatusOr<std::unique_ptr<CheckpointReader>> RocksDbCheckpointStore::Open(c
   }
   if (status.IsNotFound()) {
     release();
-    return absl::NotFoundError(step < 0 ? absl::StrCat("job ", job.value(), " has no checkpoint")
-                                        : absl::StrCat("job ", job.value(),
-                                                       " has no checkpoint at step ", step));
+    return absl::NotFoundError(!step.has_value()
+                                   ? absl::StrCat("job ", job.value(), " has no checkpoint")
+                                   : absl::StrCat("job ", job.value(),
+                                                  " has no checkpoint at step ", step->value()));
   }
   if (!status.ok()) {
     release();
@@ -382,23 +383,25 @@ absl::StatusOr<std::unique_ptr<CheckpointReader>> RocksDbCheckpointStore::Open(c
   if (!manifest.ParseFromString(value)) {
     release();
     return absl::DataLossError(absl::StrCat("the checkpoint manifest of job ", job.value(),
-                                            " step ", step, " in ", dir_, " does not parse"));
+                                            " step ", step.has_value() ? step->value() : -1,
+                                            " in ", dir_, " does not parse"));
   }
   return std::make_unique<Reader>(this, snapshot, std::move(manifest));
 }
 
-absl::Status RocksDbCheckpointStore::Delete(const JobId& job, int64_t step) {
+absl::Status RocksDbCheckpointStore::Delete(const JobId& job, Step step) {
   std::string value;
   rocksdb::Status read =
       db_->Get(rocksdb::ReadOptions(), manifests_family(), ManifestKey(job, step), &value);
   if (read.IsNotFound()) {
-    return absl::NotFoundError(absl::StrCat("job ", job.value(), " has no checkpoint at step ", step));
+    return absl::NotFoundError(
+        absl::StrCat("job ", job.value(), " has no checkpoint at step ", step.value()));
   }
   RETURN_IF_ERROR(FromRocksDb(read, dir_, "read of a checkpoint manifest"));
   v1::CheckpointManifest manifest;
   if (!manifest.ParseFromString(value)) {
     return absl::DataLossError(absl::StrCat("the checkpoint manifest of job ", job.value(),
-                                            " step ", step, " does not parse"));
+                                            " step ", step.value(), " does not parse"));
   }
   // The manifest goes first (synced): from then on the checkpoint is not
   // listed, and a crash before the chunks are gone leaves only unreachable

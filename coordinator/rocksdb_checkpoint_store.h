@@ -57,9 +57,10 @@ class RocksDbCheckpointStore : public CheckpointStore {
   absl::Status DropPending(const PendingCheckpoint& pending) override;
   absl::StatusOr<std::vector<PendingCheckpoint>> ListPending() override;
   absl::StatusOr<std::vector<v1::CheckpointManifest>> List(const JobId& job) override;
-  absl::StatusOr<std::unique_ptr<CheckpointReader>> Open(const JobId& job, int64_t step) override;
-  absl::Status Delete(const JobId& job, int64_t step) override;
-  std::optional<int64_t> NewestStep(const JobId& job) const override {
+  absl::StatusOr<std::unique_ptr<CheckpointReader>> Open(const JobId& job,
+                                                         std::optional<Step> step) override;
+  absl::Status Delete(const JobId& job, Step step) override;
+  std::optional<Step> NewestStep(const JobId& job) const override {
     return committed_.Newest(job);
   }
 

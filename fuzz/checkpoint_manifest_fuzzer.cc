@@ -161,7 +161,7 @@ StoreCase MakeStoreCase(v1::CheckpointManifest manifest) {
     }
   }
   c.manifest = std::move(manifest);
-  c.pending = PendingCheckpoint{JobId(c.manifest.job_id()), c.manifest.step(),
+  c.pending = PendingCheckpoint{JobId(c.manifest.job_id()), Step(c.manifest.step()),
                                 Generation(c.manifest.generation())};
   for (const v1::TensorInfo& t : c.manifest.tensors()) {
     for (const v1::ChunkInfo& chunk : t.chunks()) {
@@ -211,7 +211,8 @@ void RoundTrip(CheckpointStore& store, const StoreCase& c, const char* name) {
   require_ok(pending.status(), "ListPending");
   Require(pending->empty(), "the marker outlived the commit");
 
-  for (int64_t step : {m.step(), int64_t{-1}}) {
+  for (const std::optional<Step> step : {std::optional<Step>(Step(m.step())),
+                                         std::optional<Step>()}) {
     absl::StatusOr<std::unique_ptr<CheckpointReader>> reader = store.Open(job, step);
     require_ok(reader.status(), "Open");
     Require(SameManifest((*reader)->manifest(), m), "Open returns another manifest");
@@ -231,9 +232,10 @@ void RoundTrip(CheckpointStore& store, const StoreCase& c, const char* name) {
       }
     }
   }
-  require_ok(store.Delete(job, m.step()), "Delete");
-  Require(absl::IsNotFound(store.Open(job, m.step()).status()), "a deleted checkpoint opens");
-  Require(absl::IsNotFound(store.Delete(job, m.step())), "a deleted checkpoint deletes again");
+  require_ok(store.Delete(job, Step(m.step())), "Delete");
+  Require(absl::IsNotFound(store.Open(job, Step(m.step())).status()), "a deleted checkpoint opens");
+  Require(absl::IsNotFound(store.Delete(job, Step(m.step()))),
+          "a deleted checkpoint deletes again");
   pending = store.ListPending();
   require_ok(pending.status(), "ListPending");
   Require(pending->empty(), "Delete left a marker");

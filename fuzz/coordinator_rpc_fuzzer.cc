@@ -143,14 +143,10 @@ class Harness {
     Coordinator::Options options;
     options.coordinator_id = "fuzz";
     InMemoryCheckpointStore* store = &store_;
-    options.checkpoint_exists = [store](const std::string& job, int64_t step) {
-      return store->Open(JobId(job), step).status();
+    options.checkpoint_exists = [store](const JobId& job, std::optional<Step> step) {
+      return store->Open(job, step).status();
     };
-    options.latest_checkpoint = [store](const JobId& job) -> std::optional<int64_t> {
-      absl::StatusOr<std::unique_ptr<CheckpointReader>> newest = store->Open(job, -1);
-      if (!newest.ok()) return std::nullopt;
-      return (*newest)->manifest().step();
-    };
+    options.latest_checkpoint = [store](const JobId& job) { return store->NewestStep(job); };
     absl::StatusOr<std::unique_ptr<Coordinator>> created =
         Coordinator::Create(options, std::make_unique<InMemoryJobStore>(), &clock_, &metrics_);
     Require(created.ok(), "Coordinator::Create failed on an empty store");
@@ -296,7 +292,7 @@ class Harness {
         v1::GetManifestRequest request;
         if (!Parse(record.payload, &request)) return;
         if (!Check(RequireJobId(request.job_id()), "Checkpoints.GetManifest")) return;
-        Check(store_.Open(JobId(request.job_id()), request.step()).status(),
+        Check(store_.Open(JobId(request.job_id()), coordinator::StepOrNewest(request.step())).status(),
               "Checkpoints.GetManifest");
         return;
       }
@@ -307,7 +303,7 @@ class Harness {
         if (!Parse(record.payload, &request)) return;
         if (!Check(RequireJobId(request.job_id()), "Checkpoints.Delete")) return;
         if (request.step() < 0) return;  // InvalidArgument in the glue
-        Check(store_.Delete(JobId(request.job_id()), request.step()), "Checkpoints.Delete");
+        Check(store_.Delete(JobId(request.job_id()), Step(request.step())), "Checkpoints.Delete");
         return;
       }
       case kQuiesce:
@@ -481,7 +477,7 @@ class Harness {
     if (!Parse(payload, &request)) return;
     if (!Check(RequireJobId(request.job_id()), "Checkpoints.Download")) return;
     absl::StatusOr<std::unique_ptr<CheckpointReader>> reader =
-        store_.Open(JobId(request.job_id()), request.step());
+        store_.Open(JobId(request.job_id()), coordinator::StepOrNewest(request.step()));
     if (!Check(reader.status(), "Checkpoints.Download")) return;
     const v1::CheckpointManifest& manifest = (*reader)->manifest();
     std::map<std::string, const v1::TensorInfo*> by_name;

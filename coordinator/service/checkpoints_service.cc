@@ -418,7 +418,7 @@ class DownloadReactor : public grpc::ServerWriteReactor<grpc::ByteBuffer> {
   void Open() {
     if (absl::Status s = RequireJobId(request_.job_id()); !s.ok()) return Finish(s);
     absl::StatusOr<std::unique_ptr<CheckpointReader>> reader =
-        service_->store_->Open(JobId(request_.job_id()), request_.step());
+        service_->store_->Open(JobId(request_.job_id()), StepOrNewest(request_.step()));
     if (!reader.ok()) return Finish(reader.status());
     reader_ = std::move(*reader);
     const v1::CheckpointManifest& manifest = reader_->manifest();
@@ -648,7 +648,7 @@ grpc::ServerUnaryReactor* CheckpointsService::GetManifest(grpc::CallbackServerCo
                   [this, request, response] {
                     if (absl::Status s = RequireJobId(request->job_id()); !s.ok()) return s;
                     absl::StatusOr<std::unique_ptr<CheckpointReader>> reader =
-                        store_->Open(JobId(request->job_id()), request->step());
+                        store_->Open(JobId(request->job_id()), StepOrNewest(request->step()));
                     if (!reader.ok()) return reader.status();
                     *response = (*reader)->manifest();
                     return absl::OkStatus();
@@ -664,7 +664,7 @@ grpc::ServerUnaryReactor* CheckpointsService::Delete(grpc::CallbackServerContext
       return absl::InvalidArgumentError(
           absl::StrCat("step: must be a checkpoint's step (>= 0), got ", request->step()));
     }
-    absl::Status deleted = store_->Delete(JobId(request->job_id()), request->step());
+    absl::Status deleted = store_->Delete(JobId(request->job_id()), Step(request->step()));
     if (deleted.ok()) {
       LOG(INFO) << "deleted the checkpoint of job " << request->job_id() << " step "
                 << request->step() << " on request";

@@ -53,13 +53,13 @@ absl::StatusOr<std::unique_ptr<CoordinatorServer>> CoordinatorServer::Start(
   ASSIGN_OR_RETURN(server->checkpoint_store_,
                    RocksDbCheckpointStore::Open(config.data_dir + "/checkpoints"));
   RocksDbCheckpointStore* checkpoint_store = server->checkpoint_store_.get();
-  config.coordinator.checkpoint_exists = [checkpoint_store](const std::string& job,
-                                                            int64_t step) -> absl::Status {
-    return checkpoint_store->Open(JobId(job), step).status();
+  config.coordinator.checkpoint_exists =
+      [checkpoint_store](const JobId& job, std::optional<Step> step) -> absl::Status {
+    return checkpoint_store->Open(job, step).status();
   };
   // Called under the coordinator's lock: from the store's in-memory index.
   config.coordinator.latest_checkpoint =
-      [checkpoint_store](const JobId& job) -> std::optional<int64_t> {
+      [checkpoint_store](const JobId& job) -> std::optional<Step> {
     return checkpoint_store->NewestStep(job);
   };
   if (config.coordinator.stall_threshold <= absl::ZeroDuration()) {

@@ -311,12 +311,12 @@ TEST(CheckpointReshardTest, ACorruptChunkIsDataLossNamingTensorAndChunk) {
   ASSERT_GE(fcw->chunks_size(), 2);
   const v1::ChunkInfo& chunk = fcw->chunks(1);
   // Flip one byte of the stored value under its own key.
-  auto reader = server.store().Open(JobId(kJob), 3);
+  auto reader = server.store().Open(JobId(kJob), Step(3));
   ASSERT_TRUE(reader.ok());
   std::string bytes = *(*reader)->ReadChunk(*fcw, chunk);
   bytes[bytes.size() / 2] ^= 0x01;
   const std::string key = coordinator::RocksDbCheckpointStore::ChunkKey(
-      coordinator::PendingCheckpoint{JobId(kJob), 3, Generation(1)}, fcw->name(),
+      coordinator::PendingCheckpoint{JobId(kJob), Step(3), Generation(1)}, fcw->name(),
       std::vector<int64_t>(chunk.box().start().begin(), chunk.box().start().end()));
   ASSERT_TRUE(server.store()
                   .db()

@@ -165,7 +165,10 @@ void World::StartCoordinator() {
   o.suspend_timeout = timing_.suspend_timeout;
   o.stall_threshold = absl::Seconds(1);  // as CoordinatorServer sets it for its 50 ms ticker
   o.coordinator_id = absl::StrCat("coordinator-", coordinator_epoch_);
-  o.latest_checkpoint = [this](const JobId& job) { return CommittedCheckpoint(job.value()); };
+  o.latest_checkpoint = [this](const JobId& job) -> std::optional<Step> {
+    const std::optional<int64_t> step = CommittedCheckpoint(job.value());
+    return step.has_value() ? std::optional<Step>(Step(*step)) : std::nullopt;
+  };
   absl::StatusOr<std::unique_ptr<coordinator::Coordinator>> created =
       coordinator::Coordinator::Create(std::move(o),
                                        std::make_unique<ForwardingJobStore>(&persisted_), &clock_,

@@ -172,8 +172,8 @@ TEST_F(CoordinatorTest, JobsAndWorkersAreListedInPagesThatFollowTheLastKey) {
 // Issue 21: a missing checkpoint to resume from hid the spec's other errors.
 TEST_F(CoordinatorTest, AMissingResumeCheckpointIsReportedWithTheSpecsOtherErrors) {
   Coordinator::Options options;
-  options.checkpoint_exists = [](const std::string& job, int64_t) {
-    return absl::NotFoundError(absl::StrCat("job ", job, " has no checkpoint"));
+  options.checkpoint_exists = [](const JobId& job, std::optional<Step>) {
+    return absl::NotFoundError(absl::StrCat("job ", job.value(), " has no checkpoint"));
   };
   auto coordinator =
       Coordinator::Create(options, std::make_unique<InMemoryJobStore>(), &clock_, &metrics_);

@@ -65,7 +65,10 @@ class JobManagerTest : public ::testing::Test {
     options.readopt_grace = absl::Seconds(10);
     options.suspend_timeout = absl::Seconds(5);
     options.hang_timeout_floor = absl::Seconds(30);
-    options.latest_checkpoint = [this](const JobId&) { return checkpoint_step_; };
+    options.latest_checkpoint = [this](const JobId&) -> std::optional<Step> {
+      if (!checkpoint_step_.has_value()) return std::nullopt;
+      return Step(*checkpoint_step_);
+    };
     jobs_ = std::make_unique<JobManager>(std::move(options), membership_.get(), &store_);
   }
 

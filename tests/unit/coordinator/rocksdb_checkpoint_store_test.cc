@@ -32,7 +32,7 @@ struct Written {
 
 Written Write(RocksDbCheckpointStore& store, const std::string& job, int64_t step,
               uint64_t generation, int rows, int rows_per_chunk, uint32_t seed) {
-  const PendingCheckpoint attempt{JobId(job), step, Generation(generation)};
+  const PendingCheckpoint attempt{JobId(job), Step(step), Generation(generation)};
   EXPECT_TRUE(store.BeginPending(attempt).ok());
   Written w;
   w.manifest.set_job_id(job);
@@ -83,9 +83,9 @@ TEST(RocksDbCheckpointStoreTest, CommittedCheckpointsSurviveReopenAndReadBackWho
   EXPECT_EQ((*listed)[1].step(), 10);
   EXPECT_TRUE((*store)->List(JobId("job-10"))->empty());
   EXPECT_THAT(*(*store)->ListPending(),
-              ::testing::ElementsAre(PendingCheckpoint{JobId("job-10"), 5, Generation(1)}));
+              ::testing::ElementsAre(PendingCheckpoint{JobId("job-10"), Step(5), Generation(1)}));
 
-  auto newest = (*store)->Open(JobId("job-1"), -1);
+  auto newest = (*store)->Open(JobId("job-1"), std::nullopt);
   ASSERT_TRUE(newest.ok());
   EXPECT_EQ((*newest)->manifest().step(), 20);
   const v1::TensorInfo& tensor = (*newest)->manifest().tensors(0);
@@ -94,15 +94,15 @@ TEST(RocksDbCheckpointStoreTest, CommittedCheckpointsSurviveReopenAndReadBackWho
     ASSERT_TRUE(bytes.ok()) << bytes.status();
     EXPECT_EQ(*bytes, b.chunks[i]);
   }
-  EXPECT_TRUE(absl::IsNotFound((*store)->Open(JobId("job-1"), 15).status()));
-  EXPECT_TRUE(absl::IsNotFound((*store)->Open(JobId("job-2"), -1).status()));
+  EXPECT_TRUE(absl::IsNotFound((*store)->Open(JobId("job-1"), Step(15)).status()));
+  EXPECT_TRUE(absl::IsNotFound((*store)->Open(JobId("job-2"), std::nullopt).status()));
   // The in-memory index (what the coordinator asks under its lock) was
   // rebuilt at Open and follows deletes.
-  EXPECT_EQ((*store)->NewestStep(JobId("job-1")), 20);
+  EXPECT_EQ((*store)->NewestStep(JobId("job-1")), Step(20));
   EXPECT_EQ((*store)->NewestStep(JobId("job-10")), std::nullopt) << "uncommitted";
-  ASSERT_TRUE((*store)->Delete(JobId("job-1"), 20).ok());
-  EXPECT_EQ((*store)->NewestStep(JobId("job-1")), 10);
-  ASSERT_TRUE((*store)->Delete(JobId("job-1"), 10).ok());
+  ASSERT_TRUE((*store)->Delete(JobId("job-1"), Step(20)).ok());
+  EXPECT_EQ((*store)->NewestStep(JobId("job-1")), Step(10));
+  ASSERT_TRUE((*store)->Delete(JobId("job-1"), Step(10)).ok());
   EXPECT_EQ((*store)->NewestStep(JobId("job-1")), std::nullopt);
 }
 
@@ -116,9 +116,9 @@ TEST(RocksDbCheckpointStoreTest, AFlippedByteIsDataLossNamingTensorAndChunk) {
   std::string corrupt = a.chunks[2];
   corrupt[1000] ^= 0x10;
   const std::string key = RocksDbCheckpointStore::ChunkKey(
-      PendingCheckpoint{JobId("job-1"), 10, Generation(3)}, "param/w", {16, 0});
+      PendingCheckpoint{JobId("job-1"), Step(10), Generation(3)}, "param/w", {16, 0});
   ASSERT_TRUE((*store)->db()->Put(rocksdb::WriteOptions(), (*store)->chunks_family(), key, corrupt).ok());
-  auto reader = (*store)->Open(JobId("job-1"), 10);
+  auto reader = (*store)->Open(JobId("job-1"), Step(10));
   ASSERT_TRUE(reader.ok());
   const v1::TensorInfo& tensor = (*reader)->manifest().tensors(0);
   EXPECT_TRUE((*reader)->ReadChunk(tensor, tensor.chunks(1)).ok());
@@ -141,10 +141,10 @@ TEST(RocksDbCheckpointStoreTest, DeleteAndDropFreeTheBytesAndAReaderKeepsItsSnap
   const uint64_t two_on_disk = DirectoryBytes(dir);
   EXPECT_GE(two, 16u << 20);
 
-  auto reader = (*store)->Open(JobId("job-1"), 10);
+  auto reader = (*store)->Open(JobId("job-1"), Step(10));
   ASSERT_TRUE(reader.ok());
-  ASSERT_TRUE((*store)->Delete(JobId("job-1"), 10).ok());
-  EXPECT_TRUE(absl::IsNotFound((*store)->Delete(JobId("job-1"), 10)));
+  ASSERT_TRUE((*store)->Delete(JobId("job-1"), Step(10)).ok());
+  EXPECT_TRUE(absl::IsNotFound((*store)->Delete(JobId("job-1"), Step(10))));
   EXPECT_EQ((*store)->List(JobId("job-1"))->size(), 1u);
   // The reader opened before the delete still reads every chunk.
   const v1::TensorInfo& tensor = (*reader)->manifest().tensors(0);
@@ -154,8 +154,8 @@ TEST(RocksDbCheckpointStoreTest, DeleteAndDropFreeTheBytesAndAReaderKeepsItsSnap
   reader->reset();
   // Abandon an uncommitted attempt too.
   Write(**store, "job-1", 30, 2, 2048, 256, 7);
-  ASSERT_TRUE((*store)->DropPending(PendingCheckpoint{JobId("job-1"), 30, Generation(2)}).ok());
-  ASSERT_TRUE((*store)->Delete(JobId("job-1"), 20).ok());
+  ASSERT_TRUE((*store)->DropPending(PendingCheckpoint{JobId("job-1"), Step(30), Generation(2)}).ok());
+  ASSERT_TRUE((*store)->Delete(JobId("job-1"), Step(20)).ok());
   // The snapshot is gone: compaction may now drop the bytes.
   ASSERT_TRUE((*store)->Commit(Write(**store, "job-1", 40, 2, 8, 8, 8).manifest).ok());
   rocksdb::CompactRangeOptions compact;
@@ -179,7 +179,7 @@ TEST(RocksDbCheckpointStoreTest, ACommitReplacesTheSameStepOfAnotherGeneration) 
   ASSERT_TRUE((*store)->Commit(Write(**store, "job-1", 10, 1, 16, 8, 9).manifest).ok());
   Written second = Write(**store, "job-1", 10, 2, 16, 16, 10);
   ASSERT_TRUE((*store)->Commit(second.manifest).ok());
-  auto reader = (*store)->Open(JobId("job-1"), 10);
+  auto reader = (*store)->Open(JobId("job-1"), Step(10));
   ASSERT_TRUE(reader.ok());
   EXPECT_EQ((*reader)->manifest().generation(), 2u);
   const v1::TensorInfo& tensor = (*reader)->manifest().tensors(0);
@@ -196,7 +196,7 @@ TEST(RocksDbCheckpointStoreTest, WorksOnAFileSystemWithoutDirectIo) {
     ASSERT_TRUE(store.ok()) << store.status();
     Written a = Write(**store, "job-1", 1, 1, 64, 16, 11);
     ASSERT_TRUE((*store)->Commit(a.manifest).ok());
-    auto reader = (*store)->Open(JobId("job-1"), 1);
+    auto reader = (*store)->Open(JobId("job-1"), Step(1));
     ASSERT_TRUE(reader.ok());
     const v1::TensorInfo& t = (*reader)->manifest().tensors(0);
     EXPECT_EQ(*(*reader)->ReadChunk(t, t.chunks(3)), a.chunks[3]);
