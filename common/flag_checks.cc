@@ -26,7 +26,7 @@ absl::Status CheckDuration(absl::string_view flag, absl::Duration value, absl::D
   return absl::OkStatus();
 }
 
-absl::Status CheckHostPort(absl::string_view flag, absl::string_view address) {
+absl::Status CheckHostPort(absl::string_view flag, absl::string_view address, PortZero zero) {
   auto bad = [&](absl::string_view why) {
     // The value is echoed only when short and printable.
     const bool echo = address.size() <= 256 && std::all_of(address.begin(), address.end(),
@@ -53,8 +53,10 @@ absl::Status CheckHostPort(absl::string_view flag, absl::string_view address) {
   uint32_t value = 0;
   if (port.empty() || port.size() > 5 || !absl::SimpleAtoi(port, &value) ||
       !std::all_of(port.begin(), port.end(), [](char c) { return absl::ascii_isdigit(c); }) ||
-      value > 65535) {
-    return bad("the port must be a number from 0 (pick a free port) to 65535");
+      value > 65535 || (value == 0 && zero == PortZero::kRefused)) {
+    return bad(zero == PortZero::kRefused
+                   ? "the port must be a number from 1 to 65535"
+                   : "the port must be a number from 0 (pick a free port) to 65535");
   }
   return absl::OkStatus();
 }

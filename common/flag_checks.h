@@ -16,9 +16,15 @@ namespace cohort {
 absl::Status CheckDuration(absl::string_view flag, absl::Duration value, absl::Duration min,
                            absl::Duration max);
 
-// host:port with a port of 0 (pick a free one) to 65535; the host a name, an
-// IPv4 address or a bracketed IPv6 address. `flag` names it in the error.
-absl::Status CheckHostPort(absl::string_view flag, absl::string_view address);
+// What port 0 means in a host:port: a free port to listen on (servers' own
+// addresses), or nothing (an address to connect to).
+enum class PortZero { kPicksAFreePort, kRefused };
+
+// host:port with a port of 0 (when it picks a free one) or 1 to 65535; the
+// host a name, an IPv4 address or a bracketed IPv6 address. `flag` names it
+// in the error.
+absl::Status CheckHostPort(absl::string_view flag, absl::string_view address,
+                           PortZero zero = PortZero::kPicksAFreePort);
 
 // `value` (called `what` in errors) has 1 to `max` characters, each
 // accepted by `ok` (described as `allowed`); the value is quoted only when

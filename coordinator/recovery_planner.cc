@@ -2,6 +2,9 @@
 
 #include <algorithm>
 #include <limits>
+#include <map>
+#include <optional>
+#include <string>
 #include <set>
 #include <vector>
 
@@ -41,13 +44,12 @@ v1::RecoveryPlan Fallback(const RecoveryInput& input, const std::string& why) {
 
 }  // namespace
 
-v1::RecoveryPlan PlanRecovery(const RecoveryInput& input) {
-  if (!input.source.has_value() || input.holders.empty()) {
-    return Fallback(input, input.source.has_value() ? "no survivor holds state" : "no state to recover");
-  }
+namespace {
+
+// The peer plan resuming at step `t`, if every piece of the state at `t`
+// survives; otherwise nullopt and `*why` says which piece is missing.
+std::optional<v1::RecoveryPlan> PlanAt(const RecoveryInput& input, int64_t t, std::string* why) {
   const StateSource& source = *input.source;
-  int64_t t = std::numeric_limits<int64_t>::max();
-  for (const auto& [worker, step] : input.holders) t = std::min(t, step);
 
   const int dp = source.mesh.data_parallel();
   const int tp = source.mesh.tensor_parallel();
@@ -111,11 +113,10 @@ v1::RecoveryPlan PlanRecovery(const RecoveryInput& input) {
     const int params_holder = find_holder(dp);
     const int optimizer_holder = find_holder(copies);
     if (params_holder < 0 || optimizer_holder < 0) {
-      return Fallback(input,
-                      absl::StrCat("no survivor holds ", params_holder < 0 ? "the weights" :
-                                   "the optimizer state", " of source rank ", r, " (data ",
-                                   coords.data, ", tensor ", coords.tensor, ", pipeline ",
-                                   coords.pipeline, ")"));
+      *why = absl::StrCat("no survivor holds ", params_holder < 0 ? "the weights" :
+                          "the optimizer state", " of source rank ", r, " (data ", coords.data,
+                          ", tensor ", coords.tensor, ", pipeline ", coords.pipeline, ")");
+      return std::nullopt;
     }
     v1::PieceSource* piece = plan.add_pieces();
     piece->set_params_from(participant_of(params_holder));
@@ -135,6 +136,31 @@ v1::RecoveryPlan PlanRecovery(const RecoveryInput& input) {
   plan.set_reason(absl::StrCat("every piece of generation ", source.generation.value(),
                                "'s state survives; resuming at step ", t));
   return plan;
+}
+
+}  // namespace
+
+v1::RecoveryPlan PlanRecovery(const RecoveryInput& input) {
+  if (!input.source.has_value() || input.holders.empty()) {
+    return Fallback(input, input.source.has_value() ? "no survivor holds state" : "no state to recover");
+  }
+  int64_t oldest = std::numeric_limits<int64_t>::max();
+  int64_t newest = std::numeric_limits<int64_t>::min();
+  for (const auto& [worker, step] : input.holders) {
+    oldest = std::min(oldest, step);
+    newest = std::max(newest, step);
+  }
+  // The newest step whose every piece survives: the ranks that completed
+  // oldest + 1 may hold all of it (without ZeRO-1 one data replica of each
+  // shard does), sparing the step; else everyone's `oldest`. (No rank gets
+  // further ahead: none completes a step before all completed the one
+  // before.)
+  std::string why;
+  if (newest > oldest) {
+    if (std::optional<v1::RecoveryPlan> plan = PlanAt(input, oldest + 1, &why)) return *plan;
+  }
+  if (std::optional<v1::RecoveryPlan> plan = PlanAt(input, oldest, &why)) return *plan;
+  return Fallback(input, why);
 }
 
 bool IsSpareReplacement(const v1::RecoveryPlan& plan, const v1::Mesh& source,

@@ -12,15 +12,19 @@
 // Survivors report the steps they hold. Every rank keeps its state at its
 // newest consistent step and the one before, and no rank completes a step
 // until every rank has completed the previous one, so the holders' newest
-// steps differ by at most one and all of them hold the smallest, t. The plan:
+// steps differ by at most one and all of them hold the smallest, t. When
+// some completed t + 1 (a fault during a step's collectives: a ring
+// all-reduce ends on some ranks before others), the plan resumes at t + 1 if
+// those ranks hold every piece of it (without ZeRO-1 any one data replica of
+// each shard holds its whole state), else at t. The plan:
 //
 //   PEER        every piece has a surviving holder: each piece's source (its
 //               owner where possible, else a replica or mirror, rotated so
-//               receivers pull from several sources at once), resume at t.
-//               Steps some rank completed beyond t (a survivor holding
-//               t + 1, or a reported step) count as lost: they are computed
-//               again. Survivors outside the new mesh that serve a piece
-//               become donors.
+//               receivers pull from several sources at once), resume at that
+//               step. Steps some rank completed beyond it (a reported step,
+//               or t + 1 when only part of it survives) count as lost: they
+//               are computed again. Survivors outside the new mesh that serve
+//               a piece become donors.
 //   CHECKPOINT  some piece has no holder, or nobody holds state: the newest
 //               committed checkpoint; the steps after it are lost.
 //   NONE        no state and no checkpoint: a fresh start (step 0, or the

@@ -289,9 +289,17 @@ absl::StatusOr<int64_t> EngineTrainer::Restore(const Assignment& assignment, Run
   const absl::Time start = absl::Now();
   // What this worker serves, from its memory of the source generation.
   std::optional<checkpoint::SourceState> serving;
-  if (source != nullptr && source->session != nullptr) {
-    ASSIGN_OR_RETURN(train::StateVersions::View view,
-                     source->session->runner().versions().Version(plan.step()));
+  absl::StatusOr<train::StateVersions::View> held =
+      source != nullptr && source->session != nullptr
+          ? source->session->runner().versions().Version(plan.step())
+          : absl::NotFoundError("no state of the source generation");
+  // A plan may resume at a step only some survivors completed (they hold
+  // every piece of it): the others serve nothing and only receive. Should
+  // the plan still name this worker as a source, the transfer fails for
+  // want of what it was to send.
+  if (!held.ok() && !absl::IsNotFound(held.status())) return held.status();
+  if (held.ok()) {
+    const train::StateVersions::View& view = *held;
     checkpoint::SourceState s;
     s.table = &source->session->model().table();
     s.rank = source->coordinates.rank();

@@ -515,11 +515,7 @@ absl::StatusOr<std::string> ResolveCoordinatorAddress(const std::optional<std::s
     address = env;
     source = "coordinator (from $COHORT_COORDINATOR)";
   }
-  absl::Status valid = CheckHostPort(source, address);
-  if (valid.ok() && absl::EndsWith(address, ":0")) {
-    valid = absl::InvalidArgumentError(
-        absl::StrCat("--", source, "=", address, ": the port must be from 1 to 65535"));
-  }
+  const absl::Status valid = CheckHostPort(source, address, PortZero::kRefused);
   if (!valid.ok()) return UsageError(valid.message());
   return address;
 }

@@ -142,19 +142,61 @@ TEST(RecoveryPlannerTest, TensorAndPipelineGroupsNeedASurvivorPerShard) {
 }
 
 TEST(RecoveryPlannerTest, HoldersTooFarAheadAreNotSourcesAndNoStateMeansAFreshStart) {
-  const v1::Mesh source = MakeMesh(2, 1, 1);
+  const v1::Mesh source = MakeMesh(2, 1, 2);
   RecoveryInput input = Input(source, /*zero1=*/false, 1);
+  // Stage 1's ranks hold only step 10; w1 (stage 0) is two steps ahead of
+  // w0, which the protocol never produces: it holds 12 and 11, not 10, and
+  // stage 1 has nothing at 11, so the plan resumes at 10 without w1.
   input.holders["w0"] = 10;
-  input.holders["w1"] = 12;  // does not hold 10
+  input.holders["w1"] = 12;
+  input.holders["w2"] = 10;
+  input.holders["w3"] = 10;
   input.next_mesh = source;
   const v1::RecoveryPlan plan = PlanRecovery(input);
-  ASSERT_EQ(plan.kind(), v1::RECOVERY_KIND_PEER);
+  ASSERT_EQ(plan.kind(), v1::RECOVERY_KIND_PEER) << plan.reason();
   EXPECT_EQ(plan.step(), 10);
   EXPECT_EQ(plan.pieces(1).params_from(), 0);
 
   RecoveryInput empty;
   empty.next_mesh = source;
   EXPECT_EQ(PlanRecovery(empty).kind(), v1::RECOVERY_KIND_NONE);
+}
+
+// Issue 22: a whole-job stall (tests/integration/elastic_stall_test.cc) can
+// stop the job while a step's all-reduce has ended on some ranks only. Those
+// ranks hold the step; when they hold every piece of it, nothing is lost.
+TEST(RecoveryPlannerTest, RanksThatCompletedTheStepServeItWhenTheyHoldEveryPiece) {
+  const v1::Mesh source = MakeMesh(4, 1, 1);
+  RecoveryInput input = Input(source, /*zero1=*/false, /*replicas=*/1);
+  input.holders["w1"] = 41;  // the others stopped in step 41's all-reduce
+  input.next_mesh = source;
+  v1::RecoveryPlan plan = PlanRecovery(input);
+  ASSERT_EQ(plan.kind(), v1::RECOVERY_KIND_PEER) << plan.reason();
+  EXPECT_EQ(plan.step(), 41);
+  EXPECT_EQ(plan.lost_steps(), 0);
+  for (const v1::PieceSource& piece : plan.pieces()) {
+    EXPECT_EQ(piece.params_from(), 1);  // only w1 holds step 41
+    EXPECT_EQ(piece.optimizer_from(), 1);
+  }
+
+  // With ZeRO-1, w1 holds only its own moments of step 41: resume at 40 and
+  // train 41 again.
+  input.source->zero1 = true;
+  plan = PlanRecovery(input);
+  ASSERT_EQ(plan.kind(), v1::RECOVERY_KIND_PEER) << plan.reason();
+  EXPECT_EQ(plan.step(), 40);
+  EXPECT_EQ(plan.lost_steps(), 1);
+
+  // Two copies of each moment shard (shard d on ranks d and d + 1): w1
+  // alone misses shards 2 and 3, but w1 and w3 together hold every shard.
+  input.source->optimizer_replicas = 2;
+  EXPECT_EQ(PlanRecovery(input).step(), 40);
+  input.holders["w3"] = 41;
+  plan = PlanRecovery(input);
+  EXPECT_EQ(plan.step(), 41);
+  EXPECT_EQ(plan.lost_steps(), 0);
+  EXPECT_EQ(plan.pieces(0).optimizer_holder_rank(), 1);
+  EXPECT_EQ(plan.pieces(2).optimizer_holder_rank(), 3);
 }
 
 }  // namespace

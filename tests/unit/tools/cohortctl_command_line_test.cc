@@ -333,6 +333,9 @@ TEST(CommandLineTest, ACoordinatorAddressThatIsNotHostAndPortIsAUsageError) {
               HasSubstr("from 1 to 65535"));
   EXPECT_THAT(ResolveCoordinatorAddress(std::nullopt, "host:99999").status().message(),
               HasSubstr("--coordinator (from $COHORT_COORDINATOR)=host:99999: the port"));
+  // A client connects: port 0 picks nothing, and the message does not offer it.
+  EXPECT_EQ(ResolveCoordinatorAddress(std::string("host:99999"), nullptr).status().message(),
+            "--coordinator=host:99999: the port must be a number from 1 to 65535");
 }
 
 TEST(CommandLineTest, TimeoutIsPositiveFiniteAndAtMostAWeek) {
