@@ -15,48 +15,14 @@
 #include "worker/checkpoint/checkpoint_writer.h"
 #include "worker/checkpoint/live_transfer.h"
 #include "worker/checkpoint/state_transfer.h"
-#include "worker/comm/mesh_groups.h"
 #include "worker/comm/tracked_communicator.h"
-#include "worker/comm/ucx_communicator.h"
-#include "worker/comm/ucx_context.h"
 #include "worker/train/mesh_communicators.h"
 #include "worker/train/training_session.h"
 #include "worker/training_loop.h"
+#include "worker/ucx_generation_comms.h"
 
 namespace cohort::worker {
 namespace {
-
-// Wraps the bootstrap KvClient so a Stop() during Prepare ends a WaitFor
-// within a slice instead of the whole bootstrap timeout.
-class CancellableKvClient : public comm::KvClient {
- public:
-  CancellableKvClient(std::unique_ptr<comm::KvClient> inner, const std::atomic<bool>* cancelled)
-      : inner_(std::move(inner)), cancelled_(cancelled) {}
-
-  absl::Status Set(const std::string& key, const std::string& value) override {
-    if (cancelled_->load()) return Cancelled();
-    return inner_->Set(key, value);
-  }
-
-  absl::StatusOr<std::string> WaitFor(const std::string& key, absl::Duration timeout) override {
-    const absl::Time deadline = absl::Now() + timeout;
-    for (;;) {
-      if (cancelled_->load()) return Cancelled();
-      const absl::Duration left = deadline - absl::Now();
-      absl::StatusOr<std::string> value =
-          inner_->WaitFor(key, std::clamp(left, absl::ZeroDuration(), kSlice));
-      if (!absl::IsDeadlineExceeded(value.status()) || absl::Now() >= deadline) return value;
-    }
-  }
-
- private:
-  static constexpr absl::Duration kSlice = absl::Milliseconds(250);
-  static absl::Status Cancelled() {
-    return absl::CancelledError("trainer interrupted while building communicators");
-  }
-  std::unique_ptr<comm::KvClient> inner_;
-  const std::atomic<bool>* cancelled_;
-};
 
 // Chunks of a state transfer: 4 Mi floats (16 MiB) at most.
 constexpr int64_t kTransferElements = 4 << 20;
@@ -75,13 +41,10 @@ struct EngineTrainer::Run {
   int64_t steps = 0;
   int64_t start_step = 0;
   int64_t checkpoint_interval = 0;
-  std::unique_ptr<comm::KvClient> kv;
-  std::unique_ptr<comm::UcxContext> context;
-  train::MeshCommunicators communicators;
+  std::unique_ptr<GenerationComms> comms;  // when it has more than one participant
   // The mesh groups as the step runner sees them: counted, for
   // waiting_for_peers.
   std::unique_ptr<comm::TrackedCommunicator> tracked_data, tracked_tensor, tracked_pipeline;
-  std::unique_ptr<comm::UcxCommunicator> world;  // every participant: state transfers
   std::unique_ptr<train::TrainingSession> session;  // members only
   std::unique_ptr<client::CheckpointClient> checkpoints;
   std::unique_ptr<checkpoint::CheckpointWriter> writer;  // when checkpointing
@@ -96,8 +59,7 @@ struct EngineTrainer::Run {
   std::thread thread;
 
   void Abort(const absl::Status& reason) {
-    communicators.Abort(reason);
-    if (world != nullptr) world->Abort(reason);
+    if (comms != nullptr) comms->Abort(reason);
   }
 
   ~Run() {
@@ -117,6 +79,16 @@ EngineTrainer::EngineTrainer(EngineTrainerOptions options) : options_(std::move(
 }
 
 EngineTrainer::~EngineTrainer() { Stop(); }
+
+absl::StatusOr<std::unique_ptr<GenerationComms>> EngineTrainer::NewUcxComms(
+    const CommsRequest& request) const {
+  const Assignment& assignment = *request.assignment;
+  const comm::KvScopeRef scope{assignment.job_id.value(), assignment.generation.value()};
+  std::unique_ptr<comm::KvClient> kv = options_.kv_factory
+                                           ? options_.kv_factory(scope)
+                                           : comm::NewCoordinatorKvClient(options_.coordinator, scope);
+  return CreateUcxGenerationComms(request, std::move(kv), options_.bootstrap_timeout);
+}
 
 absl::StatusOr<std::unique_ptr<EngineTrainer::Run>> EngineTrainer::Build(
     const Assignment& assignment) {
@@ -144,35 +116,15 @@ absl::StatusOr<std::unique_ptr<EngineTrainer::Run>> EngineTrainer::Build(
   const absl::Time build_start = absl::Now();
   absl::Status built = [&]() -> absl::Status {
     if (run->participants > 1) {
-      const comm::KvScopeRef scope{assignment.job_id.value(), assignment.generation.value()};
-      std::unique_ptr<comm::KvClient> inner =
-          options_.kv_factory ? options_.kv_factory(scope)
-                              : comm::NewCoordinatorKvClient(options_.coordinator, scope);
-      run->kv = std::make_unique<CancellableKvClient>(std::move(inner), &cancelled_);
-      comm::UcxContextOptions context;
-      context.rank = run->participant;
-      context.size = run->participants;
-      context.kv = run->kv.get();
-      // Names the job and generation (the KV scope already separates the
-      // keys): shared-memory segment names derive from it, and a held
-      // generation's communicators, destroyed after the next generation's
-      // are built, must not unlink the new segments of the same name.
-      context.key_prefix = absl::StrCat("ucx/", assignment.job_id.value(), "/",
-                                        assignment.generation.value(), "/");
-      context.bootstrap_timeout = options_.bootstrap_timeout;
-      context.cancelled = &cancelled_;
-      ASSIGN_OR_RETURN(run->context, comm::UcxContext::Create(context));
-      if (!assignment.donor && mesh.members_size() > 1) {
-        ASSIGN_OR_RETURN(comm::MeshGroups groups,
-                         comm::ComputeMeshGroups(mesh, assignment.coordinates));
-        ASSIGN_OR_RETURN(run->communicators,
-                         train::CreateMeshCommunicators(run->context.get(), groups));
-      }
-      if (peer) {
-        comm::UcxCommunicatorOptions world;
-        world.comm_id = comm::MeshCommunicatorId(comm::MeshAxis::kWorld, 1);
-        ASSIGN_OR_RETURN(run->world, comm::UcxCommunicator::Create(run->context.get(), world));
-      }
+      CommsRequest request;
+      request.assignment = &assignment;
+      request.participant = run->participant;
+      request.participants = run->participants;
+      request.mesh_groups = !assignment.donor && mesh.members_size() > 1;
+      request.world = peer;
+      request.cancelled = &cancelled_;
+      ASSIGN_OR_RETURN(run->comms, options_.comms_factory ? options_.comms_factory(request)
+                                                          : NewUcxComms(request));
     }
     run->checkpoints = options_.checkpoint_factory
                            ? options_.checkpoint_factory()
@@ -183,7 +135,7 @@ absl::StatusOr<std::unique_ptr<EngineTrainer::Run>> EngineTrainer::Build(
                      train::TrainingConfigFromSpec(assignment.spec, run->layout.dp));
     run->steps = config.steps;
     run->checkpoint_interval = assignment.spec.checkpoint().interval_steps();
-    auto track = [this](comm::UcxCommunicator* inner,
+    auto track = [this](comm::Communicator* inner,
                         std::unique_ptr<comm::TrackedCommunicator>* slot,
                         MeshGroup group) -> comm::Communicator* {
       if (inner == nullptr) return nullptr;
@@ -192,12 +144,12 @@ absl::StatusOr<std::unique_ptr<EngineTrainer::Run>> EngineTrainer::Build(
           communication_metrics_ != nullptr ? communication_metrics_->observer(group) : nullptr);
       return slot->get();
     };
+    const train::TrainingGroups inner =
+        run->comms != nullptr ? run->comms->groups() : train::TrainingGroups{};
     train::TrainingGroups groups;
-    groups.data = track(run->communicators.data.get(), &run->tracked_data, MeshGroup::kData);
-    groups.tensor =
-        track(run->communicators.tensor.get(), &run->tracked_tensor, MeshGroup::kTensor);
-    groups.pipeline =
-        track(run->communicators.pipeline.get(), &run->tracked_pipeline, MeshGroup::kPipeline);
+    groups.data = track(inner.data, &run->tracked_data, MeshGroup::kData);
+    groups.tensor = track(inner.tensor, &run->tracked_tensor, MeshGroup::kTensor);
+    groups.pipeline = track(inner.pipeline, &run->tracked_pipeline, MeshGroup::kPipeline);
     const model::ModelLayout layout = train::LayoutOf(mesh, assignment.coordinates);
     train::TrainingSessionOptions session;
     session.num_threads = options_.num_threads;
@@ -327,10 +279,11 @@ absl::StatusOr<int64_t> EngineTrainer::Restore(const Assignment& assignment, Run
       checkpoint::PlanTransfers(model, plan, run->layout, kTransferElements);
   const std::vector<std::vector<int>> rounds = checkpoint::ScheduleRounds(transfers);
   checkpoint::TransferStats stats;
-  if (run->world == nullptr && run->participants > 1) {
+  comm::Communicator* world = run->comms != nullptr ? run->comms->world() : nullptr;
+  if (world == nullptr && run->participants > 1) {
     return absl::InternalError("a peer recovery without a transfer communicator");
   }
-  RETURN_IF_ERROR(checkpoint::RunTransfers(run->world.get(), run->participant, transfers, rounds,
+  RETURN_IF_ERROR(checkpoint::RunTransfers(world, run->participant, transfers, rounds,
                                            serving ? &*serving : nullptr,
                                            destination ? &*destination : nullptr,
                                            options_.collective_timeout, &stats));

@@ -57,6 +57,7 @@
 #include "worker/checkpoint/checkpoint_metrics.h"
 #include "worker/communication_metrics.h"
 #include "worker/comm/kv_client.h"
+#include "worker/generation_comms.h"
 #include "worker/trainer.h"
 
 namespace cohort::worker {
@@ -81,6 +82,10 @@ struct EngineTrainerOptions {
       on_suspended;
   // Makes the bootstrap KvClient for a scope; default: the coordinator's.
   std::function<std::unique_ptr<comm::KvClient>(const comm::KvScopeRef&)> kv_factory;
+  // Builds a generation's communicators; default: UCX, bootstrapped through
+  // kv_factory's client (worker/ucx_generation_comms.h). Tests give
+  // in-process ones.
+  CommsFactory comms_factory;
   // Makes the checkpoint client; default: gRPC to `coordinator`.
   std::function<std::unique_ptr<client::CheckpointClient>()> checkpoint_factory;
   // Where the checkpoint and recovery metrics go (none when null).
@@ -115,6 +120,7 @@ class EngineTrainer : public Trainer {
   // One generation's resources; destroyed in reverse order.
   struct Run;
 
+  absl::StatusOr<std::unique_ptr<GenerationComms>> NewUcxComms(const CommsRequest& request) const;
   // Communicators and (members) the session of `assignment`.
   absl::StatusOr<std::unique_ptr<Run>> Build(const Assignment& assignment);
   // Loads the state the plan names into the run's session; returns the step

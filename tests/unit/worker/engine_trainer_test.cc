@@ -1,0 +1,232 @@
+// EngineTrainer end to end in one process: several trainers as threads,
+// their generations' communicators in-process (tests/testing/thread_comms.h)
+// instead of UCX, checkpoints absent. Building a generation, the restore from
+// peers' memory (with a donor) and the training loop run as in a worker; the
+// losses are compared with one TrainingSession running the same job.
+
+#include <cmath>
+#include <memory>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "absl/synchronization/mutex.h"
+#include "absl/time/clock.h"
+#include "coordinator/job_spec_validator.h"
+#include "coordinator/recovery_planner.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "tests/testing/job_specs.h"
+#include "tests/testing/thread_comms.h"
+#include "worker/engine_trainer.h"
+#include "worker/train/mesh_communicators.h"
+#include "worker/train/training_config.h"
+#include "worker/train/training_session.h"
+
+namespace cohort::worker {
+namespace {
+
+// No checkpoint anywhere: every generation without a peer plan starts fresh.
+class NoCheckpoints : public client::CheckpointClient {
+ public:
+  absl::StatusOr<v1::UploadResponse> Upload(const v1::UploadHeader&,
+                                            const std::vector<client::UploadChunk>&,
+                                            const v1::UploadEnd&, absl::Duration) override {
+    return absl::UnimplementedError("no checkpoints in this test");
+  }
+  absl::StatusOr<v1::CheckpointManifest> GetManifest(const std::string& job, int64_t,
+                                                     absl::Duration) override {
+    return absl::NotFoundError(absl::StrCat("job ", job, " has no checkpoint"));
+  }
+  absl::Status Download(const std::string&, int64_t, const std::vector<v1::ChunkRef>&,
+                        const client::ChunkPlacement&, const client::ChunkCallback&,
+                        absl::Duration) override {
+    return absl::UnimplementedError("no checkpoints in this test");
+  }
+  absl::StatusOr<v1::ListCheckpointsResponse> List(const std::string&, absl::Duration) override {
+    return v1::ListCheckpointsResponse();
+  }
+  absl::Status Delete(const std::string&, int64_t, absl::Duration) override {
+    return absl::OkStatus();
+  }
+};
+
+constexpr absl::Duration kWait = absl::Seconds(60);
+
+class EngineTrainerTest : public ::testing::Test {
+ protected:
+  // The job: the small test model, `steps` steps, ZeRO-1 with one copy of
+  // each moment shard (so a rank that leaves must donate its shard).
+  static v1::JobSpec Spec(int64_t steps) {
+    v1::JobSpec spec = testing::SmallJobSpec("threads", 1, 1, 2);
+    spec.set_steps(steps);
+    spec.mutable_parallelism()->set_zero1(true);
+    spec.mutable_elastic()->set_optimizer_replicas(1);
+    absl::StatusOr<v1::JobSpec> normalized = coordinator::NormalizeJobSpec(spec);
+    EXPECT_TRUE(normalized.ok()) << normalized.status();
+    return normalized.ok() ? *normalized : spec;
+  }
+
+  // The loss after every step of one TrainingSession running `spec` alone.
+  static std::vector<double> ReferenceLosses(const v1::JobSpec& spec) {
+    absl::StatusOr<train::TrainingConfig> config = train::TrainingConfigFromSpec(spec, 1);
+    EXPECT_TRUE(config.ok()) << config.status();
+    train::TrainingSessionOptions options;
+    options.num_threads = 1;
+    absl::StatusOr<std::unique_ptr<train::TrainingSession>> session =
+        train::TrainingSession::Create(*config, model::ModelLayout{}, {}, options);
+    EXPECT_TRUE(session.ok()) << session.status();
+    std::vector<double> losses;
+    for (int64_t s = 0; s < spec.steps(); ++s) {
+      absl::StatusOr<train::StepResult> step = (*session)->RunStep(Step(s));
+      EXPECT_TRUE(step.ok()) << step.status();
+      losses.push_back(step.ok() ? step->loss : NAN);
+    }
+    return losses;
+  }
+
+  std::unique_ptr<EngineTrainer> NewTrainer() {
+    EngineTrainerOptions options;
+    options.num_threads = 1;
+    options.collective_timeout = absl::Seconds(20);
+    options.comms_factory = mesh_.Factory();
+    options.checkpoint_factory = [] { return std::make_unique<NoCheckpoints>(); };
+    options.on_finished = [this](const JobId&, Generation generation, const absl::Status& s) {
+      absl::MutexLock lock(&mu_);
+      finished_.push_back({generation, s});
+    };
+    return std::make_unique<EngineTrainer>(std::move(options));
+  }
+
+  // Member `rank` of `mesh` at `generation`, restoring by `plan`.
+  static Assignment Member(const v1::JobSpec& spec, uint64_t generation, const v1::Mesh& mesh,
+                           int rank, const v1::RecoveryPlan& plan) {
+    Assignment a;
+    a.job_id = JobId("threads-1");
+    a.generation = Generation(generation);
+    a.spec = spec;
+    a.mesh = mesh;
+    a.coordinates = mesh.members(rank).coordinates();
+    a.recovery = plan;
+    a.participant = rank;
+    return a;
+  }
+
+  // Runs `calls` at once (a generation's participants must meet) and returns
+  // their statuses.
+  static std::vector<absl::Status> Together(std::vector<std::function<absl::Status()>> calls) {
+    std::vector<absl::Status> out(calls.size());
+    std::vector<std::thread> threads;
+    for (size_t i = 0; i < calls.size(); ++i) {
+      threads.emplace_back([&, i] { out[i] = calls[i](); });
+    }
+    for (std::thread& t : threads) t.join();
+    return out;
+  }
+
+  // Waits until `n` runs of `generation` have finished; their statuses.
+  std::vector<absl::Status> WaitFinished(uint64_t generation, size_t n) {
+    absl::MutexLock lock(&mu_);
+    auto count = [&] {
+      size_t c = 0;
+      for (const auto& [g, s] : finished_) c += g == Generation(generation);
+      return c;
+    };
+    auto enough = [&] { return count() >= n; };
+    EXPECT_TRUE(mu_.AwaitWithTimeout(absl::Condition(&enough), kWait))
+        << "generation " << generation << ": " << count() << " of " << n << " runs finished";
+    std::vector<absl::Status> out;
+    for (const auto& [g, s] : finished_) {
+      if (g == Generation(generation)) out.push_back(s);
+    }
+    return out;
+  }
+
+  testing::ThreadMesh mesh_;
+  absl::Mutex mu_;
+  std::vector<std::pair<Generation, absl::Status>> finished_ ABSL_GUARDED_BY(mu_);
+};
+
+TEST_F(EngineTrainerTest, TwoDataParallelMembersTrainTheJobOfOneProcess) {
+  const v1::JobSpec spec = Spec(8);
+  const std::vector<double> reference = ReferenceLosses(spec);
+  const v1::Mesh mesh = train::LocalMesh(2, 1, 1);
+  v1::RecoveryPlan fresh;
+  fresh.set_kind(v1::RECOVERY_KIND_NONE);
+  std::unique_ptr<EngineTrainer> a = NewTrainer(), b = NewTrainer();
+  for (const absl::Status& s :
+       Together({[&] { return a->Prepare(Member(spec, 1, mesh, 0, fresh)); },
+                 [&] { return b->Prepare(Member(spec, 1, mesh, 1, fresh)); }})) {
+    ASSERT_TRUE(s.ok()) << s;
+  }
+  for (const absl::Status& s : WaitFinished(1, 2)) EXPECT_TRUE(s.ok()) << s;
+  for (EngineTrainer* t : {a.get(), b.get()}) {
+    const TrainingProgress p = t->progress();
+    EXPECT_EQ(p.step, Step(8));
+    ASSERT_TRUE(p.loss.has_value());
+    // The same math up to the order of float sums (dp 2 vs 1).
+    EXPECT_NEAR(*p.loss, reference.back(), 1e-5);
+  }
+  EXPECT_EQ(*a->progress().loss, *b->progress().loss);  // one all-reduced loss
+}
+
+TEST_F(EngineTrainerTest, ASurvivorGoesOnFromMemoryWithTheLeaversShardDonated) {
+  const int64_t steps = 40;
+  const v1::JobSpec spec = Spec(steps);
+  const std::vector<double> reference = ReferenceLosses(spec);
+  const v1::Mesh two = train::LocalMesh(2, 1, 1);
+  v1::RecoveryPlan fresh;
+  fresh.set_kind(v1::RECOVERY_KIND_NONE);
+  std::unique_ptr<EngineTrainer> a = NewTrainer(), b = NewTrainer();
+  for (const absl::Status& s :
+       Together({[&] { return a->Prepare(Member(spec, 1, two, 0, fresh)); },
+                 [&] { return b->Prepare(Member(spec, 1, two, 1, fresh)); }})) {
+    ASSERT_TRUE(s.ok()) << s;
+  }
+  // Some steps in, both suspend (as on a re-plan that drops rank 1).
+  const absl::Time deadline = absl::Now() + kWait;
+  while (a->progress().step < Step(5) && absl::Now() < deadline) {
+    absl::SleepFor(absl::Milliseconds(1));  // polls the step; nothing to be told of
+  }
+  ASSERT_GE(a->progress().step, Step(5));
+  std::vector<v1::HeldState> held_a, held_b;
+  Together({[&] {
+              held_a = a->Suspend();
+              return absl::OkStatus();
+            },
+            [&] {
+              held_b = b->Suspend();
+              return absl::OkStatus();
+            }});
+  ASSERT_EQ(held_a.size(), 1u);
+  ASSERT_EQ(held_b.size(), 1u);
+
+  // Generation 2: rank-0 alone; rank-1 holds the only copy of its moment
+  // shard, so the plan makes it a donor.
+  coordinator::RecoveryInput input;
+  input.source = coordinator::StateSource{Generation(1), two, true, 1};
+  input.holders = {{"rank-0", held_a[0].step()}, {"rank-1", held_b[0].step()}};
+  const v1::Mesh one = train::LocalMesh(1, 1, 1);
+  input.next_mesh = one;
+  const v1::RecoveryPlan plan = coordinator::PlanRecovery(input);
+  ASSERT_EQ(plan.kind(), v1::RECOVERY_KIND_PEER) << plan.reason();
+  ASSERT_EQ(plan.donors_size(), 1);
+  ASSERT_EQ(plan.donors(0).worker_id(), "rank-1");
+  Assignment donor = Member(spec, 2, one, 0, plan);
+  donor.donor = true;
+  donor.participant = 1;  // the mesh's size, then its index among the donors
+  for (const absl::Status& s : Together({[&] { return a->Prepare(Member(spec, 2, one, 0, plan)); },
+                                         [&] { return b->Donate(donor); }})) {
+    ASSERT_TRUE(s.ok()) << s;
+  }
+  for (const absl::Status& s : WaitFinished(2, 1)) EXPECT_TRUE(s.ok()) << s;
+  const TrainingProgress p = a->progress();
+  EXPECT_EQ(p.step, Step(steps));
+  ASSERT_TRUE(p.loss.has_value());
+  // Resumed at plan.step() with every weight and moment as trained: the
+  // trajectory of one process, up to the order of float sums.
+  EXPECT_NEAR(*p.loss, reference.back(), 1e-5) << "resumed at step " << plan.step();
+}
+
+}  // namespace
+}  // namespace cohort::worker
