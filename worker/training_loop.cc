@@ -27,7 +27,7 @@ void MaybeCheckpoint(const TrainingLoopInput& input, const TrainingLoopHooks& ho
   if (done % input.checkpoint_interval != 0 && done != input.steps) return;
   train::TrainingSession& session = *input.session;
   absl::StatusOr<absl::Duration> stall = input.writer->Save(
-      done, checkpoint::StateView{session.model().params(), session.runner().adam_m(),
+      Step(done), checkpoint::StateView{session.model().params(), session.runner().adam_m(),
                                   session.runner().adam_v(), input.optimizer});
   if (!stall.ok()) {
     LOG(WARNING) << "job " << input.job << " step " << done

@@ -161,7 +161,7 @@ int SaveAll(const Layout& l, bool zero1, int64_t step, client::CheckpointClient*
     options.max_chunk_elements = 20000;  // several chunks per large tensor
     writers.push_back(std::make_unique<CheckpointWriter>(client, kSmall, ranks[r].table, options));
     StateView state{ranks[r].params.data(), ranks[r].m.data(), ranks[r].v.data(), ranks[r].optimizer};
-    absl::StatusOr<absl::Duration> saved = writers.back()->Save(step, state);
+    absl::StatusOr<absl::Duration> saved = writers.back()->Save(Step(step), state);
     EXPECT_TRUE(saved.ok()) << saved.status();
   }
   int committed = 0;

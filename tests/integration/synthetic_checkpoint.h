@@ -77,7 +77,7 @@ inline SyntheticUpload UploadSynthetic(
     options.on_result = on_result;
     writers.push_back(
         std::make_unique<checkpoint::CheckpointWriter>(client, kSyntheticModel, table, options));
-    (void)writers.back()->Save(step, {state.params.data(), state.m.data(), state.v.data(),
+    (void)writers.back()->Save(Step(step), {state.params.data(), state.m.data(), state.v.data(),
                                       {0, table.num_params()}});
   }
   SyntheticUpload result;

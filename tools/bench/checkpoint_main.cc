@@ -182,7 +182,7 @@ int Throughput(client::CheckpointClient* client, const JobsByWriters& jobs) {
       for (int r = 0; r < writers; ++r) {
         const Rank& rank = ranks[static_cast<size_t>(r)];
         absl::StatusOr<absl::Duration> saved = writer_objects[static_cast<size_t>(r)]->Save(
-            step, {rank.params.data(), rank.m.data(), rank.v.data(), rank.optimizer});
+            Step(step), {rank.params.data(), rank.m.data(), rank.v.data(), rank.optimizer});
         if (!saved.ok()) LOG(ERROR) << saved.status();
         if (saved.ok()) snapshot_ms = std::max(snapshot_ms, absl::ToDoubleMilliseconds(*saved));
         if (r == 0) start = absl::Now();
@@ -288,14 +288,14 @@ int Stall(client::CheckpointClient* client, const std::string& job_id) {
     if (step >= 5) (in_flight ? overlapped : quiet).push_back(ms);  // skip warm-up
     if ((step + 1) % interval == 0) {
       absl::StatusOr<absl::Duration> stall = writer.Save(
-          step + 1, {s.model().params(), s.runner().adam_m(), s.runner().adam_v(), optimizer});
+          Step(step + 1), {s.model().params(), s.runner().adam_m(), s.runner().adam_v(), optimizer});
       if (stall.ok()) {
         stalls.push_back(absl::ToDoubleMilliseconds(*stall));
         // A long block means the previous upload was still running.
         if (*stall > absl::Milliseconds(5) && writer.last_result().has_value()) {
           std::printf("  checkpoint at step %d blocked %.1f ms: the previous upload (step %lld) "
                       "took %.1f ms\n",
-                      step + 1, stalls.back(), static_cast<long long>(writer.last_result()->step),
+                      step + 1, stalls.back(), static_cast<long long>(writer.last_result()->step.value()),
                       absl::ToDoubleMilliseconds(writer.last_result()->duration));
         }
       }

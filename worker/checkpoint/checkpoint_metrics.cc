@@ -76,7 +76,7 @@ void CheckpointMetrics::Uploaded(const UploadResult& result) {
   upload_seconds_->Observe(absl::ToDoubleSeconds(result.duration));
   if (result.status.ok()) {
     bytes_->Add({{"direction", "upload"}}).Increment(static_cast<double>(result.bytes));
-    last_step_->Set(static_cast<double>(result.step));
+    last_step_->Set(static_cast<double>(result.step.value()));
   }
 }
 

@@ -29,7 +29,7 @@ CheckpointWriter::~CheckpointWriter() {
   if (uploader_.joinable()) uploader_.join();
 }
 
-absl::StatusOr<absl::Duration> CheckpointWriter::Save(int64_t step, const StateView& state) {
+absl::StatusOr<absl::Duration> CheckpointWriter::Save(Step step, const StateView& state) {
   if (state.optimizer.begin > range_.begin || state.optimizer.end < range_.end) {
     return absl::InvalidArgumentError(absl::StrCat(
         "optimizer range [", state.optimizer.begin, ", ", state.optimizer.end,
@@ -47,7 +47,7 @@ absl::StatusOr<absl::Duration> CheckpointWriter::Save(int64_t step, const StateV
   return blocked;
 }
 
-void CheckpointWriter::Upload(int64_t step) {
+void CheckpointWriter::Upload(Step step) {
   const absl::Time start = absl::Now();
   const size_t n = range_.end - range_.begin;
   std::vector<client::UploadChunk> chunks;
@@ -60,7 +60,7 @@ void CheckpointWriter::Upload(int64_t step) {
   v1::UploadHeader header;
   header.set_job_id(options_.job_id);
   header.set_generation(options_.generation.value());
-  header.set_step(step);
+  header.set_step(step.value());
   const RankPosition& p = options_.position;
   header.mutable_layout()->set_data_parallel(p.dp);
   header.mutable_layout()->set_tensor_parallel(p.layout.tp);

@@ -38,7 +38,7 @@
 namespace cohort::checkpoint {
 
 struct UploadResult {
-  int64_t step = 0;
+  Step step;
   absl::Status status;
   bool committed = false;  // this writer completed the checkpoint
   uint64_t bytes = 0;
@@ -80,7 +80,7 @@ class CheckpointWriter {
   // how long the caller was blocked (waiting for the previous upload plus
   // the copy). InvalidArgument if the optimizer range does not contain the
   // write range.
-  absl::StatusOr<absl::Duration> Save(int64_t step, const StateView& state);
+  absl::StatusOr<absl::Duration> Save(Step step, const StateView& state);
   // Blocks until no upload is in flight; returns the last upload's result.
   UploadResult Wait();
 
@@ -92,7 +92,7 @@ class CheckpointWriter {
   uint64_t bytes_per_checkpoint() const { return 3 * (range_.end - range_.begin) * sizeof(float); }
 
  private:
-  void Upload(int64_t step);
+  void Upload(Step step);
 
   client::CheckpointClient* const client_;
   const CheckpointWriterOptions options_;
