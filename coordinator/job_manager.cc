@@ -784,6 +784,11 @@ void JobManager::SendStop(const WorkerId& worker, const JobId& job, Generation g
       Effects::Message{worker, record->incarnation, commands::Stop(job, generation, reason)});
 }
 
+std::string JobManager::NoneAttached(v1::DeviceKind kind) const {
+  if (membership_->CountAttached(kind) > 0) return "";
+  return absl::StrCat(" (no ", ShortEnumName(kind), " worker is attached)");
+}
+
 std::optional<int64_t> JobManager::LatestCheckpoint(const JobId& id) const {
   if (!options_.latest_checkpoint) return std::nullopt;
   const std::optional<Step> step = options_.latest_checkpoint(id);
@@ -834,7 +839,10 @@ void JobManager::Schedule(absl::Time now, Effects* effects) {
       AppendIdleCandidates(entry.job.spec(), &request);
       absl::StatusOr<v1::Mesh> mesh = MeshPlanner::Plan(request);
       if (!mesh.ok()) {
-        SetMessage(entry, absl::StrCat("waiting for workers: ", mesh.status().message()), now);
+        SetMessage(entry,
+                   absl::StrCat("waiting for workers: ", mesh.status().message(),
+                                NoneAttached(entry.job.spec().device_kind())),
+                   now);
         continue;
       }
       RecoveryInput input;  // no live state: a checkpoint if there is one

@@ -311,6 +311,9 @@ class JobManager {
   static bool IsTerminal(v1::JobState state);
   bool IsMember(const JobEntry& entry, const WorkerId& worker) const;
 
+  // " (no GPU worker is attached)" when no worker of `kind` is attached
+  // (a waiting job's message says so); empty otherwise.
+  std::string NoneAttached(v1::DeviceKind kind) const;
   // Options::latest_checkpoint's answer, when it is set.
   std::optional<int64_t> LatestCheckpoint(const JobId& id) const;
   static PlannerWorker ToPlannerWorker(const WorkerRecord& record);

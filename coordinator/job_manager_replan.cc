@@ -240,6 +240,7 @@ void JobManager::CompleteSuspension(JobEntry& entry, absl::Time now, Effects* ef
     if (!s.waiting_since.has_value()) s.waiting_since = now;
     const std::string message =
         absl::StrCat(s.reason, "; waiting for workers: ", mesh.status().message(),
+                     NoneAttached(entry.job.spec().device_kind()),
                      " (the survivors keep their state)");
     if (entry.job.message() != message) {
       SetMessage(entry, message, now);

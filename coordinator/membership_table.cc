@@ -88,7 +88,11 @@ void MembershipTable::UnindexIdle(const WorkerRecord& record) {
 void MembershipTable::SetState(WorkerRecord& record, WorkerState state) {
   if (record.state == state) return;
   if (record.state == WorkerState::kIdle) UnindexIdle(record);
+  if (record.state != WorkerState::kLost) --attached_[record.device_kind];
+  --in_state_[static_cast<size_t>(record.state)];
   record.state = state;
+  ++in_state_[static_cast<size_t>(state)];
+  if (state != WorkerState::kLost) ++attached_[record.device_kind];
   if (state == WorkerState::kIdle) IndexIdle(record);
 }
 
@@ -111,7 +115,10 @@ absl::StatusOr<JoinResult> MembershipTable::Join(const v1::Hello& hello, absl::T
   auto [it, inserted] = workers_.try_emplace(id);
   WorkerRecord& record = it->second;
   // A new record is not indexed yet (kLost until filled below).
-  if (inserted) record.state = WorkerState::kLost;
+  if (inserted) {
+    record.state = WorkerState::kLost;
+    ++in_state_[static_cast<size_t>(WorkerState::kLost)];
+  }
   if (!inserted) {
     if (record.incarnation.value() == hello.incarnation()) {
       if (record.state != WorkerState::kLost) {
@@ -182,6 +189,7 @@ std::vector<LostWorker> MembershipTable::Expire(absl::Time now) {
       if (record.lost_at < forget_before) {
         // LOST, so not in the idle index; erase(iterator) leaves the other
         // iterators valid.
+        --in_state_[static_cast<size_t>(WorkerState::kLost)];
         workers_.erase(it++);
         continue;
       }
@@ -281,11 +289,12 @@ std::vector<const WorkerRecord*> MembershipTable::Idle(v1::DeviceKind kind) cons
 }
 
 int MembershipTable::CountInState(WorkerState state) const {
-  int count = 0;
-  for (const auto& [id, record] : workers_) {
-    if (record.state == state) ++count;
-  }
-  return count;
+  return in_state_[static_cast<size_t>(state)];
+}
+
+int MembershipTable::CountAttached(v1::DeviceKind kind) const {
+  auto it = attached_.find(kind);
+  return it == attached_.end() ? 0 : it->second;
 }
 
 }  // namespace cohort::coordinator

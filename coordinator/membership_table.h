@@ -23,6 +23,7 @@
 #include <string>
 #include <vector>
 
+#include "absl/container/flat_hash_map.h"
 #include "absl/container/node_hash_map.h"
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
@@ -129,13 +130,17 @@ class MembershipTable {
   // index kept by every state change: no scan of all workers, no sort.
   std::vector<const WorkerRecord*> Idle(v1::DeviceKind kind) const;
   bool HasIdle(v1::DeviceKind kind) const;
+  // Counts kept by every state change (no scan): records in `state`, and
+  // attached (not LOST) workers of `kind`.
   int CountInState(WorkerState state) const;
+  int CountAttached(v1::DeviceKind kind) const;
   size_t size() const { return workers_.size(); }
   const Options& options() const { return options_; }
 
  private:
-  // Moves `record` to `state`, keeping idle_ in step (every state change of
-  // a record in workers_ goes through here or through Forget/FillIdle).
+  // Moves `record` to `state`, keeping idle_ and the counts in step (every
+  // state change of a record in workers_ goes through here; a record's
+  // device kind changes only while it is LOST).
   void SetState(WorkerRecord& record, WorkerState state);
   void IndexIdle(const WorkerRecord& record);
   void UnindexIdle(const WorkerRecord& record);
@@ -147,6 +152,8 @@ class MembershipTable {
   Options options_;
   // Node-based: records do not move, so the idle index can point at them.
   absl::node_hash_map<WorkerId, WorkerRecord> workers_;
+  std::array<int, 4> in_state_{};  // by WorkerState
+  absl::flat_hash_map<int, int> attached_;  // by v1::DeviceKind
   // IDLE records by device kind, in (host, device_index, id) order.
   std::map<v1::DeviceKind, std::set<const WorkerRecord*, IdleOrder>> idle_;
 };

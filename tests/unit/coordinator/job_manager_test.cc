@@ -222,6 +222,32 @@ TEST_F(JobManagerTest, PendingUntilMinWorkersThenRunningWithMegatronRanks) {
   EXPECT_EQ(Get(job).message(), "");
 }
 
+// Issue 23: GPU jobs go to GPU workers only, and a GPU job that finds none
+// says so.
+TEST_F(JobManagerTest, AGpuJobWaitsForGpuWorkersAndSaysWhenNoneIsAttached) {
+  v1::JobSpec spec = Spec(1, 2, 2);
+  spec.set_device_kind(v1::DEVICE_KIND_GPU);
+  const v1::Job job = Submit(spec);
+  Join("cpu0", "h", 0);
+  Join("cpu1", "h", 1);
+  EXPECT_EQ(Get(job).state(), v1::JOB_STATE_PENDING);
+  EXPECT_THAT(Get(job).message(), HasSubstr("waiting for workers: "));
+  EXPECT_THAT(Get(job).message(), HasSubstr("(no GPU worker is attached)"));
+  v1::Hello gpu = Hello("gpu0", "g", 0, next_incarnation_++);
+  gpu.set_device_kind(v1::DEVICE_KIND_GPU);
+  JoinHello(gpu);
+  EXPECT_EQ(Get(job).state(), v1::JOB_STATE_PENDING);
+  EXPECT_THAT(Get(job).message(), ::testing::Not(HasSubstr("no GPU worker")));
+  gpu = Hello("gpu1", "g", 1, next_incarnation_++);
+  gpu.set_device_kind(v1::DEVICE_KIND_GPU);
+  JoinHello(gpu);
+  const v1::Job running = Get(job);
+  ASSERT_EQ(running.state(), v1::JOB_STATE_RUNNING);
+  for (const v1::MeshMember& m : running.mesh().members()) {
+    EXPECT_THAT(m.worker_id(), ::testing::StartsWith("gpu"));
+  }
+}
+
 TEST_F(JobManagerTest, LostWorkerBumpsGenerationAndReconfiguresSurvivors) {
   for (int i = 0; i < 4; ++i) Join(absl::StrCat("w", i), "h", i);
   v1::Job job = Submit(Spec(2, 2, 4));

@@ -235,6 +235,49 @@ TEST_F(MembershipTableTest, LostRecordsAreForgottenAfterRetention) {
   EXPECT_EQ(table.size(), 0u);
 }
 
+// The counts are kept by every state change; they agree with a scan of the
+// records through joins, assignment, draining, loss, a device-kind change
+// on re-join and forgetting.
+TEST_F(MembershipTableTest, CountsFollowEveryStateChange) {
+  MembershipTable table(MembershipTable::Options{.heartbeat_timeout = absl::Seconds(3),
+                                                 .lost_retention = absl::Minutes(1)});
+  auto expect_counts = [&](int idle, int assigned, int lost, int draining, int cpu, int gpu) {
+    EXPECT_EQ(table.CountInState(WorkerState::kIdle), idle);
+    EXPECT_EQ(table.CountInState(WorkerState::kAssigned), assigned);
+    EXPECT_EQ(table.CountInState(WorkerState::kLost), lost);
+    EXPECT_EQ(table.CountInState(WorkerState::kDraining), draining);
+    EXPECT_EQ(table.CountAttached(v1::DEVICE_KIND_CPU), cpu);
+    EXPECT_EQ(table.CountAttached(v1::DEVICE_KIND_GPU), gpu);
+    int scanned_idle = 0;
+    for (const WorkerRecord* r : table.List()) scanned_idle += r->state == WorkerState::kIdle;
+    EXPECT_EQ(scanned_idle, idle);
+  };
+  expect_counts(0, 0, 0, 0, 0, 0);
+  ASSERT_TRUE(table.Join(MakeHello("w0", 1), clock_.Now()).ok());
+  ASSERT_TRUE(table.Join(MakeHello("w1", 1, "h0", 1, v1::DEVICE_KIND_GPU), clock_.Now()).ok());
+  expect_counts(2, 0, 0, 0, 1, 1);
+  ASSERT_TRUE(table.AssignToJob(kW0, kJob).ok());
+  expect_counts(1, 1, 0, 0, 1, 1);
+  ASSERT_TRUE(table.MarkDraining(kW0).ok());
+  expect_counts(1, 0, 0, 1, 1, 1);
+  ASSERT_TRUE(table.MarkLost(kW0, Incarnation(1), LossReason::kLeft, clock_.Now()));
+  expect_counts(1, 0, 1, 0, 0, 1);
+  // w0 comes back as a GPU worker: its kind changes while it is LOST.
+  ASSERT_TRUE(table.Join(MakeHello("w0", 2, "h0", 0, v1::DEVICE_KIND_GPU), clock_.Now()).ok());
+  expect_counts(2, 0, 0, 0, 0, 2);
+  // A new process under w1's name replaces the attached one.
+  ASSERT_TRUE(table.Join(MakeHello("w1", 7, "h0", 1, v1::DEVICE_KIND_CPU), clock_.Now()).ok());
+  expect_counts(2, 0, 0, 0, 1, 1);
+  ASSERT_TRUE(table.MarkLost(kW1, Incarnation(7), LossReason::kStreamBroken, clock_.Now()));
+  clock_.Advance(absl::Minutes(2));
+  const std::vector<LostWorker> silent = table.Expire(clock_.Now());
+  EXPECT_THAT(Ids(silent), ElementsAre("w0"));  // heartbeat timeout
+  clock_.Advance(absl::Minutes(2));
+  EXPECT_TRUE(table.Expire(clock_.Now()).empty());  // both forgotten
+  expect_counts(0, 0, 0, 0, 0, 0);
+  EXPECT_EQ(table.size(), 0u);
+}
+
 TEST_F(MembershipTableTest, AssignAndRelease) {
   JoinOk(MakeHello("w0", 1));
   EXPECT_EQ(table_.AssignToJob(WorkerId("x"), kJob).code(), absl::StatusCode::kNotFound);
