@@ -10,6 +10,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/string_view.h"
+#include "common/enum_names.h"
 #include "common/job_spec_defaults.h"
 #include "common/safe_text.h"
 
@@ -81,6 +82,25 @@ void CheckModel(const v1::ModelConfig& model, Errors& errors, bool& heads_ok, bo
     errors.Add("model.heads", absl::StrCat(model.heads(), " attention heads do not divide width ",
                                            model.width(), " (model.width)"));
     heads_ok = false;
+  }
+}
+
+// model.precision: unspecified is BF16 on GPU and FP32 on CPU; the reduced
+// precisions need a GPU's tensor cores.
+void CheckPrecision(v1::DeviceKind device, v1::ModelConfig& model, Errors& errors) {
+  if (!v1::Precision_IsValid(model.precision())) {
+    errors.Add("model.precision", absl::StrCat("unknown value ", static_cast<int>(model.precision()),
+                                               "; use FP32, TF32 or BF16"));
+    return;
+  }
+  if (model.precision() == v1::PRECISION_UNSPECIFIED) {
+    model.set_precision(device == v1::DEVICE_KIND_GPU ? v1::PRECISION_BF16 : v1::PRECISION_FP32);
+    return;
+  }
+  if (device == v1::DEVICE_KIND_CPU && model.precision() != v1::PRECISION_FP32) {
+    errors.Add("model.precision",
+               absl::StrCat(ShortEnumName(model.precision()),
+                            " needs a GPU job (device_kind GPU); CPU jobs train in FP32"));
   }
 }
 
@@ -368,6 +388,7 @@ absl::StatusOr<v1::JobSpec> NormalizeJobSpec(const v1::JobSpec& input) {
 
   bool heads_ok = false, vocab_ok = false, layers_ok = false;
   CheckModel(spec.model(), errors, heads_ok, vocab_ok, layers_ok);
+  CheckPrecision(spec.device_kind(), *spec.mutable_model(), errors);
   const bool parallel_ok = CheckParallelism(*spec.mutable_parallelism(), spec.model(), heads_ok,
                                             vocab_ok, layers_ok, errors);
   const int64_t micro_batches = CheckBatch(spec.batch(), errors);

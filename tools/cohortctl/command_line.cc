@@ -31,7 +31,7 @@ constexpr char kScale[] = "scale flags:";
 constexpr char kDrain[] = "drain flags:";
 constexpr char kExport[] = "checkpoints export flags:";
 
-constexpr std::array<FlagDoc, 39> kFlags = {{
+constexpr std::array<FlagDoc, 40> kFlags = {{
     {"coordinator", FlagKind::kValue, "HOST:PORT", kGlobal,
      "coordinator gRPC address (default: $COHORT_COORDINATOR, else "
      "localhost:7070)", nullptr},
@@ -63,6 +63,9 @@ constexpr std::array<FlagDoc, 39> kFlags = {{
      "job name, [a-z0-9][a-z0-9-]{0,62}", "name"},
     {"device", FlagKind::kValue, "cpu|gpu", kSubmit,
      "kind of device the workers train on", "device_kind"},
+    {"precision", FlagKind::kValue, "fp32|tf32|bf16", kSubmit,
+     "arithmetic of the matmuls and activations; tf32 and bf16 need --device=gpu (unset: bf16 "
+     "on GPU, fp32 on CPU)", "model.precision"},
     {"layers", FlagKind::kValue, "N", kSubmit,
      "transformer blocks", "model.layers"},
     {"heads", FlagKind::kValue, "N", kSubmit,

@@ -144,7 +144,14 @@ absl::Status SetSpecField(absl::string_view path, absl::string_view flag, absl::
           return absl::OkStatus();
         }
       }
-      return BadValue(flag, value, absl::StrJoin(words, " or "));
+      // "cpu or gpu", "fp32, tf32 or bf16"
+      std::string choices = words.back();
+      if (words.size() > 1) {
+        choices = absl::StrCat(
+            absl::StrJoin(std::vector<std::string>(words.begin(), words.end() - 1), ", "), " or ",
+            words.back());
+      }
+      return BadValue(flag, value, choices);
     }
     case FieldDescriptor::CPPTYPE_STRING:
       r.SetString(message, field, std::string(value));

@@ -21,6 +21,14 @@ absl::StatusOr<TrainingConfig> TrainingConfigFromSpec(const v1::JobSpec& spec, i
         "device_kind: GPU training is not implemented yet (CUDA backend lands with a later "
         "release); submit the job with device_kind DEVICE_KIND_CPU");
   }
+  // The CPU backend computes in fp32 (unspecified: a spec from before the
+  // field, or one built by hand).
+  if (spec.model().precision() != v1::PRECISION_FP32 &&
+      spec.model().precision() != v1::PRECISION_UNSPECIFIED) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "model.precision: ", v1::Precision_Name(spec.model().precision()),
+        " needs a GPU; the CPU backend trains in PRECISION_FP32"));
+  }
   TrainingConfig config;
   const v1::ModelConfig& m = spec.model();
   config.model.layers = m.layers();

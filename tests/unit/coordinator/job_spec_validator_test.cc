@@ -5,6 +5,7 @@
 #include <limits>
 #include <string>
 
+#include "common/enum_names.h"
 #include "gmock/gmock.h"
 #include "google/protobuf/unknown_field_set.h"
 #include "google/protobuf/util/message_differencer.h"
@@ -45,6 +46,7 @@ TEST(JobSpecValidatorTest, ValidSpecGetsDefaults) {
   ASSERT_TRUE(normalized.ok()) << normalized.status();
   v1::JobSpec expected = ValidSpec();
   expected.set_device_kind(v1::DEVICE_KIND_CPU);
+  expected.mutable_model()->set_precision(v1::PRECISION_FP32);
   expected.mutable_parallelism()->set_pipeline(1);
   expected.mutable_optimizer()->set_beta1(0.9);
   expected.mutable_optimizer()->set_beta2(0.95);
@@ -73,6 +75,7 @@ TEST(JobSpecValidatorTest, ValidSpecGetsDefaults) {
 TEST(JobSpecValidatorTest, ExplicitValuesAreKept) {
   v1::JobSpec spec = ValidSpec();
   spec.set_device_kind(v1::DEVICE_KIND_GPU);
+  spec.mutable_model()->set_precision(v1::PRECISION_TF32);
   spec.mutable_parallelism()->set_pipeline(2);
   spec.mutable_optimizer()->set_beta1(0.8);
   spec.mutable_optimizer()->set_beta2(0.99);
@@ -90,6 +93,30 @@ TEST(JobSpecValidatorTest, ExplicitValuesAreKept) {
   absl::StatusOr<v1::JobSpec> normalized = NormalizeJobSpec(spec);
   ASSERT_TRUE(normalized.ok()) << normalized.status();
   EXPECT_TRUE(google::protobuf::util::MessageDifferencer::Equals(*normalized, spec));
+}
+
+// Issue 23: model.precision defaults by device kind; the reduced precisions
+// are refused for CPU jobs at submit, with the reason.
+TEST(JobSpecValidatorTest, PrecisionDefaultsByDeviceAndReducedOnesNeedAGpu) {
+  v1::JobSpec gpu = ValidSpec();
+  gpu.set_device_kind(v1::DEVICE_KIND_GPU);
+  absl::StatusOr<v1::JobSpec> normalized = NormalizeJobSpec(gpu);
+  ASSERT_TRUE(normalized.ok()) << normalized.status();
+  EXPECT_EQ(normalized->model().precision(), v1::PRECISION_BF16);
+  for (v1::Precision reduced : {v1::PRECISION_BF16, v1::PRECISION_TF32}) {
+    v1::JobSpec cpu = ValidSpec();
+    cpu.mutable_model()->set_precision(reduced);
+    const absl::Status status = NormalizeJobSpec(cpu).status();
+    EXPECT_EQ(status.code(), absl::StatusCode::kInvalidArgument);
+    EXPECT_THAT(std::string(status.message()),
+                HasSubstr(absl::StrCat("model.precision: ", ShortEnumName(reduced),
+                                       " needs a GPU job (device_kind GPU); CPU jobs train in "
+                                       "FP32")));
+  }
+  v1::JobSpec unknown = ValidSpec();
+  unknown.mutable_model()->set_precision(static_cast<v1::Precision>(9));
+  EXPECT_THAT(std::string(NormalizeJobSpec(unknown).status().message()),
+              HasSubstr("model.precision: unknown value 9; use FP32, TF32 or BF16"));
 }
 
 TEST(JobSpecValidatorTest, ShardSourceIsAccepted) {

@@ -391,9 +391,10 @@ TEST(CommandLineTest, EverySpecFlagSetsAFieldOfItsType) {
     if (flag.spec_field == nullptr) continue;
     ++spec_flags;
     v1::JobSpec spec;
-    const std::string value = flag.kind == FlagKind::kBool ? "true"
-                              : absl::string_view(flag.name) == "device" ? "gpu"
-                                                                        : "7";
+    const std::string value = flag.kind == FlagKind::kBool                     ? "true"
+                              : absl::string_view(flag.name) == "device"    ? "gpu"
+                              : absl::string_view(flag.name) == "precision" ? "bf16"
+                                                                            : "7";
     absl::StatusOr<ScannedCommandLine> scanned =
         ScanCommandLine({absl::StrCat("--", flag.name, "=", value)});
     ASSERT_TRUE(scanned.ok()) << flag.name;
@@ -401,7 +402,7 @@ TEST(CommandLineTest, EverySpecFlagSetsAFieldOfItsType) {
     const std::string shown = flag.kind == FlagKind::kBool ? "on" : value;
     EXPECT_EQ(SpecFieldText(spec, flag.spec_field), shown) << flag.name;
   }
-  EXPECT_EQ(spec_flags, 24);
+  EXPECT_EQ(spec_flags, 25);
 }
 
 TEST(CommandLineTest, ASpecFlagValueOfTheWrongTypeNamesTheFlag) {
@@ -419,6 +420,7 @@ TEST(CommandLineTest, ASpecFlagValueOfTheWrongTypeNamesTheFlag) {
       {{{"lr", "1e999"}}, "--lr must be a finite number, not \"1e999\""},
       {{{"zero1", "maybe"}}, "--zero1 must be true or false, not \"maybe\""},
       {{{"device", "abacus"}}, "--device must be cpu or gpu, not \"abacus\""},
+      {{{"precision", "fp16"}}, "--precision must be fp32, tf32 or bf16, not \"fp16\""},
       {{{"reason", "x"}}, "--reason is not a job spec flag"},
   };
   for (const Case& c : cases) {
@@ -451,7 +453,7 @@ TEST(CommandLineTest, TheHelpShowsTheValuesSubmitSendsWithoutFlags) {
     EXPECT_TRUE(absl::EndsWith(FlagHelp(flag), absl::StrCat("(", value, ")")))
         << "--" << flag.name << ": " << FlagHelp(flag) << " but submit sends " << value;
   }
-  EXPECT_EQ(spec_flags, 24);
+  EXPECT_EQ(spec_flags, 25);
   // Spot checks against deploy/local/jobs/demo.yaml.
   EXPECT_EQ(SpecFieldText(*sent, "optimizer.learning_rate"), "0.003");
   EXPECT_EQ(SpecFieldText(*sent, "optimizer.warmup_steps"), "20");
