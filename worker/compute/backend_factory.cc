@@ -5,6 +5,15 @@
 
 namespace cohort::compute {
 
+const char* PrecisionName(Precision precision) {
+  switch (precision) {
+    case Precision::kFp32: return "fp32";
+    case Precision::kTf32: return "tf32";
+    case Precision::kBf16: return "bf16";
+  }
+  return "unknown";
+}
+
 absl::StatusOr<std::unique_ptr<Backend>> CreateBackend(const BackendOptions& options) {
   if (options.num_threads < 0) {
     return absl::InvalidArgumentError(
@@ -12,6 +21,11 @@ absl::StatusOr<std::unique_ptr<Backend>> CreateBackend(const BackendOptions& opt
   }
   switch (options.kind) {
     case BackendKind::kCpu:
+      if (options.precision != Precision::kFp32) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            "the CPU backend computes in fp32; precision ", PrecisionName(options.precision),
+            " needs a GPU"));
+      }
       return std::make_unique<CpuBackend>(CpuBackendOptions{.num_threads = options.num_threads});
     case BackendKind::kCuda:
       return absl::UnimplementedError("the CUDA compute backend is not built yet; use the CPU");

@@ -10,14 +10,21 @@ namespace cohort::compute {
 
 enum class BackendKind { kCpu, kCuda };
 
+// The arithmetic of the matmuls and activations (JobSpec model.precision):
+// master weights, optimizer state, gradient sums and the loss stay fp32.
+enum class Precision { kFp32, kTf32, kBf16 };
+const char* PrecisionName(Precision precision);  // "fp32", "tf32", "bf16"
+
 struct BackendOptions {
   BackendKind kind = BackendKind::kCpu;
   // CPU: OpenMP and OpenBLAS threads; 0 = omp_get_max_threads(). >= 0.
   int num_threads = 0;
+  Precision precision = Precision::kFp32;
 };
 
 // A new backend owned by the caller. InvalidArgument for a negative thread
-// count; Unimplemented for a kind this build does not provide (CUDA, for now).
+// count or a precision the kind does not compute in (the CPU: fp32 only);
+// Unimplemented for a kind this build does not provide (CUDA, for now).
 absl::StatusOr<std::unique_ptr<Backend>> CreateBackend(const BackendOptions& options);
 
 }  // namespace cohort::compute

@@ -30,6 +30,7 @@ absl::StatusOr<TrainingConfig> TrainingConfigFromSpec(const v1::JobSpec& spec, i
         " needs a GPU; the CPU backend trains in PRECISION_FP32"));
   }
   TrainingConfig config;
+  config.precision = compute::Precision::kFp32;
   const v1::ModelConfig& m = spec.model();
   config.model.layers = m.layers();
   config.model.heads = m.heads();

@@ -12,6 +12,7 @@
 
 #include "absl/status/statusor.h"
 #include "cohort/v1/job.pb.h"
+#include "worker/compute/backend_factory.h"
 #include "worker/data/markov_source.h"
 #include "worker/data/token_dataset.h"
 #include "worker/model/gpt_config.h"
@@ -38,6 +39,8 @@ struct TrainingConfig {
   AdamWOptions adamw;
   double grad_clip = 0.0;  // 0: no clipping
   bool zero1 = false;
+  // model.precision (unspecified: fp32, the CPU's).
+  compute::Precision precision = compute::Precision::kFp32;
   DataSourceConfig data;
 
   int micro_batches_per_step() const { return global_batch_size / micro_batch_size; }

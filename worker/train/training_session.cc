@@ -19,6 +19,7 @@ absl::StatusOr<std::unique_ptr<TrainingSession>> TrainingSession::Create(
   std::unique_ptr<TrainingSession> session(new TrainingSession(config));
   compute::BackendOptions backend;
   backend.num_threads = options.num_threads;
+  backend.precision = config.precision;
   ASSIGN_OR_RETURN(session->backend_, compute::CreateBackend(backend));
   model::ModelOptions model_options;
   model_options.max_micro_batch = config.micro_batch_size;

@@ -67,6 +67,13 @@ TEST(BackendFactoryTest, BuildsCpuAndRejectsWhatItCannot) {
             absl::StatusCode::kInvalidArgument);
   EXPECT_EQ(CreateBackend(BackendOptions{.kind = BackendKind::kCuda}).status().code(),
             absl::StatusCode::kUnimplemented);
+  // Issue 23: the reduced precisions are a GPU's.
+  for (Precision reduced : {Precision::kTf32, Precision::kBf16}) {
+    const absl::Status status = CreateBackend(BackendOptions{.precision = reduced}).status();
+    EXPECT_EQ(status.code(), absl::StatusCode::kInvalidArgument);
+    EXPECT_EQ(status.message(), absl::StrCat("the CPU backend computes in fp32; precision ",
+                                             PrecisionName(reduced), " needs a GPU"));
+  }
 }
 
 // Every op once, on sizes large enough that OpenMP splits the loops and

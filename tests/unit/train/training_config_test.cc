@@ -1,0 +1,41 @@
+// TrainingConfigFromSpec: what the engine takes from a job spec, and what it
+// refuses on the CPU (issue 23: the reduced precisions and GPU jobs).
+
+#include "worker/train/training_config.h"
+
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "tests/testing/job_specs.h"
+
+namespace cohort::train {
+namespace {
+
+using ::testing::HasSubstr;
+
+TEST(TrainingConfigTest, ACpuJobTrainsInFp32) {
+  v1::JobSpec spec = testing::SmallJobSpec("config", 1, 1, 1);
+  for (v1::Precision precision : {v1::PRECISION_UNSPECIFIED, v1::PRECISION_FP32}) {
+    spec.mutable_model()->set_precision(precision);
+    absl::StatusOr<TrainingConfig> config = TrainingConfigFromSpec(spec, 1);
+    ASSERT_TRUE(config.ok()) << config.status();
+    EXPECT_EQ(config->precision, compute::Precision::kFp32);
+  }
+  for (v1::Precision reduced : {v1::PRECISION_TF32, v1::PRECISION_BF16}) {
+    spec.mutable_model()->set_precision(reduced);
+    const absl::Status status = TrainingConfigFromSpec(spec, 1).status();
+    EXPECT_EQ(status.code(), absl::StatusCode::kInvalidArgument);
+    EXPECT_THAT(std::string(status.message()), HasSubstr("model.precision: "));
+    EXPECT_THAT(std::string(status.message()), HasSubstr("needs a GPU"));
+  }
+}
+
+TEST(TrainingConfigTest, AGpuJobIsUnimplementedOnThisEngine) {
+  v1::JobSpec spec = testing::SmallJobSpec("config", 1, 1, 1);
+  spec.set_device_kind(v1::DEVICE_KIND_GPU);
+  const absl::Status status = TrainingConfigFromSpec(spec, 1).status();
+  EXPECT_EQ(status.code(), absl::StatusCode::kUnimplemented);
+  EXPECT_THAT(std::string(status.message()), HasSubstr("device_kind: GPU training"));
+}
+
+}  // namespace
+}  // namespace cohort::train
