@@ -151,6 +151,9 @@ void Coordinator::Collect(Effects effects, Deliveries* out) {
     metrics_->RecoveryCompleted(recovery.kind, recovery.spare, recovery.lost_steps,
                                 recovery.detect_to_running);
   }
+  for (const Effects::RecoveryPhase& phase : effects.recovery_phases) {
+    metrics_->RecoveryPhase(phase.phase, phase.took);
+  }
   for (const auto& change : effects.generation_changes) {
     metrics_->GenerationChanged();
     for (KvCompletion& c :

@@ -146,6 +146,13 @@ CoordinatorMetrics::CoordinatorMetrics(std::shared_ptr<prometheus::Registry> reg
                           .Help("From noticing a membership change (loss, stall, drain, join, "
                                 "scale) to the new generation running, by kind")
                           .Register(*registry_);
+  recovery_phase_seconds_ =
+      &prometheus::BuildHistogram()
+           .Name("cohort_recovery_phase_seconds")
+           .Help("Phases of recoveries: suspend (the change noticed to the next generation "
+                 "planned), prepare (planned to every member ready: communicators, sessions, "
+                 "state transfers), first_step (ready to the first completed step)")
+           .Register(*registry_);
   lost_steps_ = &prometheus::BuildCounter()
                     .Name("cohort_recovery_lost_steps_total")
                     .Help("Optimizer steps given up by recoveries (steps since the checkpoint "
@@ -251,6 +258,12 @@ void CoordinatorMetrics::ObserveRpc(const std::string& method, const std::string
 
 void CoordinatorMetrics::RpcRejected(const std::string& method, const std::string& code) {
   rpc_rejected_->Add({{"method", method}, {"code", code}}).Increment();
+}
+
+void CoordinatorMetrics::RecoveryPhase(const char* phase, absl::Duration took) {
+  static const auto* buckets = new prometheus::Histogram::BucketBoundaries{
+      0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2, 5, 10, 30, 60, 300};
+  recovery_phase_seconds_->Add({{"phase", phase}}, *buckets).Observe(absl::ToDoubleSeconds(took));
 }
 
 void CoordinatorMetrics::RecoveryCompleted(v1::RecoveryKind kind, bool spare, int64_t lost_steps,

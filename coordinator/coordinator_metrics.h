@@ -53,6 +53,8 @@ class CoordinatorMetrics {
   // A re-planned generation became RUNNING with its state restored.
   void RecoveryCompleted(v1::RecoveryKind kind, bool spare, int64_t lost_steps,
                          absl::Duration detect_to_running);
+  // One phase of a recovery ("suspend", "prepare", "first_step": RecoveryStats).
+  void RecoveryPhase(const char* phase, absl::Duration took);
   // A worker announced its departure (Leave): not a failure.
   void WorkerLeft() { departures_->Increment(); }
   void SetWorkerCounts(const std::map<WorkerState, int>& counts);
@@ -101,6 +103,7 @@ class CoordinatorMetrics {
   prometheus::Gauge* attached_streams_;
   prometheus::Family<prometheus::Counter>* recoveries_;
   prometheus::Family<prometheus::Histogram>* recovery_seconds_;
+  prometheus::Family<prometheus::Histogram>* recovery_phase_seconds_;
   prometheus::Family<prometheus::Counter>* lost_steps_;
   prometheus::Family<prometheus::Counter>* checkpoint_bytes_;
   prometheus::Family<prometheus::Counter>* checkpoint_chunks_;

@@ -464,12 +464,23 @@ absl::Status JobManager::OnAssignmentStatus(const WorkerId& worker,
         if (recovery.spare) stats->set_spare(stats->spare() + 1);
         stats->set_lost_steps(stats->lost_steps() + plan.lost_steps());
         stats->set_last_detect_to_running_seconds(absl::ToDoubleSeconds(recovery.detect_to_running));
+        const absl::Time planned = entry->recovery_planned.value_or(*entry->recovery_started);
+        stats->set_last_suspend_seconds(absl::ToDoubleSeconds(planned - *entry->recovery_started));
+        stats->set_last_prepare_seconds(absl::ToDoubleSeconds(now - planned));
+        stats->set_last_first_step_seconds(0);
+        stats->set_last_detect_to_first_step_seconds(0);
+        effects->recovery_phases.push_back(
+            {JobId(job_id), "suspend", planned - *entry->recovery_started});
+        effects->recovery_phases.push_back({JobId(job_id), "prepare", now - planned});
+        entry->first_step_wait =
+            JobEntry::FirstStepWait{*entry->recovery_started, now, plan.step()};
         LOG(INFO) << "job " << job_id << " recovered into generation " << entry->job.generation()
                   << " (" << v1::RecoveryKind_Name(plan.kind()) << (recovery.spare ? ", spare" : "")
                   << ", " << plan.lost_steps() << " lost steps) "
                   << absl::FormatDuration(recovery.detect_to_running) << " after the change";
         effects->recoveries.push_back(recovery);
         entry->recovery_started.reset();
+        entry->recovery_planned.reset();
         entry->recovery_spare = false;
       }
       if (entry->job.state() == v1::JOB_STATE_RECONFIGURING) {
@@ -529,6 +540,21 @@ void JobManager::OnProgress(const WorkerId& worker, const v1::Heartbeat& heartbe
   // Progress counts from members that restored this generation's state
   // (READY): before that a worker reports no step of its own.
   if (!entry->ready.contains(worker)) return;
+  if (entry->first_step_wait.has_value() &&
+      heartbeat.progress().step() > entry->first_step_wait->from_step) {
+    const JobEntry::FirstStepWait wait = *entry->first_step_wait;
+    entry->first_step_wait.reset();
+    v1::RecoveryStats* stats = entry->job.mutable_recovery_stats();
+    stats->set_last_first_step_seconds(absl::ToDoubleSeconds(now - wait.running));
+    stats->set_last_detect_to_first_step_seconds(absl::ToDoubleSeconds(now - wait.started));
+    effects->recovery_phases.push_back({JobId(entry->job.job_id()), "first_step", now - wait.running});
+    LOG(INFO) << "job " << entry->job.job_id() << " generation " << entry->job.generation()
+              << " completed its first step "
+              << absl::FormatDuration(absl::Trunc(now - wait.started, absl::Milliseconds(1)))
+              << " after the change (suspend " << stats->last_suspend_seconds() << " s, prepare "
+              << stats->last_prepare_seconds() << " s, first step "
+              << stats->last_first_step_seconds() << " s)";
+  }
   entry->stall.Observe(worker, heartbeat.progress().step(),
                        heartbeat.progress().waiting_for_peers(), now);
   // Rank 0 speaks for the job; every rank computes the same loss.

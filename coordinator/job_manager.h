@@ -134,6 +134,13 @@ struct Effects {
     absl::Duration detect_to_running;
   };
   std::vector<Recovery> recoveries;
+  // Phases of recoveries (RecoveryStats): "suspend", "prepare", "first_step".
+  struct RecoveryPhase {
+    JobId job;
+    const char* phase;
+    absl::Duration took;
+  };
+  std::vector<RecoveryPhase> recovery_phases;
 };
 
 class JobManager {
@@ -291,6 +298,15 @@ class JobManager {
     // detect-to-running time), and whether it replaced a worker by a spare.
     std::optional<absl::Time> recovery_started;
     bool recovery_spare = false;
+    // When that re-plan installed the current generation.
+    std::optional<absl::Time> recovery_planned;
+    // A recovery that took effect, until its generation completes a step.
+    struct FirstStepWait {
+      absl::Time started;  // detection
+      absl::Time running;  // every member READY
+      int64_t from_step = 0;
+    };
+    std::optional<FirstStepWait> first_step_wait;
     // Heartbeat progress of the running generation's members.
     StallDetector stall;
     // The newest step any member reported completing since the last

@@ -295,6 +295,8 @@ void JobManager::CompleteSuspension(JobEntry& entry, absl::Time now, Effects* ef
   }
   const std::string reason = s.reason;
   entry.recovery_started = s.started;
+  entry.recovery_planned = now;
+  entry.first_step_wait.reset();
   entry.recovery_spare = IsSpareReplacement(plan, live.mesh(), *mesh);
   entry.suspension.reset();
   LOG(INFO) << "job " << id << ": " << v1::RecoveryKind_Name(plan.kind()) << " recovery at step "

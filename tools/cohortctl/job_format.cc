@@ -153,7 +153,14 @@ std::string FormatRecoveryStats(const v1::RecoveryStats& stats) {
                   StepsLost(stats.lost_steps()));
   if (stats.last_detect_to_running_seconds() > 0) {
     absl::StrAppend(&line, "; last took ", Seconds(stats.last_detect_to_running_seconds()),
-                    " from detection to running");
+                    " from detection to running (suspend ", Seconds(stats.last_suspend_seconds()),
+                    ", prepare ", Seconds(stats.last_prepare_seconds()));
+    if (stats.last_detect_to_first_step_seconds() > 0) {
+      absl::StrAppend(&line, "), ", Seconds(stats.last_detect_to_first_step_seconds()),
+                      " to its first step");
+    } else {
+      absl::StrAppend(&line, ")");
+    }
   }
   return line;
 }

@@ -629,6 +629,37 @@ TEST_F(JobManagerTest, SpareTakesALostRanksPlaceWithPeerRecovery) {
   ASSERT_EQ(ready.recoveries.size(), 1u);
   EXPECT_TRUE(ready.recoveries[0].spare);
   EXPECT_EQ(ready.recoveries[0].detect_to_running, absl::Milliseconds(55));
+  // Its phases (issue 24): detection to planned, planned to every member
+  // READY; the first step comes later.
+  EXPECT_DOUBLE_EQ(running.recovery_stats().last_suspend_seconds(), 0.005);
+  EXPECT_DOUBLE_EQ(running.recovery_stats().last_prepare_seconds(), 0.050);
+  EXPECT_EQ(running.recovery_stats().last_first_step_seconds(), 0);
+  ASSERT_EQ(ready.recovery_phases.size(), 2u);
+  EXPECT_STREQ(ready.recovery_phases[0].phase, "suspend");
+  EXPECT_EQ(ready.recovery_phases[1].took, absl::Milliseconds(50));
+  // A heartbeat at the resume step is no step; the next step is the first.
+  now_ += absl::Milliseconds(30);
+  Effects progress;
+  v1::Heartbeat heartbeat;
+  heartbeat.set_job_id(running.job_id());
+  heartbeat.set_generation(running.generation());
+  heartbeat.mutable_progress()->set_step(40);
+  jobs_->OnProgress(WorkerId(running.mesh().members(0).worker_id()), heartbeat, now_, &progress);
+  EXPECT_TRUE(progress.recovery_phases.empty());
+  now_ += absl::Milliseconds(10);
+  heartbeat.mutable_progress()->set_step(41);
+  jobs_->OnProgress(WorkerId(running.mesh().members(1).worker_id()), heartbeat, now_, &progress);
+  ASSERT_EQ(progress.recovery_phases.size(), 1u);
+  EXPECT_STREQ(progress.recovery_phases[0].phase, "first_step");
+  EXPECT_EQ(progress.recovery_phases[0].took, absl::Milliseconds(40));
+  EXPECT_DOUBLE_EQ(Get(job).recovery_stats().last_first_step_seconds(), 0.040);
+  EXPECT_DOUBLE_EQ(Get(job).recovery_stats().last_detect_to_first_step_seconds(), 0.095);
+  // Once only.
+  now_ += absl::Milliseconds(10);
+  heartbeat.mutable_progress()->set_step(42);
+  Effects later;
+  jobs_->OnProgress(WorkerId(running.mesh().members(0).worker_id()), heartbeat, now_, &later);
+  EXPECT_TRUE(later.recovery_phases.empty());
   bool recovered_event = false;
   for (const auto& event : ready.events) recovered_event |= event.kind == v1::JOB_EVENT_KIND_RECOVERED;
   EXPECT_TRUE(recovered_event);

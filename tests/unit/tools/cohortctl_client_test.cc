@@ -524,7 +524,8 @@ TEST_F(CohortctlTest, GetShowsRecovery) {
   EXPECT_THAT(out(), HasSubstr("Recovery:    PEER at step 120 (generation 3 from generation 2's "
                                "memory, 0 steps lost): every piece survives\n"
                                "Recoveries:  1 peer, 0 from checkpoint, 0 steps lost; last took "
-                               "0.184 s from detection to running\n"));
+                               "0.184 s from detection to running (suspend 0.000 s, prepare "
+                               "0.000 s)\n"));
 }
 
 // A run that loses a worker at step 100 and recovers from peers at step 120.

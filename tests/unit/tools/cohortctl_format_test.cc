@@ -190,6 +190,10 @@ v1::Job PeerRecoveredJob() {
   stats.set_checkpoint(1);
   stats.set_lost_steps(20);
   stats.set_last_detect_to_running_seconds(0.1837);
+  stats.set_last_suspend_seconds(0.0211);
+  stats.set_last_prepare_seconds(0.1626);
+  stats.set_last_first_step_seconds(0.0400);
+  stats.set_last_detect_to_first_step_seconds(0.2237);
   return job;
 }
 
@@ -208,6 +212,8 @@ v1::Job CheckpointRecoveredJob() {
   stats.set_checkpoint(1);
   stats.set_lost_steps(20);
   stats.set_last_detect_to_running_seconds(2.5);
+  stats.set_last_suspend_seconds(0.5);
+  stats.set_last_prepare_seconds(2.0);
   return job;
 }
 
@@ -251,10 +257,11 @@ TEST(RecoveryFormatTest, NoPlanAndNoRecoveriesPrintNothing) {
 TEST(RecoveryFormatTest, Totals) {
   EXPECT_EQ(FormatRecoveryStats(PeerRecoveredJob().recovery_stats()),
             "2 peer (1 with a spare), 1 from checkpoint, 20 steps lost; last took 0.184 s from "
-            "detection to running");
+            "detection to running (suspend 0.021 s, prepare 0.163 s), 0.224 s to its first "
+            "step");
   EXPECT_EQ(FormatRecoveryStats(CheckpointRecoveredJob().recovery_stats()),
             "0 peer, 1 from checkpoint, 20 steps lost; last took 2.500 s from detection to "
-            "running");
+            "running (suspend 0.500 s, prepare 2.000 s)");
   v1::RecoveryStats stats;
   stats.set_peer(1);
   EXPECT_EQ(FormatRecoveryStats(stats), "1 peer, 0 from checkpoint, 0 steps lost");
@@ -267,7 +274,8 @@ TEST(RecoveryFormatTest, JobDetailsShowThePlanAndTotalsAfterTheGeneration) {
                         "0 steps lost): every piece of generation 2's state survives; resuming "
                         "at step 120\n"
                         "Recoveries:  2 peer (1 with a spare), 1 from checkpoint, 20 steps lost; "
-                        "last took 0.184 s from detection to running\n"
+                        "last took 0.184 s from detection to running (suspend 0.021 s, prepare "
+                        "0.163 s), 0.224 s to its first step\n"
                         "Created:     "));
   // A fresh job's plan shows without totals.
   v1::Job job = RunningJob();
