@@ -427,6 +427,10 @@ absl::Status JobManager::OnAssignmentStatus(const WorkerId& worker,
     case v1::ASSIGNMENT_STATE_READY: {
       if (entry->suspension.has_value()) return absl::OkStatus();  // a re-plan overtook it
       entry->ready.insert(worker);
+      v1::PreparePhases& slowest = entry->slowest_prepare;
+      slowest.set_build_seconds(std::max(slowest.build_seconds(), status.prepare().build_seconds()));
+      slowest.set_restore_seconds(
+          std::max(slowest.restore_seconds(), status.prepare().restore_seconds()));
       entry->job.set_ready_workers(static_cast<int32_t>(entry->ready.size()));
       const bool all_ready = static_cast<int>(entry->ready.size()) ==
                                  entry->job.mesh().members_size() &&
@@ -472,6 +476,12 @@ absl::Status JobManager::OnAssignmentStatus(const WorkerId& worker,
         effects->recovery_phases.push_back(
             {JobId(job_id), "suspend", planned - *entry->recovery_started});
         effects->recovery_phases.push_back({JobId(job_id), "prepare", now - planned});
+        stats->set_last_build_seconds(entry->slowest_prepare.build_seconds());
+        stats->set_last_restore_seconds(entry->slowest_prepare.restore_seconds());
+        effects->recovery_phases.push_back(
+            {JobId(job_id), "build", absl::Seconds(entry->slowest_prepare.build_seconds())});
+        effects->recovery_phases.push_back(
+            {JobId(job_id), "restore", absl::Seconds(entry->slowest_prepare.restore_seconds())});
         entry->first_step_wait =
             JobEntry::FirstStepWait{*entry->recovery_started, now, plan.step()};
         LOG(INFO) << "job " << job_id << " recovered into generation " << entry->job.generation()

@@ -307,6 +307,8 @@ class JobManager {
       int64_t from_step = 0;
     };
     std::optional<FirstStepWait> first_step_wait;
+    // The current generation's slowest member build and restore, from READY.
+    v1::PreparePhases slowest_prepare;
     // Heartbeat progress of the running generation's members.
     StallDetector stall;
     // The newest step any member reported completing since the last

@@ -677,7 +677,7 @@ void WorkerAgent::PrepareAndReport(Assignment assignment) {
       }
     }
     LOG(INFO) << "ready for job " << job << " generation " << generation;
-    SendStatus(job, generation, v1::ASSIGNMENT_STATE_READY, "");
+    SendStatus(job, generation, v1::ASSIGNMENT_STATE_READY, "", {}, trainer_->last_prepare());
     return;
   }
   if (absl::IsUnavailable(prepared) || absl::IsAborted(prepared) ||
@@ -727,13 +727,15 @@ void WorkerAgent::ReportTrainingFinished(const JobId& job, Generation generation
 }
 
 void WorkerAgent::SendStatus(const JobId& job, Generation generation, v1::AssignmentState state,
-                             const std::string& message, const std::vector<v1::HeldState>& held) {
+                             const std::string& message, const std::vector<v1::HeldState>& held,
+                             const v1::PreparePhases& prepare) {
   v1::AssignmentStatus status;
   status.set_job_id(job.value());
   status.set_generation(generation.value());
   status.set_state(state);
   status.set_message(message);
   for (const v1::HeldState& h : held) *status.add_held_states() = h;
+  if (state == v1::ASSIGNMENT_STATE_READY) *status.mutable_prepare() = prepare;
   *status.mutable_progress() = ToProto(trainer_->progress());
   std::shared_ptr<AttachStream> stream;
   {

@@ -168,8 +168,10 @@ class WorkerAgent {
   // Prepares `assignment` and reports READY or FAILED.
   void PrepareAndReport(Assignment assignment);
   // Writes the status to the welcomed stream, or keeps it for the next one.
+  // `prepare` goes with READY only.
   void SendStatus(const JobId& job, Generation generation, v1::AssignmentState state,
-                  const std::string& message, const std::vector<v1::HeldState>& held = {});
+                  const std::string& message, const std::vector<v1::HeldState>& held = {},
+                  const v1::PreparePhases& prepare = {});
   // Writes undelivered statuses, oldest first, until one fails.
   void FlushPendingStatuses(const std::shared_ptr<AttachStream>& stream)
       ABSL_LOCKS_EXCLUDED(flush_mu_);

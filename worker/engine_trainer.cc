@@ -219,6 +219,7 @@ absl::StatusOr<int64_t> EngineTrainer::RestoreFromCheckpoint(const Assignment& a
                                session.runner().adam_v(), run->optimizer},
       options_.checkpoint_timeout, &stats));
   if (checkpoint_metrics_ != nullptr) checkpoint_metrics_->Restored(stats.bytes, stats.duration);
+  restore_bytes_ = stats.bytes;
   LOG(INFO) << "job " << assignment.job_id << " generation " << assignment.generation
             << " resumes at step " << manifest->step() << " from the checkpoint of job "
             << manifest->job_id() << " (saved by generation " << manifest->generation() << " as ("
@@ -291,6 +292,7 @@ absl::StatusOr<int64_t> EngineTrainer::Restore(const Assignment& assignment, Run
     checkpoint_metrics_->PeerTransferred(stats.sent_bytes, stats.received_bytes,
                                          absl::Now() - start);
   }
+  restore_bytes_ = static_cast<uint64_t>(stats.received_bytes);
   LOG(INFO) << "job " << assignment.job_id << " generation " << assignment.generation
             << (run->session != nullptr ? " resumes" : " donated") << " at step " << plan.step()
             << " from peers (generation " << plan.source_generation() << "'s memory): received "
@@ -338,7 +340,10 @@ absl::Status EngineTrainer::Prepare(const Assignment& assignment) {
   // has trained; everything else can go.
   const bool peer = assignment.recovery.kind() == v1::RECOVERY_KIND_PEER;
   Run* source = peer ? HeldRunLocked(assignment.recovery.source_generation()) : nullptr;
+  const absl::Time prepare_start = absl::Now();
+  restore_bytes_ = 0;
   absl::StatusOr<std::unique_ptr<Run>> built = Build(assignment);
+  const absl::Time built_at = absl::Now();
   if (!built.ok()) return built.status();
   std::unique_ptr<Run> run = *std::move(built);
   {
@@ -362,6 +367,12 @@ absl::Status EngineTrainer::Prepare(const Assignment& assignment) {
   if (!start.ok()) return start.status();
   if (!mirrored.ok()) return mirrored;
   run->start_step = *start;
+  {
+    absl::MutexLock progress_lock(&progress_mu_);
+    last_prepare_.set_build_seconds(absl::ToDoubleSeconds(built_at - prepare_start));
+    last_prepare_.set_restore_seconds(absl::ToDoubleSeconds(absl::Now() - built_at));
+    last_prepare_.set_restore_bytes(restore_bytes_);
+  }
   if (run->loss_log != nullptr) {
     // Steps above this one logged by older generations are superseded: this
     // generation trains them again (docs/operations.md, "Loss log").
@@ -569,6 +580,11 @@ void EngineTrainer::StopLocked() {
   }
   run_.reset();
   previous_.reset();
+}
+
+v1::PreparePhases EngineTrainer::last_prepare() const {
+  absl::MutexLock lock(&progress_mu_);
+  return last_prepare_;
 }
 
 TrainingProgress EngineTrainer::progress() const {

@@ -115,6 +115,7 @@ class EngineTrainer : public Trainer {
   absl::Status Donate(const Assignment& assignment) override;
   void Stop() override;
   TrainingProgress progress() const override;
+  v1::PreparePhases last_prepare() const override;
 
  private:
   // One generation's resources; destroyed in reverse order.
@@ -167,6 +168,9 @@ class EngineTrainer : public Trainer {
 
   mutable absl::Mutex progress_mu_;
   TrainingProgress progress_ ABSL_GUARDED_BY(progress_mu_);
+  v1::PreparePhases last_prepare_ ABSL_GUARDED_BY(progress_mu_);
+  // Bytes the restore in flight received (peers or checkpoint).
+  uint64_t restore_bytes_ ABSL_GUARDED_BY(mu_) = 0;
 };
 
 }  // namespace cohort::worker

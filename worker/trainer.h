@@ -77,6 +77,9 @@ class Trainer {
 
   // Progress of the current assignment (zero values when none).
   virtual TrainingProgress progress() const = 0;
+  // Where the last successful Prepare's time went (sent with READY); zeros
+  // from trainers that do not measure it.
+  virtual v1::PreparePhases last_prepare() const { return {}; }
 };
 
 }  // namespace cohort::worker

@@ -155,6 +155,10 @@ std::string FormatRecoveryStats(const v1::RecoveryStats& stats) {
     absl::StrAppend(&line, "; last took ", Seconds(stats.last_detect_to_running_seconds()),
                     " from detection to running (suspend ", Seconds(stats.last_suspend_seconds()),
                     ", prepare ", Seconds(stats.last_prepare_seconds()));
+    if (stats.last_build_seconds() > 0 || stats.last_restore_seconds() > 0) {
+      absl::StrAppend(&line, ": build ", Seconds(stats.last_build_seconds()), ", restore ",
+                      Seconds(stats.last_restore_seconds()));
+    }
     if (stats.last_detect_to_first_step_seconds() > 0) {
       absl::StrAppend(&line, "), ", Seconds(stats.last_detect_to_first_step_seconds()),
                       " to its first step");

@@ -617,12 +617,23 @@ TEST_F(JobManagerTest, SpareTakesALostRanksPlaceWithPeerRecovery) {
 
   now_ += absl::Milliseconds(50);
   Effects ready;
-  for (const auto& member : after.mesh().members()) {
-    ASSERT_TRUE(Report(member.worker_id(), after, v1::ASSIGNMENT_STATE_READY, &ready).ok());
+  for (int i = 0; i < after.mesh().members_size(); ++i) {
+    // Each member says where its Prepare's time went; the slowest counts.
+    v1::AssignmentStatus status;
+    status.set_job_id(after.job_id());
+    status.set_generation(after.generation());
+    status.set_state(v1::ASSIGNMENT_STATE_READY);
+    status.mutable_prepare()->set_build_seconds(0.01 * (i + 1));
+    status.mutable_prepare()->set_restore_seconds(0.02 * (4 - i));
+    ASSERT_TRUE(jobs_->OnAssignmentStatus(WorkerId(after.mesh().members(i).worker_id()), status,
+                                          now_, &ready)
+                    .ok());
   }
   v1::Job running = Get(job);
   EXPECT_EQ(running.state(), v1::JOB_STATE_RUNNING);
   EXPECT_EQ(running.live_state().generation(), 2u);
+  EXPECT_DOUBLE_EQ(running.recovery_stats().last_build_seconds(), 0.04);
+  EXPECT_DOUBLE_EQ(running.recovery_stats().last_restore_seconds(), 0.08);
   EXPECT_EQ(running.recovery_stats().peer(), 1);
   EXPECT_EQ(running.recovery_stats().spare(), 1);
   EXPECT_EQ(running.recovery_stats().lost_steps(), 0);
@@ -634,9 +645,10 @@ TEST_F(JobManagerTest, SpareTakesALostRanksPlaceWithPeerRecovery) {
   EXPECT_DOUBLE_EQ(running.recovery_stats().last_suspend_seconds(), 0.005);
   EXPECT_DOUBLE_EQ(running.recovery_stats().last_prepare_seconds(), 0.050);
   EXPECT_EQ(running.recovery_stats().last_first_step_seconds(), 0);
-  ASSERT_EQ(ready.recovery_phases.size(), 2u);
+  ASSERT_EQ(ready.recovery_phases.size(), 4u);
   EXPECT_STREQ(ready.recovery_phases[0].phase, "suspend");
   EXPECT_EQ(ready.recovery_phases[1].took, absl::Milliseconds(50));
+  EXPECT_STREQ(ready.recovery_phases[3].phase, "restore");
   // A heartbeat at the resume step is no step; the next step is the first.
   now_ += absl::Milliseconds(30);
   Effects progress;

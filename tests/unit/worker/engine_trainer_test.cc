@@ -168,6 +168,11 @@ TEST_F(EngineTrainerTest, TwoDataParallelMembersTrainTheJobOfOneProcess) {
     EXPECT_NEAR(*p.loss, reference.back(), 1e-5);
   }
   EXPECT_EQ(*a->progress().loss, *b->progress().loss);  // one all-reduced loss
+  // Where the Prepare's time went, as sent with READY: both parts measured,
+  // nothing received on a fresh start.
+  EXPECT_GT(a->last_prepare().build_seconds(), 0);
+  EXPECT_GT(a->last_prepare().restore_seconds(), 0);
+  EXPECT_EQ(a->last_prepare().restore_bytes(), 0u);
 }
 
 TEST_F(EngineTrainerTest, ASurvivorGoesOnFromMemoryWithTheLeaversShardDonated) {
@@ -220,6 +225,7 @@ TEST_F(EngineTrainerTest, ASurvivorGoesOnFromMemoryWithTheLeaversShardDonated) {
     ASSERT_TRUE(s.ok()) << s;
   }
   for (const absl::Status& s : WaitFinished(2, 1)) EXPECT_TRUE(s.ok()) << s;
+  EXPECT_GT(a->last_prepare().restore_bytes(), 0u);  // the donated moment shard
   const TrainingProgress p = a->progress();
   EXPECT_EQ(p.step, Step(steps));
   ASSERT_TRUE(p.loss.has_value());
