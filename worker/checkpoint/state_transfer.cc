@@ -89,34 +89,56 @@ absl::Status RunTransfers(comm::Communicator* world, int self,
       if (t.to == self) recv = &t;
     }
     if (send == nullptr && recv == nullptr) continue;
+    // A region that is one run of the buffer's flat elements (whole rows,
+    // a 1-D slice) goes straight from the source's state and into the
+    // destination's: no staging copy on either side.
+    const void* send_data = nullptr;
+    Box from_box;
     if (send != nullptr) {
       if (source == nullptr) return absl::InvalidArgumentError("asked to send without source state");
-      send_buffer.resize(static_cast<size_t>(send->elements()));
-      Box from_box;
       ASSIGN_OR_RETURN(ConstBoxedBuffer from, SourceView(*source, *send, &from_box));
-      CopyRegion(send->region, from, BoxedBuffer{&send->region, 0, send_buffer.data()},
-                 sizeof(float));
+      if (IsContiguousIn(send->region, from_box)) {
+        send_data = static_cast<const float*>(from.data) +
+                    (FlatIndexIn(from_box, send->region.start) - from.first);
+      } else {
+        send_buffer.resize(static_cast<size_t>(send->elements()));
+        CopyRegion(send->region, from, BoxedBuffer{&send->region, 0, send_buffer.data()},
+                   sizeof(float));
+        send_data = send_buffer.data();
+      }
     }
+    void* recv_data = nullptr;
+    Box to_box;
+    BoxedBuffer to;
+    bool staged = false;
     if (recv != nullptr) {
       if (destination == nullptr) return absl::InvalidArgumentError("asked to receive as a donor");
-      recv_buffer.resize(static_cast<size_t>(recv->elements()));
+      to = DestinationView(*destination, *recv, &to_box);
+      if (IsContiguousIn(recv->region, to_box)) {
+        recv_data = static_cast<float*>(to.data) +
+                    (FlatIndexIn(to_box, recv->region.start) - to.first);
+      } else {
+        recv_buffer.resize(static_cast<size_t>(recv->elements()));
+        recv_data = recv_buffer.data();
+        staged = true;
+      }
     }
     const uint32_t tag = static_cast<uint32_t>(r);
     const size_t send_bytes = send ? static_cast<size_t>(send->elements()) * sizeof(float) : 0;
     const size_t recv_bytes = recv ? static_cast<size_t>(recv->elements()) * sizeof(float) : 0;
     if (send != nullptr && recv != nullptr) {
-      RETURN_IF_ERROR(world->SendRecv(send_buffer.data(), send_bytes, send->to, recv_buffer.data(),
-                                      recv_bytes, recv->from, tag, timeout));
+      RETURN_IF_ERROR(world->SendRecv(send_data, send_bytes, send->to, recv_data, recv_bytes,
+                                      recv->from, tag, timeout));
     } else if (send != nullptr) {
-      RETURN_IF_ERROR(world->Send(send_buffer.data(), send_bytes, send->to, tag, timeout));
+      RETURN_IF_ERROR(world->Send(send_data, send_bytes, send->to, tag, timeout));
     } else {
-      RETURN_IF_ERROR(world->Recv(recv_buffer.data(), recv_bytes, recv->from, tag, timeout));
+      RETURN_IF_ERROR(world->Recv(recv_data, recv_bytes, recv->from, tag, timeout));
     }
     if (recv != nullptr) {
-      Box to_box;
-      const BoxedBuffer to = DestinationView(*destination, *recv, &to_box);
-      CopyRegion(recv->region, ConstBoxedBuffer{&recv->region, 0, recv_buffer.data()}, to,
-                 sizeof(float));
+      if (staged) {
+        CopyRegion(recv->region, ConstBoxedBuffer{&recv->region, 0, recv_buffer.data()}, to,
+                   sizeof(float));
+      }
       local.received_bytes += static_cast<int64_t>(recv_bytes);
     }
     local.sent_bytes += static_cast<int64_t>(send_bytes);
