@@ -76,11 +76,8 @@ class ThreadGroup {
     return message;
   }
 
-  // Wakes waiters so they see their `aborted` flag.
-  void Wake() {
-    absl::MutexLock lock(&mu_);
-    ++wakes_;
-  }
+  // Guards the `aborted` flags the waits above read: setting one under it
+  // re-evaluates their conditions as it unlocks.
   absl::Mutex* mu() { return &mu_; }
 
  private:
@@ -94,7 +91,6 @@ class ThreadGroup {
   std::vector<uint64_t> next_round_ ABSL_GUARDED_BY(mu_);
   std::map<uint64_t, Round> rounds_ ABSL_GUARDED_BY(mu_);
   std::map<std::tuple<int, int, uint32_t>, std::deque<std::string>> boxes_ ABSL_GUARDED_BY(mu_);
-  int wakes_ ABSL_GUARDED_BY(mu_) = 0;
 };
 
 class ThreadCommunicator : public comm::Communicator {
@@ -166,11 +162,8 @@ class ThreadCommunicator : public comm::Communicator {
     return Exchange(nullptr, 0, timeout).status();
   }
   void Abort(const absl::Status&) override {
-    {
-      absl::MutexLock lock(group_->mu());
-      aborted_ = true;
-    }
-    group_->Wake();
+    absl::MutexLock lock(group_->mu());
+    aborted_ = true;
   }
 
  private:

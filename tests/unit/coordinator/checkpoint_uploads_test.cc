@@ -23,6 +23,26 @@ std::string Result(const absl::StatusOr<bool>& r) {
   return r.ok() ? (*r ? "committed" : "pending") : r.status().ToString();
 }
 
+// Writer `writer` of two, in a (2,1,1) layout, of checkpoint `step` of
+// `job_id`: one fp32 tensor "param/w" of `shape`.
+v1::UploadHeader UploadHeaderOf(const std::string& job_id, uint32_t writer, uint64_t generation,
+                                int64_t step, const std::vector<int64_t>& shape) {
+  v1::UploadHeader h;
+  h.set_job_id(job_id);
+  h.set_generation(generation);
+  h.set_step(step);
+  h.mutable_layout()->set_data_parallel(2);
+  h.mutable_layout()->set_tensor_parallel(1);
+  h.mutable_layout()->set_pipeline_parallel(1);
+  h.set_writer(writer);
+  h.set_writers(2);
+  v1::TensorInfo* t = h.add_tensors();
+  t->set_name("param/w");
+  t->set_dtype(v1::TENSOR_DTYPE_FLOAT32);
+  for (int64_t d : shape) t->add_global_shape(d);
+  return h;
+}
+
 // A 4 x 6 fp32 tensor "param/w" written by two writers, rows 0-1 and 2-3.
 class CheckpointUploadsTest : public ::testing::Test {
  protected:
@@ -39,21 +59,7 @@ class CheckpointUploadsTest : public ::testing::Test {
   }
 
   v1::UploadHeader Header(uint32_t writer, uint64_t generation = 2, int64_t step = 10) {
-    v1::UploadHeader h;
-    h.set_job_id("job-1");
-    h.set_generation(generation);
-    h.set_step(step);
-    h.mutable_layout()->set_data_parallel(2);
-    h.mutable_layout()->set_tensor_parallel(1);
-    h.mutable_layout()->set_pipeline_parallel(1);
-    h.set_writer(writer);
-    h.set_writers(2);
-    v1::TensorInfo* t = h.add_tensors();
-    t->set_name("param/w");
-    t->set_dtype(v1::TENSOR_DTYPE_FLOAT32);
-    t->add_global_shape(4);
-    t->add_global_shape(6);
-    return h;
+    return UploadHeaderOf("job-1", writer, generation, step, {4, 6});
   }
 
   // Rows [row, row + rows) of the tensor, values row * 6 + column.
@@ -300,20 +306,7 @@ TEST(CheckpointUploadsMarkerTest, AMarkerAtTheDiskHoldsUpOnlyItsOwnCheckpointsWr
   CheckpointUploads uploads(
       &store, [&job](const JobId&) -> absl::StatusOr<CheckpointJobState> { return job; }, &clock);
   auto header = [](const std::string& job_id, uint32_t writer) {
-    v1::UploadHeader h;
-    h.set_job_id(job_id);
-    h.set_generation(2);
-    h.set_step(10);
-    h.mutable_layout()->set_data_parallel(2);
-    h.mutable_layout()->set_tensor_parallel(1);
-    h.mutable_layout()->set_pipeline_parallel(1);
-    h.set_writer(writer);
-    h.set_writers(2);
-    v1::TensorInfo* t = h.add_tensors();
-    t->set_name("param/w");
-    t->set_dtype(v1::TENSOR_DTYPE_FLOAT32);
-    t->add_global_shape(2);
-    return h;
+    return UploadHeaderOf(job_id, writer, 2, 10, {2});
   };
   // An upload of job "other" is under way before the disk stalls.
   absl::StatusOr<std::unique_ptr<CheckpointUploads::Writer>> other =

@@ -16,6 +16,7 @@
 #include "coordinator/recovery_planner.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "tests/testing/fake_checkpoint_client.h"
 #include "tests/testing/job_specs.h"
 #include "tests/testing/thread_comms.h"
 #include "worker/engine_trainer.h"
@@ -25,31 +26,6 @@
 
 namespace cohort::worker {
 namespace {
-
-// No checkpoint anywhere: every generation without a peer plan starts fresh.
-class NoCheckpoints : public client::CheckpointClient {
- public:
-  absl::StatusOr<v1::UploadResponse> Upload(const v1::UploadHeader&,
-                                            const std::vector<client::UploadChunk>&,
-                                            const v1::UploadEnd&, absl::Duration) override {
-    return absl::UnimplementedError("no checkpoints in this test");
-  }
-  absl::StatusOr<v1::CheckpointManifest> GetManifest(const std::string& job, int64_t,
-                                                     absl::Duration) override {
-    return absl::NotFoundError(absl::StrCat("job ", job, " has no checkpoint"));
-  }
-  absl::Status Download(const std::string&, int64_t, const std::vector<v1::ChunkRef>&,
-                        const client::ChunkPlacement&, const client::ChunkCallback&,
-                        absl::Duration) override {
-    return absl::UnimplementedError("no checkpoints in this test");
-  }
-  absl::StatusOr<v1::ListCheckpointsResponse> List(const std::string&, absl::Duration) override {
-    return v1::ListCheckpointsResponse();
-  }
-  absl::Status Delete(const std::string&, int64_t, absl::Duration) override {
-    return absl::OkStatus();
-  }
-};
 
 constexpr absl::Duration kWait = absl::Seconds(60);
 
@@ -90,7 +66,10 @@ class EngineTrainerTest : public ::testing::Test {
     options.num_threads = 1;
     options.collective_timeout = absl::Seconds(20);
     options.comms_factory = mesh_.Factory();
-    options.checkpoint_factory = [] { return std::make_unique<NoCheckpoints>(); };
+    // No checkpoint anywhere: a generation without a peer plan starts fresh.
+    options.checkpoint_factory = [] {
+      return std::make_unique<testing::RecordingCheckpointClient>();
+    };
     options.on_finished = [this](const JobId&, Generation generation, const absl::Status& s) {
       absl::MutexLock lock(&mu_);
       finished_.push_back({generation, s});

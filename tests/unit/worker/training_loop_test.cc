@@ -13,6 +13,7 @@
 #include "absl/synchronization/mutex.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "tests/testing/fake_checkpoint_client.h"
 #include "tests/testing/job_specs.h"
 #include "worker/comm/communicator.h"
 #include "worker/train/training_config.h"
@@ -68,44 +69,6 @@ class FakeGroup : public comm::Communicator {
 
  private:
   absl::Status Outcome() const { return fail ? failure : absl::OkStatus(); }
-};
-
-// Records uploads; every one commits.
-class RecordingCheckpointClient : public client::CheckpointClient {
- public:
-  absl::StatusOr<v1::UploadResponse> Upload(const v1::UploadHeader& header,
-                                            const std::vector<client::UploadChunk>& chunks,
-                                            const v1::UploadEnd&, absl::Duration) override {
-    absl::MutexLock lock(&mu_);
-    steps_.push_back(header.step());
-    v1::UploadResponse response;
-    response.set_chunks_stored(static_cast<uint32_t>(chunks.size()));
-    response.set_committed(true);
-    return response;
-  }
-  absl::StatusOr<v1::CheckpointManifest> GetManifest(const std::string&, int64_t,
-                                                     absl::Duration) override {
-    return absl::NotFoundError("none");
-  }
-  absl::Status Download(const std::string&, int64_t, const std::vector<v1::ChunkRef>&,
-                        const client::ChunkPlacement&, const client::ChunkCallback&,
-                        absl::Duration) override {
-    return absl::UnimplementedError("not in this test");
-  }
-  absl::StatusOr<v1::ListCheckpointsResponse> List(const std::string&, absl::Duration) override {
-    return v1::ListCheckpointsResponse();
-  }
-  absl::Status Delete(const std::string&, int64_t, absl::Duration) override {
-    return absl::OkStatus();
-  }
-  std::vector<int64_t> steps() {
-    absl::MutexLock lock(&mu_);
-    return steps_;
-  }
-
- private:
-  absl::Mutex mu_;
-  std::vector<int64_t> steps_ ABSL_GUARDED_BY(mu_);
 };
 
 class TrainingLoopTest : public ::testing::Test {
@@ -200,7 +163,7 @@ TEST_F(TrainingLoopTest, ARunResumedAtAStepContinuesTheTrajectoryOfOneUninterrup
 TEST_F(TrainingLoopTest, ACheckpointFollowsEveryIntervalAndTheLastStep) {
   std::unique_ptr<train::TrainingSession> session = NewSession(5);
   ASSERT_NE(session, nullptr);
-  RecordingCheckpointClient client;
+  testing::RecordingCheckpointClient client;
   checkpoint::CheckpointWriterOptions options;
   options.job_id = "loop-1";
   options.generation = Generation(3);
