@@ -426,7 +426,9 @@ absl::Status JobManager::OnAssignmentStatus(const WorkerId& worker,
   switch (status.state()) {
     case v1::ASSIGNMENT_STATE_READY: {
       if (entry->suspension.has_value()) return absl::OkStatus();  // a re-plan overtook it
-      entry->ready.insert(worker);
+      if (entry->ready.insert(worker).second && status.prepare().session_kept()) {
+        ++entry->sessions_kept;
+      }
       v1::PreparePhases& slowest = entry->slowest_prepare;
       slowest.set_build_seconds(std::max(slowest.build_seconds(), status.prepare().build_seconds()));
       slowest.set_restore_seconds(
@@ -478,6 +480,8 @@ absl::Status JobManager::OnAssignmentStatus(const WorkerId& worker,
         effects->recovery_phases.push_back({JobId(job_id), "prepare", now - planned});
         stats->set_last_build_seconds(entry->slowest_prepare.build_seconds());
         stats->set_last_restore_seconds(entry->slowest_prepare.restore_seconds());
+        stats->set_last_sessions_kept(entry->sessions_kept);
+        stats->set_last_members(entry->job.mesh().members_size());
         effects->recovery_phases.push_back(
             {JobId(job_id), "build", absl::Seconds(entry->slowest_prepare.build_seconds())});
         effects->recovery_phases.push_back(
@@ -486,7 +490,9 @@ absl::Status JobManager::OnAssignmentStatus(const WorkerId& worker,
             JobEntry::FirstStepWait{*entry->recovery_started, now, plan.step()};
         LOG(INFO) << "job " << job_id << " recovered into generation " << entry->job.generation()
                   << " (" << v1::RecoveryKind_Name(plan.kind()) << (recovery.spare ? ", spare" : "")
-                  << ", " << plan.lost_steps() << " lost steps) "
+                  << ", " << plan.lost_steps() << " lost steps, " << entry->sessions_kept
+                  << " of " << entry->job.mesh().members_size()
+                  << " members kept their session) "
                   << absl::FormatDuration(recovery.detect_to_running) << " after the change";
         effects->recoveries.push_back(recovery);
         entry->recovery_started.reset();

@@ -309,6 +309,8 @@ class JobManager {
     std::optional<FirstStepWait> first_step_wait;
     // The current generation's slowest member build and restore, from READY.
     v1::PreparePhases slowest_prepare;
+    // Its members that reported READY with their training session kept.
+    int sessions_kept = 0;
     // Heartbeat progress of the running generation's members.
     StallDetector stall;
     // The newest step any member reported completing since the last

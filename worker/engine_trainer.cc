@@ -8,6 +8,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
 #include "absl/cleanup/cleanup.h"
+#include "google/protobuf/util/message_differencer.h"
 #include "common/job_spec_defaults.h"
 #include "common/log.h"
 #include "common/status_macros.h"
@@ -27,12 +28,38 @@ namespace {
 // Chunks of a state transfer: 4 Mi floats (16 MiB) at most.
 constexpr int64_t kTransferElements = 4 << 20;
 
+// Whether the run may ever need its previous state versions: unless the job
+// can never have a peer.
+bool KeepsPrevious(const Assignment& assignment) {
+  return std::max(assignment.spec.elastic().max_workers(), assignment.mesh.members_size()) > 1;
+}
+
+// The specs are the same but for the elastic bounds (a session depends on
+// everything else).
+// Opens --loss_log (if set) for appending.
+absl::Status OpenLossLog(const std::string& path, std::FILE** file) {
+  if (path.empty()) return absl::OkStatus();
+  *file = std::fopen(path.c_str(), "a");
+  if (*file == nullptr) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("--loss_log ", path, ": cannot open for appending"));
+  }
+  return absl::OkStatus();
+}
+
+bool SameTrainingSpec(const v1::JobSpec& a, const v1::JobSpec& b) {
+  v1::JobSpec x = a, y = b;
+  x.clear_elastic();
+  y.clear_elastic();
+  return google::protobuf::util::MessageDifferencer::Equals(x, y);
+}
 
 }  // namespace
 
 struct EngineTrainer::Run {
   JobId job_id;
   Generation generation;
+  v1::JobSpec spec;
   v1::Mesh mesh;
   v1::MeshCoordinates coordinates;
   checkpoint::StateLayout layout;
@@ -49,6 +76,10 @@ struct EngineTrainer::Run {
   std::unique_ptr<client::CheckpointClient> checkpoints;
   std::unique_ptr<checkpoint::CheckpointWriter> writer;  // when checkpointing
   checkpoint::ArenaRange optimizer;
+  bool keep_previous = false;  // the session's StateVersionOptions
+  // Older generations whose session this run kept, and whose state it holds
+  // until it has trained a step (a kept session's restore moves nothing).
+  std::vector<Generation> also_holds;
   std::FILE* loss_log = nullptr;
   std::atomic<bool> stop{false};
   std::atomic<bool> trained{false};  // completed a step in this generation
@@ -90,12 +121,55 @@ absl::StatusOr<std::unique_ptr<GenerationComms>> EngineTrainer::NewUcxComms(
   return CreateUcxGenerationComms(request, std::move(kv), options_.bootstrap_timeout);
 }
 
+bool EngineTrainer::CanKeepSession(const Run& source, const Assignment& assignment) {
+  if (source.session == nullptr || assignment.donor || source.job_id != assignment.job_id) {
+    return false;
+  }
+  const v1::Mesh& mesh = assignment.mesh;
+  const checkpoint::StateLayout layout{
+      std::max(1, mesh.data_parallel()), std::max(1, mesh.tensor_parallel()),
+      std::max(1, mesh.pipeline_parallel()), assignment.spec.parallelism().zero1(),
+      OptimizerReplicasOf(assignment.spec)};
+  // The same rank in the same layout: every shard, the optimizer range and
+  // the rank's share of each batch have the same shapes.
+  return layout == source.layout &&
+         assignment.coordinates.rank() == source.coordinates.rank() &&
+         KeepsPrevious(assignment) == source.keep_previous &&
+         SameTrainingSpec(assignment.spec, source.spec);
+}
+
+absl::Status EngineTrainer::MoveSession(Run* from, Run* to) {
+  const train::TrainingGroups inner =
+      to->comms != nullptr ? to->comms->groups() : train::TrainingGroups{};
+  const std::pair<std::unique_ptr<comm::TrackedCommunicator>*, comm::Communicator*> slots[] = {
+      {&from->tracked_data, inner.data},
+      {&from->tracked_tensor, inner.tensor},
+      {&from->tracked_pipeline, inner.pipeline}};
+  for (const auto& [tracked, communicator] : slots) {
+    if ((*tracked == nullptr) != (communicator == nullptr)) {
+      return absl::InternalError("a kept session's mesh groups differ from the new generation's");
+    }
+  }
+  for (const auto& [tracked, communicator] : slots) {
+    if (*tracked != nullptr) RETURN_IF_ERROR((*tracked)->Rebind(communicator));
+  }
+  to->tracked_data = std::move(from->tracked_data);
+  to->tracked_tensor = std::move(from->tracked_tensor);
+  to->tracked_pipeline = std::move(from->tracked_pipeline);
+  to->session = std::move(from->session);
+  to->optimizer = from->optimizer;
+  to->keep_previous = from->keep_previous;
+  to->steps = from->steps;
+  return absl::OkStatus();
+}
+
 absl::StatusOr<std::unique_ptr<EngineTrainer::Run>> EngineTrainer::Build(
-    const Assignment& assignment) {
+    const Assignment& assignment, Run* keep) {
   const v1::Mesh& mesh = assignment.mesh;
   auto run = std::make_unique<Run>();
   run->job_id = assignment.job_id;
   run->generation = assignment.generation;
+  run->spec = assignment.spec;
   run->mesh = mesh;
   run->coordinates = assignment.coordinates;
   run->layout = checkpoint::StateLayout{
@@ -130,11 +204,18 @@ absl::StatusOr<std::unique_ptr<EngineTrainer::Run>> EngineTrainer::Build(
                            ? options_.checkpoint_factory()
                            : client::NewGrpcCheckpointClient(options_.coordinator);
     if (assignment.donor) return absl::OkStatus();
+    run->checkpoint_interval = assignment.spec.checkpoint().interval_steps();
+    if (keep != nullptr) {
+      RETURN_IF_ERROR(OpenLossLog(options_.loss_log, &run->loss_log));
+      RETURN_IF_ERROR(MoveSession(keep, run.get()));  // the last step that can fail
+      run->also_holds = keep->trained ? std::vector<Generation>{} : keep->also_holds;
+      run->also_holds.push_back(keep->generation);
+      return absl::OkStatus();
+    }
 
     ASSIGN_OR_RETURN(train::TrainingConfig config,
                      train::TrainingConfigFromSpec(assignment.spec, run->layout.dp));
     run->steps = config.steps;
-    run->checkpoint_interval = assignment.spec.checkpoint().interval_steps();
     auto track = [this](comm::Communicator* inner,
                         std::unique_ptr<comm::TrackedCommunicator>* slot,
                         MeshGroup group) -> comm::Communicator* {
@@ -155,8 +236,8 @@ absl::StatusOr<std::unique_ptr<EngineTrainer::Run>> EngineTrainer::Build(
     session.num_threads = options_.num_threads;
     session.collective_timeout = options_.collective_timeout;
     // Keep what a peer recovery needs, unless the job can never have a peer.
-    session.state_versions.keep_previous = std::max(assignment.spec.elastic().max_workers(),
-                                                    mesh.members_size()) > 1;
+    run->keep_previous = KeepsPrevious(assignment);
+    session.state_versions.keep_previous = run->keep_previous;
     session.state_versions.optimizer_replicas = run->layout.optimizer_replicas;
     // Restore overwrites every weight (or fails); the initial draw happens
     // only when there is nothing to restore (RestoreFromCheckpoint).
@@ -165,19 +246,13 @@ absl::StatusOr<std::unique_ptr<EngineTrainer::Run>> EngineTrainer::Build(
                      train::TrainingSession::Create(config, layout, groups, session));
     const train::DataParallel& dp = run->session->data_parallel();
     run->optimizer = {dp.update_begin(), dp.update_end()};
-    if (!options_.loss_log.empty()) {
-      run->loss_log = std::fopen(options_.loss_log.c_str(), "a");
-      if (run->loss_log == nullptr) {
-        return absl::FailedPreconditionError(
-            absl::StrCat("--loss_log ", options_.loss_log, ": cannot open for appending"));
-      }
-    }
-    return absl::OkStatus();
+    return OpenLossLog(options_.loss_log, &run->loss_log);
   }();
   unregister();
   if (!built.ok()) return built;
   LOG(INFO) << "job " << assignment.job_id << " generation " << assignment.generation
-            << ": communicators and training session built in "
+            << (run->also_holds.empty() ? ": communicators and training session built in "
+                                        : ": communicators built, training session kept, in ")
             << absl::FormatDuration(absl::Trunc(absl::Now() - build_start, absl::Milliseconds(1)));
   return run;
 }
@@ -304,8 +379,11 @@ absl::StatusOr<int64_t> EngineTrainer::Restore(const Assignment& assignment, Run
 
 EngineTrainer::Run* EngineTrainer::HeldRunLocked(uint64_t generation) {
   for (Run* run : {run_.get(), previous_.get()}) {
-    if (run != nullptr && run->generation.value() == generation && run->session != nullptr) {
-      return run;
+    if (run == nullptr || run->session == nullptr) continue;
+    if (run->generation.value() == generation) return run;
+    if (run->trained) continue;
+    for (const Generation older : run->also_holds) {
+      if (older.value() == generation) return run;
     }
   }
   return nullptr;
@@ -317,10 +395,16 @@ std::vector<v1::HeldState> EngineTrainer::HeldStatesLocked() const {
     if (run == nullptr || run->session == nullptr) continue;
     const int64_t newest = run->session->runner().versions().newest();
     if (newest < 0) continue;
-    v1::HeldState state;
-    state.set_generation(run->generation.value());
-    state.set_step(newest);
-    held.push_back(state);
+    std::vector<Generation> generations = {run->generation};
+    if (!run->trained) {
+      generations.insert(generations.end(), run->also_holds.begin(), run->also_holds.end());
+    }
+    for (const Generation generation : generations) {
+      v1::HeldState state;
+      state.set_generation(generation.value());
+      state.set_step(newest);
+      held.push_back(state);
+    }
   }
   return held;
 }
@@ -338,11 +422,13 @@ absl::Status EngineTrainer::Prepare(const Assignment& assignment) {
   }
   // The generation the plan takes state from must stay until this one
   // has trained; everything else can go.
-  const bool peer = assignment.recovery.kind() == v1::RECOVERY_KIND_PEER;
-  Run* source = peer ? HeldRunLocked(assignment.recovery.source_generation()) : nullptr;
+  const v1::RecoveryPlan& plan = assignment.recovery;
+  const bool peer = plan.kind() == v1::RECOVERY_KIND_PEER;
+  Run* source = peer ? HeldRunLocked(plan.source_generation()) : nullptr;
+  Run* keep = source != nullptr && CanKeepSession(*source, assignment) ? source : nullptr;
   const absl::Time prepare_start = absl::Now();
   restore_bytes_ = 0;
-  absl::StatusOr<std::unique_ptr<Run>> built = Build(assignment);
+  absl::StatusOr<std::unique_ptr<Run>> built = Build(assignment, keep);
   const absl::Time built_at = absl::Now();
   if (!built.ok()) return built.status();
   std::unique_ptr<Run> run = *std::move(built);
@@ -350,11 +436,21 @@ absl::Status EngineTrainer::Prepare(const Assignment& assignment) {
     absl::MutexLock building(&building_mu_);
     building_ = run.get();
   }
-  absl::StatusOr<int64_t> start = Restore(assignment, run.get(), source);
+  train::StateVersions& versions = run->session->runner().versions();
+  // A kept session serves the source state from its own buffers. Unless
+  // they hold the plan's step already, the restore overwrites them (from
+  // their previous version, or from peers): until it is done they hold no
+  // consistent state.
+  const bool in_place = keep != nullptr && versions.current() == plan.step();
+  if (keep != nullptr && !in_place) versions.BeginRestore();
+  absl::StatusOr<int64_t> start = Restore(assignment, run.get(), keep != nullptr ? run.get() : source);
   absl::Status mirrored;
   if (start.ok()) {
-    train::StateVersions& versions = run->session->runner().versions();
-    versions.SetCurrent(*start);
+    if (keep == nullptr) {
+      versions.SetCurrent(*start);
+    } else if (!in_place) {
+      versions.EndRestore(*start);
+    }
     // The new layout's mirrors, from the restored moments.
     mirrored = versions.ExchangeMirrors(run->session->data_parallel().group(), *start,
                                         options_.collective_timeout);
@@ -363,15 +459,26 @@ absl::Status EngineTrainer::Prepare(const Assignment& assignment) {
     absl::MutexLock building(&building_mu_);
     building_ = nullptr;
   }
-  if (cancelled_) return absl::CancelledError("trainer interrupted during Prepare");
-  if (!start.ok()) return start.status();
-  if (!mirrored.ok()) return mirrored;
+  absl::Status prepared = cancelled_ ? absl::CancelledError("trainer interrupted during Prepare")
+                          : !start.ok() ? start.status()
+                                        : mirrored;
+  if (!prepared.ok()) {
+    // The kept session goes back to the generation it came from, with what
+    // it still holds: the next plan may recover from it.
+    if (keep != nullptr) {
+      if (absl::Status back = MoveSession(run.get(), keep); !back.ok()) {
+        LOG(ERROR) << "job " << assignment.job_id << ": the kept session is lost: " << back;
+      }
+    }
+    return prepared;
+  }
   run->start_step = *start;
   {
     absl::MutexLock progress_lock(&progress_mu_);
     last_prepare_.set_build_seconds(absl::ToDoubleSeconds(built_at - prepare_start));
     last_prepare_.set_restore_seconds(absl::ToDoubleSeconds(absl::Now() - built_at));
     last_prepare_.set_restore_bytes(restore_bytes_);
+    last_prepare_.set_session_kept(keep != nullptr);
   }
   if (run->loss_log != nullptr) {
     // Steps above this one logged by older generations are superseded: this
@@ -399,22 +506,27 @@ absl::Status EngineTrainer::Prepare(const Assignment& assignment) {
         run->checkpoints.get(), run->session->config().model, run->session->model().table(),
         std::move(writer));
   }
-  // Keep the source generation (if it is not this one) until this one has
-  // trained a step; drop anything else.
-  std::unique_ptr<Run> keep;
-  if (source == run_.get()) keep = std::move(run_);
-  if (source == previous_.get()) keep = std::move(previous_);
+  // Keep the source generation (if it is not this one, and kept its own
+  // session) until this one has trained a step; drop anything else.
+  std::unique_ptr<Run> held;
+  if (keep == nullptr && source == run_.get()) held = std::move(run_);
+  if (keep == nullptr && source == previous_.get()) held = std::move(previous_);
   run_.reset();
-  previous_ = std::move(keep);
+  previous_ = std::move(held);
   run_ = std::move(run);
+  // What this run reports as held besides its own state until it trains.
   run_->kept.clear();
-  if (previous_ != nullptr && previous_->session != nullptr &&
-      previous_->session->runner().versions().newest() >= 0) {
+  auto add_kept = [this](Generation generation, int64_t step) {
+    if (step < 0) return;
     v1::HeldState state;
-    state.set_generation(previous_->generation.value());
-    state.set_step(previous_->session->runner().versions().newest());
+    state.set_generation(generation.value());
+    state.set_step(step);
     run_->kept.push_back(state);
+  };
+  if (previous_ != nullptr && previous_->session != nullptr) {
+    add_kept(previous_->generation, previous_->session->runner().versions().newest());
   }
+  for (const Generation older : run_->also_holds) add_kept(older, versions.newest());
   {
     absl::MutexLock progress_lock(&progress_mu_);
     progress_.step = Step(run_->start_step);
@@ -436,7 +548,7 @@ absl::Status EngineTrainer::Donate(const Assignment& assignment) {
       return absl::FailedPreconditionError(absl::StrCat(
           "no state of generation ", assignment.recovery.source_generation(), " to donate"));
     }
-    ASSIGN_OR_RETURN(std::unique_ptr<Run> run, Build(assignment));
+    ASSIGN_OR_RETURN(std::unique_ptr<Run> run, Build(assignment, nullptr));
     {
       absl::MutexLock building(&building_mu_);
       building_ = run.get();
@@ -580,6 +692,11 @@ void EngineTrainer::StopLocked() {
   }
   run_.reset();
   previous_.reset();
+}
+
+const float* EngineTrainer::weights_for_testing() {
+  absl::MutexLock lock(&mu_);
+  return run_ != nullptr && run_->session != nullptr ? run_->session->model().params() : nullptr;
 }
 
 v1::PreparePhases EngineTrainer::last_prepare() const {

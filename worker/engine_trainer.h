@@ -14,6 +14,14 @@
 //   NONE        the job's newest checkpoint if any, else
 //               checkpoint.resume_from_job's, else the initial weights
 //
+// A kept session. When the plan leaves this rank's shapes unchanged (the
+// same job spec, layout and coordinates: a spare takes a lost rank's place,
+// a drain with a spare), the new generation trains on the previous one's
+// session (model, optimizer state, activations, data pipeline, versions)
+// and builds only its communicators; the state is then in place and the
+// restore moves nothing into it. Until the new generation has trained a
+// step, the session still counts as holding the old generation's state.
+//
 // State kept for peer recovery: every step keeps its previous version and,
 // with ZeRO-1, mirrors of the neighbours' optimizer shards (train/
 // state_versions.h). A generation's session stays in memory after a
@@ -117,13 +125,23 @@ class EngineTrainer : public Trainer {
   TrainingProgress progress() const override;
   v1::PreparePhases last_prepare() const override;
 
+  // For tests: the current generation's weights (null without a session),
+  // to tell a kept session from a rebuilt one.
+  const float* weights_for_testing();
+
  private:
   // One generation's resources; destroyed in reverse order.
   struct Run;
 
   absl::StatusOr<std::unique_ptr<GenerationComms>> NewUcxComms(const CommsRequest& request) const;
-  // Communicators and (members) the session of `assignment`.
-  absl::StatusOr<std::unique_ptr<Run>> Build(const Assignment& assignment);
+  // Communicators and (members) the session of `assignment`; the session is
+  // `keep`'s when that is not null (see CanKeepSession).
+  absl::StatusOr<std::unique_ptr<Run>> Build(const Assignment& assignment, Run* keep);
+  // Whether `assignment` can train on `source`'s session as it is.
+  static bool CanKeepSession(const Run& source, const Assignment& assignment);
+  // Moves the session (and the communicators it was built on, rebound to
+  // `to`'s) from `from` to `to`.
+  static absl::Status MoveSession(Run* from, Run* to);
   // Loads the state the plan names into the run's session; returns the step
   // to resume at.
   absl::StatusOr<int64_t> Restore(const Assignment& assignment, Run* run, Run* source);

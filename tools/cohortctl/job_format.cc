@@ -159,6 +159,10 @@ std::string FormatRecoveryStats(const v1::RecoveryStats& stats) {
       absl::StrAppend(&line, ": build ", Seconds(stats.last_build_seconds()), ", restore ",
                       Seconds(stats.last_restore_seconds()));
     }
+    if (stats.last_members() > 0) {
+      absl::StrAppend(&line, "; ", stats.last_sessions_kept(), " of ", stats.last_members(),
+                      " members kept their session");
+    }
     if (stats.last_detect_to_first_step_seconds() > 0) {
       absl::StrAppend(&line, "), ", Seconds(stats.last_detect_to_first_step_seconds()),
                       " to its first step");

@@ -37,6 +37,7 @@ struct StateLayout {
   int optimizer_replicas = 1;
   layout::MeshShape shape() const { return {dp, tp, pp}; }
   int world() const { return shape().world(); }
+  friend bool operator==(const StateLayout&, const StateLayout&) = default;
 };
 
 // The source layout a plan names.

@@ -3,7 +3,9 @@
 // (live_transfer.h): it sends the regions it serves from the source
 // generation's state in its memory and receives the regions it needs into
 // the new generation's buffers, round by round over a communicator that spans
-// every participant (rank = participant index), local copies done in place.
+// every participant (rank = participant index), local copies done in place
+// (none where the source and destination buffers are the same: a training
+// session kept across generations already holds its state).
 //
 // Thread-compatible: one call at a time, and the communicator is the
 // caller's for the duration.

@@ -6,11 +6,14 @@
 // also reports each call's kind, bytes and time (the worker's communication
 // metrics).
 //
-// Thread-safety: as the wrapped communicator; the counter is atomic.
+// Thread-safety: as the wrapped communicator; the counter is atomic. Rebind
+// only while no call is in flight (between generations).
 
 #include <atomic>
 #include <cstddef>
 
+#include "absl/status/status.h"
+#include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
 #include "worker/comm/communicator.h"
@@ -54,6 +57,20 @@ class TrackedCommunicator : public Communicator {
   TrackedCommunicator(Communicator* inner, std::atomic<int>* in_flight,
                       CollectiveObserver* observer = nullptr)
       : inner_(inner), in_flight_(in_flight), observer_(observer) {}
+
+  // Forwards to `inner` from now on: a training session kept across
+  // generations keeps its TrackedCommunicators (the model and the step
+  // runner hold their addresses) and swaps what they wrap. `inner` must have
+  // the same rank and size (InvalidArgument otherwise, nothing changed).
+  absl::Status Rebind(Communicator* inner) {
+    if (inner->rank() != inner_->rank() || inner->size() != inner_->size()) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "a kept communicator is rank ", inner_->rank(), " of ", inner_->size(),
+          ", the new one rank ", inner->rank(), " of ", inner->size()));
+    }
+    inner_ = inner;
+    return absl::OkStatus();
+  }
 
   int rank() const override { return inner_->rank(); }
   int size() const override { return inner_->size(); }
@@ -120,7 +137,7 @@ class TrackedCommunicator : public Communicator {
     const size_t bytes_;
     absl::Time start_;
   };
-  Communicator* const inner_;
+  Communicator* inner_;
   std::atomic<int>* const in_flight_;
   CollectiveObserver* const observer_;
 };

@@ -69,6 +69,14 @@ class StateVersions {
   // The current buffers hold a consistent state of `steps` steps (after a
   // restore, or a fresh start at 0).
   void SetCurrent(int64_t steps);
+  // A restore into buffers that already hold versions (a session kept
+  // across generations): BeginRestore before the current buffers are
+  // overwritten (they hold no consistent version until EndRestore), then
+  // EndRestore once they hold `steps` steps. The previous version and the
+  // mirrors are left as they are, so a restore cut short still leaves them
+  // to recover from.
+  void BeginRestore() { current_step_ = -1; }
+  void EndRestore(int64_t steps) { current_step_ = steps; }
   // Before the end phase of the step that turns `steps` into `steps + 1`.
   void BeforeUpdate(int64_t steps);
   // Refreshes the mirrors from the data group (each rank's current moments,
@@ -81,6 +89,8 @@ class StateVersions {
 
   // The newest consistent version, mirrors included (-1: none).
   int64_t newest() const;
+  // The step the current buffers hold (-1: not consistent).
+  int64_t current() const { return current_step_; }
   // Version `step`, if held. NotFound otherwise.
   absl::StatusOr<View> Version(int64_t step) const;
 

@@ -625,6 +625,7 @@ TEST_F(JobManagerTest, SpareTakesALostRanksPlaceWithPeerRecovery) {
     status.set_state(v1::ASSIGNMENT_STATE_READY);
     status.mutable_prepare()->set_build_seconds(0.01 * (i + 1));
     status.mutable_prepare()->set_restore_seconds(0.02 * (4 - i));
+    status.mutable_prepare()->set_session_kept(i != 1);  // survivors; the spare builds one
     ASSERT_TRUE(jobs_->OnAssignmentStatus(WorkerId(after.mesh().members(i).worker_id()), status,
                                           now_, &ready)
                     .ok());
@@ -634,6 +635,8 @@ TEST_F(JobManagerTest, SpareTakesALostRanksPlaceWithPeerRecovery) {
   EXPECT_EQ(running.live_state().generation(), 2u);
   EXPECT_DOUBLE_EQ(running.recovery_stats().last_build_seconds(), 0.04);
   EXPECT_DOUBLE_EQ(running.recovery_stats().last_restore_seconds(), 0.08);
+  EXPECT_EQ(running.recovery_stats().last_sessions_kept(), after.mesh().members_size() - 1);
+  EXPECT_EQ(running.recovery_stats().last_members(), after.mesh().members_size());
   EXPECT_EQ(running.recovery_stats().peer(), 1);
   EXPECT_EQ(running.recovery_stats().spare(), 1);
   EXPECT_EQ(running.recovery_stats().lost_steps(), 0);

@@ -19,6 +19,7 @@
 #include "tests/testing/fake_checkpoint_client.h"
 #include "tests/testing/job_specs.h"
 #include "tests/testing/thread_comms.h"
+#include "worker/comm/tracked_communicator.h"
 #include "worker/engine_trainer.h"
 #include "worker/train/mesh_communicators.h"
 #include "worker/train/training_config.h"
@@ -31,13 +32,14 @@ constexpr absl::Duration kWait = absl::Seconds(60);
 
 class EngineTrainerTest : public ::testing::Test {
  protected:
-  // The job: the small test model, `steps` steps, ZeRO-1 with one copy of
-  // each moment shard (so a rank that leaves must donate its shard).
-  static v1::JobSpec Spec(int64_t steps) {
-    v1::JobSpec spec = testing::SmallJobSpec("threads", 1, 1, 2);
+  // The job: the small test model, `steps` steps, ZeRO-1 with `replicas`
+  // copies of each moment shard (with one, a rank that leaves must donate
+  // its shard; with two, a lost rank's survives on its neighbour).
+  static v1::JobSpec Spec(int64_t steps, int replicas = 1) {
+    v1::JobSpec spec = testing::SmallJobSpec("threads", 1, 1, 3);
     spec.set_steps(steps);
     spec.mutable_parallelism()->set_zero1(true);
-    spec.mutable_elastic()->set_optimizer_replicas(1);
+    spec.mutable_elastic()->set_optimizer_replicas(replicas);
     absl::StatusOr<v1::JobSpec> normalized = coordinator::NormalizeJobSpec(spec);
     EXPECT_TRUE(normalized.ok()) << normalized.status();
     return normalized.ok() ? *normalized : spec;
@@ -61,11 +63,11 @@ class EngineTrainerTest : public ::testing::Test {
     return losses;
   }
 
-  std::unique_ptr<EngineTrainer> NewTrainer() {
+  std::unique_ptr<EngineTrainer> NewTrainer(worker::CommsFactory comms = nullptr) {
     EngineTrainerOptions options;
     options.num_threads = 1;
     options.collective_timeout = absl::Seconds(20);
-    options.comms_factory = mesh_.Factory();
+    options.comms_factory = comms ? std::move(comms) : mesh_.Factory();
     // No checkpoint anywhere: a generation without a peer plan starts fresh.
     options.checkpoint_factory = [] {
       return std::make_unique<testing::RecordingCheckpointClient>();
@@ -119,6 +121,62 @@ class EngineTrainerTest : public ::testing::Test {
       if (g == Generation(generation)) out.push_back(s);
     }
     return out;
+  }
+
+  // Trains `spec` with two fresh members from step 0 to the end, as
+  // generation `generation`; the final loss.
+  double FaultFreeLoss(const v1::JobSpec& spec, uint64_t generation) {
+    const v1::Mesh mesh = train::LocalMesh(2, 1, 1);
+    v1::RecoveryPlan fresh;
+    fresh.set_kind(v1::RECOVERY_KIND_NONE);
+    std::unique_ptr<EngineTrainer> a = NewTrainer(), b = NewTrainer();
+    for (const absl::Status& s :
+         Together({[&] { return a->Prepare(Member(spec, generation, mesh, 0, fresh)); },
+                   [&] { return b->Prepare(Member(spec, generation, mesh, 1, fresh)); }})) {
+      EXPECT_TRUE(s.ok()) << s;
+    }
+    for (const absl::Status& s : WaitFinished(generation, 2)) EXPECT_TRUE(s.ok()) << s;
+    return a->progress().loss.value_or(NAN);
+  }
+
+  // Waits until `t` has completed `step` steps.
+  static void WaitForStep(EngineTrainer& t, int64_t step) {
+    const absl::Time deadline = absl::Now() + kWait;
+    while (t.progress().step < Step(step) && absl::Now() < deadline) {
+      absl::SleepFor(absl::Milliseconds(1));  // polls the step; nothing to be told of
+    }
+    ASSERT_GE(t.progress().step, Step(step));
+  }
+
+  // Generation 1 of `spec` on a two-member mesh, `a` at rank 0; some steps
+  // in, rank 1 is lost (its state with it) and `a` suspends. What `a` holds.
+  std::vector<v1::HeldState> TrainThenLoseRankOne(const v1::JobSpec& spec, EngineTrainer& a) {
+    const v1::Mesh two = train::LocalMesh(2, 1, 1);
+    v1::RecoveryPlan fresh;
+    fresh.set_kind(v1::RECOVERY_KIND_NONE);
+    std::unique_ptr<EngineTrainer> b = NewTrainer();
+    for (const absl::Status& s :
+         Together({[&] { return a.Prepare(Member(spec, 1, two, 0, fresh)); },
+                   [&] { return b->Prepare(Member(spec, 1, two, 1, fresh)); }})) {
+      EXPECT_TRUE(s.ok()) << s;
+    }
+    WaitForStep(a, 5);
+    std::vector<v1::HeldState> held;
+    Together({[&] {
+                held = a.Suspend();
+                return absl::OkStatus();
+              },
+              [&] {
+                b->Stop();
+                return absl::OkStatus();
+              }});
+    return held;
+  }
+
+  // `mesh` with worker `id` at rank `rank` (a spare in a lost worker's place).
+  static v1::Mesh WithWorker(v1::Mesh mesh, int rank, const std::string& id) {
+    mesh.mutable_members(rank)->set_worker_id(id);
+    return mesh;
   }
 
   testing::ThreadMesh mesh_;
@@ -211,6 +269,144 @@ TEST_F(EngineTrainerTest, ASurvivorGoesOnFromMemoryWithTheLeaversShardDonated) {
   // Resumed at plan.step() with every weight and moment as trained: the
   // trajectory of one process, up to the order of float sums.
   EXPECT_NEAR(*p.loss, reference.back(), 1e-5) << "resumed at step " << plan.step();
+}
+
+}  // namespace
+}  // namespace cohort::worker
+
+namespace cohort::worker {
+namespace {
+
+// A world communicator whose peers are all dead: every point-to-point call
+// fails as a transfer to a killed worker does.
+class DeadPeersWorld : public comm::TrackedCommunicator {
+ public:
+  using TrackedCommunicator::TrackedCommunicator;
+  absl::Status Send(const void*, size_t, int, uint32_t, absl::Duration) override {
+    return absl::UnavailableError("peer died");
+  }
+  absl::Status Recv(void*, size_t, int, uint32_t, absl::Duration) override {
+    return absl::UnavailableError("peer died");
+  }
+  absl::Status SendRecv(const void*, size_t, int, void*, size_t, int, uint32_t,
+                        absl::Duration) override {
+    return absl::UnavailableError("peer died");
+  }
+};
+
+// `inner`'s communicators, but generation `failing`'s state transfers fail.
+CommsFactory FailTransfersOf(CommsFactory inner, uint64_t failing) {
+  struct Comms : GenerationComms {
+    train::TrainingGroups groups() const override { return inner->groups(); }
+    comm::Communicator* world() const override { return dead.get(); }
+    void Abort(const absl::Status& reason) override { inner->Abort(reason); }
+    std::unique_ptr<GenerationComms> inner;
+    std::atomic<int> calls{0};
+    std::unique_ptr<DeadPeersWorld> dead;
+  };
+  return [inner = std::move(inner), failing](const CommsRequest& request)
+             -> absl::StatusOr<std::unique_ptr<GenerationComms>> {
+    absl::StatusOr<std::unique_ptr<GenerationComms>> made = inner(request);
+    if (!made.ok() || request.assignment->generation != Generation(failing) ||
+        (*made)->world() == nullptr) {
+      return made;
+    }
+    auto comms = std::make_unique<Comms>();
+    comms->inner = *std::move(made);
+    comms->dead = std::make_unique<DeadPeersWorld>(comms->inner->world(), &comms->calls);
+    return std::unique_ptr<GenerationComms>(std::move(comms));
+  };
+}
+
+TEST_F(EngineTrainerTest, ASurvivorKeepsItsSessionWhenASpareTakesALostRanksPlace) {
+  const int64_t steps = 30;
+  const v1::JobSpec spec = Spec(steps, /*replicas=*/2);
+  const double fault_free = FaultFreeLoss(spec, 9);
+  const v1::Mesh two = train::LocalMesh(2, 1, 1);
+  std::unique_ptr<EngineTrainer> a = NewTrainer();
+  const std::vector<v1::HeldState> held = TrainThenLoseRankOne(spec, *a);
+  ASSERT_EQ(held.size(), 1u);
+  const float* weights = a->weights_for_testing();
+  ASSERT_NE(weights, nullptr);
+
+  // Generation 2: a spare at rank 1; rank 1's moments come from the
+  // survivor's mirror.
+  coordinator::RecoveryInput input;
+  input.source = coordinator::StateSource{Generation(1), two, true, 2};
+  input.holders = {{"rank-0", held[0].step()}};
+  const v1::Mesh next = WithWorker(two, 1, "spare");
+  input.next_mesh = next;
+  const v1::RecoveryPlan plan = coordinator::PlanRecovery(input);
+  ASSERT_EQ(plan.kind(), v1::RECOVERY_KIND_PEER) << plan.reason();
+  ASSERT_EQ(plan.donors_size(), 0);
+  std::unique_ptr<EngineTrainer> spare = NewTrainer();
+  for (const absl::Status& s :
+       Together({[&] { return a->Prepare(Member(spec, 2, next, 0, plan)); },
+                 [&] { return spare->Prepare(Member(spec, 2, next, 1, plan)); }})) {
+    ASSERT_TRUE(s.ok()) << s;
+  }
+  // The survivor trains on the very buffers it had: nothing was allocated,
+  // nothing received. The spare built its session and received its state.
+  EXPECT_EQ(a->weights_for_testing(), weights);
+  EXPECT_TRUE(a->last_prepare().session_kept());
+  EXPECT_EQ(a->last_prepare().restore_bytes(), 0u);
+  EXPECT_FALSE(spare->last_prepare().session_kept());
+  EXPECT_GT(spare->last_prepare().restore_bytes(), 0u);
+  for (const absl::Status& s : WaitFinished(2, 2)) EXPECT_TRUE(s.ok()) << s;
+  EXPECT_EQ(a->weights_for_testing(), weights);
+  // The trajectory of the run without the fault, bit for bit.
+  ASSERT_TRUE(a->progress().loss.has_value());
+  EXPECT_EQ(*a->progress().loss, fault_free) << "resumed at step " << plan.step();
+  EXPECT_EQ(*spare->progress().loss, fault_free);
+}
+
+TEST_F(EngineTrainerTest, AKeptSessionWhoseRestoreFailsStillHoldsItsStateForTheNextPlan) {
+  const int64_t steps = 30;
+  const v1::JobSpec spec = Spec(steps, /*replicas=*/2);
+  const double fault_free = FaultFreeLoss(spec, 9);
+  const v1::Mesh two = train::LocalMesh(2, 1, 1);
+  // Generation 2's transfers fail on both sides (a peer dies during them).
+  std::unique_ptr<EngineTrainer> a = NewTrainer(FailTransfersOf(mesh_.Factory(), 2));
+  const std::vector<v1::HeldState> held = TrainThenLoseRankOne(spec, *a);
+  ASSERT_EQ(held.size(), 1u);
+  const float* weights = a->weights_for_testing();
+  // The plan resumes one step back, at the survivor's previous version: its
+  // kept session rolls back into its current buffers.
+  coordinator::RecoveryInput input;
+  input.source = coordinator::StateSource{Generation(1), two, true, 2};
+  input.holders = {{"rank-0", held[0].step() - 1}};
+  const v1::Mesh next = WithWorker(two, 1, "spare");
+  input.next_mesh = next;
+  const v1::RecoveryPlan plan = coordinator::PlanRecovery(input);
+  ASSERT_EQ(plan.kind(), v1::RECOVERY_KIND_PEER) << plan.reason();
+  ASSERT_EQ(plan.step(), held[0].step() - 1);
+
+  std::unique_ptr<EngineTrainer> spare = NewTrainer(FailTransfersOf(mesh_.Factory(), 2));
+  for (const absl::Status& s :
+       Together({[&] { return a->Prepare(Member(spec, 2, next, 0, plan)); },
+                 [&] { return spare->Prepare(Member(spec, 2, next, 1, plan)); }})) {
+    EXPECT_TRUE(absl::IsUnavailable(s)) << s;
+  }
+  // The session went back to generation 1, still holding the plan's step
+  // (its previous version; the current buffers were being overwritten).
+  const std::vector<v1::HeldState> kept = a->Suspend();
+  ASSERT_EQ(kept.size(), 1u);
+  EXPECT_EQ(kept[0].generation(), 1u);
+  EXPECT_EQ(kept[0].step(), plan.step());
+
+  // The next plan (generation 3) recovers from it, keeping the session again.
+  v1::RecoveryPlan retry = plan;
+  for (const absl::Status& s :
+       Together({[&] { return a->Prepare(Member(spec, 3, next, 0, retry)); },
+                 [&] { return spare->Prepare(Member(spec, 3, next, 1, retry)); }})) {
+    ASSERT_TRUE(s.ok()) << s;
+  }
+  EXPECT_TRUE(a->last_prepare().session_kept());
+  EXPECT_EQ(a->weights_for_testing(), weights);
+  for (const absl::Status& s : WaitFinished(3, 2)) EXPECT_TRUE(s.ok()) << s;
+  ASSERT_TRUE(a->progress().loss.has_value());
+  EXPECT_EQ(*a->progress().loss, fault_free);
+  EXPECT_EQ(*spare->progress().loss, fault_free);
 }
 
 }  // namespace
