@@ -51,7 +51,8 @@ TrainingLoopOutcome RunTrainingLoop(const TrainingLoopInput& input,
       return outcome;
     }
     const absl::Time begin = absl::Now();
-    absl::StatusOr<train::StepResult> result = session.RunStep(Step(s));
+    // A Suspend or Stop ends the step within one layer's compute.
+    absl::StatusOr<train::StepResult> result = session.RunStep(Step(s), input.stop);
     if (!result.ok()) {
       outcome.status = result.status();
       if (Stopped(input) || absl::IsAborted(result.status())) {

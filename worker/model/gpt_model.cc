@@ -139,6 +139,13 @@ absl::StatusOr<double> GptModel::Forward(const int32_t* inputs, const int32_t* t
   return ForwardStage(0, inputs, targets, B, T);
 }
 
+absl::Status GptModel::CheckCancelled() const {
+  if (cancel_ != nullptr && cancel_->load(std::memory_order_relaxed)) {
+    return absl::AbortedError("step cancelled");
+  }
+  return absl::OkStatus();
+}
+
 absl::StatusOr<double> GptModel::ForwardStage(int slot_index, const int32_t* inputs,
                                               const int32_t* targets, int B, int T) {
   if (slot_index < 0 || slot_index >= static_cast<int>(slots_.size())) {
@@ -187,6 +194,7 @@ absl::StatusOr<double> GptModel::ForwardStage(int slot_index, const int32_t* inp
     }
   }
   for (int l = 0; l < L; ++l) {
+    RETURN_IF_ERROR(CheckCancelled());
     GptLayerActivations& la = a.layers[l];
     const TensorSpan residual = l == 0 ? a.encoded : a.layers[l - 1].residual3;
     be.LayerNormForward(la.ln1, la.ln1_mean, la.ln1_rstd, residual, param(kLn1w, l),
@@ -335,6 +343,7 @@ absl::Status GptModel::BackwardStage(int slot_index, double loss_scale) {
   // iteration and d(input residual of layer l) leaving it: the residual adds
   // pass their gradient through unchanged, so the branches only add into it.
   for (int l = L - 1; l >= 0; --l) {
+    RETURN_IF_ERROR(CheckCancelled());
     const GptLayerActivations& la = a.layers[l];
     const TensorSpan residual = l == 0 ? a.encoded : a.layers[l - 1].residual3;
     // MLP branch: residual3 = residual2 + fcproj(gelu(fc(ln2(residual2)))).

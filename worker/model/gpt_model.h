@@ -39,6 +39,7 @@
 //
 // Thread-safety: thread-compatible; one caller at a time (like its Backend).
 
+#include <atomic>
 #include <cstddef>
 #include <cstdint>
 #include <memory>
@@ -130,6 +131,12 @@ class GptModel {
   absl::Status BackwardStage(int slot, double loss_scale);
   // d(loss)/d(StageInput) of the last BackwardStage (stages > 0).
   compute::TensorSpan StageInputGrad() const;
+  // While set, ForwardStage and BackwardStage return Aborted before the
+  // next layer once `*cancel` is true, so a step abandoned for a Suspend or
+  // Stop ends within one layer's compute rather than a whole step's. Neither
+  // touches the weights; an abandoned call leaves its slot's activations
+  // and the gradients undefined. Null: never cancelled.
+  void set_cancel(const std::atomic<bool>* cancel) { cancel_ = cancel; }
 
   // Runs the forward pass on inputs and targets (host memory, B*T int32 each,
   // row-major (B,T)) and returns the mean cross-entropy over the B*T
@@ -179,6 +186,7 @@ class GptModel {
   // Sums `span` over the tensor group (no-op without tensor parallelism).
   absl::Status TensorAllReduce(compute::TensorSpan span, comm::ReduceOp op);
   absl::StatusOr<double> HeadForward(Slot& slot);
+  absl::Status CheckCancelled() const;
 
   const GptConfig config_;
   const ParameterTable table_;
@@ -196,6 +204,7 @@ class GptModel {
   int last_backward_slot_ = -1;
   std::vector<float> host_losses_;
   std::vector<float> host_dlosses_;
+  const std::atomic<bool>* cancel_ = nullptr;
 };
 
 }  // namespace cohort::model

@@ -117,7 +117,8 @@ absl::Status StepRunner::Exchange(void* data, size_t bytes, int peer) {
   return status;
 }
 
-absl::Status StepRunner::RunSchedule(Step step, float* accumulated, double* local_loss) {
+absl::Status StepRunner::RunSchedule(Step step, float* accumulated, double* local_loss,
+                                     const std::atomic<bool>* cancel) {
   const int T = config_.model.context_length;
   const int B = config_.micro_batch_size;
   const int per_rank = config_.global_batch_size / data_parallel_->dp();
@@ -131,6 +132,9 @@ absl::Status StepRunner::RunSchedule(Step step, float* accumulated, double* loca
   const bool last = layout_.last_stage();
   int backwards_done = 0;
   for (const PipelineOp& op : schedule_) {
+    if (cancel != nullptr && cancel->load(std::memory_order_relaxed)) {
+      return absl::AbortedError("step cancelled");
+    }
     const int i = op.micro_batch;
     const int slot = i % slots_;
     if (op.kind == PipelineOpKind::kForward) {
@@ -228,12 +232,15 @@ absl::StatusOr<double> StepRunner::GlobalNorm(const float* accumulated) {
   return GradNormPlan::Norm(norm_slots_);
 }
 
-absl::StatusOr<StepResult> StepRunner::Run(Step step) {
+absl::StatusOr<StepResult> StepRunner::Run(Step step, const std::atomic<bool>* cancel) {
   last_pipeline_wait_ = absl::ZeroDuration();
   pending_.reset();
   float* accumulated = micro_batches_per_rank_ > 1 ? accumulated_.data() : model_->grads();
   double local_loss = 0.0;
-  RETURN_IF_ERROR(RunSchedule(step, accumulated, &local_loss));
+  model_->set_cancel(cancel);
+  const absl::Status scheduled = RunSchedule(step, accumulated, &local_loss, cancel);
+  model_->set_cancel(nullptr);  // the end phase runs to its end or a collective's error
+  RETURN_IF_ERROR(scheduled);
   RETURN_IF_ERROR(TieEmbedding(accumulated));
 
   RETURN_IF_ERROR(data_parallel_->ReduceGradients(accumulated));

@@ -41,6 +41,7 @@
 
 #include <cstdint>
 #include <functional>
+#include <atomic>
 #include <memory>
 #include <optional>
 #include <vector>
@@ -109,7 +110,10 @@ class StepRunner {
   // Errors: the sampler's and the model's; the communicators' (Unavailable,
   // DeadlineExceeded, Aborted: the generation is over); FailedPrecondition
   // for a non-finite loss or gradient norm (parameters are left unchanged).
-  absl::StatusOr<StepResult> Run(Step step);
+  // Once `*cancel` (may be null) is true the step returns Aborted before its
+  // next micro-batch pass or layer; it is checked only before the step's
+  // end phase, so a cancelled step leaves the state as it was.
+  absl::StatusOr<StepResult> Run(Step step, const std::atomic<bool>* cancel = nullptr);
 
   // AdamW's first and second moments of the own update range
   // [data_parallel.update_begin(), update_end()), zero before the first
@@ -141,7 +145,8 @@ class StepRunner {
   // the same call if there is one; or just flushes the pending send.
   absl::Status Exchange(void* data, size_t bytes, int peer);
   absl::Status FlushSend();
-  absl::Status RunSchedule(Step step, float* accumulated, double* local_loss);
+  absl::Status RunSchedule(Step step, float* accumulated, double* local_loss,
+                           const std::atomic<bool>* cancel);
   // Adds the embedding part of the tied wte gradient into accumulated[wte]
   // (and exchanges it between the end stages of a pipeline).
   absl::Status TieEmbedding(float* accumulated);

@@ -11,6 +11,7 @@
 //
 // Thread-compatible: one RunStep at a time.
 
+#include <atomic>
 #include <memory>
 #include <optional>
 
@@ -72,7 +73,9 @@ class TrainingSession {
   void InitializeParameters() { model_->InitializeParameters(config_.init_seed); }
 
   // See StepRunner::Run.
-  absl::StatusOr<StepResult> RunStep(Step step) { return runner_->Run(step); }
+  absl::StatusOr<StepResult> RunStep(Step step, const std::atomic<bool>* cancel = nullptr) {
+    return runner_->Run(step, cancel);
+  }
 
   const TrainingConfig& config() const { return config_; }
   model::GptModel& model() { return *model_; }

@@ -6,39 +6,15 @@
 #include <vector>
 
 #include "gtest/gtest.h"
+#include "tests/testing/training_configs.h"
 #include "worker/model/model_layout.h"
 #include "worker/train/training_session.h"
 
 namespace cohort::train {
 namespace {
 
-TrainingConfig ThreeMicroBatches() {
-  TrainingConfig c;
-  c.model.layers = 2;
-  c.model.heads = 4;
-  c.model.width = 64;
-  c.model.vocab_size = 64;
-  c.model.context_length = 32;
-  c.init_seed = 42;
-  c.global_batch_size = 6;
-  c.micro_batch_size = 2;  // m = 3
-  c.steps = 1;
-  c.lr.max_lr = 1e-3;
-  c.lr.min_lr = 1e-4;
-  c.lr.warmup_steps = 1;
-  c.lr.total_steps = 1;
-  c.data.synthetic = true;
-  c.data.markov.seed = 7;
-  c.data.markov.vocab_size = c.model.vocab_size;
-  c.data.markov.alphabet_size = 16;
-  c.data.markov.branching = 4;
-  c.data.synthetic_tokens = 20000;
-  c.data.sample_seed = 11;
-  return c;
-}
-
 TEST(StepLossScaleTest, TheStepLossIsTheMeanOfThreeMicroBatchLossesInDouble) {
-  const TrainingConfig config = ThreeMicroBatches();
+  const TrainingConfig config = testing::SmallTrainingConfig(6, 2, 1);
   ASSERT_EQ(config.micro_batches_per_step(), 3);
   TrainingSessionOptions options;
   options.num_threads = 1;
