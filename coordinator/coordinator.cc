@@ -104,7 +104,8 @@ Coordinator::Coordinator(Options options, std::unique_ptr<JobStore> store, const
                                 .hang_step_multiple = options_.hang_step_multiple,
                                 .prepare_timeout = options_.prepare_timeout,
                                 .latest_checkpoint = options_.latest_checkpoint,
-                                .finished_retention = options_.finished_retention},
+                                .finished_retention = options_.finished_retention,
+                                .warm_spares_per_job = options_.warm_spares_per_job},
             &membership_, persister_.get()),
       kv_(options_.kv) {}
 
@@ -303,6 +304,7 @@ absl::Status Coordinator::OnWorkerMessage(const WorkerId& worker,
     switch (message.kind_case()) {
       case v1::WorkerMessage::kHeartbeat: {
         RETURN_IF_ERROR(membership_.Heartbeat(worker, Incarnation(message.incarnation()), now));
+        membership_.SetWarm(worker, message.heartbeat().warm());
         metrics_->HeartbeatReceived();
         v1::CoordinatorMessage ack;
         ack.mutable_heartbeat_ack()->set_sequence(message.heartbeat().sequence());
@@ -441,6 +443,9 @@ std::vector<v1::WorkerInfo> Coordinator::ListWorkersLocked(const std::string& af
     info.set_metrics_address(record->metrics_address);
     info.set_last_heartbeat_age_ms(absl::ToInt64Milliseconds(now - record->last_heartbeat));
     *info.mutable_capabilities() = record->capabilities;
+    if (record->warm.state() != v1::WARM_SPARE_STATE_UNSPECIFIED) {
+      *info.mutable_warm() = record->warm;
+    }
     out.push_back(std::move(info));
   }
   return out;

@@ -64,6 +64,7 @@ class Coordinator {
     absl::Duration suspend_timeout = absl::Seconds(10);
     absl::Duration prepare_timeout = absl::Minutes(10);
     absl::Duration finished_retention = absl::Hours(24 * 7);  // 0: forever
+    int warm_spares_per_job = 1;  // JobManager::Options::warm_spares_per_job
     // Tick() is expected this often at least: a longer gap means the
     // coordinator itself was stopped (a stalled host, SIGSTOP, a VM pause),
     // and that time is not counted against the workers (heartbeat ages and

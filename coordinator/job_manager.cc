@@ -426,8 +426,9 @@ absl::Status JobManager::OnAssignmentStatus(const WorkerId& worker,
   switch (status.state()) {
     case v1::ASSIGNMENT_STATE_READY: {
       if (entry->suspension.has_value()) return absl::OkStatus();  // a re-plan overtook it
-      if (entry->ready.insert(worker).second && status.prepare().session_kept()) {
-        ++entry->sessions_kept;
+      if (entry->ready.insert(worker).second) {
+        entry->sessions_kept += status.prepare().session_kept() ? 1 : 0;
+        entry->sessions_warm += status.prepare().session_warm() ? 1 : 0;
       }
       v1::PreparePhases& slowest = entry->slowest_prepare;
       slowest.set_build_seconds(std::max(slowest.build_seconds(), status.prepare().build_seconds()));
@@ -481,6 +482,7 @@ absl::Status JobManager::OnAssignmentStatus(const WorkerId& worker,
         stats->set_last_build_seconds(entry->slowest_prepare.build_seconds());
         stats->set_last_restore_seconds(entry->slowest_prepare.restore_seconds());
         stats->set_last_sessions_kept(entry->sessions_kept);
+        stats->set_last_sessions_warm(entry->sessions_warm);
         stats->set_last_members(entry->job.mesh().members_size());
         effects->recovery_phases.push_back(
             {JobId(job_id), "build", absl::Seconds(entry->slowest_prepare.build_seconds())});
@@ -491,8 +493,8 @@ absl::Status JobManager::OnAssignmentStatus(const WorkerId& worker,
         LOG(INFO) << "job " << job_id << " recovered into generation " << entry->job.generation()
                   << " (" << v1::RecoveryKind_Name(plan.kind()) << (recovery.spare ? ", spare" : "")
                   << ", " << plan.lost_steps() << " lost steps, " << entry->sessions_kept
-                  << " of " << entry->job.mesh().members_size()
-                  << " members kept their session) "
+                  << " of " << entry->job.mesh().members_size() << " members kept their session, "
+                  << entry->sessions_warm << " took one prepared as warm spares) "
                   << absl::FormatDuration(recovery.detect_to_running) << " after the change";
         effects->recoveries.push_back(recovery);
         entry->recovery_started.reset();
@@ -912,6 +914,7 @@ void JobManager::Schedule(absl::Time now, Effects* effects) {
     Replan(entry, incomplete ? "workers available" : "growing toward max_workers",
            /*only_if_larger=*/!incomplete, now, effects);
   }
+  UpdateWarmSpares(effects);
 }
 
 }  // namespace cohort::coordinator

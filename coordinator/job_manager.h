@@ -171,6 +171,9 @@ class JobManager {
     // A finished job (COMPLETED, FAILED, CANCELLED) is deleted this long
     // after it finished (its checkpoints stay). Zero: kept until deleted.
     absl::Duration finished_retention = absl::Hours(24 * 7);
+    // Idle workers named warm spares of each running job (WarmUp): they
+    // prepare the session of a place ahead. 0: none.
+    int warm_spares_per_job = 1;
   };
   // `membership` and `store` must outlive the manager.
   JobManager(Options options, MembershipTable* membership, JobStore* store);
@@ -309,8 +312,10 @@ class JobManager {
     std::optional<FirstStepWait> first_step_wait;
     // The current generation's slowest member build and restore, from READY.
     v1::PreparePhases slowest_prepare;
-    // Its members that reported READY with their training session kept.
+    // Its members that reported READY with their training session kept, and
+    // with one prepared ahead as warm spares.
     int sessions_kept = 0;
+    int sessions_warm = 0;
     // Heartbeat progress of the running generation's members.
     StallDetector stall;
     // The newest step any member reported completing since the last
@@ -396,6 +401,15 @@ class JobManager {
   // How long lost holders are awaited before state is given up.
   absl::Duration RejoinGrace(const JobEntry& entry) const;
 
+  // --- job_manager_warm.cc ---
+
+  // Names idle workers warm spares of running jobs, in submit order, up to
+  // warm_spares_per_job each (spares keep their job while it needs them),
+  // and sends WarmUp to those whose place changed and a release to idle
+  // workers that are no longer spares. Cheap enough to run after every
+  // scheduling pass: jobs x spares, plus the idle lists.
+  void UpdateWarmSpares(Effects* effects);
+
   // --- job_manager.cc: records, events, Stop ---
 
   void SetState(JobEntry& entry, v1::JobState state, const std::string& message, absl::Time now,
@@ -415,6 +429,16 @@ class JobManager {
   // retention: Tick looks at the oldest only.
   std::set<std::pair<absl::Time, JobId>> finished_;
   absl::flat_hash_map<WorkerId, Awaited> awaiting_;
+  // What each warm spare was last told to prepare.
+  struct WarmTarget {
+    Incarnation incarnation;
+    JobId job;
+    Generation generation;
+    int rank = 0;
+    bool operator==(const WarmTarget&) const = default;
+  };
+  absl::flat_hash_map<WorkerId, WarmTarget> warm_targets_;
+  uint64_t warm_sequence_ = 0;  // WarmUp.sequence of the last one sent
 };
 
 }  // namespace cohort::coordinator

@@ -388,11 +388,14 @@ void JobManager::ApplyMesh(JobEntry& entry, v1::Mesh mesh, const std::string& re
   entry.completed.clear();
   entry.slowest_prepare.Clear();
   entry.sessions_kept = 0;
+  entry.sessions_warm = 0;
   entry.job.set_ready_workers(0);
   effects->generation_changes.push_back(Effects::GenerationChange{id, generation});
   SetState(entry, first ? v1::JOB_STATE_RUNNING : v1::JOB_STATE_RECONFIGURING,
            first ? "waiting for workers to report ready" : reason, now, effects);
   Emit(entry, v1::JOB_EVENT_KIND_MESH_CHANGED, effects);
+  // The spares' places are this generation's now.
+  UpdateWarmSpares(effects);
 }
 
 absl::Duration JobManager::RejoinGrace(const JobEntry& entry) const {

@@ -86,6 +86,10 @@ ABSL_FLAG(absl::Duration, finished_job_retention, absl::Hours(24 * 7),
 ABSL_FLAG(absl::Duration, prepare_timeout, absl::Minutes(10),
           "a new generation of a job whose members have not all reported ready within this "
           "time is re-planned (the workers' own deadlines normally end a failed Prepare first)");
+ABSL_FLAG(int, warm_spares_per_job, 1,
+          "idle workers named warm spares of each running job: each prepares the session of a "
+          "place in the job ahead (within its --warm_spare_memory_bytes), so taking that place "
+          "after a failure costs only communicators and the state transfer; 0: none");
 ABSL_FLAG(absl::Duration, hang_timeout_floor, absl::Seconds(30),
           "a running job whose steps stop advancing for max(this, --hang_step_multiple x its "
           "median step time) fences its members that are not waiting for peers; 0 disables "
@@ -187,6 +191,11 @@ int main(int argc, char** argv) {
   config.coordinator.readopt_grace = absl::GetFlag(FLAGS_readopt_grace);
   config.coordinator.suspend_timeout = absl::GetFlag(FLAGS_suspend_timeout);
   config.coordinator.prepare_timeout = absl::GetFlag(FLAGS_prepare_timeout);
+  config.coordinator.warm_spares_per_job = absl::GetFlag(FLAGS_warm_spares_per_job);
+  if (config.coordinator.warm_spares_per_job < 0 || config.coordinator.warm_spares_per_job > 64) {
+    std::cerr << "cohort-coordinator: --warm_spares_per_job must be within [0, 64]\n";
+    return 64;
+  }
   config.coordinator.finished_retention = absl::GetFlag(FLAGS_finished_job_retention);
   if (absl::Status retention = cohort::CheckDuration(
           "finished_job_retention", config.coordinator.finished_retention, absl::ZeroDuration(),

@@ -91,6 +91,7 @@ void MembershipTable::SetState(WorkerRecord& record, WorkerState state) {
   if (record.state != WorkerState::kLost) --attached_[record.device_kind];
   --in_state_[static_cast<size_t>(record.state)];
   record.state = state;
+  if (state == WorkerState::kLost) record.warm.Clear();  // its process may be gone
   ++in_state_[static_cast<size_t>(state)];
   if (state != WorkerState::kLost) ++attached_[record.device_kind];
   if (state == WorkerState::kIdle) IndexIdle(record);
@@ -211,6 +212,17 @@ void MembershipTable::Discount(absl::Duration gap, absl::Time now) {
       record.last_heartbeat = std::min(record.last_heartbeat + gap, now);
     }
   }
+}
+
+void MembershipTable::SetWarm(const WorkerId& id, const v1::WarmSpare& warm) {
+  auto it = workers_.find(id);
+  if (it == workers_.end()) return;
+  if (warm.job_id().size() > 160) {
+    it->second.warm.Clear();
+    return;
+  }
+  it->second.warm = warm;
+  if (warm.message().size() > 512) it->second.warm.mutable_message()->resize(512);
 }
 
 absl::Status MembershipTable::AssignToJob(const WorkerId& id, const JobId& job) {

@@ -58,6 +58,8 @@ struct WorkerRecord {
   absl::Time last_heartbeat;
   absl::Time lost_at;  // valid in LOST
   std::optional<LossReason> loss_reason;
+  // What the worker's last heartbeat said it prepared as a warm spare.
+  v1::WarmSpare warm;
 };
 
 struct JoinResult {
@@ -98,6 +100,12 @@ class MembershipTable {
   // Records a heartbeat. NotFound for an unknown id; Aborted if the
   // incarnation is not the current one; FailedPrecondition if LOST.
   absl::Status Heartbeat(const WorkerId& id, Incarnation incarnation, absl::Time now);
+
+  // Records what the worker says it prepared as a warm spare (from the
+  // heartbeat Heartbeat() accepted; empty: nothing). Bounded: a job id over
+  // 160 characters drops the report, a message is cut to 512. No-op for an
+  // unknown worker.
+  void SetWarm(const WorkerId& id, const v1::WarmSpare& warm);
 
   // Marks the worker lost (its stream broke). Returns the LostWorker, or
   // nullopt if the incarnation is not current (an old stream closing after a

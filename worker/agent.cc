@@ -21,6 +21,18 @@ std::string MeshString(const v1::Mesh& mesh) {
                       mesh.pipeline_parallel(), " (data x tensor x pipeline)");
 }
 
+// The place a WarmUp names (an empty job id: release).
+Assignment WarmSlotOf(const v1::WarmUp& warm) {
+  Assignment slot;
+  slot.job_id = JobId(warm.job_id());
+  slot.generation = Generation(warm.generation());
+  slot.spec = warm.spec();
+  slot.mesh = warm.mesh();
+  slot.coordinates = warm.coordinates();
+  slot.participant = warm.coordinates().rank();
+  return slot;
+}
+
 v1::Progress ToProto(const TrainingProgress& progress) {
   v1::Progress proto;
   proto.set_step(progress.step.value());
@@ -209,6 +221,7 @@ void WorkerAgent::ReadLoop(std::shared_ptr<AttachStream> stream) {
       case v1::CoordinatorMessage::kAssign:
       case v1::CoordinatorMessage::kReconfigure:
       case v1::CoordinatorMessage::kStop:
+      case v1::CoordinatorMessage::kWarmUp:
       case v1::CoordinatorMessage::kDrain: {
         if (message.has_stop()) InterruptFor(message.stop().job_id(), message.stop().generation());
         absl::MutexLock lock(&mu_);
@@ -239,7 +252,10 @@ void WorkerAgent::HandleWelcome(const std::shared_ptr<AttachStream>& stream,
     held = held_;
     // Generations are the coordinator's: another coordinator (an empty data
     // dir may reuse job ids) starts the count afresh.
-    if (welcome.coordinator_id() != coordinator_id_) newest_generation_.clear();
+    if (welcome.coordinator_id() != coordinator_id_) {
+      newest_generation_.clear();
+      last_warm_sequence_ = 0;
+    }
     coordinator_id_ = welcome.coordinator_id();
     // A COMPLETED that went out on a stream whose coordinator then died
     // unread would leave the job RUNNING at its last step forever: the
@@ -316,6 +332,10 @@ void WorkerAgent::SendHeartbeat(const std::shared_ptr<AttachStream>& stream) {
   v1::WorkerMessage message = NewMessage();
   v1::Heartbeat* heartbeat = message.mutable_heartbeat();
   *heartbeat->mutable_progress() = ToProto(progress);
+  const v1::WarmSpare warm = trainer_->warm_status();
+  if (warm.state() != v1::WARM_SPARE_STATE_UNSPECIFIED) *heartbeat->mutable_warm() = warm;
+  metrics_.warm_spare_memory.Set(
+      warm.state() == v1::WARM_SPARE_STATE_WARM ? static_cast<double>(warm.bytes()) : 0.0);
   uint64_t sequence = 0;
   {
     absl::MutexLock lock(&mu_);
@@ -386,6 +406,9 @@ void WorkerAgent::CommandLoop() {
       case v1::CoordinatorMessage::kSuspend:
         ExecuteSuspend(command.suspend());
         break;
+      case v1::CoordinatorMessage::kWarmUp:
+        ExecuteWarmUp(command.warm_up());
+        break;
       default:
         break;
     }
@@ -417,6 +440,24 @@ bool WorkerAgent::IsStale(const v1::CoordinatorMessage& command) {
     }
   }
   return false;
+}
+
+void WorkerAgent::ExecuteWarmUp(const v1::WarmUp& warm) {
+  {
+    absl::MutexLock lock(&mu_);
+    // Queued with the commands (the trainer prepares in the background, and
+    // a Prepare after it takes or releases what it prepared), but two
+    // coordinator calls' messages can cross.
+    if (warm.sequence() <= last_warm_sequence_) return;  // an older one
+    last_warm_sequence_ = warm.sequence();
+    if (!warm.job_id().empty() && held_.has_value() &&
+        held_state_ != v1::ASSIGNMENT_STATE_COMPLETED) {
+      LOG(INFO) << "ignoring a WarmUp of job " << warm.job_id() << ": this worker holds job "
+                << held_->job_id << " (taken into it since)";
+      return;
+    }
+  }
+  trainer_->Warm(WarmSlotOf(warm));
 }
 
 void WorkerAgent::ExecuteAssign(const v1::Assign& assign) {

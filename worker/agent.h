@@ -161,6 +161,9 @@ class WorkerAgent {
   void ExecuteStop(const v1::Stop& stop);
   void ExecuteDrain(const v1::Drain& drain);
   void ExecuteSuspend(const v1::Suspend& suspend);
+  // Passes a WarmUp to the trainer unless it is older than the last one
+  // applied, or names a job while this worker holds an assignment.
+  void ExecuteWarmUp(const v1::WarmUp& warm);
   void ExecuteDonate(Assignment assignment);
   // An arriving Suspend or Stop for the held job interrupts a Prepare of it
   // (reader thread).
@@ -208,6 +211,8 @@ class WorkerAgent {
   // The newest generation commanded per job, from the current coordinator.
   static constexpr size_t kMaxRememberedJobs = 64;
   absl::flat_hash_map<std::string, uint64_t> newest_generation_ ABSL_GUARDED_BY(mu_);
+  // WarmUp.sequence of the last WarmUp applied (0 with a new coordinator).
+  uint64_t last_warm_sequence_ ABSL_GUARDED_BY(mu_) = 0;
   std::string coordinator_id_ ABSL_GUARDED_BY(mu_);
   std::optional<Assignment> held_ ABSL_GUARDED_BY(mu_);
   // The state last reported for held_ (READY once prepared).

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cstdio>
 #include <optional>
+#include <tuple>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
@@ -16,6 +17,7 @@
 #include "worker/checkpoint/checkpoint_writer.h"
 #include "worker/checkpoint/live_transfer.h"
 #include "worker/checkpoint/state_transfer.h"
+#include "worker/comm/mesh_groups.h"
 #include "worker/comm/tracked_communicator.h"
 #include "worker/train/mesh_communicators.h"
 #include "worker/train/training_session.h"
@@ -80,6 +82,8 @@ struct EngineTrainer::Run {
   // Older generations whose session this run kept, and whose state it holds
   // until it has trained a step (a kept session's restore moves nothing).
   std::vector<Generation> also_holds;
+  bool from_warm = false;    // its session was a warm spare's
+  uint64_t warm_bytes = 0;   // a warm spare's: the session's estimated memory
   std::FILE* loss_log = nullptr;
   std::atomic<bool> stop{false};
   std::atomic<bool> trained{false};  // completed a step in this generation
@@ -88,6 +92,20 @@ struct EngineTrainer::Run {
   // first, or the coordinator would not know it survives.
   std::vector<v1::HeldState> kept;
   std::thread thread;
+
+  // What a generation of `assignment` is.
+  void Describe(const Assignment& assignment) {
+    job_id = assignment.job_id;
+    generation = assignment.generation;
+    spec = assignment.spec;
+    mesh = assignment.mesh;
+    coordinates = assignment.coordinates;
+    layout = checkpoint::StateLayout{
+        std::max(1, mesh.data_parallel()), std::max(1, mesh.tensor_parallel()),
+        std::max(1, mesh.pipeline_parallel()), assignment.spec.parallelism().zero1(),
+        OptimizerReplicasOf(assignment.spec)};
+    participant = assignment.participant;
+  }
 
   void Abort(const absl::Status& reason) {
     if (comms != nullptr) comms->Abort(reason);
@@ -109,7 +127,14 @@ EngineTrainer::EngineTrainer(EngineTrainerOptions options) : options_(std::move(
   }
 }
 
-EngineTrainer::~EngineTrainer() { Stop(); }
+EngineTrainer::~EngineTrainer() {
+  Stop();
+  {
+    absl::MutexLock lock(&warm_mu_);
+    warm_exit_ = true;
+  }
+  if (warm_thread_.joinable()) warm_thread_.join();
+}
 
 absl::StatusOr<std::unique_ptr<GenerationComms>> EngineTrainer::NewUcxComms(
     const CommsRequest& request) const {
@@ -163,20 +188,137 @@ absl::Status EngineTrainer::MoveSession(Run* from, Run* to) {
   return absl::OkStatus();
 }
 
+namespace {
+
+// A warm spare's communicator: the rank and size of its place, attached to
+// no generation yet. The session is built over it and never trains on it.
+class DetachedCommunicator : public comm::Communicator {
+ public:
+  DetachedCommunicator(int rank, int size) : rank_(rank), size_(size) {}
+  int rank() const override { return rank_; }
+  int size() const override { return size_; }
+  absl::Status AllReduce(void*, size_t, comm::DataType, comm::ReduceOp, absl::Duration) override {
+    return Detached();
+  }
+  absl::Status ReduceScatter(const void*, void*, size_t, comm::DataType, comm::ReduceOp,
+                             absl::Duration) override {
+    return Detached();
+  }
+  absl::Status AllGather(const void*, void*, size_t, comm::DataType, absl::Duration) override {
+    return Detached();
+  }
+  absl::Status Broadcast(void*, size_t, comm::DataType, int, absl::Duration) override {
+    return Detached();
+  }
+  absl::Status Send(const void*, size_t, int, uint32_t, absl::Duration) override {
+    return Detached();
+  }
+  absl::Status Recv(void*, size_t, int, uint32_t, absl::Duration) override { return Detached(); }
+  absl::Status SendRecv(const void*, size_t, int, void*, size_t, int, uint32_t,
+                        absl::Duration) override {
+    return Detached();
+  }
+  absl::Status Barrier(absl::Duration) override { return Detached(); }
+  void Abort(const absl::Status&) override {}
+
+ private:
+  static absl::Status Detached() {
+    return absl::FailedPreconditionError("a warm spare's session is not attached to a generation");
+  }
+  const int rank_, size_;
+};
+
+class DetachedComms : public GenerationComms {
+ public:
+  // The mesh groups of `coordinates` in `mesh`.
+  static absl::StatusOr<std::unique_ptr<DetachedComms>> Create(
+      const v1::Mesh& mesh, const v1::MeshCoordinates& coordinates) {
+    ASSIGN_OR_RETURN(comm::MeshGroups groups, comm::ComputeMeshGroups(mesh, coordinates));
+    auto comms = std::make_unique<DetachedComms>();
+    for (auto [group, slot] : {std::pair{&groups.data, &comms->data_},
+                               std::pair{&groups.tensor, &comms->tensor_},
+                               std::pair{&groups.pipeline, &comms->pipeline_}}) {
+      if (group->size() > 1) {
+        *slot = std::make_unique<DetachedCommunicator>(group->index, group->size());
+      }
+    }
+    return comms;
+  }
+  train::TrainingGroups groups() const override {
+    return {data_.get(), tensor_.get(), pipeline_.get()};
+  }
+  comm::Communicator* world() const override { return nullptr; }
+  void Abort(const absl::Status&) override {}
+
+ private:
+  std::unique_ptr<DetachedCommunicator> data_, tensor_, pipeline_;
+};
+
+// The same place's shapes (job, spec, layout, rank): what a warm spare's
+// session fits.
+bool SamePlace(const Assignment& a, const Assignment& b) {
+  return a.job_id == b.job_id && a.coordinates.rank() == b.coordinates.rank() &&
+         a.mesh.data_parallel() == b.mesh.data_parallel() &&
+         a.mesh.tensor_parallel() == b.mesh.tensor_parallel() &&
+         a.mesh.pipeline_parallel() == b.mesh.pipeline_parallel() &&
+         KeepsPrevious(a) == KeepsPrevious(b) && SameTrainingSpec(a.spec, b.spec) &&
+         OptimizerReplicasOf(a.spec) == OptimizerReplicasOf(b.spec);
+}
+
+}  // namespace
+
+absl::Status EngineTrainer::BuildSession(const Assignment& assignment, Run* run,
+                                         std::optional<uint64_t> memory_bound) {
+  ASSIGN_OR_RETURN(train::TrainingConfig config,
+                   train::TrainingConfigFromSpec(assignment.spec, run->layout.dp));
+  run->steps = config.steps;
+  auto track = [this](comm::Communicator* inner, std::unique_ptr<comm::TrackedCommunicator>* slot,
+                      MeshGroup group) -> comm::Communicator* {
+    if (inner == nullptr) return nullptr;
+    *slot = std::make_unique<comm::TrackedCommunicator>(
+        inner, &in_collective_,
+        communication_metrics_ != nullptr ? communication_metrics_->observer(group) : nullptr);
+    return slot->get();
+  };
+  const train::TrainingGroups inner =
+      run->comms != nullptr ? run->comms->groups() : train::TrainingGroups{};
+  train::TrainingGroups groups;
+  groups.data = track(inner.data, &run->tracked_data, MeshGroup::kData);
+  groups.tensor = track(inner.tensor, &run->tracked_tensor, MeshGroup::kTensor);
+  groups.pipeline = track(inner.pipeline, &run->tracked_pipeline, MeshGroup::kPipeline);
+  const model::ModelLayout layout = train::LayoutOf(assignment.mesh, assignment.coordinates);
+  train::TrainingSessionOptions session;
+  session.num_threads = options_.num_threads;
+  session.collective_timeout = options_.collective_timeout;
+  // Keep what a peer recovery needs, unless the job can never have a peer.
+  run->keep_previous = KeepsPrevious(assignment);
+  session.state_versions.keep_previous = run->keep_previous;
+  session.state_versions.optimizer_replicas = run->layout.optimizer_replicas;
+  // Restore overwrites every weight (or fails); the initial draw happens
+  // only when there is nothing to restore (RestoreFromCheckpoint).
+  session.initialize_parameters = false;
+  if (memory_bound.has_value()) {
+    // Bounded before anything is allocated.
+    const int dp_rank = inner.data != nullptr ? inner.data->rank() : 0;
+    ASSIGN_OR_RETURN(const uint64_t bytes, train::TrainingSession::EstimateBytes(
+                                               config, layout, run->layout.dp, dp_rank, session));
+    if (bytes > *memory_bound) {
+      return absl::ResourceExhaustedError(absl::StrCat(
+          "the session takes ", bytes, " bytes, more than --warm_spare_memory ", *memory_bound));
+    }
+    run->warm_bytes = bytes;
+  }
+  ASSIGN_OR_RETURN(run->session, train::TrainingSession::Create(config, layout, groups, session));
+  const train::DataParallel& dp = run->session->data_parallel();
+  run->optimizer = {dp.update_begin(), dp.update_end()};
+  return absl::OkStatus();
+}
+
 absl::StatusOr<std::unique_ptr<EngineTrainer::Run>> EngineTrainer::Build(
-    const Assignment& assignment, Run* keep) {
+    const Assignment& assignment, Run* keep, Run* warm) {
   const v1::Mesh& mesh = assignment.mesh;
   auto run = std::make_unique<Run>();
-  run->job_id = assignment.job_id;
-  run->generation = assignment.generation;
-  run->spec = assignment.spec;
-  run->mesh = mesh;
-  run->coordinates = assignment.coordinates;
-  run->layout = checkpoint::StateLayout{
-      std::max(1, mesh.data_parallel()), std::max(1, mesh.tensor_parallel()),
-      std::max(1, mesh.pipeline_parallel()), assignment.spec.parallelism().zero1(),
-      OptimizerReplicasOf(assignment.spec)};
-  run->participant = assignment.participant;
+  run->Describe(assignment);
   const bool peer = assignment.recovery.kind() == v1::RECOVERY_KIND_PEER;
   run->participants = mesh.members_size() + (peer ? assignment.recovery.donors_size() : 0);
   {
@@ -205,56 +347,129 @@ absl::StatusOr<std::unique_ptr<EngineTrainer::Run>> EngineTrainer::Build(
                            : client::NewGrpcCheckpointClient(options_.coordinator);
     if (assignment.donor) return absl::OkStatus();
     run->checkpoint_interval = assignment.spec.checkpoint().interval_steps();
+    RETURN_IF_ERROR(OpenLossLog(options_.loss_log, &run->loss_log));
     if (keep != nullptr) {
-      RETURN_IF_ERROR(OpenLossLog(options_.loss_log, &run->loss_log));
       RETURN_IF_ERROR(MoveSession(keep, run.get()));  // the last step that can fail
       run->also_holds = keep->trained ? std::vector<Generation>{} : keep->also_holds;
       run->also_holds.push_back(keep->generation);
       return absl::OkStatus();
     }
-
-    ASSIGN_OR_RETURN(train::TrainingConfig config,
-                     train::TrainingConfigFromSpec(assignment.spec, run->layout.dp));
-    run->steps = config.steps;
-    auto track = [this](comm::Communicator* inner,
-                        std::unique_ptr<comm::TrackedCommunicator>* slot,
-                        MeshGroup group) -> comm::Communicator* {
-      if (inner == nullptr) return nullptr;
-      *slot = std::make_unique<comm::TrackedCommunicator>(
-          inner, &in_collective_,
-          communication_metrics_ != nullptr ? communication_metrics_->observer(group) : nullptr);
-      return slot->get();
-    };
-    const train::TrainingGroups inner =
-        run->comms != nullptr ? run->comms->groups() : train::TrainingGroups{};
-    train::TrainingGroups groups;
-    groups.data = track(inner.data, &run->tracked_data, MeshGroup::kData);
-    groups.tensor = track(inner.tensor, &run->tracked_tensor, MeshGroup::kTensor);
-    groups.pipeline = track(inner.pipeline, &run->tracked_pipeline, MeshGroup::kPipeline);
-    const model::ModelLayout layout = train::LayoutOf(mesh, assignment.coordinates);
-    train::TrainingSessionOptions session;
-    session.num_threads = options_.num_threads;
-    session.collective_timeout = options_.collective_timeout;
-    // Keep what a peer recovery needs, unless the job can never have a peer.
-    run->keep_previous = KeepsPrevious(assignment);
-    session.state_versions.keep_previous = run->keep_previous;
-    session.state_versions.optimizer_replicas = run->layout.optimizer_replicas;
-    // Restore overwrites every weight (or fails); the initial draw happens
-    // only when there is nothing to restore (RestoreFromCheckpoint).
-    session.initialize_parameters = false;
-    ASSIGN_OR_RETURN(run->session,
-                     train::TrainingSession::Create(config, layout, groups, session));
-    const train::DataParallel& dp = run->session->data_parallel();
-    run->optimizer = {dp.update_begin(), dp.update_end()};
-    return OpenLossLog(options_.loss_log, &run->loss_log);
+    if (warm != nullptr) {
+      RETURN_IF_ERROR(MoveSession(warm, run.get()));
+      run->from_warm = true;
+      return absl::OkStatus();
+    }
+    return BuildSession(assignment, run.get(), std::nullopt);
   }();
   unregister();
   if (!built.ok()) return built;
   LOG(INFO) << "job " << assignment.job_id << " generation " << assignment.generation
-            << (run->also_holds.empty() ? ": communicators and training session built in "
-                                        : ": communicators built, training session kept, in ")
+            << (!run->also_holds.empty() ? ": communicators built, training session kept, in "
+                : run->from_warm ? ": communicators built, warm spare's training session taken, in "
+                                 : ": communicators and training session built in ")
             << absl::FormatDuration(absl::Trunc(absl::Now() - build_start, absl::Milliseconds(1)));
   return run;
+}
+
+absl::StatusOr<std::unique_ptr<EngineTrainer::Run>> EngineTrainer::BuildWarm(
+    const Assignment& slot) {
+  auto run = std::make_unique<Run>();
+  run->Describe(slot);
+  ASSIGN_OR_RETURN(run->comms, DetachedComms::Create(slot.mesh, slot.coordinates));
+  RETURN_IF_ERROR(BuildSession(slot, run.get(), options_.warm_memory_bytes));
+  run->session->Reserve();
+  return run;
+}
+
+void EngineTrainer::Warm(const Assignment& slot) {
+  absl::MutexLock lock(&warm_mu_);
+  if (options_.warm_memory_bytes == 0 && !slot.job_id.value().empty()) {
+    warm_status_.Clear();
+    warm_status_.set_job_id(slot.job_id.value());
+    warm_status_.set_generation(slot.generation.value());
+    warm_status_.set_rank(slot.coordinates.rank());
+    warm_status_.set_state(v1::WARM_SPARE_STATE_COLD);
+    warm_status_.set_message("preparing ahead is off (--warm_spare_memory 0)");
+    return;
+  }
+  if (slot.job_id.value().empty()) {
+    warm_wanted_.reset();
+  } else {
+    warm_wanted_ = slot;
+    // The same place of a newer generation: what was prepared still fits.
+    if (warm_done_.has_value() && SamePlace(*warm_done_, slot)) {
+      warm_done_ = slot;
+      warm_status_.set_generation(slot.generation.value());
+    }
+  }
+  if (!warm_thread_.joinable()) warm_thread_ = std::thread([this] { WarmLoop(); });
+}
+
+v1::WarmSpare EngineTrainer::warm_status() const {
+  absl::MutexLock lock(&warm_mu_);
+  return warm_status_;
+}
+
+void EngineTrainer::WarmLoop() {
+  auto key = [](const std::optional<Assignment>& a) {
+    return a.has_value() ? std::tuple(a->job_id.value(), a->generation.value(),
+                                      a->coordinates.rank())
+                         : std::tuple(std::string(), uint64_t{0}, -1);
+  };
+  absl::MutexLock lock(&warm_mu_);
+  while (true) {
+    auto pending = [&] { return warm_exit_ || key(warm_wanted_) != key(warm_done_); };
+    warm_mu_.Await(absl::Condition(&pending));
+    if (warm_exit_) return;
+    const std::optional<Assignment> target = warm_wanted_;
+    std::unique_ptr<Run> drop = std::move(warm_);
+    warm_done_ = target;
+    warm_busy_ = true;
+    warm_status_.Clear();
+    if (target.has_value()) {
+      warm_status_.set_job_id(target->job_id.value());
+      warm_status_.set_generation(target->generation.value());
+      warm_status_.set_rank(target->coordinates.rank());
+      warm_status_.set_state(v1::WARM_SPARE_STATE_WARMING);
+    }
+    warm_mu_.Unlock();
+    drop.reset();  // its memory goes back before the next session is built
+    absl::StatusOr<std::unique_ptr<Run>> built =
+        target.has_value() ? BuildWarm(*target) : std::unique_ptr<Run>();
+    warm_mu_.Lock();
+    warm_busy_ = false;
+    if (!target.has_value()) continue;
+    if (built.ok()) {
+      warm_ = *std::move(built);
+      warm_status_.set_state(v1::WARM_SPARE_STATE_WARM);
+      warm_status_.set_bytes(warm_->warm_bytes);
+      LOG(INFO) << "warm spare of job " << target->job_id << " rank "
+                << target->coordinates.rank() << ": session ready (" << warm_->warm_bytes
+                << " bytes)";
+    } else {
+      warm_status_.set_state(v1::WARM_SPARE_STATE_COLD);
+      warm_status_.set_message(std::string(built.status().message()));
+      LOG(WARNING) << "warm spare of job " << target->job_id << " rank "
+                   << target->coordinates.rank() << ": not prepared: " << built.status();
+    }
+  }
+}
+
+std::unique_ptr<EngineTrainer::Run> EngineTrainer::TakeWarm(const Assignment& assignment) {
+  std::unique_ptr<Run> taken;
+  {
+    absl::MutexLock lock(&warm_mu_);
+    // A build in flight is this Prepare's head start if it is for its place;
+    // otherwise the Prepare waits for its memory to be freed anyway.
+    auto settled = [this] { return !warm_busy_; };
+    warm_mu_.Await(absl::Condition(&settled));
+    taken = std::move(warm_);
+    warm_wanted_.reset();
+    warm_done_.reset();
+    warm_status_.Clear();
+  }
+  if (taken != nullptr && CanKeepSession(*taken, assignment)) return taken;
+  return nullptr;  // released: its memory is freed before the Prepare builds
 }
 
 absl::StatusOr<int64_t> EngineTrainer::RestoreFromCheckpoint(const Assignment& assignment,
@@ -428,7 +643,12 @@ absl::Status EngineTrainer::Prepare(const Assignment& assignment) {
   Run* keep = source != nullptr && CanKeepSession(*source, assignment) ? source : nullptr;
   const absl::Time prepare_start = absl::Now();
   restore_bytes_ = 0;
-  absl::StatusOr<std::unique_ptr<Run>> built = Build(assignment, keep);
+  // A warm spare's session for this place (or nothing: what was prepared
+  // for another is released first).
+  std::unique_ptr<Run> warm = TakeWarm(assignment);
+  if (keep != nullptr) warm.reset();
+  absl::StatusOr<std::unique_ptr<Run>> built = Build(assignment, keep, warm.get());
+  warm.reset();
   const absl::Time built_at = absl::Now();
   if (!built.ok()) return built.status();
   std::unique_ptr<Run> run = *std::move(built);
@@ -453,7 +673,7 @@ absl::Status EngineTrainer::Prepare(const Assignment& assignment) {
     }
     // The new layout's mirrors, from the restored moments.
     mirrored = versions.ExchangeMirrors(run->session->data_parallel().group(), *start,
-                                        options_.collective_timeout);
+                                        options_.collective_timeout, /*only_missing=*/true);
   }
   {
     absl::MutexLock building(&building_mu_);
@@ -479,6 +699,7 @@ absl::Status EngineTrainer::Prepare(const Assignment& assignment) {
     last_prepare_.set_restore_seconds(absl::ToDoubleSeconds(absl::Now() - built_at));
     last_prepare_.set_restore_bytes(restore_bytes_);
     last_prepare_.set_session_kept(keep != nullptr);
+    last_prepare_.set_session_warm(run->from_warm);
   }
   if (run->loss_log != nullptr) {
     // Steps above this one logged by older generations are superseded: this
@@ -548,7 +769,7 @@ absl::Status EngineTrainer::Donate(const Assignment& assignment) {
       return absl::FailedPreconditionError(absl::StrCat(
           "no state of generation ", assignment.recovery.source_generation(), " to donate"));
     }
-    ASSIGN_OR_RETURN(std::unique_ptr<Run> run, Build(assignment, nullptr));
+    ASSIGN_OR_RETURN(std::unique_ptr<Run> run, Build(assignment, nullptr, nullptr));
     {
       absl::MutexLock building(&building_mu_);
       building_ = run.get();

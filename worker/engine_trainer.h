@@ -22,6 +22,12 @@
 // restore moves nothing into it. Until the new generation has trained a
 // step, the session still counts as holding the old generation's state.
 //
+// A warm spare (Warm). An idle worker the coordinator names a spare of a
+// running job builds the session of the place it names in the background,
+// over communicators attached to no generation, within
+// options.warm_memory_bytes; a Prepare of a place with the same shapes takes
+// it (and builds only communicators), any other Prepare releases it first.
+//
 // State kept for peer recovery: every step keeps its previous version and,
 // with ZeRO-1, mirrors of the neighbours' optimizer shards (train/
 // state_versions.h). A generation's session stays in memory after a
@@ -103,6 +109,10 @@ struct EngineTrainerOptions {
   // (hex float, exact bits; the time the step completed, to microseconds),
   // for comparing trajectories across runs and timing recoveries.
   std::string loss_log;
+  // Bound on the memory of a session prepared ahead as a warm spare
+  // (TrainingSession::EstimateBytes, checked before building); 0: never
+  // prepare ahead.
+  uint64_t warm_memory_bytes = 0;
 };
 
 class EngineTrainer : public Trainer {
@@ -124,6 +134,8 @@ class EngineTrainer : public Trainer {
   void Stop() override;
   TrainingProgress progress() const override;
   v1::PreparePhases last_prepare() const override;
+  void Warm(const Assignment& slot) override;
+  v1::WarmSpare warm_status() const override;
 
   // For tests: the current generation's weights (null without a session),
   // to tell a kept session from a rebuilt one.
@@ -136,7 +148,24 @@ class EngineTrainer : public Trainer {
   absl::StatusOr<std::unique_ptr<GenerationComms>> NewUcxComms(const CommsRequest& request) const;
   // Communicators and (members) the session of `assignment`; the session is
   // `keep`'s when that is not null (see CanKeepSession).
-  absl::StatusOr<std::unique_ptr<Run>> Build(const Assignment& assignment, Run* keep);
+  // Or `warm`'s (a warm spare's, see TakeWarm).
+  absl::StatusOr<std::unique_ptr<Run>> Build(const Assignment& assignment, Run* keep, Run* warm);
+  // The rank's session (and the communicators it trains over, tracked),
+  // built into `run` over run->comms; with `memory_bound`, refused
+  // (ResourceExhausted) when its estimate exceeds it.
+  absl::Status BuildSession(const Assignment& assignment, Run* run,
+                            std::optional<uint64_t> memory_bound);
+  // A warm spare's session of `slot`, over communicators that are not
+  // attached to any generation (every call fails) until a Prepare of that
+  // place moves it to its own (MoveSession).
+  absl::StatusOr<std::unique_ptr<Run>> BuildWarm(const Assignment& slot);
+  // The warm spare's thread: builds what Warm last asked for, drops what no
+  // longer is.
+  void WarmLoop();
+  // For a Prepare of `assignment`: the session prepared ahead if it fits
+  // (waiting for its build to end), else null, after releasing whatever was
+  // prepared (its memory is freed before the Prepare builds).
+  std::unique_ptr<Run> TakeWarm(const Assignment& assignment);
   // Whether `assignment` can train on `source`'s session as it is.
   static bool CanKeepSession(const Run& source, const Assignment& assignment);
   // Moves the session (and the communicators it was built on, rebound to
@@ -189,6 +218,17 @@ class EngineTrainer : public Trainer {
   v1::PreparePhases last_prepare_ ABSL_GUARDED_BY(progress_mu_);
   // Bytes the restore in flight received (peers or checkpoint).
   uint64_t restore_bytes_ ABSL_GUARDED_BY(mu_) = 0;
+
+  // The warm spare (Warm, WarmLoop, TakeWarm). Never held while waiting on
+  // mu_ or building_mu_.
+  mutable absl::Mutex warm_mu_;
+  std::optional<Assignment> warm_wanted_ ABSL_GUARDED_BY(warm_mu_);  // the last Warm's slot
+  std::optional<Assignment> warm_done_ ABSL_GUARDED_BY(warm_mu_);    // the loop's last target
+  std::unique_ptr<Run> warm_ ABSL_GUARDED_BY(warm_mu_);              // built for warm_done_
+  bool warm_busy_ ABSL_GUARDED_BY(warm_mu_) = false;  // the loop is dropping or building
+  bool warm_exit_ ABSL_GUARDED_BY(warm_mu_) = false;
+  v1::WarmSpare warm_status_ ABSL_GUARDED_BY(warm_mu_);
+  std::thread warm_thread_;  // started by the first Warm
 };
 
 }  // namespace cohort::worker

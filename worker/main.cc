@@ -58,6 +58,10 @@ ABSL_FLAG(std::string, loss_log, "",
           "append one line per completed training step (job, generation, step, loss as a hex "
           "float: exact bits, completion time in unix seconds) to this file, to compare "
           "trajectories across runs; empty: off");
+ABSL_FLAG(int64_t, warm_spare_memory_bytes, -1,
+          "As a spare of a running job (the coordinator's WarmUp), prepare the session of "
+          "the place it would take ahead, if its memory estimate is at most this many bytes; "
+          "0: never; -1: a quarter of the device's memory.");
 ABSL_FLAG(std::string, log_level, "",
           "Minimum log level: debug, info, warning or error; empty means $COHORT_LOG_LEVEL, "
           "else info.");
@@ -143,6 +147,11 @@ int main(int argc, char** argv) {
     return Fail("--threads must be within [0, 4096] (0: $OMP_NUM_THREADS, else all cores)");
   }
   config.loss_log = absl::GetFlag(FLAGS_loss_log);
+  config.warm_spare_memory_bytes = absl::GetFlag(FLAGS_warm_spare_memory_bytes);
+  if (config.warm_spare_memory_bytes < -1) {
+    return Fail("--warm_spare_memory_bytes must be -1 (a quarter of the device's memory), 0 "
+                "(never prepare ahead) or a byte count");
+  }
   cohort::log::SetProcessTag("worker");
 
   // Block SIGINT/SIGTERM in every thread (threads inherit the mask, so this

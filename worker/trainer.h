@@ -80,6 +80,15 @@ class Trainer {
   // Where the last successful Prepare's time went (sent with READY); zeros
   // from trainers that do not measure it.
   virtual v1::PreparePhases last_prepare() const { return {}; }
+
+  // As a spare of a running job (WarmUp), prepares `slot`'s session ahead,
+  // in the background (never blocks on it); an empty job id releases what
+  // was prepared. A later Prepare of a place with the same shapes takes it;
+  // any other Prepare releases it first. Trainers that cannot prepare ahead
+  // ignore it.
+  virtual void Warm(const Assignment& slot) {}
+  // What Warm has prepared (state UNSPECIFIED: nothing asked).
+  virtual v1::WarmSpare warm_status() const { return {}; }
 };
 
 }  // namespace cohort::worker

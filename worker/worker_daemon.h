@@ -33,6 +33,8 @@ struct WorkerConfig {
   std::string trainer = "engine";
   int threads = 0;  // compute threads; 0 = all cores
   std::string loss_log;  // EngineTrainerOptions::loss_log
+  // EngineTrainerOptions::warm_memory_bytes; -1: a quarter of the device's memory.
+  int64_t warm_spare_memory_bytes = -1;
 };
 
 // "<host>-<cpu|gpu>-<index>".

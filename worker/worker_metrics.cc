@@ -46,6 +46,8 @@ WorkerMetrics::WorkerMetrics(std::shared_ptr<prometheus::Registry> registry)
                                  "Tokens of the global batch per second of the last step")),
       step_time(NewGauge(*registry, "cohort_worker_step_seconds",
                          "Wall time of the last optimizer step")),
+      warm_spare_memory(NewGauge(*registry, "cohort_worker_warm_spare_bytes",
+                                 "Memory of the session a warm spare prepared ahead (estimate)")),
       registry_(std::move(registry)) {}
 
 }  // namespace cohort::worker

@@ -27,6 +27,7 @@ class WorkerMetrics {
   prometheus::Gauge& loss;                   // loss of the last step
   prometheus::Gauge& tokens_per_second;      // global-batch tokens / step time
   prometheus::Gauge& step_time;              // seconds of the last step
+  prometheus::Gauge& warm_spare_memory;      // bytes of a warm spare's prepared session
 
  private:
   std::shared_ptr<prometheus::Registry> registry_;

@@ -54,6 +54,8 @@ void SimWorker::Start() {
   newest_command_generation_.clear();
   commanded_generation_.clear();
   coordinator_id_.clear();
+  last_warm_sequence_ = 0;
+  warm_job_.clear();
   run_.reset();
   previous_.reset();
   phase_ = Phase::kIdle;
@@ -157,7 +159,10 @@ void SimWorker::OnMessage(uint64_t stream, const v1::CoordinatorMessage& message
 void SimWorker::OnWelcome(uint64_t stream, const v1::Welcome& welcome) {
   welcomed_ = true;
   backoff_ = kBackoffInitial;
-  if (welcome.coordinator_id() != coordinator_id_) commanded_generation_.clear();
+  if (welcome.coordinator_id() != coordinator_id_) {
+    commanded_generation_.clear();
+    last_warm_sequence_ = 0;
+  }
   coordinator_id_ = welcome.coordinator_id();
   heartbeat_interval_ = absl::Milliseconds(welcome.heartbeat_interval_ms());
   heartbeat_timeout_ = absl::Milliseconds(welcome.heartbeat_timeout_ms());
@@ -290,10 +295,33 @@ void SimWorker::RunNextCommand() {
     case v1::CoordinatorMessage::kSuspend:
       ExecuteSuspend(command.suspend());
       break;
+    case v1::CoordinatorMessage::kWarmUp:
+      ExecuteWarmUp(command.warm_up());
+      break;
     default:
       break;
   }
   CommandDone();
+}
+
+void SimWorker::ExecuteWarmUp(const v1::WarmUp& warm) {
+  // As WorkerAgent::ExecuteWarmUp: an older one (two calls' messages
+  // crossed) or one naming a job while this worker holds an assignment is
+  // ignored.
+  if (warm.sequence() <= last_warm_sequence_) return;
+  last_warm_sequence_ = warm.sequence();
+  if (!warm.job_id().empty() && held_.has_value() &&
+      held_state_ != v1::ASSIGNMENT_STATE_COMPLETED) {
+    world_->Trace(absl::StrCat(id_, " ignores a WarmUp of ", warm.job_id(), ": it holds ",
+                               held_->job));
+    return;
+  }
+  warm_job_ = warm.job_id();
+  world_->Trace(absl::StrCat(id_, warm_job_.empty() ? " releases its warm session"
+                                                    : " warms up for " + warm_job_,
+                             warm_job_.empty() ? "" : absl::StrCat(" g", warm.generation(),
+                                                                    " rank ",
+                                                                    warm.coordinates().rank())));
 }
 
 void SimWorker::CommandDone() {
@@ -313,6 +341,7 @@ void SimWorker::ActingOn(const std::string& job, uint64_t generation, const char
 }
 
 void SimWorker::ExecuteAssign(const v1::Assign& assign) {
+  warm_job_.clear();  // EngineTrainer::TakeWarm: taken or released
   if (held_.has_value() && held_->job == assign.job_id()) {
     if (assign.generation() < held_->generation) {
       CommandDone();

@@ -93,6 +93,7 @@ class SimWorker {
   void ExecuteReconfigure(const v1::Reconfigure& reconfigure);
   void ExecuteStop(const v1::Stop& stop);
   void ExecuteSuspend(const v1::Suspend& suspend);
+  void ExecuteWarmUp(const v1::WarmUp& warm);
   void ExecuteDonate(Assignment assignment);
   void InterruptFor(const std::string& job, uint64_t generation);
   void PrepareAndReport(Assignment assignment);
@@ -158,6 +159,10 @@ class SimWorker {
   std::map<std::string, uint64_t> newest_command_generation_;  // for the invariant
   std::map<std::string, uint64_t> commanded_generation_;       // the agent's own filter
   std::string coordinator_id_;
+  // The last WarmUp applied (WorkerAgent::ExecuteWarmUp) and the job it
+  // named (empty: nothing prepared; a Prepare takes or drops it).
+  uint64_t last_warm_sequence_ = 0;
+  std::string warm_job_;
 
   // Trainer.
   std::optional<Run> run_;

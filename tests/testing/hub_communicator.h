@@ -1,7 +1,8 @@
 #pragma once
 // Hub and HubCommunicator: point-to-point messages between threads of one
 // test process, behind the Communicator interface (Send never blocks, Recv
-// waits for its timeout, at most 20 s). Collectives are not implemented. For unit tests of code
+// waits for its timeout, at most 20 s), and AllGather over them; the other collectives are not
+// implemented. For unit tests of code
 // that exchanges state between ranks (peer recovery, optimizer mirrors).
 
 #include <cstdint>
@@ -60,8 +61,24 @@ class HubCommunicator : public comm::Communicator {
                              absl::Duration) override {
     return absl::UnimplementedError("not in this test");
   }
-  absl::Status AllGather(const void*, void*, size_t, comm::DataType, absl::Duration) override {
-    return absl::UnimplementedError("not in this test");
+  // Every rank's part, through the hub: posted to every other rank, taken
+  // from each (in order: each pair's messages of one tag are FIFO).
+  absl::Status AllGather(const void* input, void* output, size_t count_per_rank,
+                         comm::DataType type, absl::Duration timeout) override {
+    constexpr uint32_t kAllGatherTag = 0x616c6c67;  // "allg"
+    const size_t bytes = count_per_rank * comm::DataTypeSize(type);
+    char* out = static_cast<char*>(output);
+    for (int peer = 0; peer < size_; ++peer) {
+      if (peer != rank_) hub_->Post(rank_, peer, kAllGatherTag, input, bytes);
+    }
+    std::memcpy(out + static_cast<size_t>(rank_) * bytes, input, bytes);
+    for (int peer = 0; peer < size_; ++peer) {
+      if (peer == rank_) continue;
+      absl::Status taken = hub_->Take(peer, rank_, kAllGatherTag,
+                                      out + static_cast<size_t>(peer) * bytes, bytes, timeout);
+      if (!taken.ok()) return taken;
+    }
+    return absl::OkStatus();
   }
   absl::Status Broadcast(void*, size_t, comm::DataType, int, absl::Duration) override {
     return absl::UnimplementedError("not in this test");

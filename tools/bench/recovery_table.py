@@ -80,7 +80,8 @@ def record(args):
         row[column] = float(stats.get(field, 0))
     row["step time"] = float(j.get("progress", {}).get("stepTimeSeconds", 0))
     row["lost steps"] = int(j.get("recovery", {}).get("lostSteps", 0))
-    row["sessions kept"] = f"{stats.get('lastSessionsKept', 0)}/{stats.get('lastMembers', 0)}"
+    row["sessions"] = (f"{stats.get('lastSessionsKept', 0)} kept, "
+                       f"{stats.get('lastSessionsWarm', 0)} warm of {stats.get('lastMembers', 0)}")
     got = receivers(job, logs)
     row["GB/s per receiver"] = [b / s / 1e9 for b, s, _ in got]
     if got and all(t is not None for _, _, t in got):
@@ -121,9 +122,9 @@ def table():
                                            if r.get("cold dd GB/s") and "GB/s aggregate" in r]))
         for column, values in lines:
             print(f"  {column:<20} {spread(values)}")
-        kept = sorted({r["sessions kept"] for r in mine if r["sessions kept"] != "0/0"})
-        if kept:
-            print(f"  {'sessions kept':<20} {', '.join(kept)}")
+        sessions = sorted({r["sessions"] for r in mine if not r["sessions"].endswith(" of 0")})
+        if sessions:
+            print(f"  {'sessions':<20} {'; '.join(sessions)}")
 
 
 def main():

@@ -149,7 +149,9 @@ Commands:
   scale JOB --min_workers=A [--max_workers=B]
                           change a job's elastic bounds
   workers                 table of workers: WORKER, HOST, DEVICE, STATE, JOB,
-                          RANK, HEARTBEAT AGE, METRICS
+                          RANK, SPARE (what an idle worker prepared ahead
+                          as a warm spare: warm/warming/cold JOB:RANK),
+                          HEARTBEAT AGE, METRICS
   drain WORKER [--reason=TEXT]
                           take a worker out of service: it gets no new work,
                           its job is re-planned without it (it hands its

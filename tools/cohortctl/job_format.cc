@@ -1,5 +1,7 @@
 #include "tools/cohortctl/job_format.h"
 
+#include "tools/cohortctl/checkpoint_format.h"
+
 #include <cmath>
 #include <string>
 #include <vector>
@@ -162,6 +164,9 @@ std::string FormatRecoveryStats(const v1::RecoveryStats& stats) {
     if (stats.last_members() > 0) {
       absl::StrAppend(&line, "; ", stats.last_sessions_kept(), " of ", stats.last_members(),
                       " members kept their session");
+      if (stats.last_sessions_warm() > 0) {
+        absl::StrAppend(&line, ", ", stats.last_sessions_warm(), " took a warm spare's");
+      }
     }
     if (stats.last_detect_to_first_step_seconds() > 0) {
       absl::StrAppend(&line, "), ", Seconds(stats.last_detect_to_first_step_seconds()),
@@ -255,14 +260,32 @@ std::string FormatJobDetails(const v1::Job& job) {
   return out;
 }
 
+// "warm JOB:RANK 1.9 GiB", "warming JOB:RANK", "cold JOB:RANK" (why: JSON
+// output), or "-".
+std::string FormatWarmSpare(const v1::WarmSpare& warm) {
+  const std::string place = absl::StrCat(warm.job_id(), ":", warm.rank());
+  switch (warm.state()) {
+    case v1::WARM_SPARE_STATE_WARM:
+      return absl::StrCat("warm ", place, " ", FormatBytes(warm.bytes()));
+    case v1::WARM_SPARE_STATE_WARMING:
+      return absl::StrCat("warming ", place);
+    case v1::WARM_SPARE_STATE_COLD:
+      return absl::StrCat("cold ", place);
+    default:
+      return "-";
+  }
+}
+
 std::string FormatWorkerTable(const v1::ListWorkersResponse& response) {
-  TextTable table({"WORKER", "HOST", "DEVICE", "STATE", "JOB", "RANK", "HEARTBEAT AGE", "METRICS"});
+  TextTable table({"WORKER", "HOST", "DEVICE", "STATE", "JOB", "RANK", "SPARE", "HEARTBEAT AGE",
+                   "METRICS"});
   for (const v1::WorkerInfo& worker : response.workers()) {
     const bool in_job = !worker.job_id().empty();
     table.AddRow({worker.worker_id(), worker.host(),
                   DeviceLabel(worker.device_kind(), worker.device_index()),
                   WorkerStateName(worker.state()), in_job ? worker.job_id() : "-",
                   in_job ? absl::StrCat(worker.coordinates().rank()) : "-",
+                  FormatWarmSpare(worker.warm()),
                   FormatAge(absl::Milliseconds(worker.last_heartbeat_age_ms())),
                   OrDash(worker.metrics_address())});
   }

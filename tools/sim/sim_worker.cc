@@ -164,6 +164,7 @@ void SimWorker::OnReadDone(bool ok) {
           ReplyStatus(incoming_.stop().job_id(), incoming_.stop().generation(),
                       v1::ASSIGNMENT_STATE_RELEASED, &actions);
           break;
+        case v1::CoordinatorMessage::kWarmUp:  // nothing to prepare: no session
         case v1::CoordinatorMessage::kDrain:
         case v1::CoordinatorMessage::KIND_NOT_SET:
           break;

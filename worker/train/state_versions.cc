@@ -51,6 +51,13 @@ void StateVersions::SetCurrent(int64_t steps) {
   mirror_step_[0] = mirror_step_[1] = -1;  // until the next refresh
 }
 
+void StateVersions::Reserve() {
+  if (!options_.keep_previous) return;
+  previous_params_.resize(model_->num_params());
+  previous_m_.resize(end_ - begin_);
+  previous_v_.resize(end_ - begin_);
+}
+
 void StateVersions::BeforeUpdate(int64_t steps) {
   if (options_.keep_previous && current_step_ == steps) {
     Copy(model_->params(), model_->num_params(), &previous_params_);
@@ -64,28 +71,53 @@ void StateVersions::BeforeUpdate(int64_t steps) {
 }
 
 absl::Status StateVersions::ExchangeMirrors(comm::Communicator* data_group, int64_t steps,
-                                            absl::Duration timeout) {
+                                            absl::Duration timeout, bool only_missing) {
   if (mirrors_.empty()) return absl::OkStatus();
   if (data_group == nullptr || data_group->size() != dp_) {
     return absl::InvalidArgumentError("mirrors need the data group");
   }
+  // Which ranks receive: all, or those without the mirrors of `steps`.
+  std::vector<int32_t> needs(static_cast<size_t>(dp_), 1);
+  if (only_missing) {
+    const int32_t mine = MirrorBufferOf(steps) < 0 ? 1 : 0;
+    RETURN_IF_ERROR(
+        data_group->AllGather(&mine, needs.data(), 1, comm::DataType::kInt32, timeout));
+    if (std::all_of(needs.begin(), needs.end(), [](int32_t n) { return n == 0; })) {
+      return absl::OkStatus();
+    }
+  }
+  const bool receive = needs[static_cast<size_t>(dp_rank_)] != 0;
   const int target = 1 - newest_buffer_;
-  mirror_step_[target] = -1;  // being overwritten
+  if (receive) mirror_step_[target] = -1;  // being overwritten
   const size_t own = end_ - begin_;
   for (size_t j = 0; j < mirrors_.size(); ++j) {
     MirrorBuffers& mirror = mirrors_[j];
     const int shift = static_cast<int>(j) + 1;
     const int to = layout::OptimizerCopyHolder(dp_rank_, shift, dp_);
+    const bool send = needs[static_cast<size_t>(to)] != 0;
     const size_t theirs = mirror.end - mirror.begin;
     // Straight from the moments into the mirror: no staging copies.
     const uint32_t tag = kMirrorTag + 2 * static_cast<uint32_t>(shift);
-    RETURN_IF_ERROR(data_group->SendRecv(m_, own * sizeof(float), to, mirror.m[target].data(),
-                                         theirs * sizeof(float), mirror.owner, tag, timeout));
-    RETURN_IF_ERROR(data_group->SendRecv(v_, own * sizeof(float), to, mirror.v[target].data(),
-                                         theirs * sizeof(float), mirror.owner, tag + 1, timeout));
+    for (const int part : {0, 1}) {
+      const float* mine = part == 0 ? m_ : v_;
+      float* into = (part == 0 ? mirror.m : mirror.v)[target].data();
+      const uint32_t part_tag = tag + static_cast<uint32_t>(part);
+      if (send && receive) {
+        RETURN_IF_ERROR(data_group->SendRecv(mine, own * sizeof(float), to, into,
+                                             theirs * sizeof(float), mirror.owner, part_tag,
+                                             timeout));
+      } else if (send) {
+        RETURN_IF_ERROR(data_group->Send(mine, own * sizeof(float), to, part_tag, timeout));
+      } else if (receive) {
+        RETURN_IF_ERROR(
+            data_group->Recv(into, theirs * sizeof(float), mirror.owner, part_tag, timeout));
+      }
+    }
   }
-  newest_buffer_ = target;
-  mirror_step_[target] = steps;
+  if (receive) {
+    newest_buffer_ = target;
+    mirror_step_[target] = steps;
+  }
   return absl::OkStatus();
 }
 

@@ -77,13 +77,21 @@ class StateVersions {
   // to recover from.
   void BeginRestore() { current_step_ = -1; }
   void EndRestore(int64_t steps) { current_step_ = steps; }
+  // Allocates and touches the previous version's buffers now rather than at
+  // the first step (a warm spare's session: its first step after taking a
+  // place then faults in no fresh pages).
+  void Reserve();
   // Before the end phase of the step that turns `steps` into `steps + 1`.
   void BeforeUpdate(int64_t steps);
   // Refreshes the mirrors from the data group (each rank's current moments,
   // those of `steps` steps, go to the next R-1 ranks). The communicator's
-  // errors; the mirrors of the step before are kept either way.
+  // errors; the mirrors of the step before are kept either way. With
+  // `only_missing` (after a restore), ranks whose mirrors already hold
+  // `steps` (a session kept across generations) receive nothing: the ranks
+  // first agree who needs them (one small all-gather), then only those
+  // messages move.
   absl::Status ExchangeMirrors(comm::Communicator* data_group, int64_t steps,
-                               absl::Duration timeout);
+                               absl::Duration timeout, bool only_missing = false);
   // After the end phase: the current buffers hold `steps` steps.
   void AfterUpdate(int64_t steps);
 

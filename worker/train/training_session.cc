@@ -2,7 +2,9 @@
 
 #include "absl/strings/str_cat.h"
 #include "common/status_macros.h"
+#include "common/layout/mesh_layout.h"
 #include "worker/compute/backend_factory.h"
+#include "worker/model/gpt_activations.h"
 
 namespace cohort::train {
 
@@ -58,6 +60,51 @@ absl::StatusOr<std::unique_ptr<TrainingSession>> TrainingSession::Create(
                    StepRunner::Create(config, session->model_.get(), session->sampler_.get(),
                                       session->data_parallel_.get(), runner));
   return session;
+}
+
+absl::StatusOr<uint64_t> TrainingSession::EstimateBytes(const TrainingConfig& config,
+                                                        const model::ModelLayout& layout, int dp,
+                                                        int dp_rank,
+                                                        const TrainingSessionOptions& options) {
+  compute::BackendOptions backend_options;
+  backend_options.num_threads = options.num_threads;
+  backend_options.precision = config.precision;
+  ASSIGN_OR_RETURN(std::unique_ptr<compute::Backend> backend,
+                   compute::CreateBackend(backend_options));
+  const model::ParameterTable table(config.model, layout);
+  const uint64_t n = table.num_params();
+  const uint64_t wte = table[model::kWte].numel;
+  const int B = config.micro_batch_size, T = config.model.context_length;
+  const uint64_t tokens = static_cast<uint64_t>(B) * T;
+  const int micro_batches = config.micro_batches_per_step() / std::max(1, dp);
+  const uint64_t slots = StepRunner::ActivationSlots(layout, micro_batches);
+  // The model: weights, gradients, activations (per slot) and their
+  // gradients, token ids.
+  uint64_t floats = 2 * n + (layout.has_embedding() ? wte : 0) +
+                    model::ActivationsNumel(config.model, layout, *backend, B, T) * slots +
+                    model::ActivationGradsNumel(config.model, layout, B, T);
+  uint64_t int32s = 2 * tokens * slots + 2 * tokens;  // the model's and the runner's
+  // The runner: the gradient accumulation, the embedding's, the tie and
+  // pipeline send buffers, the moments of the own range.
+  const bool tie_per_micro_batch = options.tie_per_micro_batch.value_or(layout.pp == 1);
+  if (micro_batches > 1) floats += n;
+  if (layout.has_embedding() && !tie_per_micro_batch) floats += wte;
+  if (layout.pp > 1 && (layout.first_stage() || layout.last_stage())) floats += wte;
+  if (layout.stage > 0) floats += tokens * static_cast<uint64_t>(config.model.width);
+  const uint64_t own =
+      config.zero1 ? layout::DataShardRange(n, dp, dp_rank).size() : n;
+  floats += 2 * own;
+  // ZeRO-1 staging, the previous version, the mirrors (two buffers each).
+  const uint64_t padded = layout::PaddedShardedSize(n, dp);
+  if (config.zero1 && dp > 1) floats += padded + padded / static_cast<uint64_t>(dp);
+  if (options.state_versions.keep_previous) floats += n + 2 * own;
+  const int copies =
+      config.zero1 ? layout::OptimizerCopies(true, options.state_versions.optimizer_replicas, dp)
+                   : 1;
+  for (int j = 1; j < copies; ++j) {
+    floats += 4 * layout::DataShardRange(n, dp, layout::OptimizerCopyOwner(dp_rank, j, dp)).size();
+  }
+  return floats * sizeof(float) + int32s * sizeof(int32_t);
 }
 
 }  // namespace cohort::train

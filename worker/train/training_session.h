@@ -68,6 +68,19 @@ class TrainingSession {
       const TrainingConfig& config, const model::ModelLayout& layout, const TrainingGroups& groups,
       const TrainingSessionOptions& options);
 
+  // The host memory a session of `config` for `layout` at data rank
+  // `dp_rank` of `dp` takes once every buffer exists (Reserve()d): weights,
+  // gradients and their accumulation, activations, AdamW moments, ZeRO-1
+  // staging, the previous version and the mirrors. Errors: the backend's.
+  static absl::StatusOr<uint64_t> EstimateBytes(const TrainingConfig& config,
+                                                const model::ModelLayout& layout, int dp,
+                                                int dp_rank, const TrainingSessionOptions& options);
+
+  // Allocates and touches now what the first step would (the previous
+  // version's buffers): a session prepared ahead then faults in no fresh
+  // pages when it trains.
+  void Reserve() { runner_->versions().Reserve(); }
+
   // Draws the initial weights from config().init_seed (see
   // TrainingSessionOptions::initialize_parameters).
   void InitializeParameters() { model_->InitializeParameters(config_.init_seed); }

@@ -442,10 +442,10 @@ TEST_F(CohortctlTest, ScaleSendsTheBounds) {
 TEST_F(CohortctlTest, WorkersTable) {
   EXPECT_EQ(Run({"workers"}), kExitOk) << err();
   EXPECT_EQ(out(),
-            "WORKER  HOST    DEVICE  STATE     JOB  RANK  HEARTBEAT AGE  METRICS\n"
-            "w0      host-a  cpu:0   ASSIGNED  j-1  1     300ms          -\n"
-            "w1      host-b  cpu:0   IDLE      -    -     0ms            -\n"
-            "w2      host-c  cpu:0   LOST      -    -     0ms            -\n");
+            "WORKER  HOST    DEVICE  STATE     JOB  RANK  SPARE  HEARTBEAT AGE  METRICS\n"
+            "w0      host-a  cpu:0   ASSIGNED  j-1  1     -      300ms          -\n"
+            "w1      host-b  cpu:0   IDLE      -    -     -      0ms            -\n"
+            "w2      host-c  cpu:0   LOST      -    -     -      0ms            -\n");
 }
 
 TEST_F(CohortctlTest, ScaleWorkersSetsBothBounds) {

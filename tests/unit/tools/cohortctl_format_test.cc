@@ -159,12 +159,18 @@ TEST(JobFormatTest, WorkerTable) {
   idle.set_host("host-b");
   idle.set_state(v1::WORKER_STATE_IDLE);
   idle.set_last_heartbeat_age_ms(61'000);
+  v1::WarmSpare& warm = *idle.mutable_warm();
+  warm.set_job_id("j-7f3a");
+  warm.set_rank(7);
+  warm.set_state(v1::WARM_SPARE_STATE_WARM);
+  warm.set_bytes(uint64_t{3} << 30);
   EXPECT_EQ(FormatWorkerTable(response),
-            "WORKER  HOST    DEVICE  STATE     JOB     RANK  HEARTBEAT AGE  "
-            "METRICS\n"
-            "w0      host-a  gpu:1   ASSIGNED  j-7f3a  5     250ms          "
-            "host-a:9466\n"
-            "w1      host-b  cpu:0   IDLE      -       -     1m01s          -\n");
+            "WORKER  HOST    DEVICE  STATE     JOB     RANK  SPARE                  "
+            "HEARTBEAT AGE  METRICS\n"
+            "w0      host-a  gpu:1   ASSIGNED  j-7f3a  5     -                      "
+            "250ms          host-a:9466\n"
+            "w1      host-b  cpu:0   IDLE      -       -     warm j-7f3a:7 3.22 GB  "
+            "1m01s          -\n");
 }
 
 TEST(JobFormatTest, Summary) {

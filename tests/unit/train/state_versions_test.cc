@@ -157,6 +157,39 @@ TEST_F(StateVersionsTest, ARefreshCutShortKeepsTheStepBefore) {
   EXPECT_EQ(rank.versions->Version(3).status().code(), absl::StatusCode::kNotFound);
 }
 
+// After a peer recovery in the same layout, survivors whose sessions were
+// kept already hold their mirrors; only the replaced rank receives its own.
+TEST_F(StateVersionsTest, AfterARestoreOnlyRanksMissingTheirMirrorsReceiveThem) {
+  Make(/*keep_previous=*/true);
+  OnEveryRank([&](int r) {
+    ranks_[r]->Fill(3);
+    ranks_[r]->versions->SetCurrent(3);
+    ASSERT_TRUE(ranks_[r]->versions->ExchangeMirrors(groups_[r].get(), 3, absl::Seconds(10)).ok());
+  });
+  Step(3);  // every rank holds step 4 with its mirrors
+  // Rank 2 is replaced: a new rank restored to step 4, without mirrors.
+  ranks_[2] = std::make_unique<Rank>(&backend_, 2, /*keep_previous=*/true);
+  ranks_[2]->Fill(4);
+  ranks_[2]->versions->SetCurrent(4);
+  EXPECT_EQ(ranks_[2]->versions->newest(), -1);
+  // Rank 1 holds rank 0's mirror (the tiny model's only non-empty shard):
+  // had it received it again, it would hold these.
+  ASSERT_FALSE(ranks_[0]->m.empty());
+  std::vector<float> saved_m = ranks_[0]->m;
+  std::fill(ranks_[0]->m.begin(), ranks_[0]->m.end(), -1.0f);
+  OnEveryRank([&](int r) {
+    ASSERT_TRUE(ranks_[r]
+                    ->versions->ExchangeMirrors(groups_[r].get(), 4, absl::Seconds(10),
+                                                /*only_missing=*/true)
+                    .ok());
+  });
+  ranks_[0]->m = saved_m;
+  for (const auto& rank : ranks_) {
+    EXPECT_EQ(rank->versions->newest(), 4) << "rank " << rank->rank;
+    ExpectView(*rank->versions->Version(4), *rank, 4);
+  }
+}
+
 TEST_F(StateVersionsTest, WithoutKeepingThePreviousStepOnlyTheCurrentIsHeld) {
   Make(/*keep_previous=*/false);
   OnEveryRank([&](int r) {

@@ -218,6 +218,44 @@ class GatedTrainer : public IdleTrainer {
   bool released_ ABSL_GUARDED_BY(mu_) = false;
 };
 
+// A trainer that records the WarmUps it is given and reports the last as
+// prepared.
+class WarmingTrainer : public IdleTrainer {
+ public:
+  void Warm(const Assignment& slot) override {
+    absl::MutexLock lock(&mu_);
+    warmed_.push_back(slot.job_id.value());
+  }
+  v1::WarmSpare warm_status() const override {
+    absl::MutexLock lock(&mu_);
+    v1::WarmSpare warm;
+    if (!warmed_.empty() && !warmed_.back().empty()) {
+      warm.set_job_id(warmed_.back());
+      warm.set_state(v1::WARM_SPARE_STATE_WARM);
+      warm.set_bytes(4096);
+    }
+    return warm;
+  }
+  std::vector<std::string> warmed() const {
+    absl::MutexLock lock(&mu_);
+    return warmed_;
+  }
+
+ private:
+  mutable absl::Mutex mu_;
+  std::vector<std::string> warmed_ ABSL_GUARDED_BY(mu_);  // job ids; "" = release
+};
+
+CoordinatorMessage WarmUpMessage(const std::string& job, uint64_t sequence) {
+  CoordinatorMessage message;
+  v1::WarmUp* warm = message.mutable_warm_up();
+  warm->set_sequence(sequence);
+  warm->set_job_id(job);
+  warm->set_generation(1);
+  warm->mutable_coordinates()->set_rank(1);
+  return message;
+}
+
 CoordinatorMessage AssignMessage(const std::string& job, uint64_t generation, int rank) {
   CoordinatorMessage message;
   v1::Assign* assign = message.mutable_assign();
@@ -430,6 +468,36 @@ TEST_F(AgentTest, CommandsOfOlderGenerationsAreIgnored) {
   EXPECT_EQ(prepared->coordinates.rank(), 2);
   EXPECT_EQ(prepared->mesh.data_parallel(), 3);
   EXPECT_EQ(prepared->spec.name(), "job-1");  // kept from the Assign
+}
+
+TEST_F(AgentTest, WarmUpsReachTheTrainerInOrderAndNeverWhileItHoldsAJob) {
+  WarmingTrainer trainer;
+  StartServer();
+  StartAgent(&trainer);
+  ASSERT_TRUE(AttachedAndWelcomed(0));
+  ASSERT_TRUE(fake_->Send(WarmUpMessage("job-a", 2)));
+  ASSERT_TRUE(fake_->Send(WarmUpMessage("job-b", 1)));  // older: crossed with the one above
+  ASSERT_TRUE(fake_->Send(AssignMessage("job-c", 1, 0)));
+  ASSERT_TRUE(fake_->Send(WarmUpMessage("job-a", 3)));  // sent before the Assign, arrived after
+  ASSERT_TRUE(fake_->Send(StopMessage("job-c", 1)));
+  // Commands run in order: the RELEASED proves every WarmUp before it was seen.
+  ASSERT_TRUE(fake_->WaitFor(StatusCountIs(2)));
+  EXPECT_EQ(trainer.warmed(), std::vector<std::string>({"job-a"}));
+  // Idle again: a newer one applies, a release too.
+  ASSERT_TRUE(fake_->Send(WarmUpMessage("job-d", 4)));
+  ASSERT_TRUE(fake_->WaitFor([](const Seen& s) {
+    const auto heartbeats = s.Of(WorkerMessage::kHeartbeat);
+    return !heartbeats.empty() && heartbeats.back().message.heartbeat().warm().job_id() == "job-d";
+  }));
+  EXPECT_EQ(agent_->metrics().warm_spare_memory.Value(), 4096);
+  ASSERT_TRUE(fake_->Send(WarmUpMessage("", 5)));
+  ASSERT_TRUE(fake_->WaitFor([](const Seen& s) {
+    const auto heartbeats = s.Of(WorkerMessage::kHeartbeat);
+    return !heartbeats.empty() && !heartbeats.back().message.heartbeat().has_warm();
+  }));
+  EXPECT_EQ(trainer.warmed(), std::vector<std::string>({"job-a", "job-d", ""}));
+  agent_->Shutdown();
+  EXPECT_TRUE(WaitForRun().ok());  // before `trainer` goes
 }
 
 TEST_F(AgentTest, StopReleasesTheAssignment) {

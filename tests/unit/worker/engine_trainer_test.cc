@@ -63,8 +63,10 @@ class EngineTrainerTest : public ::testing::Test {
     return losses;
   }
 
-  std::unique_ptr<EngineTrainer> NewTrainer(worker::CommsFactory comms = nullptr) {
+  std::unique_ptr<EngineTrainer> NewTrainer(worker::CommsFactory comms = nullptr,
+                                            uint64_t warm_memory_bytes = 0) {
     EngineTrainerOptions options;
+    options.warm_memory_bytes = warm_memory_bytes;
     options.num_threads = 1;
     options.collective_timeout = absl::Seconds(20);
     options.comms_factory = comms ? std::move(comms) : mesh_.Factory();
@@ -171,6 +173,27 @@ class EngineTrainerTest : public ::testing::Test {
                 return absl::OkStatus();
               }});
     return held;
+  }
+
+  // Waits until `t`'s warm spare state is `state`.
+  static v1::WarmSpare WaitWarm(EngineTrainer& t, v1::WarmSpareState state) {
+    const absl::Time deadline = absl::Now() + kWait;
+    while (t.warm_status().state() != state && absl::Now() < deadline) {
+      absl::SleepFor(absl::Milliseconds(1));  // polls; nothing to be told of
+    }
+    EXPECT_EQ(t.warm_status().state(), state) << t.warm_status().message();
+    return t.warm_status();
+  }
+
+  // The plan that puts a spare (worker "spare") in rank 1's place of the
+  // two-member generation 1, from rank 0's memory at `step`.
+  static v1::RecoveryPlan SparePlan(int64_t step) {
+    const v1::Mesh two = train::LocalMesh(2, 1, 1);
+    coordinator::RecoveryInput input;
+    input.source = coordinator::StateSource{Generation(1), two, true, 2};
+    input.holders = {{"rank-0", step}};
+    input.next_mesh = WithWorker(two, 1, "spare");
+    return coordinator::PlanRecovery(input);
   }
 
   // `mesh` with worker `id` at rank `rank` (a spare in a lost worker's place).
@@ -331,12 +354,8 @@ TEST_F(EngineTrainerTest, ASurvivorKeepsItsSessionWhenASpareTakesALostRanksPlace
 
   // Generation 2: a spare at rank 1; rank 1's moments come from the
   // survivor's mirror.
-  coordinator::RecoveryInput input;
-  input.source = coordinator::StateSource{Generation(1), two, true, 2};
-  input.holders = {{"rank-0", held[0].step()}};
   const v1::Mesh next = WithWorker(two, 1, "spare");
-  input.next_mesh = next;
-  const v1::RecoveryPlan plan = coordinator::PlanRecovery(input);
+  const v1::RecoveryPlan plan = SparePlan(held[0].step());
   ASSERT_EQ(plan.kind(), v1::RECOVERY_KIND_PEER) << plan.reason();
   ASSERT_EQ(plan.donors_size(), 0);
   std::unique_ptr<EngineTrainer> spare = NewTrainer();
@@ -372,12 +391,8 @@ TEST_F(EngineTrainerTest, AKeptSessionWhoseRestoreFailsStillHoldsItsStateForTheN
   const float* weights = a->weights_for_testing();
   // The plan resumes one step back, at the survivor's previous version: its
   // kept session rolls back into its current buffers.
-  coordinator::RecoveryInput input;
-  input.source = coordinator::StateSource{Generation(1), two, true, 2};
-  input.holders = {{"rank-0", held[0].step() - 1}};
   const v1::Mesh next = WithWorker(two, 1, "spare");
-  input.next_mesh = next;
-  const v1::RecoveryPlan plan = coordinator::PlanRecovery(input);
+  const v1::RecoveryPlan plan = SparePlan(held[0].step() - 1);
   ASSERT_EQ(plan.kind(), v1::RECOVERY_KIND_PEER) << plan.reason();
   ASSERT_EQ(plan.step(), held[0].step() - 1);
 
@@ -407,6 +422,100 @@ TEST_F(EngineTrainerTest, AKeptSessionWhoseRestoreFailsStillHoldsItsStateForTheN
   ASSERT_TRUE(a->progress().loss.has_value());
   EXPECT_EQ(*a->progress().loss, fault_free);
   EXPECT_EQ(*spare->progress().loss, fault_free);
+}
+
+}  // namespace
+}  // namespace cohort::worker
+
+namespace cohort::worker {
+namespace {
+
+TEST_F(EngineTrainerTest, AWarmSpareTakesThePlaceItPreparedWithTheSessionItBuiltAhead) {
+  const int64_t steps = 30;
+  const v1::JobSpec spec = Spec(steps, /*replicas=*/2);
+  const double fault_free = FaultFreeLoss(spec, 9);
+  const v1::Mesh two = train::LocalMesh(2, 1, 1);
+  std::unique_ptr<EngineTrainer> a = NewTrainer();
+  // The spare prepares rank 1 of generation 1 while the job trains.
+  std::unique_ptr<EngineTrainer> spare = NewTrainer(nullptr, uint64_t{1} << 30);
+  v1::RecoveryPlan none;
+  Assignment slot = Member(spec, 1, two, 1, none);
+  spare->Warm(slot);
+  const v1::WarmSpare warm = WaitWarm(*spare, v1::WARM_SPARE_STATE_WARM);
+  EXPECT_EQ(warm.job_id(), "threads-1");
+  EXPECT_EQ(warm.rank(), 1);
+  EXPECT_GT(warm.bytes(), 0u);
+  const std::vector<v1::HeldState> held = TrainThenLoseRankOne(spec, *a);
+  ASSERT_EQ(held.size(), 1u);
+
+  const v1::Mesh next = WithWorker(two, 1, "spare");
+  const v1::RecoveryPlan plan = SparePlan(held[0].step());
+  ASSERT_EQ(plan.kind(), v1::RECOVERY_KIND_PEER) << plan.reason();
+  // The place of generation 2 has the same shapes: still warm.
+  spare->Warm(Member(spec, 2, next, 1, none));
+  EXPECT_EQ(spare->warm_status().state(), v1::WARM_SPARE_STATE_WARM);
+  EXPECT_EQ(spare->warm_status().generation(), 2u);
+  for (const absl::Status& s :
+       Together({[&] { return a->Prepare(Member(spec, 2, next, 0, plan)); },
+                 [&] { return spare->Prepare(Member(spec, 2, next, 1, plan)); }})) {
+    ASSERT_TRUE(s.ok()) << s;
+  }
+  EXPECT_TRUE(spare->last_prepare().session_warm());
+  EXPECT_FALSE(spare->last_prepare().session_kept());
+  EXPECT_GT(spare->last_prepare().restore_bytes(), 0u);
+  EXPECT_EQ(spare->warm_status().state(), v1::WARM_SPARE_STATE_UNSPECIFIED);
+  for (const absl::Status& s : WaitFinished(2, 2)) EXPECT_TRUE(s.ok()) << s;
+  ASSERT_TRUE(spare->progress().loss.has_value());
+  EXPECT_EQ(*spare->progress().loss, fault_free);
+  EXPECT_EQ(*a->progress().loss, fault_free);
+}
+
+TEST_F(EngineTrainerTest, AWarmSpareReleasesOrRebuildsWhatItPreparedWhenThePlaceChanges) {
+  const v1::JobSpec spec = Spec(8, /*replicas=*/2);
+  const v1::Mesh two = train::LocalMesh(2, 1, 1);
+  v1::RecoveryPlan fresh;
+  fresh.set_kind(v1::RECOVERY_KIND_NONE);
+  std::unique_ptr<EngineTrainer> spare = NewTrainer(nullptr, uint64_t{1} << 30);
+  spare->Warm(Member(spec, 1, two, 1, fresh));
+  WaitWarm(*spare, v1::WARM_SPARE_STATE_WARM);
+  // The job changed its layout (dp 2 -> 1): a new place, built anew.
+  const v1::Mesh one = train::LocalMesh(1, 1, 1);
+  spare->Warm(Member(spec, 2, one, 0, fresh));
+  const absl::Time deadline = absl::Now() + kWait;
+  while ((spare->warm_status().rank() != 0 || spare->warm_status().generation() != 2 ||
+          spare->warm_status().state() != v1::WARM_SPARE_STATE_WARM) &&
+         absl::Now() < deadline) {
+    absl::SleepFor(absl::Milliseconds(1));  // polls; nothing to be told of
+  }
+  EXPECT_EQ(spare->warm_status().rank(), 0);
+  EXPECT_EQ(spare->warm_status().generation(), 2u);
+  EXPECT_EQ(spare->warm_status().state(), v1::WARM_SPARE_STATE_WARM);
+  // Released: nothing held, nothing reported.
+  spare->Warm(Assignment{});
+  WaitWarm(*spare, v1::WARM_SPARE_STATE_UNSPECIFIED);
+
+  // A session over the bound is not built; the status says why.
+  std::unique_ptr<EngineTrainer> small = NewTrainer(nullptr, 1 << 20);
+  small->Warm(Member(spec, 1, two, 1, fresh));
+  const v1::WarmSpare cold = WaitWarm(*small, v1::WARM_SPARE_STATE_COLD);
+  EXPECT_THAT(cold.message(), ::testing::HasSubstr("--warm_spare_memory"));
+
+  // Prepared for one job, assigned to another: released, then built fresh;
+  // the job trains as from scratch.
+  spare->Warm(Member(spec, 3, two, 1, fresh));
+  WaitWarm(*spare, v1::WARM_SPARE_STATE_WARM);
+  v1::JobSpec other = spec;
+  other.set_name("other");
+  std::unique_ptr<EngineTrainer> b = NewTrainer();
+  Assignment first = Member(other, 4, two, 0, fresh), second = Member(other, 4, two, 1, fresh);
+  first.job_id = second.job_id = JobId("other-2");
+  for (const absl::Status& s : Together({[&] { return b->Prepare(first); },
+                                         [&] { return spare->Prepare(second); }})) {
+    ASSERT_TRUE(s.ok()) << s;
+  }
+  EXPECT_FALSE(spare->last_prepare().session_warm());
+  EXPECT_EQ(spare->warm_status().state(), v1::WARM_SPARE_STATE_UNSPECIFIED);
+  for (const absl::Status& s : WaitFinished(4, 2)) EXPECT_TRUE(s.ok()) << s;
 }
 
 }  // namespace
