@@ -434,6 +434,12 @@ absl::Status JobManager::OnAssignmentStatus(const WorkerId& worker,
       slowest.set_build_seconds(std::max(slowest.build_seconds(), status.prepare().build_seconds()));
       slowest.set_restore_seconds(
           std::max(slowest.restore_seconds(), status.prepare().restore_seconds()));
+      const v1::PreparePhases& phases = status.prepare();
+      slowest.set_communicators_seconds(
+          std::max(slowest.communicators_seconds(), phases.communicators_seconds()));
+      slowest.set_session_seconds(std::max(slowest.session_seconds(), phases.session_seconds()));
+      slowest.set_transfer_seconds(std::max(slowest.transfer_seconds(), phases.transfer_seconds()));
+      slowest.set_mirrors_seconds(std::max(slowest.mirrors_seconds(), phases.mirrors_seconds()));
       entry->job.set_ready_workers(static_cast<int32_t>(entry->ready.size()));
       const bool all_ready = static_cast<int>(entry->ready.size()) ==
                                  entry->job.mesh().members_size() &&
@@ -488,6 +494,18 @@ absl::Status JobManager::OnAssignmentStatus(const WorkerId& worker,
             {JobId(job_id), "build", absl::Seconds(entry->slowest_prepare.build_seconds())});
         effects->recovery_phases.push_back(
             {JobId(job_id), "restore", absl::Seconds(entry->slowest_prepare.restore_seconds())});
+        const v1::PreparePhases& slowest = entry->slowest_prepare;
+        stats->set_last_communicators_seconds(slowest.communicators_seconds());
+        stats->set_last_session_seconds(slowest.session_seconds());
+        stats->set_last_transfer_seconds(slowest.transfer_seconds());
+        stats->set_last_mirrors_seconds(slowest.mirrors_seconds());
+        for (const auto& [phase, seconds] :
+             {std::pair{"communicators", slowest.communicators_seconds()},
+              std::pair{"session", slowest.session_seconds()},
+              std::pair{"transfer", slowest.transfer_seconds()},
+              std::pair{"mirrors", slowest.mirrors_seconds()}}) {
+          effects->recovery_phases.push_back({JobId(job_id), phase, absl::Seconds(seconds)});
+        }
         entry->first_step_wait =
             JobEntry::FirstStepWait{*entry->recovery_started, now, plan.step()};
         LOG(INFO) << "job " << job_id << " recovered into generation " << entry->job.generation()

@@ -83,6 +83,7 @@ struct EngineTrainer::Run {
   // until it has trained a step (a kept session's restore moves nothing).
   std::vector<Generation> also_holds;
   bool from_warm = false;    // its session was a warm spare's
+  double communicators_seconds = 0;  // of Build: building `comms`
   uint64_t warm_bytes = 0;   // a warm spare's: the session's estimated memory
   std::FILE* loss_log = nullptr;
   std::atomic<bool> stop{false};
@@ -342,6 +343,7 @@ absl::StatusOr<std::unique_ptr<EngineTrainer::Run>> EngineTrainer::Build(
       ASSIGN_OR_RETURN(run->comms, options_.comms_factory ? options_.comms_factory(request)
                                                           : NewUcxComms(request));
     }
+    run->communicators_seconds = absl::ToDoubleSeconds(absl::Now() - build_start);
     run->checkpoints = options_.checkpoint_factory
                            ? options_.checkpoint_factory()
                            : client::NewGrpcCheckpointClient(options_.coordinator);
@@ -664,6 +666,7 @@ absl::Status EngineTrainer::Prepare(const Assignment& assignment) {
   const bool in_place = keep != nullptr && versions.current() == plan.step();
   if (keep != nullptr && !in_place) versions.BeginRestore();
   absl::StatusOr<int64_t> start = Restore(assignment, run.get(), keep != nullptr ? run.get() : source);
+  const absl::Time restored_at = absl::Now();
   absl::Status mirrored;
   if (start.ok()) {
     if (keep == nullptr) {
@@ -695,8 +698,16 @@ absl::Status EngineTrainer::Prepare(const Assignment& assignment) {
   run->start_step = *start;
   {
     absl::MutexLock progress_lock(&progress_mu_);
+    const absl::Time now = absl::Now();
     last_prepare_.set_build_seconds(absl::ToDoubleSeconds(built_at - prepare_start));
-    last_prepare_.set_restore_seconds(absl::ToDoubleSeconds(absl::Now() - built_at));
+    last_prepare_.set_restore_seconds(absl::ToDoubleSeconds(now - built_at));
+    last_prepare_.set_communicators_seconds(run->communicators_seconds);
+    // The rest of the build: releasing or taking a prepared session, and
+    // building one when there was none to keep or take.
+    last_prepare_.set_session_seconds(std::max(
+        0.0, absl::ToDoubleSeconds(built_at - prepare_start) - run->communicators_seconds));
+    last_prepare_.set_transfer_seconds(absl::ToDoubleSeconds(restored_at - built_at));
+    last_prepare_.set_mirrors_seconds(absl::ToDoubleSeconds(now - restored_at));
     last_prepare_.set_restore_bytes(restore_bytes_);
     last_prepare_.set_session_kept(keep != nullptr);
     last_prepare_.set_session_warm(run->from_warm);

@@ -158,8 +158,16 @@ std::string FormatRecoveryStats(const v1::RecoveryStats& stats) {
                     " from detection to running (suspend ", Seconds(stats.last_suspend_seconds()),
                     ", prepare ", Seconds(stats.last_prepare_seconds()));
     if (stats.last_build_seconds() > 0 || stats.last_restore_seconds() > 0) {
-      absl::StrAppend(&line, ": build ", Seconds(stats.last_build_seconds()), ", restore ",
-                      Seconds(stats.last_restore_seconds()));
+      absl::StrAppend(&line, ": build ", Seconds(stats.last_build_seconds()));
+      if (stats.last_communicators_seconds() > 0 || stats.last_session_seconds() > 0) {
+        absl::StrAppend(&line, " (communicators ", Seconds(stats.last_communicators_seconds()),
+                        ", session ", Seconds(stats.last_session_seconds()), ")");
+      }
+      absl::StrAppend(&line, ", restore ", Seconds(stats.last_restore_seconds()));
+      if (stats.last_transfer_seconds() > 0 || stats.last_mirrors_seconds() > 0) {
+        absl::StrAppend(&line, " (transfer ", Seconds(stats.last_transfer_seconds()),
+                        ", mirrors ", Seconds(stats.last_mirrors_seconds()), ")");
+      }
     }
     if (stats.last_members() > 0) {
       absl::StrAppend(&line, "; ", stats.last_sessions_kept(), " of ", stats.last_members(),

@@ -626,6 +626,10 @@ TEST_F(JobManagerTest, SpareTakesALostRanksPlaceWithPeerRecovery) {
     status.mutable_prepare()->set_build_seconds(0.01 * (i + 1));
     status.mutable_prepare()->set_restore_seconds(0.02 * (4 - i));
     status.mutable_prepare()->set_session_kept(i != 1);  // survivors; the spare builds one
+    status.mutable_prepare()->set_communicators_seconds(0.005 * (i + 1));
+    status.mutable_prepare()->set_session_seconds(i == 1 ? 0.03 : 0.0);
+    status.mutable_prepare()->set_transfer_seconds(0.01 * (4 - i));
+    status.mutable_prepare()->set_mirrors_seconds(0.002);
     ASSERT_TRUE(jobs_->OnAssignmentStatus(WorkerId(after.mesh().members(i).worker_id()), status,
                                           now_, &ready)
                     .ok());
@@ -636,6 +640,11 @@ TEST_F(JobManagerTest, SpareTakesALostRanksPlaceWithPeerRecovery) {
   EXPECT_DOUBLE_EQ(running.recovery_stats().last_build_seconds(), 0.04);
   EXPECT_DOUBLE_EQ(running.recovery_stats().last_restore_seconds(), 0.08);
   EXPECT_EQ(running.recovery_stats().last_sessions_kept(), after.mesh().members_size() - 1);
+  // Each part is its own slowest member's.
+  EXPECT_DOUBLE_EQ(running.recovery_stats().last_communicators_seconds(), 0.02);
+  EXPECT_DOUBLE_EQ(running.recovery_stats().last_session_seconds(), 0.03);
+  EXPECT_DOUBLE_EQ(running.recovery_stats().last_transfer_seconds(), 0.04);
+  EXPECT_DOUBLE_EQ(running.recovery_stats().last_mirrors_seconds(), 0.002);
   EXPECT_EQ(running.recovery_stats().last_members(), after.mesh().members_size());
   EXPECT_EQ(running.recovery_stats().peer(), 1);
   EXPECT_EQ(running.recovery_stats().spare(), 1);
@@ -648,10 +657,13 @@ TEST_F(JobManagerTest, SpareTakesALostRanksPlaceWithPeerRecovery) {
   EXPECT_DOUBLE_EQ(running.recovery_stats().last_suspend_seconds(), 0.005);
   EXPECT_DOUBLE_EQ(running.recovery_stats().last_prepare_seconds(), 0.050);
   EXPECT_EQ(running.recovery_stats().last_first_step_seconds(), 0);
-  ASSERT_EQ(ready.recovery_phases.size(), 4u);
+  ASSERT_EQ(ready.recovery_phases.size(), 8u);
   EXPECT_STREQ(ready.recovery_phases[0].phase, "suspend");
   EXPECT_EQ(ready.recovery_phases[1].took, absl::Milliseconds(50));
   EXPECT_STREQ(ready.recovery_phases[3].phase, "restore");
+  EXPECT_STREQ(ready.recovery_phases[4].phase, "communicators");
+  EXPECT_STREQ(ready.recovery_phases[7].phase, "mirrors");
+  EXPECT_EQ(ready.recovery_phases[6].took, absl::Milliseconds(40));  // transfer
   // A heartbeat at the resume step is no step; the next step is the first.
   now_ += absl::Milliseconds(30);
   Effects progress;

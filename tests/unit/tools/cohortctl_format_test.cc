@@ -202,6 +202,10 @@ v1::Job PeerRecoveredJob() {
   stats.set_last_restore_seconds(0.1100);
   stats.set_last_sessions_kept(1);
   stats.set_last_members(2);
+  stats.set_last_communicators_seconds(0.0200);
+  stats.set_last_session_seconds(0.0300);
+  stats.set_last_transfer_seconds(0.0900);
+  stats.set_last_mirrors_seconds(0.0200);
   stats.set_last_first_step_seconds(0.0400);
   stats.set_last_detect_to_first_step_seconds(0.2237);
   return job;
@@ -267,8 +271,9 @@ TEST(RecoveryFormatTest, NoPlanAndNoRecoveriesPrintNothing) {
 TEST(RecoveryFormatTest, Totals) {
   EXPECT_EQ(FormatRecoveryStats(PeerRecoveredJob().recovery_stats()),
             "2 peer (1 with a spare), 1 from checkpoint, 20 steps lost; last took 0.184 s from "
-            "detection to running (suspend 0.021 s, prepare 0.163 s: build 0.050 s, restore "
-            "0.110 s; 1 of 2 members kept their session), 0.224 s to its first step");
+            "detection to running (suspend 0.021 s, prepare 0.163 s: build 0.050 s "
+            "(communicators 0.020 s, session 0.030 s), restore 0.110 s (transfer 0.090 s, "
+            "mirrors 0.020 s); 1 of 2 members kept their session), 0.224 s to its first step");
   EXPECT_EQ(FormatRecoveryStats(CheckpointRecoveredJob().recovery_stats()),
             "0 peer, 1 from checkpoint, 20 steps lost; last took 2.500 s from detection to "
             "running (suspend 0.500 s, prepare 2.000 s)");
@@ -285,8 +290,9 @@ TEST(RecoveryFormatTest, JobDetailsShowThePlanAndTotalsAfterTheGeneration) {
                         "at step 120\n"
                         "Recoveries:  2 peer (1 with a spare), 1 from checkpoint, 20 steps lost; "
                         "last took 0.184 s from detection to running (suspend 0.021 s, prepare "
-                        "0.163 s: build 0.050 s, restore 0.110 s; 1 of 2 members kept their "
-                        "session), 0.224 s to its first step\n"
+                        "0.163 s: build 0.050 s (communicators 0.020 s, session 0.030 s), "
+                        "restore 0.110 s (transfer 0.090 s, mirrors 0.020 s); 1 of 2 members "
+                        "kept their session), 0.224 s to its first step\n"
                         "Created:     "));
   // A fresh job's plan shows without totals.
   v1::Job job = RunningJob();

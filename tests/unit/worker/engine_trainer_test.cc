@@ -462,6 +462,16 @@ TEST_F(EngineTrainerTest, AWarmSpareTakesThePlaceItPreparedWithTheSessionItBuilt
   }
   EXPECT_TRUE(spare->last_prepare().session_warm());
   EXPECT_FALSE(spare->last_prepare().session_kept());
+  // Where the time went: communicators and session within the build, the
+  // transfer and the mirrors within the restore.
+  const v1::PreparePhases phases = spare->last_prepare();
+  EXPECT_GT(phases.communicators_seconds(), 0);
+  EXPECT_LE(phases.communicators_seconds() + phases.session_seconds(),
+            phases.build_seconds() + 1e-9);
+  EXPECT_GT(phases.transfer_seconds(), 0);
+  EXPECT_GT(phases.mirrors_seconds(), 0);
+  EXPECT_NEAR(phases.transfer_seconds() + phases.mirrors_seconds(), phases.restore_seconds(),
+              1e-6);
   EXPECT_GT(spare->last_prepare().restore_bytes(), 0u);
   EXPECT_EQ(spare->warm_status().state(), v1::WARM_SPARE_STATE_UNSPECIFIED);
   for (const absl::Status& s : WaitFinished(2, 2)) EXPECT_TRUE(s.ok()) << s;
