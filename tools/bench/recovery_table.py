@@ -24,7 +24,11 @@ PHASES = [  # (column, RecoveryStats field)
     ("suspend", "lastSuspendSeconds"),
     ("prepare", "lastPrepareSeconds"),
     ("build", "lastBuildSeconds"),
+    ("  communicators", "lastCommunicatorsSeconds"),
+    ("  session", "lastSessionSeconds"),
     ("restore", "lastRestoreSeconds"),
+    ("  transfer", "lastTransferSeconds"),
+    ("  mirrors", "lastMirrorsSeconds"),
     ("first step", "lastFirstStepSeconds"),
     ("detect->first step", "lastDetectToFirstStepSeconds"),
 ]

@@ -1,6 +1,7 @@
 #include "worker/compute/cpu_backend.h"
 
 #include <omp.h>
+#include <sys/mman.h>
 
 #include <algorithm>
 #include <cstdint>
@@ -15,6 +16,8 @@ namespace cohort::compute {
 namespace {
 
 constexpr size_t kAlignment = 64;
+// Buffers from this size up are mapped directly (see Allocate).
+constexpr size_t kMappedBytes = size_t{1} << 20;
 
 // The host pointer behind `span`, after checking that it holds at least
 // `min_numel` fp32 elements: an undersized view is a programmer error that
@@ -55,6 +58,20 @@ absl::StatusOr<Buffer> CpuBackend::Allocate(DType dtype, size_t numel) {
   // every buffer has a distinct non-null address.
   const size_t bytes = std::max<size_t>(numel * DTypeSize(dtype), 1);
   const size_t rounded = (bytes + kAlignment - 1) / kAlignment * kAlignment;
+  if (rounded >= kMappedBytes) {
+    // Fresh anonymous pages read as zero: no memset here, so each page is
+    // zeroed once, by the kernel, when first written (a restore, the first
+    // step), instead of twice (weights and gradients are 1 GB for GPT-2
+    // 124M). Huge pages where the kernel gives them.
+    void* mapped = mmap(nullptr, rounded, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS,
+                        -1, 0);
+    if (mapped == MAP_FAILED) {
+      return absl::ResourceExhaustedError(
+          absl::StrCat("cannot map ", rounded, " bytes of host memory"));
+    }
+    madvise(mapped, rounded, MADV_HUGEPAGE);  // advice only: fine if refused
+    return Buffer(mapped, dtype, numel, [rounded](void* p) { munmap(p, rounded); });
+  }
   void* data = std::aligned_alloc(kAlignment, rounded);
   if (data == nullptr) {
     return absl::ResourceExhaustedError(

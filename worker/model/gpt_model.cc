@@ -139,6 +139,13 @@ absl::StatusOr<double> GptModel::Forward(const int32_t* inputs, const int32_t* t
   return ForwardStage(0, inputs, targets, B, T);
 }
 
+void GptModel::Touch() {
+  for (const compute::Buffer* buffer :
+       {&params_, &grads_, &embedding_grad_, &acts_, &grad_acts_, &tokens_}) {
+    if (buffer->data() != nullptr) backend_->Zero(buffer->span());
+  }
+}
+
 absl::Status GptModel::CheckCancelled() const {
   if (cancel_ != nullptr && cancel_->load(std::memory_order_relaxed)) {
     return absl::AbortedError("step cancelled");

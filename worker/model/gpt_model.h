@@ -137,6 +137,10 @@ class GptModel {
   // touches the weights; an abandoned call leaves its slot's activations
   // and the gradients undefined. Null: never cancelled.
   void set_cancel(const std::atomic<bool>* cancel) { cancel_ = cancel; }
+  // Writes zeros into every buffer now, so a model prepared ahead (a warm
+  // spare's) faults in no fresh pages when it trains (backends may leave
+  // fresh memory untouched until first written).
+  void Touch();
 
   // Runs the forward pass on inputs and targets (host memory, B*T int32 each,
   // row-major (B,T)) and returns the mean cross-entropy over the B*T

@@ -76,10 +76,13 @@ class TrainingSession {
                                                 const model::ModelLayout& layout, int dp,
                                                 int dp_rank, const TrainingSessionOptions& options);
 
-  // Allocates and touches now what the first step would (the previous
-  // version's buffers): a session prepared ahead then faults in no fresh
-  // pages when it trains.
-  void Reserve() { runner_->versions().Reserve(); }
+  // Allocates and touches now what the first step would (the model's
+  // buffers, the previous version's): a session prepared ahead then faults
+  // in no fresh pages when it trains.
+  void Reserve() {
+    model_->Touch();
+    runner_->versions().Reserve();
+  }
 
   // Draws the initial weights from config().init_seed (see
   // TrainingSessionOptions::initialize_parameters).
