@@ -12,8 +12,8 @@ namespace {
 
 constexpr uint32_t kMirrorTag = 0x6d697272;  // "mirr"
 
-void Copy(const float* from, size_t n, std::vector<float>* to) {
-  to->resize(n);
+void Copy(const float* from, size_t n, UninitializedArray<float>* to) {
+  to->Resize(n);
   if (n > 0) std::memcpy(to->data(), from, n * sizeof(float));
 }
 
@@ -53,9 +53,9 @@ void StateVersions::SetCurrent(int64_t steps) {
 
 void StateVersions::Reserve() {
   if (!options_.keep_previous) return;
-  previous_params_.resize(model_->num_params());
-  previous_m_.resize(end_ - begin_);
-  previous_v_.resize(end_ - begin_);
+  previous_params_.ResizeAndTouch(model_->num_params());
+  previous_m_.ResizeAndTouch(end_ - begin_);
+  previous_v_.ResizeAndTouch(end_ - begin_);
 }
 
 void StateVersions::BeforeUpdate(int64_t steps) {

@@ -32,6 +32,7 @@
 #include "absl/time/time.h"
 #include "worker/comm/communicator.h"
 #include "worker/model/gpt_model.h"
+#include "worker/train/uninitialized_array.h"
 
 namespace cohort::train {
 
@@ -117,7 +118,8 @@ class StateVersions {
 
   int64_t current_step_ = -1;  // -1: the current buffers are not consistent
   int64_t previous_step_ = -1;
-  std::vector<float> previous_params_, previous_m_, previous_v_;
+  // Written (copied into) before they are read.
+  UninitializedArray<float> previous_params_, previous_m_, previous_v_;
   struct MirrorBuffers {
     int owner = 0;
     size_t begin = 0, end = 0;

@@ -78,9 +78,9 @@ StepRunner::StepRunner(const TrainingConfig& config, model::GptModel* model,
                         static_cast<size_t>(config.model.context_length);
   inputs_.resize(tokens);
   targets_.resize(tokens);
-  if (micro_batches_per_rank_ > 1) accumulated_.resize(model->num_params());
+  if (micro_batches_per_rank_ > 1) accumulated_.Resize(model->num_params());
   const size_t wte = model->table()[model::kWte].numel;
-  if (layout_.has_embedding() && !tie_per_micro_batch_) embedding_accumulated_.resize(wte);
+  if (layout_.has_embedding() && !tie_per_micro_batch_) embedding_accumulated_.Resize(wte);
   if (layout_.pp > 1 && (layout_.first_stage() || layout_.last_stage())) tie_buffer_.resize(wte);
   if (layout_.stage > 0) send_buffer_.resize(tokens * config.model.width);
   const size_t own = data_parallel->update_end() - data_parallel->update_begin();
@@ -92,6 +92,12 @@ StepRunner::StepRunner(const TrainingConfig& config, model::GptModel* model,
       model, m_.data(), v_.data(), data_parallel->update_begin(), data_parallel->update_end(),
       data_parallel->dp(), data_parallel->rank(), data_parallel->zero1(), options.state_versions);
   versions_->SetCurrent(0);  // the initial weights; a restore moves it
+}
+
+void StepRunner::Reserve() {
+  accumulated_.ResizeAndTouch(accumulated_.size());
+  embedding_accumulated_.ResizeAndTouch(embedding_accumulated_.size());
+  versions_->Reserve();
 }
 
 absl::Status StepRunner::FlushSend() {

@@ -57,6 +57,7 @@
 #include "worker/train/grad_norm_plan.h"
 #include "worker/train/pipeline_schedule.h"
 #include "worker/train/state_versions.h"
+#include "worker/train/uninitialized_array.h"
 #include "worker/train/training_config.h"
 
 namespace cohort::train {
@@ -121,6 +122,9 @@ class StepRunner {
   // The rank's consistent versions (current and previous) and mirrors.
   StateVersions& versions() { return *versions_; }
   const StateVersions& versions() const { return *versions_; }
+  // Touches now the buffers a step writes before reading (the gradient
+  // accumulation, the previous version): see TrainingSession::Reserve.
+  void Reserve();
   float* adam_m() { return m_.data(); }
   float* adam_v() { return v_.data(); }
   const float* adam_m() const { return m_.data(); }
@@ -165,8 +169,9 @@ class StepRunner {
   const GradNormPlan norm_plan_;
   std::vector<int32_t> inputs_;
   std::vector<int32_t> targets_;
-  std::vector<float> accumulated_;      // used with more than one micro-batch per rank
-  std::vector<float> embedding_accumulated_;  // the token embedding's wte part, untied
+  // Written by the first backward of each step before they are read.
+  UninitializedArray<float> accumulated_;      // used with more than one micro-batch per rank
+  UninitializedArray<float> embedding_accumulated_;  // the token embedding's wte part, untied
   std::vector<float> send_buffer_;      // an input gradient waiting to be sent
   std::vector<float> tie_buffer_;       // the other end stage's wte gradient
   std::vector<double> norm_slots_;

@@ -81,7 +81,7 @@ class TrainingSession {
   // in no fresh pages when it trains.
   void Reserve() {
     model_->Touch();
-    runner_->versions().Reserve();
+    runner_->Reserve();
   }
 
   // Draws the initial weights from config().init_seed (see

@@ -1,0 +1,45 @@
+#pragma once
+// UninitializedArray: a growable array whose new elements are not
+// initialised, for buffers that are always written before they are read
+// (the gradient accumulation, a previous state version). A std::vector
+// zero-fills what it allocates, which for these buffers is a second pass
+// over hundreds of megabytes: the kernel already zeroes fresh pages once,
+// when they are first written.
+//
+// Thread-compatible.
+
+#include <cstddef>
+#include <cstring>
+#include <memory>
+
+namespace cohort::train {
+
+template <typename T>
+class UninitializedArray {
+ public:
+  // Makes room for `n` elements. Those beyond the old size are
+  // uninitialised; a larger capacity drops the old contents.
+  void Resize(size_t n) {
+    if (n > capacity_) {
+      data_ = std::make_unique_for_overwrite<T[]>(n);
+      capacity_ = n;
+    }
+    size_ = n;
+  }
+  // Resize, then writes zeros into every element: the pages are in.
+  void ResizeAndTouch(size_t n) {
+    Resize(n);
+    if (n > 0) std::memset(data_.get(), 0, n * sizeof(T));
+  }
+  T* data() { return data_.get(); }
+  const T* data() const { return data_.get(); }
+  size_t size() const { return size_; }
+  size_t capacity() const { return capacity_; }
+
+ private:
+  std::unique_ptr<T[]> data_;
+  size_t size_ = 0;
+  size_t capacity_ = 0;
+};
+
+}  // namespace cohort::train
