@@ -27,8 +27,9 @@
 namespace cohort::worker {
 namespace {
 
-// Chunks of a state transfer: 4 Mi floats (16 MiB) at most.
-constexpr int64_t kTransferElements = 4 << 20;
+// Chunks of a state transfer: 16 Mi floats (64 MiB) at most. Fewer, larger
+// rounds: each round is a rendezvous of every participant.
+constexpr int64_t kTransferElements = 16 << 20;
 
 // Whether the run may ever need its previous state versions: unless the job
 // can never have a peer.
