@@ -16,17 +16,11 @@
 #include "coordinator/worker_commands.h"
 
 namespace cohort::coordinator {
-namespace {
 
-int MeshWorld(const v1::Mesh& mesh) {
-  return mesh.data_parallel() * mesh.tensor_parallel() * mesh.pipeline_parallel();
+bool JobManager::MeshIncomplete(const v1::Mesh& mesh) {
+  return mesh.members_size() !=
+         mesh.data_parallel() * mesh.tensor_parallel() * mesh.pipeline_parallel();
 }
-
-// A mesh that lost members and could not yet be re-planned.
-bool MeshIncomplete(const v1::Mesh& mesh) { return mesh.members_size() != MeshWorld(mesh); }
-
-
-}  // namespace
 
 v1::CoordinatorMessage Effects::Message::WithBase(const v1::CoordinatorMessage& base,
                                                   const v1::CoordinatorMessage& message) {

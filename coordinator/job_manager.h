@@ -334,6 +334,8 @@ class JobManager {
   JobEntry* FindEntry(const JobId& id);
   const JobEntry* FindEntry(const JobId& id) const;
   static bool IsTerminal(v1::JobState state);
+  // A mesh that lost members and could not yet be re-planned.
+  static bool MeshIncomplete(const v1::Mesh& mesh);
   bool IsMember(const JobEntry& entry, const WorkerId& worker) const;
 
   // " (no GPU worker is attached)" when no worker of `kind` is attached

@@ -36,12 +36,12 @@ void JobManager::UpdateWarmSpares(Effects* effects) {
     const JobEntry& entry = jobs_.at(id);
     const v1::Mesh& mesh = entry.job.mesh();
     const v1::JobState state = entry.job.state();
-    const int world = mesh.data_parallel() * mesh.tensor_parallel() * mesh.pipeline_parallel();
+    const int world = mesh.members_size();
     if (state != v1::JOB_STATE_RUNNING && state != v1::JOB_STATE_RECONFIGURING) continue;
     const v1::DeviceKind kind = entry.job.spec().device_kind();
     auto [it, inserted] = idle.try_emplace(kind);
     if (inserted) it->second = membership_->Idle(kind);
-    if (entry.suspension.has_value() || world <= 0 || mesh.members_size() != world) {
+    if (entry.suspension.has_value() || world == 0 || MeshIncomplete(mesh)) {
       // Mid-recovery: its spares keep what they prepared (the plan is about
       // to take one), and none is added until it has a whole mesh again.
       for (const WorkerRecord* record : it->second) {

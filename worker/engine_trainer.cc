@@ -37,8 +37,6 @@ bool KeepsPrevious(const Assignment& assignment) {
   return std::max(assignment.spec.elastic().max_workers(), assignment.mesh.members_size()) > 1;
 }
 
-// The specs are the same but for the elastic bounds (a session depends on
-// everything else).
 // Opens --loss_log (if set) for appending.
 absl::Status OpenLossLog(const std::string& path, std::FILE** file) {
   if (path.empty()) return absl::OkStatus();
@@ -50,11 +48,39 @@ absl::Status OpenLossLog(const std::string& path, std::FILE** file) {
   return absl::OkStatus();
 }
 
+// The specs are the same but for the elastic bounds (a session depends on
+// everything else).
 bool SameTrainingSpec(const v1::JobSpec& a, const v1::JobSpec& b) {
   v1::JobSpec x = a, y = b;
   x.clear_elastic();
   y.clear_elastic();
   return google::protobuf::util::MessageDifferencer::Equals(x, y);
+}
+
+// The state layout of `assignment`'s generation.
+checkpoint::StateLayout StateLayoutOf(const Assignment& assignment) {
+  const v1::Mesh& mesh = assignment.mesh;
+  return checkpoint::StateLayout{
+      std::max(1, mesh.data_parallel()), std::max(1, mesh.tensor_parallel()),
+      std::max(1, mesh.pipeline_parallel()), assignment.spec.parallelism().zero1(),
+      OptimizerReplicasOf(assignment.spec)};
+}
+
+v1::HeldState HeldAt(Generation generation, int64_t step) {
+  v1::HeldState state;
+  state.set_generation(generation.value());
+  state.set_step(step);
+  return state;
+}
+
+// What a warm spare reports about `slot` (its place) in `state`.
+v1::WarmSpare WarmStatusOf(const Assignment& slot, v1::WarmSpareState state) {
+  v1::WarmSpare warm;
+  warm.set_job_id(slot.job_id.value());
+  warm.set_generation(slot.generation.value());
+  warm.set_rank(slot.coordinates.rank());
+  warm.set_state(state);
+  return warm;
 }
 
 }  // namespace
@@ -102,10 +128,7 @@ struct EngineTrainer::Run {
     spec = assignment.spec;
     mesh = assignment.mesh;
     coordinates = assignment.coordinates;
-    layout = checkpoint::StateLayout{
-        std::max(1, mesh.data_parallel()), std::max(1, mesh.tensor_parallel()),
-        std::max(1, mesh.pipeline_parallel()), assignment.spec.parallelism().zero1(),
-        OptimizerReplicasOf(assignment.spec)};
+    layout = StateLayoutOf(assignment);
     participant = assignment.participant;
   }
 
@@ -152,14 +175,9 @@ bool EngineTrainer::CanKeepSession(const Run& source, const Assignment& assignme
   if (source.session == nullptr || assignment.donor || source.job_id != assignment.job_id) {
     return false;
   }
-  const v1::Mesh& mesh = assignment.mesh;
-  const checkpoint::StateLayout layout{
-      std::max(1, mesh.data_parallel()), std::max(1, mesh.tensor_parallel()),
-      std::max(1, mesh.pipeline_parallel()), assignment.spec.parallelism().zero1(),
-      OptimizerReplicasOf(assignment.spec)};
   // The same rank in the same layout: every shard, the optimizer range and
   // the rank's share of each batch have the same shapes.
-  return layout == source.layout &&
+  return StateLayoutOf(assignment) == source.layout &&
          assignment.coordinates.rank() == source.coordinates.rank() &&
          KeepsPrevious(assignment) == source.keep_previous &&
          SameTrainingSpec(assignment.spec, source.spec);
@@ -258,13 +276,11 @@ class DetachedComms : public GenerationComms {
 
 // The same place's shapes (job, spec, layout, rank): what a warm spare's
 // session fits.
+// (EngineTrainer::CanKeepSession, between two places).
 bool SamePlace(const Assignment& a, const Assignment& b) {
   return a.job_id == b.job_id && a.coordinates.rank() == b.coordinates.rank() &&
-         a.mesh.data_parallel() == b.mesh.data_parallel() &&
-         a.mesh.tensor_parallel() == b.mesh.tensor_parallel() &&
-         a.mesh.pipeline_parallel() == b.mesh.pipeline_parallel() &&
-         KeepsPrevious(a) == KeepsPrevious(b) && SameTrainingSpec(a.spec, b.spec) &&
-         OptimizerReplicasOf(a.spec) == OptimizerReplicasOf(b.spec);
+         StateLayoutOf(a) == StateLayoutOf(b) && KeepsPrevious(a) == KeepsPrevious(b) &&
+         SameTrainingSpec(a.spec, b.spec);
 }
 
 }  // namespace
@@ -387,11 +403,7 @@ absl::StatusOr<std::unique_ptr<EngineTrainer::Run>> EngineTrainer::BuildWarm(
 void EngineTrainer::Warm(const Assignment& slot) {
   absl::MutexLock lock(&warm_mu_);
   if (options_.warm_memory_bytes == 0 && !slot.job_id.value().empty()) {
-    warm_status_.Clear();
-    warm_status_.set_job_id(slot.job_id.value());
-    warm_status_.set_generation(slot.generation.value());
-    warm_status_.set_rank(slot.coordinates.rank());
-    warm_status_.set_state(v1::WARM_SPARE_STATE_COLD);
+    warm_status_ = WarmStatusOf(slot, v1::WARM_SPARE_STATE_COLD);
     warm_status_.set_message("preparing ahead is off (--warm_spare_memory 0)");
     return;
   }
@@ -428,13 +440,8 @@ void EngineTrainer::WarmLoop() {
     std::unique_ptr<Run> drop = std::move(warm_);
     warm_done_ = target;
     warm_busy_ = true;
-    warm_status_.Clear();
-    if (target.has_value()) {
-      warm_status_.set_job_id(target->job_id.value());
-      warm_status_.set_generation(target->generation.value());
-      warm_status_.set_rank(target->coordinates.rank());
-      warm_status_.set_state(v1::WARM_SPARE_STATE_WARMING);
-    }
+    warm_status_ = target.has_value() ? WarmStatusOf(*target, v1::WARM_SPARE_STATE_WARMING)
+                                      : v1::WarmSpare();
     warm_mu_.Unlock();
     drop.reset();  // its memory goes back before the next session is built
     absl::StatusOr<std::unique_ptr<Run>> built =
@@ -617,12 +624,7 @@ std::vector<v1::HeldState> EngineTrainer::HeldStatesLocked() const {
     if (!run->trained) {
       generations.insert(generations.end(), run->also_holds.begin(), run->also_holds.end());
     }
-    for (const Generation generation : generations) {
-      v1::HeldState state;
-      state.set_generation(generation.value());
-      state.set_step(newest);
-      held.push_back(state);
-    }
+    for (const Generation generation : generations) held.push_back(HeldAt(generation, newest));
   }
   return held;
 }
@@ -750,11 +752,7 @@ absl::Status EngineTrainer::Prepare(const Assignment& assignment) {
   // What this run reports as held besides its own state until it trains.
   run_->kept.clear();
   auto add_kept = [this](Generation generation, int64_t step) {
-    if (step < 0) return;
-    v1::HeldState state;
-    state.set_generation(generation.value());
-    state.set_step(step);
-    run_->kept.push_back(state);
+    if (step >= 0) run_->kept.push_back(HeldAt(generation, step));
   };
   if (previous_ != nullptr && previous_->session != nullptr) {
     add_kept(previous_->generation, previous_->session->runner().versions().newest());
@@ -835,10 +833,7 @@ void EngineTrainer::Train(Run* run) {
       if (!options_.on_suspended) return;
       std::vector<v1::HeldState> held;
       if (outcome.newest_state >= 0) {
-        v1::HeldState state;
-        state.set_generation(run->generation.value());
-        state.set_step(outcome.newest_state);
-        held.push_back(state);
+        held.push_back(HeldAt(run->generation, outcome.newest_state));
       }
       // Until this generation has trained, the source generation's state is
       // held too, or the coordinator would not know it survives.

@@ -294,12 +294,6 @@ TEST_F(EngineTrainerTest, ASurvivorGoesOnFromMemoryWithTheLeaversShardDonated) {
   EXPECT_NEAR(*p.loss, reference.back(), 1e-5) << "resumed at step " << plan.step();
 }
 
-}  // namespace
-}  // namespace cohort::worker
-
-namespace cohort::worker {
-namespace {
-
 // A world communicator whose peers are all dead: every point-to-point call
 // fails as a transfer to a killed worker does.
 class DeadPeersWorld : public comm::TrackedCommunicator {
@@ -423,12 +417,6 @@ TEST_F(EngineTrainerTest, AKeptSessionWhoseRestoreFailsStillHoldsItsStateForTheN
   EXPECT_EQ(*a->progress().loss, fault_free);
   EXPECT_EQ(*spare->progress().loss, fault_free);
 }
-
-}  // namespace
-}  // namespace cohort::worker
-
-namespace cohort::worker {
-namespace {
 
 TEST_F(EngineTrainerTest, AWarmSpareTakesThePlaceItPreparedWithTheSessionItBuiltAhead) {
   const int64_t steps = 30;
