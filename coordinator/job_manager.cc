@@ -423,6 +423,7 @@ absl::Status JobManager::OnAssignmentStatus(const WorkerId& worker,
       if (entry->ready.insert(worker).second) {
         entry->sessions_kept += status.prepare().session_kept() ? 1 : 0;
         entry->sessions_warm += status.prepare().session_warm() ? 1 : 0;
+        entry->models_kept += status.prepare().model_kept() ? 1 : 0;
       }
       v1::PreparePhases& slowest = entry->slowest_prepare;
       slowest.set_build_seconds(std::max(slowest.build_seconds(), status.prepare().build_seconds()));
@@ -483,6 +484,7 @@ absl::Status JobManager::OnAssignmentStatus(const WorkerId& worker,
         stats->set_last_restore_seconds(entry->slowest_prepare.restore_seconds());
         stats->set_last_sessions_kept(entry->sessions_kept);
         stats->set_last_sessions_warm(entry->sessions_warm);
+        stats->set_last_models_kept(entry->models_kept);
         stats->set_last_members(entry->job.mesh().members_size());
         effects->recovery_phases.push_back(
             {JobId(job_id), "build", absl::Seconds(entry->slowest_prepare.build_seconds())});
@@ -506,7 +508,8 @@ absl::Status JobManager::OnAssignmentStatus(const WorkerId& worker,
                   << " (" << v1::RecoveryKind_Name(plan.kind()) << (recovery.spare ? ", spare" : "")
                   << ", " << plan.lost_steps() << " lost steps, " << entry->sessions_kept
                   << " of " << entry->job.mesh().members_size() << " members kept their session, "
-                  << entry->sessions_warm << " took one prepared as warm spares) "
+                  << entry->sessions_warm << " took one prepared as warm spares, "
+                  << entry->models_kept << " rebuilt theirs around their model shard) "
                   << absl::FormatDuration(recovery.detect_to_running) << " after the change";
         effects->recoveries.push_back(recovery);
         entry->recovery_started.reset();

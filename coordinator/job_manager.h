@@ -316,6 +316,7 @@ class JobManager {
     // with one prepared ahead as warm spares.
     int sessions_kept = 0;
     int sessions_warm = 0;
+    int models_kept = 0;  // and with a new session around their model shard
     // Heartbeat progress of the running generation's members.
     StallDetector stall;
     // The newest step any member reported completing since the last

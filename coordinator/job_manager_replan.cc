@@ -389,6 +389,7 @@ void JobManager::ApplyMesh(JobEntry& entry, v1::Mesh mesh, const std::string& re
   entry.slowest_prepare.Clear();
   entry.sessions_kept = 0;
   entry.sessions_warm = 0;
+  entry.models_kept = 0;
   entry.job.set_ready_workers(0);
   effects->generation_changes.push_back(Effects::GenerationChange{id, generation});
   SetState(entry, first ? v1::JOB_STATE_RUNNING : v1::JOB_STATE_RECONFIGURING,

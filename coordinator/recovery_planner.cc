@@ -123,6 +123,12 @@ std::optional<v1::RecoveryPlan> PlanAt(const RecoveryInput& input, int64_t t, st
     piece->set_optimizer_from(participant_of(optimizer_holder));
     piece->set_optimizer_holder_rank(optimizer_holder);
   }
+  std::vector<int> source_rank_of(static_cast<size_t>(members + plan.donors_size()), -1);
+  for (int r = 0; r < world; ++r) {
+    auto it = participant.find(holder_at[static_cast<size_t>(r)]);
+    if (it != participant.end()) source_rank_of[static_cast<size_t>(it->second)] = r;
+  }
+  for (const int r : source_rank_of) plan.add_participant_source_ranks(r);
   plan.set_kind(v1::RECOVERY_KIND_PEER);
   plan.set_step(t);
   plan.set_source_generation(source.generation.value());

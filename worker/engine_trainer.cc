@@ -183,6 +183,10 @@ bool EngineTrainer::CanKeepSession(const Run& source, const Assignment& assignme
          SameTrainingSpec(assignment.spec, source.spec);
 }
 
+bool EngineTrainer::CanReuseSession(const Run& source, const Assignment& assignment) {
+  return source.session != nullptr && !assignment.donor && source.job_id == assignment.job_id;
+}
+
 absl::Status EngineTrainer::MoveSession(Run* from, Run* to) {
   const train::TrainingGroups inner =
       to->comms != nullptr ? to->comms->groups() : train::TrainingGroups{};
@@ -286,7 +290,7 @@ bool SamePlace(const Assignment& a, const Assignment& b) {
 }  // namespace
 
 absl::Status EngineTrainer::BuildSession(const Assignment& assignment, Run* run,
-                                         std::optional<uint64_t> memory_bound) {
+                                         std::optional<uint64_t> memory_bound, Run* reuse) {
   ASSIGN_OR_RETURN(train::TrainingConfig config,
                    train::TrainingConfigFromSpec(assignment.spec, run->layout.dp));
   run->steps = config.steps;
@@ -315,6 +319,7 @@ absl::Status EngineTrainer::BuildSession(const Assignment& assignment, Run* run,
   // Restore overwrites every weight (or fails); the initial draw happens
   // only when there is nothing to restore (RestoreFromCheckpoint).
   session.initialize_parameters = false;
+  session.reuse = reuse != nullptr ? reuse->session.get() : nullptr;
   if (memory_bound.has_value()) {
     // Bounded before anything is allocated.
     const int dp_rank = inner.data != nullptr ? inner.data->rank() : 0;
@@ -333,7 +338,7 @@ absl::Status EngineTrainer::BuildSession(const Assignment& assignment, Run* run,
 }
 
 absl::StatusOr<std::unique_ptr<EngineTrainer::Run>> EngineTrainer::Build(
-    const Assignment& assignment, Run* keep, Run* warm) {
+    const Assignment& assignment, Run* keep, Run* warm, Run* reuse) {
   const v1::Mesh& mesh = assignment.mesh;
   auto run = std::make_unique<Run>();
   run->Describe(assignment);
@@ -378,14 +383,16 @@ absl::StatusOr<std::unique_ptr<EngineTrainer::Run>> EngineTrainer::Build(
       run->from_warm = true;
       return absl::OkStatus();
     }
-    return BuildSession(assignment, run.get(), std::nullopt);
+    return BuildSession(assignment, run.get(), std::nullopt, reuse);
   }();
   unregister();
   if (!built.ok()) return built;
   LOG(INFO) << "job " << assignment.job_id << " generation " << assignment.generation
             << (!run->also_holds.empty() ? ": communicators built, training session kept, in "
                 : run->from_warm ? ": communicators built, warm spare's training session taken, in "
-                                 : ": communicators and training session built in ")
+                : run->session != nullptr && run->session->reused_model()
+                    ? ": communicators and training session built around the kept model shard in "
+                    : ": communicators and training session built in ")
             << absl::FormatDuration(absl::Trunc(absl::Now() - build_start, absl::Milliseconds(1)));
   return run;
 }
@@ -395,7 +402,7 @@ absl::StatusOr<std::unique_ptr<EngineTrainer::Run>> EngineTrainer::BuildWarm(
   auto run = std::make_unique<Run>();
   run->Describe(slot);
   ASSIGN_OR_RETURN(run->comms, DetachedComms::Create(slot.mesh, slot.coordinates));
-  RETURN_IF_ERROR(BuildSession(slot, run.get(), options_.warm_memory_bytes));
+  RETURN_IF_ERROR(BuildSession(slot, run.get(), options_.warm_memory_bytes, nullptr));
   run->session->Reserve();
   return run;
 }
@@ -652,7 +659,13 @@ absl::Status EngineTrainer::Prepare(const Assignment& assignment) {
   // for another is released first).
   std::unique_ptr<Run> warm = TakeWarm(assignment);
   if (keep != nullptr) warm.reset();
-  absl::StatusOr<std::unique_ptr<Run>> built = Build(assignment, keep, warm.get());
+  // Otherwise a new session takes over what fits of the source's (its
+  // model shard when only dp changed).
+  Run* reuse = keep == nullptr && warm == nullptr && source != nullptr &&
+                       CanReuseSession(*source, assignment)
+                   ? source
+                   : nullptr;
+  absl::StatusOr<std::unique_ptr<Run>> built = Build(assignment, keep, warm.get(), reuse);
   warm.reset();
   const absl::Time built_at = absl::Now();
   if (!built.ok()) return built.status();
@@ -662,6 +675,14 @@ absl::Status EngineTrainer::Prepare(const Assignment& assignment) {
     building_ = run.get();
   }
   train::StateVersions& versions = run->session->runner().versions();
+  // A session around the source's model shard writes the weights the source
+  // generation holds as its current version: unless they already are the
+  // plan's step, that generation keeps only its previous version.
+  Run* const shares_model = reuse != nullptr && run->session->reused_model() ? reuse : nullptr;
+  if (shares_model != nullptr) {
+    train::StateVersions& older = shares_model->session->runner().versions();
+    if (older.current() != plan.step()) older.BeginRestore();
+  }
   // A kept session serves the source state from its own buffers. Unless
   // they hold the plan's step already, the restore overwrites them (from
   // their previous version, or from peers): until it is done they hold no
@@ -714,6 +735,7 @@ absl::Status EngineTrainer::Prepare(const Assignment& assignment) {
     last_prepare_.set_restore_bytes(restore_bytes_);
     last_prepare_.set_session_kept(keep != nullptr);
     last_prepare_.set_session_warm(run->from_warm);
+    last_prepare_.set_model_kept(shares_model != nullptr);
   }
   if (run->loss_log != nullptr) {
     // Steps above this one logged by older generations are superseded: this
@@ -758,6 +780,16 @@ absl::Status EngineTrainer::Prepare(const Assignment& assignment) {
     add_kept(previous_->generation, previous_->session->runner().versions().newest());
   }
   for (const Generation older : run_->also_holds) add_kept(older, versions.newest());
+  if (shares_model != nullptr) {
+    // Until this run's first step changes the shared weights, the source
+    // generation (previous_) still holds them as they are.
+    versions.set_on_first_update([older = shares_model, self = run_.get()] {
+      older->session->runner().versions().BeginRestore();
+      self->kept.clear();
+      const int64_t step = older->session->runner().versions().newest();
+      if (step >= 0) self->kept.push_back(HeldAt(older->generation, step));
+    });
+  }
   {
     absl::MutexLock progress_lock(&progress_mu_);
     progress_.step = Step(run_->start_step);
@@ -779,7 +811,7 @@ absl::Status EngineTrainer::Donate(const Assignment& assignment) {
       return absl::FailedPreconditionError(absl::StrCat(
           "no state of generation ", assignment.recovery.source_generation(), " to donate"));
     }
-    ASSIGN_OR_RETURN(std::unique_ptr<Run> run, Build(assignment, nullptr, nullptr));
+    ASSIGN_OR_RETURN(std::unique_ptr<Run> run, Build(assignment, nullptr, nullptr, nullptr));
     {
       absl::MutexLock building(&building_mu_);
       building_ = run.get();

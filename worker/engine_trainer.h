@@ -147,14 +147,17 @@ class EngineTrainer : public Trainer {
 
   absl::StatusOr<std::unique_ptr<GenerationComms>> NewUcxComms(const CommsRequest& request) const;
   // Communicators and (members) the session of `assignment`; the session is
-  // `keep`'s when that is not null (see CanKeepSession).
-  // Or `warm`'s (a warm spare's, see TakeWarm).
-  absl::StatusOr<std::unique_ptr<Run>> Build(const Assignment& assignment, Run* keep, Run* warm);
+  // `keep`'s when that is not null (see CanKeepSession), or `warm`'s (a warm
+  // spare's, see TakeWarm), or else a new one that takes over what fits of
+  // `reuse`'s (see CanReuseSession; may be null).
+  absl::StatusOr<std::unique_ptr<Run>> Build(const Assignment& assignment, Run* keep, Run* warm,
+                                             Run* reuse);
   // The rank's session (and the communicators it trains over, tracked),
-  // built into `run` over run->comms; with `memory_bound`, refused
-  // (ResourceExhausted) when its estimate exceeds it.
+  // built into `run` over run->comms, taking over what fits of `reuse`'s
+  // session (may be null); with `memory_bound`, refused (ResourceExhausted)
+  // when its estimate exceeds it.
   absl::Status BuildSession(const Assignment& assignment, Run* run,
-                            std::optional<uint64_t> memory_bound);
+                            std::optional<uint64_t> memory_bound, Run* reuse);
   // A warm spare's session of `slot`, over communicators that are not
   // attached to any generation (every call fails) until a Prepare of that
   // place moves it to its own (MoveSession).
@@ -168,6 +171,9 @@ class EngineTrainer : public Trainer {
   std::unique_ptr<Run> TakeWarm(const Assignment& assignment);
   // Whether `assignment` can train on `source`'s session as it is.
   static bool CanKeepSession(const Run& source, const Assignment& assignment);
+  // Whether a new session of `assignment` may take over parts of `source`'s
+  // (TrainingSessionOptions::reuse, which takes what fits: the same job).
+  static bool CanReuseSession(const Run& source, const Assignment& assignment);
   // Moves the session (and the communicators it was built on, rebound to
   // `to`'s) from `from` to `to`.
   static absl::Status MoveSession(Run* from, Run* to);

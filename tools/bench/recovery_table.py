@@ -85,7 +85,8 @@ def record(args):
     row["step time"] = float(j.get("progress", {}).get("stepTimeSeconds", 0))
     row["lost steps"] = int(j.get("recovery", {}).get("lostSteps", 0))
     row["sessions"] = (f"{stats.get('lastSessionsKept', 0)} kept, "
-                       f"{stats.get('lastSessionsWarm', 0)} warm of {stats.get('lastMembers', 0)}")
+                       f"{stats.get('lastSessionsWarm', 0)} warm, "
+                       f"{stats.get('lastModelsKept', 0)} model kept of {stats.get('lastMembers', 0)}")
     got = receivers(job, logs)
     row["GB/s per receiver"] = [b / s / 1e9 for b, s, _ in got]
     if got and all(t is not None for _, _, t in got):

@@ -175,6 +175,9 @@ std::string FormatRecoveryStats(const v1::RecoveryStats& stats) {
       if (stats.last_sessions_warm() > 0) {
         absl::StrAppend(&line, ", ", stats.last_sessions_warm(), " took a warm spare's");
       }
+      if (stats.last_models_kept() > 0) {
+        absl::StrAppend(&line, ", ", stats.last_models_kept(), " kept their model shard");
+      }
     }
     if (stats.last_detect_to_first_step_seconds() > 0) {
       absl::StrAppend(&line, "), ", Seconds(stats.last_detect_to_first_step_seconds()),

@@ -60,14 +60,28 @@ std::vector<Transfer> PlanTransfers(const model::GptConfig& config, const v1::Re
   const StateLayout source = SourceLayoutOf(plan);
   // Pieces, by (kind, tensor): (source rank, box).
   std::map<std::pair<StateKind, model::ParamId>, std::vector<std::pair<int, Box>>> pieces;
+  std::vector<model::ParameterTable> source_tables;
   for (int r = 0; r < source.world() && r < plan.pieces_size(); ++r) {
     const RankPosition position = PositionOf(source, r);
-    const model::ParameterTable table(config, position.layout);
+    const model::ParameterTable& table = source_tables.emplace_back(config, position.layout);
     for (const SavePiece& piece : PlanSave(table, position, 0)) {
       const model::ParameterInfo* info = table.Find(piece.tensor.substr(piece.tensor.find('/') + 1));
       pieces[{piece.kind, info->id}].push_back({r, piece.box});
     }
   }
+  // Whether participant `q` holds the weights of `region` of `tensor`: the
+  // source rank it held has them in its shard (every data rank of a tensor
+  // and pipeline coordinate holds the same weights; replicated tensors are
+  // on every tensor rank).
+  auto holds_weights = [&](int q, model::ParamId tensor, const Box& region) {
+    if (q >= plan.participant_source_ranks_size()) return false;
+    const int held = plan.participant_source_ranks(q);
+    if (held < 0 || held >= static_cast<int>(source_tables.size())) return false;
+    const model::ParameterInfo& info = source_tables[static_cast<size_t>(held)][tensor];
+    if (!info.present()) return false;
+    const std::optional<Box> inside = Intersect(region, Box{info.box_start, info.box_extent});
+    return inside.has_value() && *inside == region;
+  };
   std::vector<Transfer> transfers;
   for (int q = 0; q < next.world(); ++q) {
     const RankPosition position = PositionOf(next, q);
@@ -91,7 +105,8 @@ std::vector<Transfer> PlanTransfers(const model::GptConfig& config, const v1::Re
           Cut(*region, max_elements, cut);
           for (Box& b : cut) {
             Transfer t;
-            t.from = params ? from.params_from() : from.optimizer_from();
+            t.from = params ? (holds_weights(q, info->id, b) ? q : from.params_from())
+                            : from.optimizer_from();
             t.to = q;
             t.kind = need.kind;
             t.tensor = info->id;

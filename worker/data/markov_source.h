@@ -48,6 +48,8 @@ struct MarkovSourceOptions {
   int branching = 4;
   // Symbols of context: 2 (pairs) or 1.
   int order = 2;
+
+  friend bool operator==(const MarkovSourceOptions&, const MarkovSourceOptions&) = default;
 };
 
 // Streams of one source are independent sequences; cohort-data writes the

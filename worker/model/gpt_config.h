@@ -16,6 +16,8 @@ struct GptConfig {
   // kVocabPadMultiple (GPT-2: 50257 -> 50304). Otherwise >= vocab_size.
   int padded_vocab = 0;
 
+  friend bool operator==(const GptConfig&, const GptConfig&) = default;
+
   static constexpr int kVocabPadMultiple = cohort::kVocabPadMultiple;
 
   // The Vp in effect: padded_vocab, or the rounded vocab_size when it is 0.

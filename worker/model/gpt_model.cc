@@ -21,6 +21,17 @@ GptModel::GptModel(const GptConfig& config, compute::Backend* backend, const Mod
       options_(options),
       tensor_group_(options.layout.tp > 1 ? options.tensor_group : nullptr) {}
 
+absl::Status GptModel::set_tensor_group(comm::Communicator* group) {
+  const ModelLayout& layout = options_.layout;
+  if (layout.tp == 1) return absl::OkStatus();
+  if (group == nullptr || group->size() != layout.tp || group->rank() != layout.tp_rank) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "a tensor group must have tp=", layout.tp, " ranks with this rank at ", layout.tp_rank));
+  }
+  tensor_group_ = group;
+  return absl::OkStatus();
+}
+
 absl::StatusOr<std::unique_ptr<GptModel>> GptModel::Create(const GptConfig& config,
                                                            compute::Backend* backend,
                                                            const ModelOptions& options) {

@@ -87,6 +87,7 @@ class GptModel {
 
   const GptConfig& config() const { return config_; }
   const ModelLayout& layout() const { return options_.layout; }
+  int activation_slots() const { return options_.activation_slots; }
   const ParameterTable& table() const { return table_; }
   size_t num_params() const { return table_.num_params(); }
 
@@ -137,6 +138,11 @@ class GptModel {
   // touches the weights; an abandoned call leaves its slot's activations
   // and the gradients undefined. Null: never cancelled.
   void set_cancel(const std::atomic<bool>* cancel) { cancel_ = cancel; }
+  // The tensor group the passes reduce over from now on (same size and rank
+  // as the one it was created with): a model shard that a later session
+  // trains on (TrainingSession reuses it across a re-plan that changes only
+  // the data-parallel degree) runs over that session's communicators.
+  absl::Status set_tensor_group(comm::Communicator* group);
   // Writes zeros into every buffer now, so a model prepared ahead (a warm
   // spare's) faults in no fresh pages when it trains (backends may leave
   // fresh memory untouched until first written).
@@ -196,7 +202,7 @@ class GptModel {
   const ParameterTable table_;
   compute::Backend* const backend_;
   const ModelOptions options_;
-  comm::Communicator* const tensor_group_;  // null without tensor parallelism
+  comm::Communicator* tensor_group_;  // null without tensor parallelism
 
   compute::Buffer params_;     // num_params() fp32
   compute::Buffer grads_;      // num_params() fp32

@@ -26,6 +26,8 @@ struct ModelLayout {
   int pp = 1;
   int stage = 0;
 
+  friend bool operator==(const ModelLayout&, const ModelLayout&) = default;
+
   bool first_stage() const { return stage == 0; }
   bool last_stage() const { return stage == pp - 1; }
   // Whether this rank holds the token and position embeddings.

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cstring>
+#include <utility>
 
 #include "absl/strings/str_cat.h"
 #include "common/status_macros.h"
@@ -59,6 +60,7 @@ void StateVersions::Reserve() {
 }
 
 void StateVersions::BeforeUpdate(int64_t steps) {
+  if (on_first_update_) std::exchange(on_first_update_, nullptr)();
   if (options_.keep_previous && current_step_ == steps) {
     Copy(model_->params(), model_->num_params(), &previous_params_);
     Copy(m_, end_ - begin_, &previous_m_);

@@ -26,6 +26,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <vector>
 
 #include "absl/status/statusor.h"
@@ -78,6 +79,13 @@ class StateVersions {
   // to recover from.
   void BeginRestore() { current_step_ = -1; }
   void EndRestore(int64_t steps) { current_step_ = steps; }
+  // Called once, at the start of the first end phase (BeforeUpdate): the
+  // current weights are someone else's state too (a session that trains on
+  // the model shard of an older generation's: that generation must stop
+  // claiming them before they change).
+  void set_on_first_update(std::function<void()> callback) {
+    on_first_update_ = std::move(callback);
+  }
   // Allocates and touches the previous version's buffers now rather than at
   // the first step (a warm spare's session: its first step after taking a
   // place then faults in no fresh pages).
@@ -116,6 +124,7 @@ class StateVersions {
   const StateVersionOptions options_;
   const int replicas_;  // mirrors = replicas_ - 1
 
+  std::function<void()> on_first_update_;
   int64_t current_step_ = -1;  // -1: the current buffers are not consistent
   int64_t previous_step_ = -1;
   // Written (copied into) before they are read.

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <utility>
 
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
@@ -78,9 +79,8 @@ StepRunner::StepRunner(const TrainingConfig& config, model::GptModel* model,
                         static_cast<size_t>(config.model.context_length);
   inputs_.resize(tokens);
   targets_.resize(tokens);
-  if (micro_batches_per_rank_ > 1) accumulated_.Resize(model->num_params());
+  EnsureScratch();
   const size_t wte = model->table()[model::kWte].numel;
-  if (layout_.has_embedding() && !tie_per_micro_batch_) embedding_accumulated_.Resize(wte);
   if (layout_.pp > 1 && (layout_.first_stage() || layout_.last_stage())) tie_buffer_.resize(wte);
   if (layout_.stage > 0) send_buffer_.resize(tokens * config.model.width);
   const size_t own = data_parallel->update_end() - data_parallel->update_begin();
@@ -94,7 +94,25 @@ StepRunner::StepRunner(const TrainingConfig& config, model::GptModel* model,
   versions_->SetCurrent(0);  // the initial weights; a restore moves it
 }
 
+void StepRunner::EnsureScratch() {
+  if (micro_batches_per_rank_ > 1) accumulated_.Resize(model_->num_params());
+  if (layout_.has_embedding() && !tie_per_micro_batch_) {
+    embedding_accumulated_.Resize(model_->table()[model::kWte].numel);
+  }
+}
+
+void StepRunner::TakeScratchOf(StepRunner& other) {
+  for (auto [mine, theirs] : {std::pair{&accumulated_, &other.accumulated_},
+                              std::pair{&embedding_accumulated_, &other.embedding_accumulated_}}) {
+    const size_t n = mine->size();
+    if (n == 0 || theirs->capacity() < n) continue;
+    *mine = std::move(*theirs);
+    mine->Resize(n);
+  }
+}
+
 void StepRunner::Reserve() {
+  EnsureScratch();
   accumulated_.ResizeAndTouch(accumulated_.size());
   embedding_accumulated_.ResizeAndTouch(embedding_accumulated_.size());
   versions_->Reserve();
@@ -241,6 +259,10 @@ absl::StatusOr<double> StepRunner::GlobalNorm(const float* accumulated) {
 absl::StatusOr<StepResult> StepRunner::Run(Step step, const std::atomic<bool>* cancel) {
   last_pipeline_wait_ = absl::ZeroDuration();
   pending_.reset();
+  EnsureScratch();  // TakeScratchOf may have taken them
+  // The model may have been trained by another runner before (a session
+  // rebuilt around it): it runs over this runner's tensor group.
+  RETURN_IF_ERROR(model_->set_tensor_group(options_.tensor_group));
   float* accumulated = micro_batches_per_rank_ > 1 ? accumulated_.data() : model_->grads();
   double local_loss = 0.0;
   model_->set_cancel(cancel);

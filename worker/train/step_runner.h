@@ -125,6 +125,11 @@ class StepRunner {
   // Touches now the buffers a step writes before reading (the gradient
   // accumulation, the previous version): see TrainingSession::Reserve.
   void Reserve();
+  // Takes `other`'s scratch buffers (the gradient accumulations) where they
+  // are large enough: a runner built on the model shard `other` trained on
+  // (a re-plan that changed only the data-parallel degree) then writes into
+  // pages already in memory. `other` allocates them again should it run.
+  void TakeScratchOf(StepRunner& other);
   float* adam_m() { return m_.data(); }
   float* adam_v() { return v_.data(); }
   const float* adam_m() const { return m_.data(); }
@@ -149,6 +154,8 @@ class StepRunner {
   // the same call if there is one; or just flushes the pending send.
   absl::Status Exchange(void* data, size_t bytes, int peer);
   absl::Status FlushSend();
+  // Sizes the scratch buffers this layout uses (allocating those taken).
+  void EnsureScratch();
   absl::Status RunSchedule(Step step, float* accumulated, double* local_loss,
                            const std::atomic<bool>* cancel);
   // Adds the embedding part of the tied wte gradient into accumulated[wte]

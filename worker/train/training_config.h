@@ -27,6 +27,8 @@ struct DataSourceConfig {
   int64_t synthetic_tokens = 0;      // synthetic
   std::string pattern;               // shards: glob of llm.c .bin files
   uint64_t sample_seed = 0;          // the determinism contract's seed
+
+  friend bool operator==(const DataSourceConfig&, const DataSourceConfig&) = default;
 };
 
 struct TrainingConfig {

@@ -8,6 +8,15 @@
 
 namespace cohort::train {
 
+bool TrainingSession::ModelFits(const TrainingSession& other, const TrainingConfig& config,
+                                const model::ModelLayout& layout, int activation_slots) {
+  const model::GptModel& model = *other.model_;
+  return model.config() == config.model && model.layout() == layout &&
+         other.config_.precision == config.precision &&
+         other.config_.micro_batch_size >= config.micro_batch_size &&
+         model.activation_slots() >= activation_slots;
+}
+
 absl::StatusOr<std::unique_ptr<TrainingSession>> TrainingSession::Create(
     const TrainingConfig& config, const model::ModelLayout& layout, const TrainingGroups& groups,
     const TrainingSessionOptions& options) {
@@ -18,11 +27,16 @@ absl::StatusOr<std::unique_ptr<TrainingSession>> TrainingSession::Create(
         "batch: global ", config.global_batch_size, " / micro ", config.micro_batch_size,
         " does not give a whole number of micro-batches on each of ", dp, " data-parallel ranks"));
   }
+  TrainingSession* const reuse = options.reuse;
   std::unique_ptr<TrainingSession> session(new TrainingSession(config));
-  compute::BackendOptions backend;
-  backend.num_threads = options.num_threads;
-  backend.precision = config.precision;
-  ASSIGN_OR_RETURN(session->backend_, compute::CreateBackend(backend));
+  if (reuse != nullptr && reuse->config_.precision == config.precision) {
+    session->backend_ = reuse->backend_;
+  } else {
+    compute::BackendOptions backend;
+    backend.num_threads = options.num_threads;
+    backend.precision = config.precision;
+    ASSIGN_OR_RETURN(session->backend_, compute::CreateBackend(backend));
+  }
   model::ModelOptions model_options;
   model_options.max_micro_batch = config.micro_batch_size;
   model_options.layout = layout;
@@ -30,18 +44,36 @@ absl::StatusOr<std::unique_ptr<TrainingSession>> TrainingSession::Create(
   model_options.collective_timeout = options.collective_timeout;
   model_options.activation_slots =
       StepRunner::ActivationSlots(layout, config.micro_batches_per_step() / dp);
-  ASSIGN_OR_RETURN(session->model_,
-                   model::GptModel::Create(config.model, session->backend_.get(), model_options));
-  if (options.initialize_parameters) session->model_->InitializeParameters(config.init_seed);
+  // (ModelFits implies the same precision, so the backend is shared too.)
+  if (reuse != nullptr && ModelFits(*reuse, config, layout, model_options.activation_slots)) {
+    session->model_ = reuse->model_;
+    session->reused_model_ = true;
+  } else {
+    ASSIGN_OR_RETURN(session->model_,
+                     model::GptModel::Create(config.model, session->backend_.get(), model_options));
+    if (options.initialize_parameters) session->model_->InitializeParameters(config.init_seed);
+  }
 
-  ASSIGN_OR_RETURN(session->dataset_, LoadDataset(config.data));
-  data::SamplerOptions sampler;
-  sampler.seed = config.data.sample_seed;
-  sampler.context_length = config.model.context_length;
-  sampler.global_batch_size = config.global_batch_size;
-  sampler.max_token_id = config.model.vocab_size - 1;
-  ASSIGN_OR_RETURN(data::BatchSampler created, data::BatchSampler::Create(*session->dataset_, sampler));
-  session->sampler_ = std::make_unique<data::BatchSampler>(std::move(created));
+  if (reuse != nullptr && reuse->config_.data == config.data) {
+    session->dataset_ = reuse->dataset_;
+  } else {
+    ASSIGN_OR_RETURN(session->dataset_, LoadDataset(config.data));
+  }
+  if (reuse != nullptr && reuse->dataset_ == session->dataset_ &&
+      reuse->config_.global_batch_size == config.global_batch_size &&
+      reuse->config_.model.context_length == config.model.context_length &&
+      reuse->config_.model.vocab_size == config.model.vocab_size) {
+    session->sampler_ = reuse->sampler_;
+  } else {
+    data::SamplerOptions sampler;
+    sampler.seed = config.data.sample_seed;
+    sampler.context_length = config.model.context_length;
+    sampler.global_batch_size = config.global_batch_size;
+    sampler.max_token_id = config.model.vocab_size - 1;
+    ASSIGN_OR_RETURN(data::BatchSampler created,
+                     data::BatchSampler::Create(*session->dataset_, sampler));
+    session->sampler_ = std::make_shared<data::BatchSampler>(std::move(created));
+  }
 
   DataParallelOptions data_parallel;
   data_parallel.zero1 = config.zero1;
@@ -59,6 +91,7 @@ absl::StatusOr<std::unique_ptr<TrainingSession>> TrainingSession::Create(
   ASSIGN_OR_RETURN(session->runner_,
                    StepRunner::Create(config, session->model_.get(), session->sampler_.get(),
                                       session->data_parallel_.get(), runner));
+  if (session->reused_model_) session->runner_->TakeScratchOf(*reuse->runner_);
   return session;
 }
 

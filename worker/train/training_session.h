@@ -30,6 +30,8 @@
 
 namespace cohort::train {
 
+class TrainingSession;
+
 struct TrainingSessionOptions {
   // OpenMP threads of the CPU backend and the optimizer; 0 = all cores.
   // Results do not depend on it.
@@ -46,8 +48,19 @@ struct TrainingSessionOptions {
   // Draw the initial weights (config.init_seed) in Create. Off when the
   // caller restores every weight, or calls InitializeParameters once it knows
   // there is nothing to restore: for GPT-2 124M the draw costs 4 s of one
-  // core on the 2-core development VM.
+  // core on the 2-core development VM. A model shard taken over from
+  // `reuse` keeps its weights.
   bool initialize_parameters = true;
+  // A session of an older generation of the same job whose parts this one
+  // takes over where they fit: the backend (the same precision), the
+  // dataset (the same data source) and the sampler (and the same batch); the
+  // model shard (weights, gradients, activations) and the gradient
+  // accumulation when the model, the layout's shard and the model's
+  // capacity are the same too, as on a re-plan that changes only the
+  // data-parallel degree. The older session keeps serving its state (the
+  // weights are then both sessions'), and must not train while this one
+  // exists. Null: build everything.
+  TrainingSession* reuse = nullptr;
 };
 
 // This rank's communicators, one per mesh axis; each may be null where its
@@ -93,6 +106,11 @@ class TrainingSession {
     return runner_->Run(step, cancel);
   }
 
+  // Whether this session trains on the model shard of options.reuse.
+  bool reused_model() const { return reused_model_; }
+  // The data pipeline (shared with the sessions that reused it).
+  const data::TokenDataset& dataset() const { return *dataset_; }
+
   const TrainingConfig& config() const { return config_; }
   model::GptModel& model() { return *model_; }
   const DataParallel& data_parallel() const { return *data_parallel_; }
@@ -103,11 +121,19 @@ class TrainingSession {
  private:
   explicit TrainingSession(const TrainingConfig& config) : config_(config) {}
 
+  // Whether a session of `config` for `layout` can train on `other`'s
+  // model shard (see TrainingSessionOptions::reuse).
+  static bool ModelFits(const TrainingSession& other, const TrainingConfig& config,
+                        const model::ModelLayout& layout, int activation_slots);
+
   const TrainingConfig config_;
-  std::unique_ptr<compute::Backend> backend_;
-  std::unique_ptr<model::GptModel> model_;
-  std::unique_ptr<data::TokenDataset> dataset_;
-  std::unique_ptr<data::BatchSampler> sampler_;
+  // Shared with the sessions of later generations that reuse them
+  // (TrainingSessionOptions::reuse); the model before its backend goes.
+  std::shared_ptr<compute::Backend> backend_;
+  std::shared_ptr<model::GptModel> model_;
+  std::shared_ptr<data::TokenDataset> dataset_;
+  std::shared_ptr<data::BatchSampler> sampler_;
+  bool reused_model_ = false;
   std::unique_ptr<DataParallel> data_parallel_;
   std::unique_ptr<StepRunner> runner_;
 };

@@ -11,12 +11,23 @@
 #include <cstddef>
 #include <cstring>
 #include <memory>
+#include <utility>
 
 namespace cohort::train {
 
 template <typename T>
 class UninitializedArray {
  public:
+  UninitializedArray() = default;
+  // A moved-from array is empty (its buffer went with the move).
+  UninitializedArray(UninitializedArray&& other) noexcept { *this = std::move(other); }
+  UninitializedArray& operator=(UninitializedArray&& other) noexcept {
+    data_ = std::move(other.data_);
+    size_ = std::exchange(other.size_, 0);
+    capacity_ = std::exchange(other.capacity_, 0);
+    return *this;
+  }
+
   // Makes room for `n` elements. Those beyond the old size are
   // uninitialised; a larger capacity drops the old contents.
   void Resize(size_t n) {

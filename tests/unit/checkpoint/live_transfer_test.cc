@@ -102,6 +102,19 @@ TEST_P(LiveTransferTest, EveryNewRankGetsBitwiseTheStateItNeeds) {
   ASSERT_EQ(plan.kind(), v1::RECOVERY_KIND_PEER) << plan.reason();
   const std::vector<Transfer> transfers = PlanTransfers(kSmall, plan, c.next, 3000);
   const std::vector<std::vector<int>> rounds = ScheduleRounds(transfers);
+  // A rank that continues takes the weights its shard held from itself.
+  for (const auto& [q, r] : c.continuing) {
+    const model::ParameterTable held(kSmall, PositionOf(c.source, r).layout);
+    for (const Transfer& t : transfers) {
+      if (t.to != q || t.kind != StateKind::kParam) continue;
+      const model::ParameterInfo& info = held[t.tensor];
+      if (!info.present() || Intersect(t.region, Box{info.box_start, info.box_extent}) != t.region) {
+        continue;
+      }
+      EXPECT_EQ(t.from, q) << "new rank " << q << " receives weights of " << info.name
+                           << " it holds, from participant " << t.from;
+    }
+  }
   const int participants = c.next.world() + plan.donors_size();
 
   // Source state of every surviving participant.

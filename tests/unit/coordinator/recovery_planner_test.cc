@@ -55,6 +55,8 @@ TEST(RecoveryPlannerTest, ASpareTakesALostDataRanksPlaceFromItsReplicasAndMirror
   EXPECT_EQ(plan.pieces(2).optimizer_holder_rank(), 3);
   EXPECT_TRUE(plan.donors().empty());
   EXPECT_TRUE(IsSpareReplacement(plan, source, input.next_mesh));
+  // Which source rank each participant holds: the spare none.
+  EXPECT_THAT(plan.participant_source_ranks(), ::testing::ElementsAre(0, 1, -1, 3));
 }
 
 TEST(RecoveryPlannerTest, LostStepsCountWhatAnyRankCompletedBeyondTheResumeStep) {

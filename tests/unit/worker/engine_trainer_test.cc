@@ -10,6 +10,7 @@
 #include <thread>
 #include <vector>
 
+#include "absl/strings/str_cat.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/clock.h"
 #include "coordinator/job_spec_validator.h"
@@ -173,6 +174,36 @@ class EngineTrainerTest : public ::testing::Test {
                 return absl::OkStatus();
               }});
     return held;
+  }
+
+  // Suspends `trainers` at once; what each holds (its newest step first).
+  static std::vector<int64_t> SuspendAll(const std::vector<EngineTrainer*>& trainers) {
+    std::vector<int64_t> newest(trainers.size(), -1);
+    std::vector<std::function<absl::Status()>> calls;
+    for (size_t i = 0; i < trainers.size(); ++i) {
+      calls.push_back([&, i] {
+        const std::vector<v1::HeldState> held = trainers[i]->Suspend();
+        if (held.empty()) return absl::NotFoundError("holds nothing");
+        newest[i] = held[0].step();
+        return absl::OkStatus();
+      });
+    }
+    for (const absl::Status& s : Together(std::move(calls))) EXPECT_TRUE(s.ok()) << s;
+    return newest;
+  }
+
+  // The peer plan from generation `source` (its mesh `from`; the workers
+  // "rank-i" of `newest` holding step newest[i]) into `next`.
+  static v1::RecoveryPlan PeerPlan(uint64_t source, const v1::Mesh& from,
+                                   const std::vector<int64_t>& newest, const v1::Mesh& next,
+                                   int replicas) {
+    coordinator::RecoveryInput input;
+    input.source = coordinator::StateSource{Generation(source), from, true, replicas};
+    for (size_t i = 0; i < newest.size(); ++i) {
+      input.holders[absl::StrCat("rank-", i)] = newest[i];
+    }
+    input.next_mesh = next;
+    return coordinator::PlanRecovery(input);
   }
 
   // Waits until `t`'s warm spare state is `state`.
@@ -514,6 +545,127 @@ TEST_F(EngineTrainerTest, AWarmSpareReleasesOrRebuildsWhatItPreparedWhenThePlace
   EXPECT_FALSE(spare->last_prepare().session_warm());
   EXPECT_EQ(spare->warm_status().state(), v1::WARM_SPARE_STATE_UNSPECIFIED);
   for (const absl::Status& s : WaitFinished(4, 2)) EXPECT_TRUE(s.ok()) << s;
+}
+
+TEST_F(EngineTrainerTest, SurvivorsOfDataParallelChangesKeepTheirModelShard) {
+  // dp 4 -> 2 -> 4: each time the survivors build a session around the
+  // model shard they had (weights in place, the same buffers); only the
+  // optimizer range is new. The leavers donate their moment shards.
+  const int64_t steps = 40;
+  const v1::JobSpec spec = Spec(steps);
+  const std::vector<double> reference = ReferenceLosses(spec);
+  const v1::Mesh four = train::LocalMesh(4, 1, 1), two = train::LocalMesh(2, 1, 1);
+  std::vector<std::unique_ptr<EngineTrainer>> t;
+  for (int i = 0; i < 4; ++i) t.push_back(NewTrainer());
+  v1::RecoveryPlan fresh;
+  fresh.set_kind(v1::RECOVERY_KIND_NONE);
+  std::vector<std::function<absl::Status()>> start;
+  for (int i = 0; i < 4; ++i) {
+    start.push_back([&, i] { return t[i]->Prepare(Member(spec, 1, four, i, fresh)); });
+  }
+  for (const absl::Status& s : Together(std::move(start))) ASSERT_TRUE(s.ok()) << s;
+  WaitForStep(*t[0], 4);
+  const std::vector<int64_t> first =
+      SuspendAll({t[0].get(), t[1].get(), t[2].get(), t[3].get()});
+  const float* weights[2] = {t[0]->weights_for_testing(), t[1]->weights_for_testing()};
+
+  // Generation 2: dp 2 on the first two.
+  const v1::RecoveryPlan shrink = PeerPlan(1, four, first, two, 1);
+  ASSERT_EQ(shrink.kind(), v1::RECOVERY_KIND_PEER) << shrink.reason();
+  ASSERT_EQ(shrink.donors_size(), 2);
+  std::vector<std::function<absl::Status()>> shrinking;
+  for (int i = 0; i < 2; ++i) {
+    shrinking.push_back([&, i] { return t[i]->Prepare(Member(spec, 2, two, i, shrink)); });
+  }
+  for (int d = 0; d < 2; ++d) {
+    shrinking.push_back([&, d] {
+      Assignment donor = Member(spec, 2, two, 0, shrink);
+      donor.donor = true;
+      donor.participant = 2 + d;
+      const std::string& id = shrink.donors(d).worker_id();
+      return t[id == "rank-2" ? 2 : 3]->Donate(donor);
+    });
+  }
+  for (const absl::Status& s : Together(std::move(shrinking))) ASSERT_TRUE(s.ok()) << s;
+  for (int i = 0; i < 2; ++i) {
+    EXPECT_TRUE(t[i]->last_prepare().model_kept()) << "rank " << i;
+    EXPECT_FALSE(t[i]->last_prepare().session_kept()) << "rank " << i;
+    EXPECT_EQ(t[i]->weights_for_testing(), weights[i]) << "rank " << i;
+    // The donated moments arrive; the weights were in place.
+    EXPECT_GT(t[i]->last_prepare().restore_bytes(), 0u) << "rank " << i;
+  }
+  WaitForStep(*t[0], shrink.step() + 3);
+  const std::vector<int64_t> second = SuspendAll({t[0].get(), t[1].get()});
+
+  // Generation 3: dp 4 again, two fresh workers at ranks 2 and 3.
+  const v1::RecoveryPlan grow = PeerPlan(2, two, second, four, 1);
+  ASSERT_EQ(grow.kind(), v1::RECOVERY_KIND_PEER) << grow.reason();
+  t[2] = NewTrainer();
+  t[3] = NewTrainer();
+  std::vector<std::function<absl::Status()>> growing;
+  for (int i = 0; i < 4; ++i) {
+    growing.push_back([&, i] { return t[i]->Prepare(Member(spec, 3, four, i, grow)); });
+  }
+  for (const absl::Status& s : Together(std::move(growing))) ASSERT_TRUE(s.ok()) << s;
+  for (int i = 0; i < 4; ++i) {
+    EXPECT_EQ(t[i]->last_prepare().model_kept(), i < 2) << "rank " << i;
+  }
+  for (int i = 0; i < 2; ++i) EXPECT_EQ(t[i]->weights_for_testing(), weights[i]) << "rank " << i;
+  for (const absl::Status& s : WaitFinished(3, 4)) EXPECT_TRUE(s.ok()) << s;
+  for (int i = 0; i < 4; ++i) {
+    const TrainingProgress p = t[i]->progress();
+    EXPECT_EQ(p.step, Step(steps)) << "rank " << i;
+    ASSERT_TRUE(p.loss.has_value()) << "rank " << i;
+    // The trajectory of one process, up to the order of float sums.
+    EXPECT_NEAR(*p.loss, reference.back(), 1e-5) << "rank " << i << "; resumed at steps "
+                                                 << shrink.step() << " and " << grow.step();
+  }
+}
+
+TEST_F(EngineTrainerTest, ATensorParallelChangeBuildsNewModelShardsAndKeepsTheTrajectory) {
+  // tp 2 -> 1 (dp 1 -> 2): the shards change shape, so each worker builds
+  // a new model (the data pipeline is all that fits) and takes its weights
+  // from the two tensor halves its peers and it held.
+  const int64_t steps = 30;
+  v1::JobSpec split = Spec(steps);
+  split.mutable_parallelism()->set_tensor(2);
+  const v1::JobSpec whole = Spec(steps);
+  const std::vector<double> reference = ReferenceLosses(whole);
+  const v1::Mesh tensor = train::LocalMesh(1, 2, 1), data = train::LocalMesh(2, 1, 1);
+  std::unique_ptr<EngineTrainer> a = NewTrainer(), b = NewTrainer();
+  const float* weights = nullptr;
+  v1::RecoveryPlan fresh;
+  fresh.set_kind(v1::RECOVERY_KIND_NONE);
+  for (const absl::Status& s :
+       Together({[&] { return a->Prepare(Member(split, 1, tensor, 0, fresh)); },
+                 [&] { return b->Prepare(Member(split, 1, tensor, 1, fresh)); }})) {
+    ASSERT_TRUE(s.ok()) << s;
+  }
+  WaitForStep(*a, 4);
+  const std::vector<int64_t> held = SuspendAll({a.get(), b.get()});
+  weights = a->weights_for_testing();
+
+  const v1::RecoveryPlan plan = PeerPlan(1, tensor, held, data, 2);
+  ASSERT_EQ(plan.kind(), v1::RECOVERY_KIND_PEER) << plan.reason();
+  for (const absl::Status& s :
+       Together({[&] { return a->Prepare(Member(whole, 2, data, 0, plan)); },
+                 [&] { return b->Prepare(Member(whole, 2, data, 1, plan)); }})) {
+    ASSERT_TRUE(s.ok()) << s;
+  }
+  for (EngineTrainer* x : {a.get(), b.get()}) {
+    EXPECT_FALSE(x->last_prepare().model_kept());
+    EXPECT_FALSE(x->last_prepare().session_kept());
+    EXPECT_GT(x->last_prepare().restore_bytes(), 0u);  // the other tensor half
+  }
+  EXPECT_NE(a->weights_for_testing(), weights);
+  for (const absl::Status& s : WaitFinished(2, 2)) EXPECT_TRUE(s.ok()) << s;
+  for (EngineTrainer* x : {a.get(), b.get()}) {
+    const TrainingProgress p = x->progress();
+    EXPECT_EQ(p.step, Step(steps));
+    ASSERT_TRUE(p.loss.has_value());
+    // Tensor parallelism sums in another order: the layout tests' bound.
+    EXPECT_NEAR(*p.loss, reference.back(), 1e-5 * (1 + steps)) << "resumed at " << plan.step();
+  }
 }
 
 }  // namespace
