@@ -209,5 +209,26 @@ TEST_F(StateVersionsTest, WithoutKeepingThePreviousStepOnlyTheCurrentIsHeld) {
   }
 }
 
+TEST_F(StateVersionsTest, TheFirstUpdateCallsItsCallbackOnceBeforeTheStateChanges) {
+  Make(/*keep_previous=*/true);
+  OnEveryRank([&](int r) {
+    ranks_[r]->Fill(0);
+    ranks_[r]->versions->SetCurrent(0);
+    ASSERT_TRUE(ranks_[r]->versions->ExchangeMirrors(groups_[r].get(), 0, absl::Seconds(10)).ok());
+  });
+  // Rank 0's weights are another session's too (EngineTrainer: a session
+  // built around a kept model shard): the callback sees them unchanged.
+  int calls = 0;
+  float seen = -1;
+  ranks_[0]->versions->set_on_first_update([&] {
+    ++calls;
+    seen = ranks_[0]->model->params()[5];
+  });
+  Step(0);
+  Step(1);
+  EXPECT_EQ(calls, 1);
+  EXPECT_EQ(seen, Weight(0, 5));
+}
+
 }  // namespace
 }  // namespace cohort::train
