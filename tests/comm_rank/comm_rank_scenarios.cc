@@ -371,6 +371,51 @@ int RunPointToPoint(const RankConfig& config) {
       if (small != 1) return Mismatch("recv after wrong size");
     }
   }
+  // Large messages (direct reads between ranks on one host when UCX_TLS is
+  // unset): an exchange with the partner, then a ring of SendRecvs, which
+  // deadlocks unless every rank serves what it receives before it waits for
+  // its own send. Sizes are not multiples of the read piece.
+  auto pattern = [](int from, int round, size_t i) {
+    return static_cast<uint32_t>(from * 1000003 + round * 7919 + static_cast<int>(i));
+  };
+  constexpr size_t kLarge = (size_t{3} << 20) / 4 + 3;  // elements: 3 MiB + 12 B
+  if (partner < config.size) {
+    std::vector<uint32_t> out(kLarge), in(kLarge, 0);
+    for (size_t i = 0; i < kLarge; ++i) out[i] = pattern(config.rank, 0, i);
+    RUN_OR_FAIL(a.SendRecv(out.data(), kLarge * 4, partner, in.data(), kLarge * 4, partner, 11,
+                           timeout),
+                "large exchange");
+    for (size_t i = 0; i < kLarge; ++i) {
+      if (in[i] != pattern(partner, 0, i)) return Mismatch(absl::StrCat("large exchange at ", i));
+    }
+    // A large message of the wrong size fails the receive (InvalidArgument,
+    // the communicator usable); the sender may learn it too.
+    if (config.rank % 2 == 0) {
+      absl::Status sent = a.Send(out.data(), (kLarge - 1) * 4, partner, 12, timeout);
+      if (!sent.ok() && !absl::IsInvalidArgument(sent)) return Mismatch("wrong-size large send");
+    } else {
+      absl::Status wrong = a.Recv(in.data(), kLarge * 4, partner, 12, timeout);
+      if (!absl::IsInvalidArgument(wrong)) {
+        return Mismatch("wrong-size large recv returned " + wrong.ToString());
+      }
+    }
+  }
+  if (config.size > 1) {
+    const int next = (config.rank + 1) % config.size;
+    const int previous = (config.rank + config.size - 1) % config.size;
+    std::vector<uint32_t> out(kLarge), in(kLarge, 0);
+    for (int round = 1; round <= 3; ++round) {
+      for (size_t i = 0; i < kLarge; ++i) out[i] = pattern(config.rank, round, i);
+      RUN_OR_FAIL(a.SendRecv(out.data(), kLarge * 4, next, in.data(), kLarge * 4, previous,
+                             static_cast<uint32_t>(20 + round), timeout),
+                  "large ring");
+      for (size_t i = 0; i < kLarge; ++i) {
+        if (in[i] != pattern(previous, round, i)) {
+          return Mismatch(absl::StrCat("large ring round ", round, " at ", i));
+        }
+      }
+    }
+  }
   // Both groups still work as collectives, concurrently tagged.
   float x = static_cast<float>(config.rank + 1);
   RUN_OR_FAIL(b.AllReduce(&x, 1, DataType::kFloat32, ReduceOp::kSum, timeout), "b allreduce");

@@ -54,6 +54,12 @@ class UcxChannel {
   uint64_t PointToPointTag(int source, uint32_t user_tag) const {
     return MakeTag(comm_id_, TagKind::kPointToPoint, source, user_tag);
   }
+  uint64_t DirectReadAnswerTag(int source, uint32_t user_tag) const {
+    return MakeTag(comm_id_, TagKind::kDirectReadAnswer, source, user_tag);
+  }
+  // The world rank of group rank `peer`.
+  int world_rank(int peer) const { return group_[static_cast<size_t>(peer)]; }
+  UcxContext* context() const { return context_; }
 
   // Post a send to / receive from group rank `peer`. The buffer must stay
   // valid until the handle completes (or ReleaseAll()). A receive completes

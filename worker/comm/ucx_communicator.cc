@@ -184,10 +184,10 @@ absl::Status UcxCommunicator::Send(const void* data, size_t bytes, int peer, uin
                                                    rank(), " of ", size()));
   }
   return Run(timeout, CallOptions{.collective = false}, [&]() -> absl::Status {
-    absl::StatusOr<UcxChannel::Handle> h =
-        channel_.PostSend(peer, channel_.PointToPointTag(rank(), tag), data, bytes);
-    if (!h.ok()) return h.status();
-    return channel_.Wait(&*h);
+    if (absl::Status s = send_.Start(channel_, DirectPeer(peer), peer, tag, data, bytes); !s.ok()) {
+      return s;
+    }
+    return send_.Finish(channel_);
   });
 }
 
@@ -199,10 +199,10 @@ absl::Status UcxCommunicator::Recv(void* data, size_t bytes, int peer, uint32_t 
                                                    rank(), " of ", size()));
   }
   return Run(timeout, CallOptions{.collective = false}, [&]() -> absl::Status {
-    absl::StatusOr<UcxChannel::Handle> h =
-        channel_.PostRecv(peer, channel_.PointToPointTag(peer, tag), data, bytes);
-    if (!h.ok()) return h.status();
-    return channel_.Wait(&*h);
+    if (absl::Status s = recv_.Start(channel_, DirectPeer(peer), peer, tag, data, bytes); !s.ok()) {
+      return s;
+    }
+    return recv_.Finish(channel_);
   });
 }
 
@@ -219,16 +219,17 @@ absl::Status UcxCommunicator::SendRecv(const void* send_data, size_t send_bytes,
     }
   }
   return Run(timeout, CallOptions{.collective = false}, [&]() -> absl::Status {
-    // The receive is posted first so the peer's send can match at once.
-    absl::StatusOr<UcxChannel::Handle> recv =
-        channel_.PostRecv(recv_peer, channel_.PointToPointTag(recv_peer, tag), recv_data,
-                          recv_bytes);
-    if (!recv.ok()) return recv.status();
-    absl::StatusOr<UcxChannel::Handle> send =
-        channel_.PostSend(send_peer, channel_.PointToPointTag(rank(), tag), send_data, send_bytes);
-    if (!send.ok()) return send.status();
-    if (absl::Status s = channel_.Wait(&*send); !s.ok()) return s;
-    return channel_.Wait(&*recv);
+    // The receive is posted first so the peer's send can match at once; the
+    // receive is finished first: a direct read's sender waits for the
+    // receiver, which may be waiting for its own receive (a ring of
+    // exchanges), so every rank must serve what it receives before it waits
+    // for its send.
+    absl::Status s =
+        recv_.Start(channel_, DirectPeer(recv_peer), recv_peer, tag, recv_data, recv_bytes);
+    if (s.ok()) s = send_.Start(channel_, DirectPeer(send_peer), send_peer, tag, send_data, send_bytes);
+    if (s.ok()) s = recv_.Finish(channel_);
+    if (s.ok()) s = send_.Finish(channel_);
+    return s;
   });
 }
 

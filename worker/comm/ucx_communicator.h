@@ -4,6 +4,10 @@
 // UcxContext (one UCP worker per process) and are kept apart by a 16-bit
 // communicator id carried in every tag (ucx_tags.h).
 //
+// Point to point: a message of kDirectReadMinBytes or more between ranks on
+// this host (UCX_TLS unset) is read by the receiver straight from the
+// sender's buffer (ucx_direct_read.h); everything else is one UCX message.
+//
 // Algorithms: when every rank of the group runs on this host (and UCX_TLS is
 // unset), AllReduce, ReduceScatter and AllGather above kSharedMemoryMinBytes
 // go through shared memory (shm_collectives.h). Otherwise (ring_algorithms.h)
@@ -35,6 +39,7 @@
 #include "worker/comm/shm_collectives.h"
 #include "worker/comm/ucx_channel.h"
 #include "worker/comm/ucx_context.h"
+#include "worker/comm/ucx_direct_read.h"
 
 namespace cohort::comm {
 
@@ -100,8 +105,18 @@ class UcxCommunicator : public Communicator {
   absl::Status Run(absl::Duration timeout, CallOptions options,
                    absl::FunctionRef<absl::Status()> body);
 
+  // Group rank `peer`'s process when large messages with it are direct
+  // reads (ucx_direct_read.h), else null.
+  const ProcessIdentity* DirectPeer(int peer) const {
+    return context_->DirectReadPeer(channel_.world_rank(peer));
+  }
+
   UcxContext* const context_;
   UcxChannel channel_;
+  // The point-to-point call in flight (members: UCX may still hold their
+  // offer and answer buffers after a failed call).
+  DirectSend send_;
+  DirectRecv recv_;
   ScratchBuffer scratch_;
   ScratchBuffer work_;
   std::unique_ptr<ShmCollectives> shm_;  // null unless the group is on this host

@@ -145,6 +145,7 @@ absl::Status UcxContext::Init(const UcxContextOptions& options) {
   }
   peers_[rank_]->process = self;
   shared_memory_collectives_ = options.shared_memory_collectives && default_transports;
+  direct_reads_ = options.direct_read_for_local_peers && default_transports;
   instance_tag_ = InstanceTag(options.key_prefix);
   if (size_ == 1) return absl::OkStatus();
 

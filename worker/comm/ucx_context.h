@@ -68,6 +68,11 @@ struct UcxContextOptions {
   // this host bypass UCX and go through Cohort's own shared-memory segments
   // (shm_collectives.h): one copy per byte instead of UCX's two.
   bool shared_memory_collectives = true;
+  // With UCX_TLS unset, large point-to-point messages between ranks on this
+  // host are read by the receiver straight from the sender's memory
+  // (ucx_direct_read.h: one copy, process_vm_readv) rather than through
+  // UCX's shared-memory FIFOs (two copies).
+  bool direct_read_for_local_peers = true;
 };
 
 class UcxContext {
@@ -107,6 +112,15 @@ class UcxContext {
   // call it while waiting; it does real work at most every 5 ms.
   void CheckLocalPeers();
 
+  // The process of world rank `peer` when large point-to-point messages with
+  // it go as direct reads (enabled by the options, the peer on this host and
+  // not this rank); null otherwise. Both ends of a pair decide alike.
+  const ProcessIdentity* DirectReadPeer(int peer) const {
+    return direct_reads_ && peer != rank_ && !peers_[rank_]->process.host.empty() &&
+                   peers_[peer]->process.host == peers_[rank_]->process.host
+               ? &peers_[peer]->process
+               : nullptr;
+  }
   // Whether `group` (world ranks) should use the shared-memory collectives:
   // enabled by the options and every member on this host.
   bool SharedMemoryGroup(const std::vector<int>& group) const;
@@ -155,6 +169,7 @@ class UcxContext {
   std::atomic<uint64_t> dead_epoch_{0};
   bool has_local_peers_ = false;
   bool shared_memory_collectives_ = false;
+  bool direct_reads_ = false;
   // Distinguishes this context's segments from another generation's.
   std::string instance_tag_;
   std::atomic<bool> failed_call_{false};

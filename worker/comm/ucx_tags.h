@@ -4,10 +4,11 @@
 // receive meant for it:
 //
 //   bits 63..48  communicator id (16): groups sharing a context never match
-//   bits 47..46  kind (2): point-to-point, collective, or context control
+//   bits 47..46  kind (2): point-to-point, collective, context control, or
+//                the answer to a direct read's offer (ucx_direct_read.h)
 //   bits 45..32  sender's rank within the group (14): UCP matches on tags
 //                only, so the sender must be part of the tag
-//   bits 31..0   point-to-point: the user's tag
+//   bits 31..0   point-to-point and direct-read answers: the user's tag
 //                collective: sequence number (8) | message index (24)
 //
 // The per-call sequence number catches ranks that fall out of step; the
@@ -17,7 +18,12 @@
 
 namespace cohort::comm {
 
-enum class TagKind : uint64_t { kPointToPoint = 0, kCollective = 1, kControl = 2 };
+enum class TagKind : uint64_t {
+  kPointToPoint = 0,
+  kCollective = 1,
+  kControl = 2,
+  kDirectReadAnswer = 3
+};
 
 inline constexpr uint64_t kFullTagMask = ~uint64_t{0};
 inline constexpr uint32_t kMessageIndexBits = 24;
