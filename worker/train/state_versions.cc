@@ -38,9 +38,10 @@ StateVersions::StateVersions(model::GptModel* model, float* m, float* v, size_t 
     const layout::ShardRange range = layout::DataShardRange(model_->num_params(), dp_, mirror.owner);
     mirror.begin = range.begin;
     mirror.end = range.end;
+    // Not zeroed: a buffer is read only once a refresh filled it.
     for (int b = 0; b < 2; ++b) {
-      mirror.m[b].assign(range.end - range.begin, 0.0f);
-      mirror.v[b].assign(range.end - range.begin, 0.0f);
+      mirror.m[b].Resize(range.end - range.begin);
+      mirror.v[b].Resize(range.end - range.begin);
     }
     mirrors_.push_back(std::move(mirror));
   }
@@ -53,6 +54,12 @@ void StateVersions::SetCurrent(int64_t steps) {
 }
 
 void StateVersions::Reserve() {
+  for (MirrorBuffers& mirror : mirrors_) {
+    for (int b = 0; b < 2; ++b) {
+      mirror.m[b].ResizeAndTouch(mirror.m[b].size());
+      mirror.v[b].ResizeAndTouch(mirror.v[b].size());
+    }
+  }
   if (!options_.keep_previous) return;
   previous_params_.ResizeAndTouch(model_->num_params());
   previous_m_.ResizeAndTouch(end_ - begin_);

@@ -86,9 +86,9 @@ class StateVersions {
   void set_on_first_update(std::function<void()> callback) {
     on_first_update_ = std::move(callback);
   }
-  // Allocates and touches the previous version's buffers now rather than at
-  // the first step (a warm spare's session: its first step after taking a
-  // place then faults in no fresh pages).
+  // Allocates and touches the previous version's buffers and the mirrors'
+  // now rather than at the first step (a warm spare's session: its first
+  // step after taking a place then faults in no fresh pages).
   void Reserve();
   // Before the end phase of the step that turns `steps` into `steps + 1`.
   void BeforeUpdate(int64_t steps);
@@ -132,7 +132,7 @@ class StateVersions {
   struct MirrorBuffers {
     int owner = 0;
     size_t begin = 0, end = 0;
-    std::vector<float> m[2], v[2];
+    UninitializedArray<float> m[2], v[2];
   };
   std::vector<MirrorBuffers> mirrors_;
   // Which of the two buffers each mirror's newest refresh went to, and the

@@ -84,14 +84,23 @@ StepRunner::StepRunner(const TrainingConfig& config, model::GptModel* model,
   if (layout_.pp > 1 && (layout_.first_stage() || layout_.last_stage())) tie_buffer_.resize(wte);
   if (layout_.stage > 0) send_buffer_.resize(tokens * config.model.width);
   const size_t own = data_parallel->update_end() - data_parallel->update_begin();
-  m_.assign(own, 0.0f);
-  v_.assign(own, 0.0f);
+  // Not zeroed: a restore overwrites them, a fresh start zeroes them
+  // (ResetOptimizerState).
+  m_.Resize(own);
+  v_.Resize(own);
   decay_ranges_ = WeightDecayRanges(model->table(), data_parallel->update_begin(),
                                     data_parallel->update_end());
   versions_ = std::make_unique<StateVersions>(
       model, m_.data(), v_.data(), data_parallel->update_begin(), data_parallel->update_end(),
       data_parallel->dp(), data_parallel->rank(), data_parallel->zero1(), options.state_versions);
-  versions_->SetCurrent(0);  // the initial weights; a restore moves it
+}
+
+void StepRunner::ResetOptimizerState() {
+  if (m_.size() > 0) {
+    std::memset(m_.data(), 0, m_.size() * sizeof(float));
+    std::memset(v_.data(), 0, v_.size() * sizeof(float));
+  }
+  versions_->SetCurrent(0);
 }
 
 void StepRunner::EnsureScratch() {
@@ -113,6 +122,8 @@ void StepRunner::TakeScratchOf(StepRunner& other) {
 
 void StepRunner::Reserve() {
   EnsureScratch();
+  m_.ResizeAndTouch(m_.size());
+  v_.ResizeAndTouch(v_.size());
   accumulated_.ResizeAndTouch(accumulated_.size());
   embedding_accumulated_.ResizeAndTouch(embedding_accumulated_.size());
   versions_->Reserve();

@@ -116,20 +116,26 @@ class StepRunner {
   // end phase, so a cancelled step leaves the state as it was.
   absl::StatusOr<StepResult> Run(Step step, const std::atomic<bool>* cancel = nullptr);
 
-  // AdamW's first and second moments of the own update range
-  // [data_parallel.update_begin(), update_end()), zero before the first
-  // step: what checkpoints save and restore.
+  // The state of a fresh start: zero moments, and the current buffers
+  // (with the model's initial weights) hold step 0. Until this or a restore
+  // (then StateVersions::SetCurrent), the moments are uninitialised and no
+  // version is held.
+  void ResetOptimizerState();
   // The rank's consistent versions (current and previous) and mirrors.
   StateVersions& versions() { return *versions_; }
   const StateVersions& versions() const { return *versions_; }
   // Touches now the buffers a step writes before reading (the gradient
-  // accumulation, the previous version): see TrainingSession::Reserve.
+  // accumulation, the previous version) and the moments, writing zeros: see
+  // TrainingSession::Reserve.
   void Reserve();
   // Takes `other`'s scratch buffers (the gradient accumulations) where they
   // are large enough: a runner built on the model shard `other` trained on
   // (a re-plan that changed only the data-parallel degree) then writes into
   // pages already in memory. `other` allocates them again should it run.
   void TakeScratchOf(StepRunner& other);
+  // AdamW's first and second moments of the own update range
+  // [data_parallel.update_begin(), update_end()): what checkpoints save and
+  // restore.
   float* adam_m() { return m_.data(); }
   float* adam_v() { return v_.data(); }
   const float* adam_m() const { return m_.data(); }
@@ -182,8 +188,8 @@ class StepRunner {
   std::vector<float> send_buffer_;      // an input gradient waiting to be sent
   std::vector<float> tie_buffer_;       // the other end stage's wte gradient
   std::vector<double> norm_slots_;
-  std::vector<float> m_;                // AdamW state for the own update range
-  std::vector<float> v_;
+  UninitializedArray<float> m_;         // AdamW state for the own update range
+  UninitializedArray<float> v_;
   std::vector<DecayRange> decay_ranges_;
   std::unique_ptr<StateVersions> versions_;
   std::optional<PendingSend> pending_;

@@ -51,7 +51,6 @@ absl::StatusOr<std::unique_ptr<TrainingSession>> TrainingSession::Create(
   } else {
     ASSIGN_OR_RETURN(session->model_,
                      model::GptModel::Create(config.model, session->backend_.get(), model_options));
-    if (options.initialize_parameters) session->model_->InitializeParameters(config.init_seed);
   }
 
   if (reuse != nullptr && reuse->config_.data == config.data) {
@@ -92,6 +91,7 @@ absl::StatusOr<std::unique_ptr<TrainingSession>> TrainingSession::Create(
                    StepRunner::Create(config, session->model_.get(), session->sampler_.get(),
                                       session->data_parallel_.get(), runner));
   if (session->reused_model_) session->runner_->TakeScratchOf(*reuse->runner_);
+  if (options.initialize_parameters && !session->reused_model_) session->InitializeParameters();
   return session;
 }
 

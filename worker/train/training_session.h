@@ -48,8 +48,10 @@ struct TrainingSessionOptions {
   // Draw the initial weights (config.init_seed) in Create. Off when the
   // caller restores every weight, or calls InitializeParameters once it knows
   // there is nothing to restore: for GPT-2 124M the draw costs 4 s of one
-  // core on the 2-core development VM. A model shard taken over from
-  // `reuse` keeps its weights.
+  // core on the 2-core development VM. Without it the optimizer's moments
+  // are uninitialised too and no state version is held until a restore
+  // (StateVersions::SetCurrent). A model shard taken over from `reuse`
+  // keeps its weights (and its moments are left to the restore).
   bool initialize_parameters = true;
   // A session of an older generation of the same job whose parts this one
   // takes over where they fit: the backend (the same precision), the
@@ -90,16 +92,22 @@ class TrainingSession {
                                                 int dp_rank, const TrainingSessionOptions& options);
 
   // Allocates and touches now what the first step would (the model's
-  // buffers, the previous version's): a session prepared ahead then faults
-  // in no fresh pages when it trains.
+  // buffers, the moments, the previous version's, the mirrors'): a session
+  // prepared ahead then faults in no fresh pages when it trains. It writes
+  // zeros over the state, so only a session whose state is restored or
+  // initialised afterwards calls it.
   void Reserve() {
     model_->Touch();
     runner_->Reserve();
   }
 
-  // Draws the initial weights from config().init_seed (see
+  // The state of a fresh start: the initial weights drawn from
+  // config().init_seed and zero moments (see
   // TrainingSessionOptions::initialize_parameters).
-  void InitializeParameters() { model_->InitializeParameters(config_.init_seed); }
+  void InitializeParameters() {
+    model_->InitializeParameters(config_.init_seed);
+    runner_->ResetOptimizerState();
+  }
 
   // See StepRunner::Run.
   absl::StatusOr<StepResult> RunStep(Step step, const std::atomic<bool>* cancel = nullptr) {
