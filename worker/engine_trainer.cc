@@ -391,7 +391,7 @@ absl::StatusOr<std::unique_ptr<EngineTrainer::Run>> EngineTrainer::Build(
             << (!run->also_holds.empty() ? ": communicators built, training session kept, in "
                 : run->from_warm ? ": communicators built, warm spare's training session taken, in "
                 : run->session != nullptr && run->session->reused_model()
-                    ? ": communicators and training session built around the kept model shard in "
+                    ? ": communicators and training session built around a model shard it held, in "
                     : ": communicators and training session built in ")
             << absl::FormatDuration(absl::Trunc(absl::Now() - build_start, absl::Milliseconds(1)));
   return run;
@@ -485,7 +485,20 @@ std::unique_ptr<EngineTrainer::Run> EngineTrainer::TakeWarm(const Assignment& as
     warm_done_.reset();
     warm_status_.Clear();
   }
-  if (taken != nullptr && CanKeepSession(*taken, assignment)) return taken;
+  if (taken == nullptr) return nullptr;
+  if (CanKeepSession(*taken, assignment)) return taken;
+  // Prepared for another place of the same model shard (any data rank of a
+  // job without tensor or pipeline parallelism): a session for this place
+  // is built around it.
+  if (CanReuseSession(*taken, assignment)) {
+    absl::StatusOr<train::TrainingConfig> config =
+        train::TrainingConfigFromSpec(assignment.spec, StateLayoutOf(assignment).dp);
+    if (config.ok() &&
+        taken->session->ModelFitsFor(*config, train::LayoutOf(assignment.mesh, assignment.coordinates),
+                                     StateLayoutOf(assignment).dp)) {
+      return taken;
+    }
+  }
   return nullptr;  // released: its memory is freed before the Prepare builds
 }
 
@@ -655,17 +668,26 @@ absl::Status EngineTrainer::Prepare(const Assignment& assignment) {
   Run* keep = source != nullptr && CanKeepSession(*source, assignment) ? source : nullptr;
   const absl::Time prepare_start = absl::Now();
   restore_bytes_ = 0;
-  // A warm spare's session for this place (or nothing: what was prepared
-  // for another is released first).
+  // A warm spare's session for this place, or one whose model shard fits
+  // it (or nothing: what was prepared for another is released first).
   std::unique_ptr<Run> warm = TakeWarm(assignment);
   if (keep != nullptr) warm.reset();
-  // Otherwise a new session takes over what fits of the source's (its
-  // model shard when only dp changed).
-  Run* reuse = keep == nullptr && warm == nullptr && source != nullptr &&
-                       CanReuseSession(*source, assignment)
-                   ? source
-                   : nullptr;
-  absl::StatusOr<std::unique_ptr<Run>> built = Build(assignment, keep, warm.get(), reuse);
+  const bool warm_fits = warm != nullptr && CanKeepSession(*warm, assignment);
+  // Otherwise a new session takes over what fits of the warm one's or the
+  // source's (the model shard when only the data rank or dp changed).
+  Run* reuse = nullptr;
+  if (keep == nullptr && !warm_fits) {
+    if (warm != nullptr) {
+      reuse = warm.get();
+    } else if (source != nullptr && CanReuseSession(*source, assignment)) {
+      reuse = source;
+    }
+  }
+  absl::StatusOr<std::unique_ptr<Run>> built =
+      Build(assignment, keep, warm_fits ? warm.get() : nullptr, reuse);
+  if (built.ok() && warm != nullptr && reuse == warm.get()) {
+    (*built)->from_warm = (*built)->session->reused_model();
+  }
   warm.reset();
   const absl::Time built_at = absl::Now();
   if (!built.ok()) return built.status();
@@ -678,7 +700,8 @@ absl::Status EngineTrainer::Prepare(const Assignment& assignment) {
   // A session around the source's model shard writes the weights the source
   // generation holds as its current version: unless they already are the
   // plan's step, that generation keeps only its previous version.
-  Run* const shares_model = reuse != nullptr && run->session->reused_model() ? reuse : nullptr;
+  Run* const shares_model =
+      reuse != nullptr && reuse == source && run->session->reused_model() ? reuse : nullptr;
   if (shares_model != nullptr) {
     train::StateVersions& older = shares_model->session->runner().versions();
     if (older.current() != plan.step()) older.BeginRestore();

@@ -38,10 +38,11 @@ StateVersions::StateVersions(model::GptModel* model, float* m, float* v, size_t 
     const layout::ShardRange range = layout::DataShardRange(model_->num_params(), dp_, mirror.owner);
     mirror.begin = range.begin;
     mirror.end = range.end;
-    // Not zeroed: a buffer is read only once a refresh filled it.
+    // Not zeroed: a buffer is read only once a refresh filled it. Room for
+    // any data rank's range (see AnyRange).
     for (int b = 0; b < 2; ++b) {
-      mirror.m[b].Resize(range.end - range.begin);
-      mirror.v[b].Resize(range.end - range.begin);
+      mirror.m[b].Resize(range.end - range.begin, AnyRange());
+      mirror.v[b].Resize(range.end - range.begin, AnyRange());
     }
     mirrors_.push_back(std::move(mirror));
   }
@@ -53,6 +54,23 @@ void StateVersions::SetCurrent(int64_t steps) {
   mirror_step_[0] = mirror_step_[1] = -1;  // until the next refresh
 }
 
+void StateVersions::TakeBuffersOf(StateVersions& other) {
+  auto take = [](UninitializedArray<float>& mine, UninitializedArray<float>& theirs, size_t n) {
+    if (theirs.capacity() < std::max<size_t>(n, 1) || theirs.capacity() < mine.capacity()) return;
+    mine = std::move(theirs);
+    mine.Resize(n);
+  };
+  take(previous_params_, other.previous_params_, previous_params_.size());
+  take(previous_m_, other.previous_m_, previous_m_.size());
+  take(previous_v_, other.previous_v_, previous_v_.size());
+  for (size_t j = 0; j < mirrors_.size() && j < other.mirrors_.size(); ++j) {
+    for (int b = 0; b < 2; ++b) {
+      take(mirrors_[j].m[b], other.mirrors_[j].m[b], mirrors_[j].m[b].size());
+      take(mirrors_[j].v[b], other.mirrors_[j].v[b], mirrors_[j].v[b].size());
+    }
+  }
+}
+
 void StateVersions::Reserve() {
   for (MirrorBuffers& mirror : mirrors_) {
     for (int b = 0; b < 2; ++b) {
@@ -62,8 +80,8 @@ void StateVersions::Reserve() {
   }
   if (!options_.keep_previous) return;
   previous_params_.ResizeAndTouch(model_->num_params());
-  previous_m_.ResizeAndTouch(end_ - begin_);
-  previous_v_.ResizeAndTouch(end_ - begin_);
+  previous_m_.ResizeAndTouch(end_ - begin_, AnyRange());
+  previous_v_.ResizeAndTouch(end_ - begin_, AnyRange());
 }
 
 void StateVersions::BeforeUpdate(int64_t steps) {

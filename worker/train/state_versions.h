@@ -24,6 +24,7 @@
 // Thread-compatible: the step runner's thread; views are read by the same
 // thread between steps (or after the generation's training stopped).
 
+#include <algorithm>
 #include <cstddef>
 #include <cstdint>
 #include <functional>
@@ -31,6 +32,7 @@
 
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
+#include "common/layout/mesh_layout.h"
 #include "worker/comm/communicator.h"
 #include "worker/model/gpt_model.h"
 #include "worker/train/uninitialized_array.h"
@@ -86,6 +88,10 @@ class StateVersions {
   void set_on_first_update(std::function<void()> callback) {
     on_first_update_ = std::move(callback);
   }
+  // Takes `other`'s previous-version and mirror buffers where they are
+  // large enough (pages already in memory): `other` holds no version (a warm
+  // spare's, about to be released) and is not used afterwards.
+  void TakeBuffersOf(StateVersions& other);
   // Allocates and touches the previous version's buffers and the mirrors'
   // now rather than at the first step (a warm spare's session: its first
   // step after taking a place then faults in no fresh pages).
@@ -139,6 +145,12 @@ class StateVersions {
   // step each buffer holds (-1: none); the same for every mirror.
   int newest_buffer_ = 0;
   int64_t mirror_step_[2] = {-1, -1};
+  // The largest optimizer range of any data rank: buffers sized for it can
+  // be handed to a session of another rank (TakeBuffersOf).
+  size_t AnyRange() const {
+    return std::max(end_ - begin_, layout::PaddedShardedSize(model_->num_params(), dp_) /
+                                       static_cast<size_t>(dp_));
+  }
   // The mirrors' view of `step` (their buffer index), or -1.
   int MirrorBufferOf(int64_t step) const;
 };

@@ -85,9 +85,15 @@ StepRunner::StepRunner(const TrainingConfig& config, model::GptModel* model,
   if (layout_.stage > 0) send_buffer_.resize(tokens * config.model.width);
   const size_t own = data_parallel->update_end() - data_parallel->update_begin();
   // Not zeroed: a restore overwrites them, a fresh start zeroes them
-  // (ResetOptimizerState).
-  m_.Resize(own);
-  v_.Resize(own);
+  // (ResetOptimizerState). Room for any data rank's range, so that a
+  // session for another rank can take them over (TakeStateBuffersOf).
+  const size_t any_range =
+      data_parallel->zero1()
+          ? layout::PaddedShardedSize(model->num_params(), data_parallel->dp()) /
+                static_cast<size_t>(data_parallel->dp())
+          : own;
+  m_.Resize(own, any_range);
+  v_.Resize(own, any_range);
   decay_ranges_ = WeightDecayRanges(model->table(), data_parallel->update_begin(),
                                     data_parallel->update_end());
   versions_ = std::make_unique<StateVersions>(
@@ -118,6 +124,22 @@ void StepRunner::TakeScratchOf(StepRunner& other) {
     *mine = std::move(*theirs);
     mine->Resize(n);
   }
+}
+
+void StepRunner::TakeStateBuffersOf(StepRunner& other) {
+  for (auto [mine, theirs] : {std::pair{&m_, &other.m_}, std::pair{&v_, &other.v_}}) {
+    const size_t n = mine->size();
+    if (n == 0 || theirs->capacity() < n) continue;
+    *mine = std::move(*theirs);
+    mine->Resize(n);
+  }
+  // The versions point at the moments: new ones over the taken buffers.
+  auto versions = std::make_unique<StateVersions>(
+      model_, m_.data(), v_.data(), data_parallel_->update_begin(), data_parallel_->update_end(),
+      data_parallel_->dp(), data_parallel_->rank(), data_parallel_->zero1(),
+      options_.state_versions);
+  versions->TakeBuffersOf(*other.versions_);
+  versions_ = std::move(versions);
 }
 
 void StepRunner::Reserve() {

@@ -133,6 +133,10 @@ class StepRunner {
   // (a re-plan that changed only the data-parallel degree) then writes into
   // pages already in memory. `other` allocates them again should it run.
   void TakeScratchOf(StepRunner& other);
+  // Also takes `other`'s state buffers (moments, previous version, mirrors)
+  // where large enough: `other` holds no state (a warm spare's session for
+  // another place, about to be released) and is not used afterwards.
+  void TakeStateBuffersOf(StepRunner& other);
   // AdamW's first and second moments of the own update range
   // [data_parallel.update_begin(), update_end()): what checkpoints save and
   // restore.

@@ -90,7 +90,13 @@ absl::StatusOr<std::unique_ptr<TrainingSession>> TrainingSession::Create(
   ASSIGN_OR_RETURN(session->runner_,
                    StepRunner::Create(config, session->model_.get(), session->sampler_.get(),
                                       session->data_parallel_.get(), runner));
-  if (session->reused_model_) session->runner_->TakeScratchOf(*reuse->runner_);
+  if (session->reused_model_) {
+    StepRunner& lender = *reuse->runner_;
+    session->runner_->TakeScratchOf(lender);
+    if (lender.versions().newest() < 0 && lender.versions().current() < 0) {
+      session->runner_->TakeStateBuffersOf(lender);
+    }
+  }
   if (options.initialize_parameters && !session->reused_model_) session->InitializeParameters();
   return session;
 }

@@ -61,7 +61,9 @@ struct TrainingSessionOptions {
   // capacity are the same too, as on a re-plan that changes only the
   // data-parallel degree. The older session keeps serving its state (the
   // weights are then both sessions'), and must not train while this one
-  // exists. Null: build everything.
+  // exists. An older session that holds no state (a warm spare's, prepared
+  // for another place) also lends its moment, previous-version and mirror
+  // buffers, and must not be used afterwards. Null: build everything.
   TrainingSession* reuse = nullptr;
 };
 
@@ -116,6 +118,12 @@ class TrainingSession {
 
   // Whether this session trains on the model shard of options.reuse.
   bool reused_model() const { return reused_model_; }
+  // Whether a session of `config` for `layout` with `dp` data ranks would
+  // train on this one's model shard (TrainingSessionOptions::reuse).
+  bool ModelFitsFor(const TrainingConfig& config, const model::ModelLayout& layout, int dp) const {
+    return ModelFits(*this, config, layout,
+                     StepRunner::ActivationSlots(layout, config.micro_batches_per_step() / dp));
+  }
   // The data pipeline (shared with the sessions that reused it).
   const data::TokenDataset& dataset() const { return *dataset_; }
 

@@ -8,6 +8,7 @@
 //
 // Thread-compatible.
 
+#include <algorithm>
 #include <cstddef>
 #include <cstring>
 #include <memory>
@@ -28,19 +29,20 @@ class UninitializedArray {
     return *this;
   }
 
-  // Makes room for `n` elements. Those beyond the old size are
-  // uninitialised; a larger capacity drops the old contents.
-  void Resize(size_t n) {
+  // Makes room for `n` elements, allocating at least `min_capacity` when
+  // it allocates (room for a later, larger size). Elements beyond the old
+  // size are uninitialised; a larger capacity drops the old contents.
+  void Resize(size_t n, size_t min_capacity = 0) {
     if (n > capacity_) {
-      data_ = std::make_unique_for_overwrite<T[]>(n);
-      capacity_ = n;
+      capacity_ = std::max(n, min_capacity);
+      data_ = std::make_unique_for_overwrite<T[]>(capacity_);
     }
     size_ = n;
   }
-  // Resize, then writes zeros into every element: the pages are in.
-  void ResizeAndTouch(size_t n) {
-    Resize(n);
-    if (n > 0) std::memset(data_.get(), 0, n * sizeof(T));
+  // Resize, then writes zeros into the whole capacity: the pages are in.
+  void ResizeAndTouch(size_t n, size_t min_capacity = 0) {
+    Resize(n, min_capacity);
+    if (capacity_ > 0) std::memset(data_.get(), 0, capacity_ * sizeof(T));
   }
   T* data() { return data_.get(); }
   const T* data() const { return data_.get(); }

@@ -17,10 +17,12 @@ namespace cohort::train {
 namespace {
 
 std::unique_ptr<TrainingSession> NewSession(const TrainingConfig& config,
-                                            TrainingSession* reuse = nullptr) {
+                                            TrainingSession* reuse = nullptr,
+                                            bool initialize = true) {
   TrainingSessionOptions options;
   options.num_threads = 1;
   options.reuse = reuse;
+  options.initialize_parameters = initialize;
   absl::StatusOr<std::unique_ptr<TrainingSession>> session =
       TrainingSession::Create(config, model::ModelLayout{}, {}, options);
   EXPECT_TRUE(session.ok()) << session.status();
@@ -63,6 +65,29 @@ TEST(TrainingSessionReuseTest, ARebuiltSessionTrainsOnTheModelShardAsIfItNeverSt
   // and a later one keeps it) it allocates another.
   newer.reset();
   EXPECT_TRUE(older->RunStep(Step(3)).ok());
+}
+
+TEST(TrainingSessionReuseTest, ASessionHoldingNoStateLendsItsStateBuffersToo) {
+  // A warm spare's session holds no state: a session for another data rank
+  // built around it takes its moments (and version buffers) too.
+  const TrainingConfig config = testing::SmallTrainingConfig(8, 2, 3);
+  std::unique_ptr<TrainingSession> warm = NewSession(config, nullptr, /*initialize=*/false);
+  ASSERT_NE(warm, nullptr);
+  warm->Reserve();
+  EXPECT_LT(warm->runner().versions().newest(), 0);
+  const float* moments = warm->runner().adam_m();
+  std::unique_ptr<TrainingSession> taken = NewSession(config, warm.get(), /*initialize=*/false);
+  ASSERT_NE(taken, nullptr);
+  EXPECT_TRUE(taken->reused_model());
+  EXPECT_EQ(taken->runner().adam_m(), moments);
+
+  // A session that holds state keeps its own.
+  std::unique_ptr<TrainingSession> holder = NewSession(config);
+  ASSERT_NE(holder, nullptr);
+  std::unique_ptr<TrainingSession> beside = NewSession(config, holder.get(), /*initialize=*/false);
+  ASSERT_NE(beside, nullptr);
+  EXPECT_TRUE(beside->reused_model());
+  EXPECT_NE(beside->runner().adam_m(), holder->runner().adam_m());
 }
 
 TEST(TrainingSessionReuseTest, OnlyWhatFitsIsTakenOver) {

@@ -499,6 +499,57 @@ TEST_F(EngineTrainerTest, AWarmSpareTakesThePlaceItPreparedWithTheSessionItBuilt
   EXPECT_EQ(*a->progress().loss, fault_free);
 }
 
+TEST_F(EngineTrainerTest, AWarmSparePreparedForAnotherDataRankTakesTheLostOnesPlace) {
+  // Every data rank of a job without tensor or pipeline parallelism holds
+  // the same model shard: a spare warm for rank 1 that has to take rank 0's
+  // place builds that place's session around the model it prepared.
+  const int64_t steps = 30;
+  const v1::JobSpec spec = Spec(steps, /*replicas=*/2);
+  const double fault_free = FaultFreeLoss(spec, 9);
+  const v1::Mesh two = train::LocalMesh(2, 1, 1);
+  v1::RecoveryPlan fresh;
+  fresh.set_kind(v1::RECOVERY_KIND_NONE);
+  std::unique_ptr<EngineTrainer> lost = NewTrainer(), b = NewTrainer();
+  std::unique_ptr<EngineTrainer> spare = NewTrainer(nullptr, uint64_t{1} << 30);
+  spare->Warm(Member(spec, 1, two, 1, fresh));
+  WaitWarm(*spare, v1::WARM_SPARE_STATE_WARM);
+  for (const absl::Status& s :
+       Together({[&] { return lost->Prepare(Member(spec, 1, two, 0, fresh)); },
+                 [&] { return b->Prepare(Member(spec, 1, two, 1, fresh)); }})) {
+    ASSERT_TRUE(s.ok()) << s;
+  }
+  WaitForStep(*b, 5);
+  std::vector<v1::HeldState> held;
+  Together({[&] {
+              held = b->Suspend();
+              return absl::OkStatus();
+            },
+            [&] {
+              lost->Stop();
+              return absl::OkStatus();
+            }});
+  ASSERT_EQ(held.size(), 1u);
+
+  coordinator::RecoveryInput input;
+  input.source = coordinator::StateSource{Generation(1), two, true, 2};
+  input.holders = {{"rank-1", held[0].step()}};
+  input.next_mesh = WithWorker(two, 0, "spare");
+  const v1::RecoveryPlan plan = coordinator::PlanRecovery(input);
+  ASSERT_EQ(plan.kind(), v1::RECOVERY_KIND_PEER) << plan.reason();
+  for (const absl::Status& s :
+       Together({[&] { return spare->Prepare(Member(spec, 2, input.next_mesh, 0, plan)); },
+                 [&] { return b->Prepare(Member(spec, 2, input.next_mesh, 1, plan)); }})) {
+    ASSERT_TRUE(s.ok()) << s;
+  }
+  EXPECT_TRUE(spare->last_prepare().session_warm());
+  EXPECT_FALSE(spare->last_prepare().session_kept());
+  EXPECT_TRUE(b->last_prepare().session_kept());
+  for (const absl::Status& s : WaitFinished(2, 2)) EXPECT_TRUE(s.ok()) << s;
+  ASSERT_TRUE(spare->progress().loss.has_value());
+  EXPECT_EQ(*spare->progress().loss, fault_free) << "resumed at step " << plan.step();
+  EXPECT_EQ(*b->progress().loss, fault_free);
+}
+
 TEST_F(EngineTrainerTest, AWarmSpareReleasesOrRebuildsWhatItPreparedWhenThePlaceChanges) {
   const v1::JobSpec spec = Spec(8, /*replicas=*/2);
   const v1::Mesh two = train::LocalMesh(2, 1, 1);
