@@ -537,7 +537,7 @@ absl::StatusOr<int64_t> EngineTrainer::RestoreFromCheckpoint(const Assignment& a
       run->checkpoints.get(), *manifest, session.config().model, session.model().table(),
       checkpoint::StateBuffers{session.model().params(), session.runner().adam_m(),
                                session.runner().adam_v(), run->optimizer},
-      options_.checkpoint_timeout, &stats));
+      options_.checkpoint_timeout, &stats, options_.checkpoint_load_streams));
   if (checkpoint_metrics_ != nullptr) checkpoint_metrics_->Restored(stats.bytes, stats.duration);
   restore_bytes_ = stats.bytes;
   LOG(INFO) << "job " << assignment.job_id << " generation " << assignment.generation

@@ -68,6 +68,7 @@
 #include "prometheus/registry.h"
 #include "client/checkpoint_client.h"
 #include "common/tls_credentials.h"
+#include "worker/checkpoint/checkpoint_loader.h"
 #include "worker/checkpoint/checkpoint_metrics.h"
 #include "worker/communication_metrics.h"
 #include "worker/comm/kv_client.h"
@@ -88,6 +89,8 @@ struct EngineTrainerOptions {
   absl::Duration collective_timeout = absl::Seconds(60);
   // Bound on restoring from a checkpoint, and on each upload.
   absl::Duration checkpoint_timeout = absl::Minutes(10);
+  // Concurrent download streams of a checkpoint restore (LoadCheckpoint).
+  int checkpoint_load_streams = checkpoint::kDefaultLoadStreams;
   // Called from the training thread when a run ends on its own (see above).
   std::function<void(const JobId&, Generation, const absl::Status&)> on_finished;
   // Called from the training thread when a peer failed mid-step.

@@ -62,6 +62,9 @@ ABSL_FLAG(int64_t, warm_spare_memory_bytes, -1,
           "As a spare of a running job (the coordinator's WarmUp), prepare the session of "
           "the place it would take ahead, if its memory estimate is at most this many bytes; "
           "0: never; -1: a quarter of the device's memory.");
+ABSL_FLAG(int, checkpoint_load_streams, 4,
+          "Concurrent download streams when restoring from a checkpoint: the coordinator reads "
+          "one stream's chunk from disk while another's is on the wire. Within [1, 64].");
 ABSL_FLAG(std::string, log_level, "",
           "Minimum log level: debug, info, warning or error; empty means $COHORT_LOG_LEVEL, "
           "else info.");
@@ -151,6 +154,10 @@ int main(int argc, char** argv) {
   if (config.warm_spare_memory_bytes < -1) {
     return Fail("--warm_spare_memory_bytes must be -1 (a quarter of the device's memory), 0 "
                 "(never prepare ahead) or a byte count");
+  }
+  config.checkpoint_load_streams = absl::GetFlag(FLAGS_checkpoint_load_streams);
+  if (config.checkpoint_load_streams < 1 || config.checkpoint_load_streams > 64) {
+    return Fail("--checkpoint_load_streams must be within [1, 64]");
   }
   cohort::log::SetProcessTag("worker");
 

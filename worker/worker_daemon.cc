@@ -65,6 +65,7 @@ absl::StatusOr<std::unique_ptr<WorkerDaemon>> WorkerDaemon::Create(const WorkerC
     engine.num_threads = config.threads;
     engine.registry = registry;
     engine.loss_log = config.loss_log;
+    engine.checkpoint_load_streams = config.checkpoint_load_streams;
     engine.warm_memory_bytes = config.warm_spare_memory_bytes < 0
                                    ? static_cast<uint64_t>(device.memory_bytes) / 4
                                    : static_cast<uint64_t>(config.warm_spare_memory_bytes);

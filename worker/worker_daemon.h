@@ -35,6 +35,7 @@ struct WorkerConfig {
   std::string loss_log;  // EngineTrainerOptions::loss_log
   // EngineTrainerOptions::warm_memory_bytes; -1: a quarter of the device's memory.
   int64_t warm_spare_memory_bytes = -1;
+  int checkpoint_load_streams = 4;  // EngineTrainerOptions::checkpoint_load_streams
 };
 
 // "<host>-<cpu|gpu>-<index>".

@@ -7,6 +7,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <atomic>
 #include <cstring>
 #include <memory>
 #include <string>
@@ -329,6 +330,71 @@ TEST(CheckpointReshardTest, ACorruptChunkIsDataLossNamingTensorAndChunk) {
       absl::Seconds(30));
   EXPECT_TRUE(absl::IsDataLoss(s)) << s;
   EXPECT_THAT(s.message(), HasSubstr(absl::StrCat("tensor adam_v/fcw chunk ", chunk.index())));
+}
+
+// A client whose first `refusals` Download calls are refused as busy (the
+// coordinator at --max_checkpoint_downloads), then passes through.
+class BusyClient : public client::CheckpointClient {
+ public:
+  BusyClient(client::CheckpointClient* inner, int refusals) : inner_(inner), left_(refusals) {}
+  absl::StatusOr<v1::UploadResponse> Upload(const v1::UploadHeader& header,
+                                            const std::vector<client::UploadChunk>& chunks,
+                                            const v1::UploadEnd& end,
+                                            absl::Duration timeout) override {
+    return inner_->Upload(header, chunks, end, timeout);
+  }
+  absl::StatusOr<v1::CheckpointManifest> GetManifest(const std::string& job, int64_t step,
+                                                     absl::Duration timeout) override {
+    return inner_->GetManifest(job, step, timeout);
+  }
+  absl::Status Download(const std::string& job, int64_t step, const std::vector<v1::ChunkRef>& refs,
+                        const client::ChunkPlacement& place, const client::ChunkCallback& on_chunk,
+                        absl::Duration timeout) override {
+    ++calls_;
+    if (left_.fetch_sub(1) > 0) return absl::ResourceExhaustedError("too many downloads");
+    return inner_->Download(job, step, refs, place, on_chunk, timeout);
+  }
+  absl::StatusOr<v1::ListCheckpointsResponse> List(const std::string& job,
+                                                   absl::Duration timeout) override {
+    return inner_->List(job, timeout);
+  }
+  absl::Status Delete(const std::string& job, int64_t step, absl::Duration timeout) override {
+    return inner_->Delete(job, step, timeout);
+  }
+  int calls() const { return calls_.load(); }
+
+ private:
+  client::CheckpointClient* const inner_;
+  std::atomic<int> left_;
+  std::atomic<int> calls_{0};
+};
+
+TEST(CheckpointReshardTest, StreamsRefusedAsBusyAreRetriedAndOneStreamLoadsTheSame) {
+  CheckpointServer server;
+  std::unique_ptr<client::CheckpointClient> direct =
+      client::NewGrpcCheckpointClient(CoordinatorTarget::Insecure(server.address()));
+  ASSERT_EQ(SaveAll(Layout{2, 1, 1}, true, 5, direct.get()), 1);
+  absl::StatusOr<v1::CheckpointManifest> manifest = direct->GetManifest(kJob, 5, absl::Seconds(5));
+  ASSERT_TRUE(manifest.ok()) << manifest.status();
+  const std::vector<RankState> expected = MakeRanks(Layout{1, 1, 1}, false, /*filled=*/true);
+  for (const int streams : {1, 4}) {
+    // Three refusals: some of the four streams start late, or one starts
+    // only on its third try.
+    BusyClient busy(direct.get(), 3);
+    std::vector<RankState> loaded = MakeRanks(Layout{1, 1, 1}, false, /*filled=*/false);
+    RankState& rank = loaded[0];
+    LoadStats stats;
+    const absl::Status s = LoadCheckpoint(
+        &busy, *manifest, kSmall, rank.table,
+        StateBuffers{rank.params.data(), rank.m.data(), rank.v.data(), rank.optimizer},
+        absl::Seconds(30), &stats, streams);
+    ASSERT_TRUE(s.ok()) << streams << " streams: " << s;
+    EXPECT_EQ(busy.calls(), streams + 3) << streams << " streams";
+    EXPECT_EQ(stats.bytes, manifest->total_bytes()) << streams << " streams";
+    ASSERT_EQ(std::memcmp(rank.params.data(), expected[0].params.data(), rank.params.size() * 4), 0);
+    ASSERT_EQ(std::memcmp(rank.m.data(), expected[0].m.data(), rank.m.size() * 4), 0);
+    ASSERT_EQ(std::memcmp(rank.v.data(), expected[0].v.data(), rank.v.size() * 4), 0);
+  }
 }
 
 TEST(CheckpointReshardTest, AnotherModelIsRefused) {

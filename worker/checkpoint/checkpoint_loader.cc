@@ -1,7 +1,12 @@
 #include "worker/checkpoint/checkpoint_loader.h"
 
+#include <algorithm>
+#include <atomic>
 #include <map>
+#include <thread>
 #include <vector>
+
+#include "absl/synchronization/mutex.h"
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
@@ -22,7 +27,7 @@ struct Overlap {
 absl::Status LoadCheckpoint(client::CheckpointClient* client, const v1::CheckpointManifest& manifest,
                             const model::GptConfig& config, const model::ParameterTable& table,
                             const StateBuffers& buffers, absl::Duration timeout,
-                            LoadStats* stats) {
+                            LoadStats* stats, int streams) {
   const absl::Time start = absl::Now();
   const std::string where =
       absl::StrCat("checkpoint of job ", manifest.job_id(), " step ", manifest.step());
@@ -67,12 +72,29 @@ absl::Status LoadCheckpoint(client::CheckpointClient* client, const v1::Checkpoi
     }
   }
 
-  std::vector<v1::ChunkRef> refs;
-  for (const auto& [key, unused] : wanted) {
+  // The chunks, dealt over the streams largest first to the least loaded
+  // one, so the streams carry about the same bytes.
+  std::map<std::pair<std::string, uint32_t>, uint64_t> chunk_bytes;
+  for (const auto& [name, tensor] : tensors) {
+    for (const v1::ChunkInfo& chunk : tensor->chunks()) {
+      chunk_bytes[{name, chunk.index()}] = chunk.bytes();
+    }
+  }
+  std::vector<std::pair<uint64_t, std::pair<std::string, uint32_t>>> by_size;
+  for (const auto& [key, unused] : wanted) by_size.push_back({chunk_bytes[key], key});
+  std::sort(by_size.begin(), by_size.end(), [](const auto& a, const auto& b) {
+    return a.first != b.first ? a.first > b.first : a.second < b.second;
+  });
+  streams = std::max(1, std::min(streams, static_cast<int>(by_size.size())));
+  std::vector<std::vector<v1::ChunkRef>> refs(static_cast<size_t>(streams));
+  std::vector<uint64_t> load(static_cast<size_t>(streams), 0);
+  for (const auto& [bytes, key] : by_size) {
+    const size_t s = static_cast<size_t>(std::min_element(load.begin(), load.end()) - load.begin());
     v1::ChunkRef ref;
     ref.set_tensor(key.first);
     ref.set_index(key.second);
-    refs.push_back(std::move(ref));
+    refs[s].push_back(std::move(ref));
+    load[s] += bytes;
   }
   // Where the overlap lands in the piece's buffer.
   auto destination = [&](const Overlap& overlap) {
@@ -100,16 +122,21 @@ absl::Status LoadCheckpoint(client::CheckpointClient* client, const v1::Checkpoi
     const int64_t at = FlatIndexIn(*to.box, chunk_box.start) - to.first;
     return static_cast<float*>(to.data) + at;
   };
+  absl::Mutex mu;  // the counters below; the chunks' regions are disjoint
+  // Once a stream fails the others stop at their next chunk.
+  std::atomic<bool> failed{false};
   LoadStats local_stats;
   std::map<const LoadPiece*, int64_t> copied;
-  RETURN_IF_ERROR(client->Download(
-      manifest.job_id(), manifest.step(), refs,
+  auto download = [&](const std::vector<v1::ChunkRef>& chunks, int64_t* received) {
+    return client->Download(
+      manifest.job_id(), manifest.step(), chunks,
       [&](const std::string& tensor, const v1::ChunkInfo& info) -> void* {
         auto it = wanted.find({tensor, info.index()});
         return it == wanted.end() ? nullptr : in_place(it->second, info);
       },
       [&](const std::string& tensor, const v1::ChunkInfo& info,
           std::string_view bytes) -> absl::Status {
+        if (failed.load()) return absl::CancelledError("another download stream failed");
         auto it = wanted.find({tensor, info.index()});
         if (it == wanted.end()) {
           return absl::InternalError(absl::StrCat("download sent ", tensor, " chunk ",
@@ -126,6 +153,10 @@ absl::Status LoadCheckpoint(client::CheckpointClient* client, const v1::Checkpoi
             CopyRegion(overlap.region, ConstBoxedBuffer{&chunk_box, 0, bytes.data()},
                        destination(overlap), sizeof(float));
           }
+        }
+        ++*received;
+        absl::MutexLock lock(&mu);
+        for (const Overlap& overlap : it->second) {
           copied[overlap.piece] += overlap.region.NumElements();
         }
         ++local_stats.chunks;
@@ -133,7 +164,38 @@ absl::Status LoadCheckpoint(client::CheckpointClient* client, const v1::Checkpoi
         local_stats.bytes += bytes.size();
         return absl::OkStatus();
       },
-      timeout));
+      timeout);
+  };
+  std::vector<absl::Status> results(refs.size());
+  {
+    std::vector<std::thread> threads;
+    const absl::Time deadline = start + timeout;
+    auto run = [&](size_t s) {
+      // The coordinator refuses streams beyond --max_checkpoint_downloads
+      // (many ranks restoring at once): a stream refused before its first
+      // chunk waits and tries again, within the timeout.
+      absl::Duration backoff = absl::Milliseconds(100);
+      int64_t received = 0;
+      while (true) {
+        results[s] = download(refs[s], &received);
+        if (!absl::IsResourceExhausted(results[s]) || received > 0 || failed.load() ||
+            absl::Now() + backoff > deadline) {
+          break;
+        }
+        absl::SleepFor(backoff);
+        backoff = std::min(backoff * 2, absl::Seconds(2));
+      }
+      if (!results[s].ok()) failed = true;
+    };
+    for (size_t s = 1; s < refs.size(); ++s) threads.emplace_back(run, s);
+    run(0);
+    for (std::thread& t : threads) t.join();
+  }
+  // The first failure that is not the others stopping for it.
+  for (const absl::Status& result : results) {
+    if (!result.ok() && !absl::IsCancelled(result)) return result;
+  }
+  for (const absl::Status& result : results) RETURN_IF_ERROR(result);
   for (const auto& [piece, count] : expected) {
     if (copied[piece] != count) {
       return absl::DataLossError(absl::StrCat(where, ": the chunks of ", piece->tensor, " cover ",
