@@ -532,21 +532,45 @@ absl::StatusOr<int64_t> EngineTrainer::RestoreFromCheckpoint(const Assignment& a
                                      manifest.status().message()));
   }
   train::TrainingSession& session = *run->session;
+  const absl::Time start = absl::Now();
+  // With ZeRO-1 the data ranks of a shard hold the same weights: each
+  // downloads its own data shard of them (the range it updates) and the
+  // group all-gathers the rest, as after every step, so the coordinator
+  // sends each weight once per shard rather than once per data rank.
+  const train::DataParallel& data = session.data_parallel();
+  const bool gather = data.zero1() && data.dp() > 1;
+  checkpoint::StateBuffers buffers{session.model().params(), session.runner().adam_m(),
+                                   session.runner().adam_v(), run->optimizer};
+  if (gather) buffers.weights = {data.update_begin(), data.update_end()};
   checkpoint::LoadStats stats;
-  RETURN_IF_ERROR(checkpoint::LoadCheckpoint(
-      run->checkpoints.get(), *manifest, session.config().model, session.model().table(),
-      checkpoint::StateBuffers{session.model().params(), session.runner().adam_m(),
-                               session.runner().adam_v(), run->optimizer},
-      options_.checkpoint_timeout, &stats, options_.checkpoint_load_streams));
-  if (checkpoint_metrics_ != nullptr) checkpoint_metrics_->Restored(stats.bytes, stats.duration);
+  RETURN_IF_ERROR(checkpoint::LoadCheckpoint(run->checkpoints.get(), *manifest,
+                                             session.config().model, session.model().table(),
+                                             buffers, options_.checkpoint_timeout, &stats,
+                                             options_.checkpoint_load_streams));
+  if (gather) {
+    absl::Status gathered = session.runner().GatherParameters();
+    if (!gathered.ok()) {
+      return absl::Status(gathered.code(),
+                          absl::StrCat("gathering the checkpoint's weights over the data group: ",
+                                       gathered.message()));
+    }
+  }
+  const absl::Duration took = absl::Now() - start;
+  if (checkpoint_metrics_ != nullptr) checkpoint_metrics_->Restored(stats.bytes, took);
   restore_bytes_ = stats.bytes;
+  // The state this rank now holds: its whole weights shard and its moments.
+  const uint64_t restored =
+      (session.model().num_params() + 2 * (run->optimizer.end - run->optimizer.begin)) *
+      sizeof(float);
   LOG(INFO) << "job " << assignment.job_id << " generation " << assignment.generation
             << " resumes at step " << manifest->step() << " from the checkpoint of job "
             << manifest->job_id() << " (saved by generation " << manifest->generation() << " as ("
             << manifest->layout().data_parallel() << "," << manifest->layout().tensor_parallel()
             << "," << manifest->layout().pipeline_parallel() << ")): " << stats.chunks
-            << " chunks, " << stats.bytes << " bytes in "
-            << absl::FormatDuration(absl::Trunc(stats.duration, absl::Milliseconds(1)));
+            << " chunks, " << stats.bytes << " bytes downloaded"
+            << (gather ? " (its data shard of the weights, the rest gathered)" : "") << ", "
+            << restored << " bytes restored in "
+            << absl::FormatDuration(absl::Trunc(took, absl::Milliseconds(1)));
   return manifest->step();
 }
 

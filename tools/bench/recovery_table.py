@@ -50,9 +50,11 @@ def log_time(line):
 def receivers(job, logs):
     """[(bytes, seconds, end time)] of the workers that received state for `job`."""
     out = []
+    # A checkpoint restore counts the state it restored (with ZeRO-1 each
+    # data rank downloads its shard of the weights and gathers the rest).
     pattern = re.compile(r"job " + re.escape(job) + r" generation \d+ resumes at step \d+ from "
                          r"(?:peers.*received (\d+) bytes.* in (\S+)|the checkpoint.*chunks, "
-                         r"(\d+) bytes in (\S+))$")
+                         r".*, (\d+) bytes restored in (\S+))$")
     for path in logs:
         with open(path, errors="replace") as f:
             for line in f:

@@ -40,7 +40,7 @@ absl::Status LoadCheckpoint(client::CheckpointClient* client, const v1::Checkpoi
   std::map<std::string, const v1::TensorInfo*> tensors;
   for (const v1::TensorInfo& t : manifest.tensors()) tensors[t.name()] = &t;
 
-  const std::vector<LoadPiece> pieces = PlanLoad(table, buffers.optimizer);
+  const std::vector<LoadPiece> pieces = PlanLoad(table, buffers.optimizer, buffers.weights);
   // chunk (tensor, index) -> the overlaps it fills
   std::map<std::pair<std::string, uint32_t>, std::vector<Overlap>> wanted;
   std::map<const LoadPiece*, int64_t> expected;

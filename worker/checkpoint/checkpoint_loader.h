@@ -27,6 +27,9 @@ struct StateBuffers {
   float* adam_m = nullptr;
   float* adam_v = nullptr;
   ArenaRange optimizer;
+  // The part of the weights arena to load; the rest is left as it is (the
+  // data ranks of a shard each load a part and all-gather the weights).
+  ArenaRange weights{0, SIZE_MAX};
 };
 
 struct LoadStats {

@@ -89,11 +89,14 @@ std::vector<SavePiece> PlanSave(const model::ParameterTable& table, const RankPo
   return pieces;
 }
 
-std::vector<LoadPiece> PlanLoad(const model::ParameterTable& table, ArenaRange optimizer) {
+std::vector<LoadPiece> PlanLoad(const model::ParameterTable& table, ArenaRange optimizer,
+                                ArenaRange weights) {
   std::vector<LoadPiece> pieces;
   for (StateKind kind : kStateKinds) {
     const ArenaRange range =
-        kind == StateKind::kParam ? ArenaRange{0, table.num_params()} : optimizer;
+        kind == StateKind::kParam
+            ? ArenaRange{weights.begin, std::min(weights.end, table.num_params())}
+            : optimizer;
     for (const model::ParameterInfo& info : table.tensors()) {
       if (!info.present()) continue;
       const size_t begin = std::max(range.begin, info.offset);

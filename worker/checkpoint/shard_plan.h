@@ -90,9 +90,10 @@ struct LoadPiece {
   size_t arena_offset = 0;
 };
 
-// Weights: every element of the rank's shard. Moments: the optimizer range
-// [optimizer.begin, optimizer.end) of the arena.
-std::vector<LoadPiece> PlanLoad(const model::ParameterTable& table, ArenaRange optimizer);
+// Weights: the `weights` range of the rank's shard's arena (all of it by
+// default). Moments: the optimizer range [optimizer.begin, optimizer.end).
+std::vector<LoadPiece> PlanLoad(const model::ParameterTable& table, ArenaRange optimizer,
+                                ArenaRange weights = {0, SIZE_MAX});
 
 // "layers=4 heads=4 width=128 vocab=512 padded_vocab=512 context=64": the model a
 // checkpoint was written for, stored beside it and compared at load.

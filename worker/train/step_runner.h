@@ -137,6 +137,12 @@ class StepRunner {
   // where large enough: `other` holds no state (a warm spare's session for
   // another place, about to be released) and is not used afterwards.
   void TakeStateBuffersOf(StepRunner& other);
+  // Makes the weights whole from every data rank's shard of them (ZeRO-1;
+  // a no-op otherwise), as at the end of a step: after a restore in which
+  // each data rank loaded only its own shard. The data group's errors.
+  absl::Status GatherParameters() {
+    return data_parallel_->GatherParameters(model_->params());
+  }
   // AdamW's first and second moments of the own update range
   // [data_parallel.update_begin(), update_end()): what checkpoints save and
   // restore.
