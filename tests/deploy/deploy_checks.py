@@ -491,7 +491,7 @@ def section_metrics(c):
 
 # Needed by the demo and the test suite only, not to build the binaries.
 TEST_ONLY_PACKAGES = {"fortunes", "python3-torch", "openssl", "python3-grpcio", "python3-h2", "prometheus",
-                      "python3-yaml", "yamllint", "shellcheck", "systemd"}
+                      "python3-yaml", "yamllint", "shellcheck", "systemd", "iproute2"}
 
 
 def section_container(c):
