@@ -5,6 +5,7 @@
 
 #include <memory>
 #include <string>
+#include <tuple>
 #include <vector>
 
 #include "absl/status/statusor.h"
@@ -16,6 +17,7 @@
 #include "grpcpp/create_channel.h"
 #include "grpcpp/security/credentials.h"
 #include "gtest/gtest.h"
+#include "tests/testing/netns_hosts.h"
 #include "tests/testing/testing.h"
 
 namespace cohort::testing {
@@ -30,18 +32,29 @@ class LocalCluster {
   explicit LocalCluster(std::string name)
       : dir_(MakeTempDir(name)), port_(PickFreePort()) {}
 
+  // A cluster of several network stacks: the coordinator runs in host 0 of
+  // `hosts` (before StartCoordinator) and workers in the hosts StartWorkerOn
+  // names; the test reaches the coordinator through the bridge. `hosts`
+  // must outlive the cluster.
+  void UseHosts(NetnsHosts* hosts) { hosts_ = hosts; }
+
   // Starts (or restarts) the coordinator on the same port and data dir.
   void StartCoordinator(const std::string& readopt_grace = "10s",
                         const std::vector<std::string>& extra_args = {}) {
     Subprocess::Options options;
     options.binary = BinaryPath("cohort-coordinator");
-    options.args = {absl::StrCat("--listen=127.0.0.1:", port_),
-                    "--metrics_address=127.0.0.1:0",
+    options.args = {absl::StrCat("--listen=", address()),
+                    absl::StrCat("--metrics_address=", ip(), ":0"),
                     absl::StrCat("--data_dir=", dir_, "/data"),
                     absl::StrCat("--heartbeat_interval=", kHeartbeatInterval),
                     absl::StrCat("--heartbeat_timeout=", kHeartbeatTimeout),
                     absl::StrCat("--readopt_grace=", readopt_grace)};
     options.args.insert(options.args.end(), extra_args.begin(), extra_args.end());
+    if (hosts_ != nullptr) {
+      // Plaintext on the test's own bridge, which nothing else reaches.
+      options.args.push_back("--allow_insecure");
+      std::tie(options.binary, options.args) = hosts_->Command(0, options.binary, options.args);
+    }
     options.log_path = absl::StrCat(dir_, "/coordinator-", coordinator_starts_++, ".log");
     auto process = Subprocess::Start(options);
     ASSERT_TRUE(process.ok()) << process.status();
@@ -60,7 +73,7 @@ class LocalCluster {
   // training tests pass "engine".
   Subprocess* StartWorker(const std::string& id, const std::string& host, int device_index,
                           const std::string& trainer = "idle",
-                          const std::vector<std::string>& extra_args = {}) {
+                          const std::vector<std::string>& extra_args = {}, int netns_host = -1) {
     Subprocess::Options options;
     options.binary = BinaryPath("cohort-worker");
     options.args = {absl::StrCat("--coordinator=", address()), absl::StrCat("--worker_id=", id),
@@ -68,6 +81,10 @@ class LocalCluster {
                     absl::StrCat("--device_index=", device_index),
                     "--metrics_address=127.0.0.1:0", "--trainer=" + trainer, "--threads=1"};
     options.args.insert(options.args.end(), extra_args.begin(), extra_args.end());
+    if (netns_host >= 0) {
+      std::tie(options.binary, options.args) =
+          hosts_->Command(netns_host, options.binary, options.args);
+    }
     options.log_path = absl::StrCat(dir_, "/", id, ".log");
     auto process = Subprocess::Start(options);
     EXPECT_TRUE(process.ok()) << process.status();
@@ -76,7 +93,18 @@ class LocalCluster {
     return workers_processes_.back().get();
   }
 
-  std::string address() const { return absl::StrCat("127.0.0.1:", port_); }
+  // Starts worker `id` in host `host` of UseHosts's hosts, which it names
+  // as its host ("host<i>") and announces its metrics on.
+  Subprocess* StartWorkerOn(int host, const std::string& id, const std::string& trainer,
+                            const std::vector<std::string>& extra_args = {}) {
+    std::vector<std::string> args = {absl::StrCat("--metrics_address=", hosts_->address(host), ":0")};
+    args.insert(args.end(), extra_args.begin(), extra_args.end());
+    return StartWorker(id, absl::StrCat("host", host), 0, trainer, args, host);
+  }
+
+  std::string address() const { return absl::StrCat(ip(), ":", port_); }
+  // The coordinator's IP address.
+  std::string ip() const { return hosts_ != nullptr ? hosts_->address(0) : "127.0.0.1"; }
   // The channel to the current coordinator (replaced by StartCoordinator).
   std::shared_ptr<grpc::Channel> channel() const { return channel_; }
   const std::string& dir() const { return dir_; }
@@ -186,6 +214,7 @@ class LocalCluster {
  private:
   std::string dir_;
   int port_;
+  NetnsHosts* hosts_ = nullptr;
   int coordinator_starts_ = 0;
   std::unique_ptr<Subprocess> coordinator_;
   std::vector<std::unique_ptr<Subprocess>> workers_processes_;

@@ -82,14 +82,16 @@ class NetnsHostsTest : public ::testing::Test {
     }
   }
 
-  // Host `from` sends `bytes` to host `to`'s server: the bytes echoed and
-  // the seconds it took, or the client's failure.
+  // Host `from` (-1: the test's own namespace, through the bridge) sends
+  // `bytes` to host `to`'s server: the bytes echoed and the seconds it took,
+  // or the client's failure.
   absl::StatusOr<std::pair<int64_t, double>> Send(int from, int to, int64_t bytes,
                                                   double timeout_s = 10) {
-    auto [binary, args] =
-        hosts_->Command(from, "python3",
-                        {"-c", kClient, hosts_->address(to), absl::StrCat(kPort),
-                         absl::StrCat(bytes), absl::StrCat(timeout_s)});
+    const std::vector<std::string> client = {"-c", kClient, hosts_->address(to),
+                                             absl::StrCat(kPort), absl::StrCat(bytes),
+                                             absl::StrCat(timeout_s)};
+    auto [binary, args] = from < 0 ? std::pair{std::string("python3"), client}
+                                   : hosts_->Command(from, "python3", client);
     absl::StatusOr<CommandResult> result = RunCommand(binary, args, absl::Seconds(60));
     if (!result.ok()) return result.status();
     if (result->exit_code != 0) return absl::UnavailableError(result->output);
@@ -108,7 +110,7 @@ class NetnsHostsTest : public ::testing::Test {
 };
 
 TEST_F(NetnsHostsTest, HostsReachEachOtherOverTheirOwnAddresses) {
-  for (auto [from, to] : {std::pair{0, 1}, std::pair{1, 0}, std::pair{2, 1}}) {
+  for (auto [from, to] : {std::pair{0, 1}, std::pair{1, 0}, std::pair{2, 1}, std::pair{-1, 0}}) {
     absl::StatusOr<std::pair<int64_t, double>> sent = Send(from, to, 1 << 20);
     ASSERT_TRUE(sent.ok()) << from << " -> " << to << ": " << sent.status();
     EXPECT_EQ(sent->first, 1 << 20) << from << " -> " << to;

@@ -1,12 +1,16 @@
 #include "tests/testing/netns_hosts.h"
 
+#include <fcntl.h>
 #include <signal.h>
+#include <sys/file.h>
 #include <unistd.h>
 
 #include <algorithm>
 #include <cerrno>
+#include <fstream>
 #include <utility>
 
+#include "absl/cleanup/cleanup.h"
 #include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
@@ -76,8 +80,24 @@ absl::StatusOr<std::unique_ptr<NetnsHosts>> NetnsHosts::Create(int hosts) {
   if (!ip.ok() || ip->exit_code != 0) {
     return absl::UnavailableError("network namespaces need iproute2 (`ip`), which is missing");
   }
+  // The subnet is chosen and the bridge given its address under a lock, so
+  // concurrent tests never pick the same one.
+  const int lock = ::open("/tmp/cohort-netns-hosts.lock", O_CREAT | O_RDWR | O_CLOEXEC, 0600);
+  if (lock < 0 || ::flock(lock, LOCK_EX) != 0) {
+    if (lock >= 0) ::close(lock);
+    return absl::InternalError("NetnsHosts: cannot lock /tmp/cohort-netns-hosts.lock");
+  }
+  absl::Cleanup unlock = [lock] { ::close(lock); };
   SweepStale();
-  std::unique_ptr<NetnsHosts> made(new NetnsHosts(hosts));
+  absl::StatusOr<CommandResult> used = RunCommand("ip", {"-o", "-4", "addr", "show"}, kCommandTimeout);
+  if (!used.ok()) return used.status();
+  int subnet = -1;
+  for (int i = 0; i < 254 && subnet < 0; ++i) {
+    const int k = 1 + static_cast<int>((::getpid() + i) % 254);
+    if (!absl::StrContains(used->output, absl::StrCat(" 169.254.", k, "."))) subnet = k;
+  }
+  if (subnet < 0) return absl::ResourceExhaustedError("NetnsHosts: every 169.254.K.0/24 is in use");
+  std::unique_ptr<NetnsHosts> made(new NetnsHosts(hosts, subnet));
   if (absl::Status s = made->Make(); !s.ok()) {
     // A kernel without namespaces or veth says so on the first command.
     if (absl::StrContains(s.message(), "Operation not permitted") ||
@@ -90,12 +110,15 @@ absl::StatusOr<std::unique_ptr<NetnsHosts>> NetnsHosts::Create(int hosts) {
   return made;
 }
 
-NetnsHosts::NetnsHosts(int hosts) : hosts_(hosts), id_(::getpid()) {}
+NetnsHosts::NetnsHosts(int hosts, int subnet) : hosts_(hosts), subnet_(subnet), id_(::getpid()) {}
 
 NetnsHosts::~NetnsHosts() { Remove(); }
 
 std::string NetnsHosts::ns(int host) const { return NamespaceName(id_, host); }
-std::string NetnsHosts::address(int host) const { return absl::StrCat("169.254.1.", host + 1); }
+std::string NetnsHosts::address(int host) const {
+  return absl::StrCat("169.254.", subnet_, ".", host + 1);
+}
+std::string NetnsHosts::gateway() const { return absl::StrCat("169.254.", subnet_, ".254"); }
 std::string NetnsHosts::link(int host) const { return LinkName(id_, host); }
 
 std::pair<std::string, std::vector<std::string>> NetnsHosts::Command(
@@ -108,6 +131,10 @@ std::pair<std::string, std::vector<std::string>> NetnsHosts::Command(
 absl::Status NetnsHosts::Make() {
   const std::string bridge = BridgeName(id_);
   if (absl::Status s = Run("ip", {"link", "add", bridge, "type", "bridge"}); !s.ok()) return s;
+  if (absl::Status s = Run("ip", {"addr", "add", absl::StrCat(gateway(), "/24"), "dev", bridge});
+      !s.ok()) {
+    return s;
+  }
   if (absl::Status s = Run("ip", {"link", "set", bridge, "up"}); !s.ok()) return s;
   for (int h = 0; h < hosts_; ++h) {
     const std::string name = ns(h);
@@ -201,6 +228,16 @@ absl::Status NetnsHosts::Heal(int from, int to) {
     return absl::InvalidArgumentError(absl::StrCat("Heal: hosts ", from, " -> ", to));
   }
   return Run("ip", {"-n", ns(from), "route", "del", "blackhole", absl::StrCat(address(to), "/32")});
+}
+
+uint64_t NetnsHosts::LinkBytes(int host) const {
+  uint64_t total = 0;
+  for (const char* counter : {"rx_bytes", "tx_bytes"}) {
+    std::ifstream in(absl::StrCat("/sys/class/net/", link(host), "/statistics/", counter));
+    uint64_t value = 0;
+    if (in >> value) total += value;
+  }
+  return total;
 }
 
 absl::Status NetnsHosts::SetLinkUp(int host, bool up) {

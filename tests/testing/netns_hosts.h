@@ -1,7 +1,9 @@
 #pragma once
 // NetnsHosts: a multi-host test network on one machine. Each "host" is a
 // Linux network namespace with its own address on a bridge that this object
-// makes (link-local 169.254.1.0/24: traffic goes only to namespaces it made),
+// makes (a link-local 169.254.K.0/24 of its own: traffic goes only to
+// namespaces it made; the test process reaches them through the bridge's
+// address, gateway()),
 // so processes started in different hosts talk over real network stacks and
 // links that can be slowed (tc tbf) or cut (blackhole routes, a link taken
 // down) while they run.
@@ -40,6 +42,8 @@ class NetnsHosts {
   // Host `host`'s namespace name and IPv4 address.
   std::string ns(int host) const;
   std::string address(int host) const;
+  // The bridge's address in the test's own namespace (169.254.K.254).
+  std::string gateway() const;
   // `binary args...` run inside host `host`'s namespace: the program and
   // arguments to give Subprocess or RunCommand. (`ip netns exec` execs the
   // binary, so the process id is the program's own.)
@@ -53,6 +57,9 @@ class NetnsHosts {
   // `from`: its sends fail at once); traffic from `to` still arrives.
   absl::Status Cut(int from, int to);
   absl::Status Heal(int from, int to);
+  // Bytes through host `host`'s link so far, both directions (0 if it
+  // cannot be read).
+  uint64_t LinkBytes(int host) const;
   // Takes host `host`'s link down (silence both ways) or up again (then
   // every host forgets the neighbours it found unreachable meanwhile).
   absl::Status SetLinkUp(int host, bool up);
@@ -62,12 +69,13 @@ class NetnsHosts {
   static void SweepStale();
 
  private:
-  explicit NetnsHosts(int hosts);
+  explicit NetnsHosts(int hosts, int subnet);
   absl::Status Make();
   void Remove();
   std::string link(int host) const;  // the bridge side of host `host`'s link
 
   const int hosts_;
+  const int subnet_;  // K of 169.254.K.0/24
   const int64_t id_;  // this process's pid
 };
 

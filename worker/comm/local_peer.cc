@@ -47,8 +47,13 @@ ProcessIdentity SelfIdentity() {
   ::gethostname(hostname, sizeof(hostname) - 1);
   struct stat ns {};
   const uint64_t pid_ns = ::stat("/proc/self/ns/pid", &ns) == 0 ? ns.st_ino : 0;
+  // A network namespace is a host of its own: its peers are reached over
+  // its network, never through shared memory that crosses the boundary
+  // (what a multi-host test on one machine relies on, tests/testing/
+  // netns_hosts.h).
+  const uint64_t net_ns = ::stat("/proc/self/ns/net", &ns) == 0 ? ns.st_ino : 0;
   self.host = absl::StrCat(hostname, "|", ReadFirstLine("/proc/sys/kernel/random/boot_id"), "|",
-                           pid_ns);
+                           pid_ns, "|", net_ns);
   self.pid = ::getpid();
   char state = 0;
   ReadStat(self.pid, &state, &self.start_ticks);

@@ -15,8 +15,9 @@
 namespace cohort::comm {
 
 struct ProcessIdentity {
-  // Equal for processes that share a kernel and a pid namespace (hostname,
-  // boot id and pid-namespace inode), so their pids mean the same thing.
+  // Equal for processes that share a kernel, a pid namespace and a network
+  // namespace (hostname, boot id, pid- and network-namespace inodes): their
+  // pids mean the same thing, and they count as one host.
   std::string host;
   int64_t pid = 0;
   // Start time in clock ticks since boot (/proc/<pid>/stat field 22): with

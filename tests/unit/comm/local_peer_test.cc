@@ -1,5 +1,6 @@
 #include "worker/comm/local_peer.h"
 
+#include <sched.h>
 #include <signal.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -28,6 +29,31 @@ TEST(LocalPeerTest, SelfIsAliveAndRoundTripsThroughTheAddressRecord) {
   EXPECT_EQ(decoded->second, blob);
   EXPECT_EQ(DecodePeerAddress("plain ucx blob").status().code(),
             absl::StatusCode::kInvalidArgument);
+}
+
+TEST(LocalPeerTest, AnotherNetworkNamespaceIsAnotherHost) {
+  // A child in a network namespace of its own: peers there are reached over
+  // the network, so it must not count as this host.
+  int fds[2];
+  ASSERT_EQ(::pipe(fds), 0);
+  const pid_t child = ::fork();
+  ASSERT_GE(child, 0);
+  if (child == 0) {
+    ::close(fds[0]);
+    const std::string host = ::unshare(CLONE_NEWNET) == 0 ? SelfIdentity().host : "";
+    (void)!::write(fds[1], host.data(), host.size());
+    ::_exit(0);
+  }
+  ::close(fds[1]);
+  std::string host;
+  char buffer[512];
+  ssize_t n;
+  while ((n = ::read(fds[0], buffer, sizeof(buffer))) > 0) host.append(buffer, static_cast<size_t>(n));
+  ::close(fds[0]);
+  int status = 0;
+  ASSERT_EQ(::waitpid(child, &status, 0), child);
+  if (host.empty()) GTEST_SKIP() << "cannot make a network namespace here (not root)";
+  EXPECT_NE(host, SelfIdentity().host);
 }
 
 TEST(LocalPeerTest, AKilledProcessIsGoneEvenBeforeItIsReaped) {

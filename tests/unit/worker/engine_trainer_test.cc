@@ -19,6 +19,7 @@
 #include "gtest/gtest.h"
 #include "tests/testing/fake_checkpoint_client.h"
 #include "tests/testing/job_specs.h"
+#include "tests/testing/reference_losses.h"
 #include "tests/testing/thread_comms.h"
 #include "worker/comm/tracked_communicator.h"
 #include "worker/engine_trainer.h"
@@ -28,6 +29,8 @@
 
 namespace cohort::worker {
 namespace {
+
+using testing::ReferenceLosses;
 
 constexpr absl::Duration kWait = absl::Seconds(60);
 
@@ -44,24 +47,6 @@ class EngineTrainerTest : public ::testing::Test {
     absl::StatusOr<v1::JobSpec> normalized = coordinator::NormalizeJobSpec(spec);
     EXPECT_TRUE(normalized.ok()) << normalized.status();
     return normalized.ok() ? *normalized : spec;
-  }
-
-  // The loss after every step of one TrainingSession running `spec` alone.
-  static std::vector<double> ReferenceLosses(const v1::JobSpec& spec) {
-    absl::StatusOr<train::TrainingConfig> config = train::TrainingConfigFromSpec(spec, 1);
-    EXPECT_TRUE(config.ok()) << config.status();
-    train::TrainingSessionOptions options;
-    options.num_threads = 1;
-    absl::StatusOr<std::unique_ptr<train::TrainingSession>> session =
-        train::TrainingSession::Create(*config, model::ModelLayout{}, {}, options);
-    EXPECT_TRUE(session.ok()) << session.status();
-    std::vector<double> losses;
-    for (int64_t s = 0; s < spec.steps(); ++s) {
-      absl::StatusOr<train::StepResult> step = (*session)->RunStep(Step(s));
-      EXPECT_TRUE(step.ok()) << step.status();
-      losses.push_back(step.ok() ? step->loss : NAN);
-    }
-    return losses;
   }
 
   std::unique_ptr<EngineTrainer> NewTrainer(worker::CommsFactory comms = nullptr,
