@@ -15,6 +15,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "gtest/gtest.h"
+#include "tests/integration/elastic_cluster.h"
 #include "tests/integration/local_cluster.h"
 #include "tests/integration/loss_log.h"
 #include "tests/testing/job_specs.h"
@@ -30,23 +31,39 @@ v1::JobSpec SmallJobSpecWithoutTensor(v1::JobSpec spec) {
   return spec;
 }
 
-TEST(MultiHostTest, JobsAcrossTwoHostsTrainTheTrajectoryOfOneProcess) {
-  absl::StatusOr<std::unique_ptr<NetnsHosts>> made = NetnsHosts::Create(3);
-  if (absl::IsUnavailable(made.status())) GTEST_SKIP() << made.status().message();
-  ASSERT_TRUE(made.ok()) << made.status();
-  NetnsHosts& hosts = **made;
-  LocalCluster cluster("multihost");
-  cluster.UseHosts(&hosts);
-  cluster.StartCoordinator();
-  std::vector<std::string> logs;
-  for (int host : {1, 2}) {
-    for (int i = 0; i < 2; ++i) {
-      const std::string id = absl::StrCat("h", host, "w", i);
-      logs.push_back(absl::StrCat(cluster.dir(), "/", id, ".loss"));
-      ASSERT_NE(cluster.StartWorkerOn(host, id, "engine", {"--loss_log=" + logs.back()}), nullptr);
+// Three hosts: the coordinator on host 0, idle workers h1w0, h1w1 on host
+// 1 and h2w0, h2w1 on host 2, each with a loss log. Skips where namespaces
+// cannot be made.
+class MultiHostTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    absl::StatusOr<std::unique_ptr<NetnsHosts>> made = NetnsHosts::Create(3);
+    if (absl::IsUnavailable(made.status())) GTEST_SKIP() << made.status().message();
+    ASSERT_TRUE(made.ok()) << made.status();
+    hosts_ = *std::move(made);
+    cluster_ = std::make_unique<LocalCluster>("multihost");
+    cluster_->UseHosts(hosts_.get());
+    cluster_->StartCoordinator();
+    for (int host : {1, 2}) {
+      for (int i = 0; i < 2; ++i) {
+        const std::string id = absl::StrCat("h", host, "w", i);
+        logs_.push_back(absl::StrCat(cluster_->dir(), "/", id, ".loss"));
+        ASSERT_NE(cluster_->StartWorkerOn(host, id, "engine", {"--loss_log=" + logs_.back()}),
+                  nullptr);
+      }
     }
+    cluster_->WaitForIdleWorkers(4);
   }
-  cluster.WaitForIdleWorkers(4);
+
+  std::unique_ptr<NetnsHosts> hosts_;  // outlives the cluster's processes
+  std::unique_ptr<LocalCluster> cluster_;
+  std::vector<std::string> logs_;
+};
+
+TEST_F(MultiHostTest, JobsAcrossTwoHostsTrainTheTrajectoryOfOneProcess) {
+  NetnsHosts& hosts = *hosts_;
+  LocalCluster& cluster = *cluster_;
+  const std::vector<std::string>& logs = logs_;
 
   for (const int tensor : {1, 2}) {
     SCOPED_TRACE(absl::StrCat("tensor ", tensor));
@@ -93,6 +110,66 @@ TEST(MultiHostTest, JobsAcrossTwoHostsTrainTheTrajectoryOfOneProcess) {
                 "%.1f MB through the hosts' links\n",
                 4 / tensor, tensor, losses.size(), moved / 1e6);
   }
+}
+
+TEST_F(MultiHostTest, AHostCutFromTheCoordinatorIsFencedAndRejoinsOnceHealed) {
+  // Host 2 loses its path to the coordinator (both ways) but still reaches
+  // host 1: its workers miss their heartbeats and are fenced, the job goes
+  // on with host 1's; once the path heals they re-attach, are told their
+  // generation is gone, and join again as new members.
+  NetnsHosts& hosts = *hosts_;
+  LocalCluster& cluster = *cluster_;
+  const std::vector<std::string>& logs = logs_;
+  const v1::JobSpec spec = ElasticSpec("cut", 1, 1, 2, 4, /*zero1=*/true, /*steps=*/80);
+  absl::StatusOr<v1::Job> submitted = cluster.Submit(spec);
+  ASSERT_TRUE(submitted.ok()) << submitted.status();
+  const std::string job = submitted->job_id();
+  auto on = [](const v1::Job& j, const std::string& host) {
+    int n = 0;
+    for (const v1::MeshMember& m : j.mesh().members()) n += m.worker_id().substr(0, 2) == host;
+    return n;
+  };
+  v1::Job running = cluster.WaitForJob(
+      job, [](const v1::Job& j) { return Finished(j) || (LocalCluster::RunningAndReady(j, 4) &&
+                                                         j.progress().step() >= 3); },
+      absl::Seconds(120), "4 members training");
+  ASSERT_EQ(running.state(), v1::JOB_STATE_RUNNING);
+
+  ASSERT_TRUE(hosts.Cut(2, 0).ok());
+  ASSERT_TRUE(hosts.Cut(0, 2).ok());
+  const v1::Job without = cluster.WaitForJob(
+      job, [&](const v1::Job& j) { return Finished(j) || (LocalCluster::RunningAndReady(j, 2) &&
+                                                          on(j, "h1") == 2); },
+      absl::Seconds(120), "the job on host 1 alone");
+  ASSERT_EQ(without.state(), v1::JOB_STATE_RUNNING);
+
+  ASSERT_TRUE(hosts.Heal(2, 0).ok());
+  ASSERT_TRUE(hosts.Heal(0, 2).ok());
+  const v1::Job rejoined = cluster.WaitForJob(
+      job, [&](const v1::Job& j) { return Finished(j) || (LocalCluster::RunningAndReady(j, 4) &&
+                                                          on(j, "h2") == 2); },
+      absl::Seconds(120), "host 2's workers back in the job");
+  ASSERT_EQ(rejoined.state(), v1::JOB_STATE_RUNNING) << "host 2 rejoined only after the end";
+  EXPECT_GT(rejoined.generation(), without.generation());
+
+  const v1::Job done = cluster.WaitForJob(job, Finished, absl::Seconds(240), "the job to end");
+  ASSERT_EQ(done.state(), v1::JOB_STATE_COMPLETED) << done.message();
+  // The trajectory of one process: ranks agree, steps trained again in
+  // another layout repeat within the layout tolerance.
+  const std::map<int, std::string> losses = ReadLosses(logs, job, kLayoutTolerance);
+  const std::vector<double> reference = ReferenceLosses(spec);
+  ASSERT_EQ(losses.size(), reference.size());
+  for (const auto& [step, text] : losses) {
+    EXPECT_NEAR(std::strtod(text.c_str(), nullptr), reference[static_cast<size_t>(step - 1)],
+                kLayoutTolerance * (1 + step))
+        << "step " << step;
+  }
+  std::printf("host 2 cut from the coordinator after step %lld: fenced, the job went on with host "
+              "1 (%s, %lld steps lost), and host 2 rejoined in generation %llu\n",
+              static_cast<long long>(running.progress().step()),
+              v1::RecoveryKind_Name(without.recovery().kind()).c_str(),
+              static_cast<long long>(without.recovery().lost_steps()),
+              static_cast<unsigned long long>(rejoined.generation()));
 }
 
 }  // namespace
