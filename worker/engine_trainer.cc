@@ -491,11 +491,11 @@ std::unique_ptr<EngineTrainer::Run> EngineTrainer::TakeWarm(const Assignment& as
   // job without tensor or pipeline parallelism): a session for this place
   // is built around it.
   if (CanReuseSession(*taken, assignment)) {
-    absl::StatusOr<train::TrainingConfig> config =
-        train::TrainingConfigFromSpec(assignment.spec, StateLayoutOf(assignment).dp);
+    const int dp = StateLayoutOf(assignment).dp;
+    absl::StatusOr<train::TrainingConfig> config = train::TrainingConfigFromSpec(assignment.spec, dp);
     if (config.ok() &&
-        taken->session->ModelFitsFor(*config, train::LayoutOf(assignment.mesh, assignment.coordinates),
-                                     StateLayoutOf(assignment).dp)) {
+        taken->session->ModelFitsFor(
+            *config, train::LayoutOf(assignment.mesh, assignment.coordinates), dp)) {
       return taken;
     }
   }

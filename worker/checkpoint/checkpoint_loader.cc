@@ -127,6 +127,8 @@ absl::Status LoadCheckpoint(client::CheckpointClient* client, const v1::Checkpoi
   std::atomic<bool> failed{false};
   LoadStats local_stats;
   std::map<const LoadPiece*, int64_t> copied;
+  // The whole load, retries included, is bounded by `timeout`.
+  const absl::Time deadline = start + timeout;
   auto download = [&](const std::vector<v1::ChunkRef>& chunks, int64_t* received) {
     return client->Download(
       manifest.job_id(), manifest.step(), chunks,
@@ -164,12 +166,11 @@ absl::Status LoadCheckpoint(client::CheckpointClient* client, const v1::Checkpoi
         local_stats.bytes += bytes.size();
         return absl::OkStatus();
       },
-      timeout);
+      deadline - absl::Now());
   };
   std::vector<absl::Status> results(refs.size());
   {
     std::vector<std::thread> threads;
-    const absl::Time deadline = start + timeout;
     auto run = [&](size_t s) {
       // The coordinator refuses streams beyond --max_checkpoint_downloads
       // (many ranks restoring at once): a stream refused before its first

@@ -55,18 +55,17 @@ void StateVersions::SetCurrent(int64_t steps) {
 }
 
 void StateVersions::TakeBuffersOf(StateVersions& other) {
-  auto take = [](UninitializedArray<float>& mine, UninitializedArray<float>& theirs, size_t n) {
-    if (theirs.capacity() < std::max<size_t>(n, 1) || theirs.capacity() < mine.capacity()) return;
-    mine = std::move(theirs);
-    mine.Resize(n);
-  };
-  take(previous_params_, other.previous_params_, previous_params_.size());
-  take(previous_m_, other.previous_m_, previous_m_.size());
-  take(previous_v_, other.previous_v_, previous_v_.size());
+  // The previous version's buffers are sized at the first step: taken for
+  // the size they will have, if this rank keeps one.
+  const size_t weights = options_.keep_previous ? model_->num_params() : 0;
+  const size_t own = options_.keep_previous ? end_ - begin_ : 0;
+  previous_params_.TakeFrom(other.previous_params_, weights);
+  previous_m_.TakeFrom(other.previous_m_, own);
+  previous_v_.TakeFrom(other.previous_v_, own);
   for (size_t j = 0; j < mirrors_.size() && j < other.mirrors_.size(); ++j) {
     for (int b = 0; b < 2; ++b) {
-      take(mirrors_[j].m[b], other.mirrors_[j].m[b], mirrors_[j].m[b].size());
-      take(mirrors_[j].v[b], other.mirrors_[j].v[b], mirrors_[j].v[b].size());
+      mirrors_[j].m[b].TakeFrom(other.mirrors_[j].m[b], mirrors_[j].m[b].size());
+      mirrors_[j].v[b].TakeFrom(other.mirrors_[j].v[b], mirrors_[j].v[b].size());
     }
   }
 }

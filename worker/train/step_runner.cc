@@ -87,11 +87,7 @@ StepRunner::StepRunner(const TrainingConfig& config, model::GptModel* model,
   // Not zeroed: a restore overwrites them, a fresh start zeroes them
   // (ResetOptimizerState). Room for any data rank's range, so that a
   // session for another rank can take them over (TakeStateBuffersOf).
-  const size_t any_range =
-      data_parallel->zero1()
-          ? layout::PaddedShardedSize(model->num_params(), data_parallel->dp()) /
-                static_cast<size_t>(data_parallel->dp())
-          : own;
+  const size_t any_range = std::max(own, data_parallel->shard_size());
   m_.Resize(own, any_range);
   v_.Resize(own, any_range);
   decay_ranges_ = WeightDecayRanges(model->table(), data_parallel->update_begin(),
@@ -117,22 +113,13 @@ void StepRunner::EnsureScratch() {
 }
 
 void StepRunner::TakeScratchOf(StepRunner& other) {
-  for (auto [mine, theirs] : {std::pair{&accumulated_, &other.accumulated_},
-                              std::pair{&embedding_accumulated_, &other.embedding_accumulated_}}) {
-    const size_t n = mine->size();
-    if (n == 0 || theirs->capacity() < n) continue;
-    *mine = std::move(*theirs);
-    mine->Resize(n);
-  }
+  accumulated_.TakeFrom(other.accumulated_, accumulated_.size());
+  embedding_accumulated_.TakeFrom(other.embedding_accumulated_, embedding_accumulated_.size());
 }
 
 void StepRunner::TakeStateBuffersOf(StepRunner& other) {
-  for (auto [mine, theirs] : {std::pair{&m_, &other.m_}, std::pair{&v_, &other.v_}}) {
-    const size_t n = mine->size();
-    if (n == 0 || theirs->capacity() < n) continue;
-    *mine = std::move(*theirs);
-    mine->Resize(n);
-  }
+  m_.TakeFrom(other.m_, m_.size());
+  v_.TakeFrom(other.v_, v_.size());
   // The versions point at the moments: new ones over the taken buffers.
   auto versions = std::make_unique<StateVersions>(
       model_, m_.data(), v_.data(), data_parallel_->update_begin(), data_parallel_->update_end(),

@@ -39,6 +39,16 @@ class UninitializedArray {
     }
     size_ = n;
   }
+  // Takes `other`'s buffer (and with it pages already in memory) when this
+  // array will hold `n` > 0 elements and that buffer has room for them and
+  // is no smaller than this one's; it then holds `n` elements and `other`
+  // is empty. Returns whether it took it.
+  bool TakeFrom(UninitializedArray& other, size_t n) {
+    if (n == 0 || other.capacity_ < std::max(n, capacity_)) return false;
+    *this = std::move(other);
+    size_ = n;
+    return true;
+  }
   // Resize, then writes zeros into the whole capacity: the pages are in.
   void ResizeAndTouch(size_t n, size_t min_capacity = 0) {
     Resize(n, min_capacity);
