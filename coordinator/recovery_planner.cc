@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "common/layout/mesh_hosts.h"
 #include "common/layout/mesh_layout.h"
 
 namespace cohort::coordinator {
@@ -90,6 +91,8 @@ std::optional<v1::RecoveryPlan> PlanAt(const RecoveryInput& input, int64_t t, st
   };
   const layout::MeshShape shape{dp, tp, pp};
   const int copies = layout::OptimizerCopies(source.zero1, source.optimizer_replicas, dp);
+  // Where the source generation's ranks put their copies (by their hosts).
+  const std::vector<layout::CopyRing> rings = layout::CopyRingsOf(source.mesh);
   for (int r = 0; r < world; ++r) {
     const layout::MeshCoords coords = layout::CoordsOf(shape, r);
     // Weights: the owner, else the replicas starting after it (so the
@@ -97,11 +100,13 @@ std::optional<v1::RecoveryPlan> PlanAt(const RecoveryInput& input, int64_t t, st
     // mesh first, so a survivor left out serves only what nobody else has.
     // Every data rank holds the weights; the optimizer piece is on its
     // owner's copy holders.
+    const layout::CopyRing& ring =
+        rings[static_cast<size_t>(coords.pipeline * tp + coords.tensor)];
     auto find_holder = [&](int holders) {
       for (const bool member_only : {true, false}) {
         for (int j = 0; j < holders; ++j) {
           layout::MeshCoords at = coords;
-          at.data = layout::OptimizerCopyHolder(coords.data, j, dp);
+          at.data = ring.Holder(coords.data, j);
           const int candidate = layout::RankOf(shape, at);
           const std::string& worker = holder_at[static_cast<size_t>(candidate)];
           if (worker.empty() || (member_only && !in_next.contains(worker))) continue;

@@ -7,7 +7,8 @@
 // DataShardRange of its (tensor rank, stage) shard. Its weights live on every
 // data-parallel replica of that shard; its AdamW moments on every replica
 // without ZeRO-1, and with ZeRO-1 on its owner and the owner's
-// optimizer_replicas - 1 mirrors (the next data ranks).
+// optimizer_replicas - 1 mirrors (the next data ranks along the source
+// mesh's copy ring, which puts them on other hosts: layout::CopyRingsOf).
 //
 // Survivors report the steps they hold. Every rank keeps its state at its
 // newest consistent step and the one before, and no rank completes a step

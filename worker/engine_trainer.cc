@@ -11,6 +11,7 @@
 #include "absl/cleanup/cleanup.h"
 #include "google/protobuf/util/message_differencer.h"
 #include "common/job_spec_defaults.h"
+#include "common/layout/mesh_hosts.h"
 #include "common/log.h"
 #include "common/status_macros.h"
 #include "worker/checkpoint/checkpoint_loader.h"
@@ -66,6 +67,12 @@ checkpoint::StateLayout StateLayoutOf(const Assignment& assignment) {
       OptimizerReplicasOf(assignment.spec)};
 }
 
+// Where `assignment`'s data group puts its optimizer copies.
+layout::CopyRing CopyRingOf(const Assignment& assignment) {
+  const v1::MeshCoordinates& c = assignment.coordinates;
+  return layout::CopyRingOf(assignment.mesh, {c.data(), c.tensor(), c.pipeline()});
+}
+
 v1::HeldState HeldAt(Generation generation, int64_t step) {
   v1::HeldState state;
   state.set_generation(generation.value());
@@ -92,6 +99,7 @@ struct EngineTrainer::Run {
   v1::Mesh mesh;
   v1::MeshCoordinates coordinates;
   checkpoint::StateLayout layout;
+  cohort::layout::CopyRing copy_ring;  // of its data group (a session's mirrors follow it)
   int participant = 0;
   int participants = 1;
   int64_t steps = 0;
@@ -129,6 +137,7 @@ struct EngineTrainer::Run {
     mesh = assignment.mesh;
     coordinates = assignment.coordinates;
     layout = StateLayoutOf(assignment);
+    copy_ring = CopyRingOf(assignment);
     participant = assignment.participant;
   }
 
@@ -178,6 +187,7 @@ bool EngineTrainer::CanKeepSession(const Run& source, const Assignment& assignme
   // The same rank in the same layout: every shard, the optimizer range and
   // the rank's share of each batch have the same shapes.
   return StateLayoutOf(assignment) == source.layout &&
+         CopyRingOf(assignment) == source.copy_ring &&
          assignment.coordinates.rank() == source.coordinates.rank() &&
          KeepsPrevious(assignment) == source.keep_previous &&
          SameTrainingSpec(assignment.spec, source.spec);
@@ -283,7 +293,8 @@ class DetachedComms : public GenerationComms {
 // (EngineTrainer::CanKeepSession, between two places).
 bool SamePlace(const Assignment& a, const Assignment& b) {
   return a.job_id == b.job_id && a.coordinates.rank() == b.coordinates.rank() &&
-         StateLayoutOf(a) == StateLayoutOf(b) && KeepsPrevious(a) == KeepsPrevious(b) &&
+         StateLayoutOf(a) == StateLayoutOf(b) && CopyRingOf(a) == CopyRingOf(b) &&
+         KeepsPrevious(a) == KeepsPrevious(b) &&
          SameTrainingSpec(a.spec, b.spec);
 }
 
@@ -316,6 +327,7 @@ absl::Status EngineTrainer::BuildSession(const Assignment& assignment, Run* run,
   run->keep_previous = KeepsPrevious(assignment);
   session.state_versions.keep_previous = run->keep_previous;
   session.state_versions.optimizer_replicas = run->layout.optimizer_replicas;
+  session.state_versions.copy_ring = run->copy_ring;
   // Restore overwrites every weight (or fails); the initial draw happens
   // only when there is nothing to restore (RestoreFromCheckpoint).
   session.initialize_parameters = false;
@@ -606,7 +618,7 @@ absl::StatusOr<int64_t> EngineTrainer::Restore(const Assignment& assignment, Run
     s.adam_v = view.adam_v;
     s.optimizer = source->optimizer;
     for (const auto& mirror : view.mirrors) {
-      s.mirrors.push_back({mirror.adam_m, mirror.adam_v, {mirror.begin, mirror.end}});
+      s.mirrors.push_back({mirror.owner, mirror.adam_m, mirror.adam_v, {mirror.begin, mirror.end}});
     }
     serving = std::move(s);
   }

@@ -124,12 +124,51 @@ int OptimizerCopies(bool zero1, int optimizer_replicas, int data_parallel) {
   return zero1 ? std::clamp(optimizer_replicas, 1, dp) : dp;
 }
 
-int OptimizerCopyHolder(int owner, int copy, int data_parallel) {
-  return (owner + copy) % data_parallel;
+CopyRing::CopyRing(int data_parallel) {
+  const int dp = std::max(1, data_parallel);
+  order_.resize(static_cast<size_t>(dp));
+  position_.resize(static_cast<size_t>(dp));
+  for (int d = 0; d < dp; ++d) order_[static_cast<size_t>(d)] = position_[static_cast<size_t>(d)] = d;
 }
 
-int OptimizerCopyOwner(int holder, int copy, int data_parallel) {
-  return ((holder - copy) % data_parallel + data_parallel) % data_parallel;
+CopyRing CopyRing::AcrossHosts(const std::vector<std::string>& host_of_data_rank) {
+  // Each host's data ranks, hosts in order of their first rank.
+  std::vector<std::vector<int>> by_host;
+  std::vector<const std::string*> names;
+  for (int d = 0; d < static_cast<int>(host_of_data_rank.size()); ++d) {
+    const std::string& host = host_of_data_rank[static_cast<size_t>(d)];
+    size_t h = 0;
+    while (h < names.size() && *names[h] != host) ++h;
+    if (h == names.size()) {
+      names.push_back(&host);
+      by_host.emplace_back();
+    }
+    by_host[h].push_back(d);
+  }
+  CopyRing ring(static_cast<int>(host_of_data_rank.size()));
+  if (host_of_data_rank.empty()) return ring;
+  size_t next = 0;
+  for (size_t k = 0; next < host_of_data_rank.size(); ++k) {
+    for (const std::vector<int>& ranks : by_host) {
+      if (k < ranks.size()) ring.order_[next++] = ranks[k];
+    }
+  }
+  for (int i = 0; i < ring.size(); ++i) {
+    ring.position_[static_cast<size_t>(ring.order_[static_cast<size_t>(i)])] = i;
+  }
+  return ring;
+}
+
+int CopyRing::Holder(int owner, int copy) const {
+  const int n = size();
+  const int at = position_[static_cast<size_t>(owner)] + copy % n;
+  return order_[static_cast<size_t>(at % n)];
+}
+
+int CopyRing::Owner(int holder, int copy) const {
+  const int n = size();
+  const int at = position_[static_cast<size_t>(holder)] - copy % n + n;
+  return order_[static_cast<size_t>(at % n)];
 }
 
 }  // namespace cohort::layout

@@ -22,6 +22,7 @@
 
 #include <cstddef>
 #include <optional>
+#include <string>
 #include <vector>
 
 namespace cohort::layout {
@@ -90,11 +91,35 @@ size_t PaddedShardedSize(size_t num_params, int data_parallel);
 // piece's owner plus copies - 1 mirrors (`optimizer_replicas` clamped to
 // [1, data_parallel]); without it every data rank holds all of it.
 int OptimizerCopies(bool zero1, int optimizer_replicas, int data_parallel);
-// The data rank holding copy `copy` (0: the owner) of `owner`'s piece:
-// the next data ranks after the owner, wrapping, so a lost rank's pieces
-// are spread over different survivors.
-int OptimizerCopyHolder(int owner, int copy, int data_parallel);
-// The owner whose copy `copy` data rank `holder` holds (the inverse).
-int OptimizerCopyOwner(int holder, int copy, int data_parallel);
+// The cyclic order of a data group's ranks that optimizer copies follow:
+// copy j of the piece whose owner sits at position i of the ring is held at
+// position i + j (wrapping), so each copy is a shift of the ring and any
+// R - 1 consecutive losses along it leave a copy. AcrossHosts deals the
+// ranks one host at a time in turn (hosts in the order of their first data
+// rank, each host's ranks ascending), so the next position is on another
+// host wherever the hosts allow and a lost host leaves a copy of each of its
+// pieces elsewhere. With every rank on one host, or each on its own, the
+// ring is 0, 1, ..., dp - 1.
+class CopyRing {
+ public:
+  // The identity ring of `data_parallel` ranks (>= 1).
+  explicit CopyRing(int data_parallel = 1);
+  // `host_of_data_rank[d]` names data rank d's host (any labels; equal
+  // labels are one host).
+  static CopyRing AcrossHosts(const std::vector<std::string>& host_of_data_rank);
+
+  int size() const { return static_cast<int>(order_.size()); }
+  // The data rank holding copy `copy` (0: the owner) of `owner`'s piece.
+  int Holder(int owner, int copy) const;
+  // The owner whose copy `copy` data rank `holder` holds (the inverse).
+  int Owner(int holder, int copy) const;
+  // Data ranks in ring order.
+  const std::vector<int>& order() const { return order_; }
+  bool operator==(const CopyRing& other) const { return order_ == other.order_; }
+
+ private:
+  std::vector<int> order_;     // position -> data rank
+  std::vector<int> position_;  // data rank -> position
+};
 
 }  // namespace cohort::layout

@@ -115,7 +115,8 @@ TEST_F(MultiHostTest, JobsAcrossTwoHostsTrainTheTrajectoryOfOneProcess) {
 TEST_F(MultiHostTest, AHostCutFromTheCoordinatorIsFencedAndRejoinsOnceHealed) {
   // Host 2 loses its path to the coordinator (both ways) but still reaches
   // host 1: its workers miss their heartbeats and are fenced, the job goes
-  // on with host 1's; once the path heals they re-attach, are told their
+  // on with host 1's from their state (mirrors of host 2's optimizer shards
+  // included); once the path heals they re-attach, are told their
   // generation is gone, and join again as new members.
   NetnsHosts& hosts = *hosts_;
   LocalCluster& cluster = *cluster_;
@@ -142,6 +143,10 @@ TEST_F(MultiHostTest, AHostCutFromTheCoordinatorIsFencedAndRejoinsOnceHealed) {
                                                           on(j, "h1") == 2); },
       absl::Seconds(120), "the job on host 1 alone");
   ASSERT_EQ(without.state(), v1::JOB_STATE_RUNNING);
+  // Host 1's ranks hold host 2's optimizer shards: the copy ring puts each
+  // mirror on the other host.
+  EXPECT_EQ(without.recovery().kind(), v1::RECOVERY_KIND_PEER) << without.recovery().reason();
+  EXPECT_LE(without.recovery().lost_steps(), 1);
 
   ASSERT_TRUE(hosts.Heal(2, 0).ok());
   ASSERT_TRUE(hosts.Heal(0, 2).ok());

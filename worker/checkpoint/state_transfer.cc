@@ -36,15 +36,14 @@ absl::StatusOr<ConstBoxedBuffer> SourceView(const SourceState& s, const Transfer
   if (t.piece == s.rank || !s.layout.zero1) {
     return RangeView(info, *box, m ? s.adam_m : s.adam_v, s.optimizer);
   }
-  // A mirror: the owner is `j` data ranks before this one.
-  const RankPosition self = PositionOf(s.layout, s.rank);
   const RankPosition owner = PositionOf(s.layout, t.piece);
-  const int j = (self.dp_rank - owner.dp_rank + s.layout.dp) % s.layout.dp;
-  if (j <= 0 || j > static_cast<int>(s.mirrors.size())) {
+  auto held = std::find_if(s.mirrors.begin(), s.mirrors.end(),
+                           [&](const SourceState::Mirror& m) { return m.owner == owner.dp_rank; });
+  if (held == s.mirrors.end()) {
     return absl::InvalidArgumentError(absl::StrCat("source rank ", s.rank, " holds no mirror of ",
                                                    "source rank ", t.piece));
   }
-  const SourceState::Mirror& mirror = s.mirrors[static_cast<size_t>(j - 1)];
+  const SourceState::Mirror& mirror = *held;
   return RangeView(info, *box, m ? mirror.adam_m : mirror.adam_v, mirror.range);
 }
 

@@ -30,9 +30,10 @@ struct SourceState {
   const float* adam_m = nullptr;  // [optimizer.begin, optimizer.end) of the arena
   const float* adam_v = nullptr;
   ArenaRange optimizer;
-  // Mirrors (ZeRO-1): mirrors[j - 1] holds the moments of the data rank j
-  // before this one (its DataShardRange).
+  // Mirrors (ZeRO-1): copies of other data ranks' moments (their
+  // DataShardRange), in copy order.
   struct Mirror {
+    int owner = 0;  // the data rank whose moments these are
     const float* adam_m = nullptr;
     const float* adam_v = nullptr;
     ArenaRange range;

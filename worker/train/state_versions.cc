@@ -29,12 +29,13 @@ StateVersions::StateVersions(model::GptModel* model, float* m, float* v, size_t 
       end_(end),
       dp_(dp),
       dp_rank_(dp_rank),
+      ring_(options.copy_ring.value_or(layout::CopyRing(dp))),
       options_(options),
       // Without ZeRO-1 every data rank holds all of the state: no mirrors.
       replicas_(zero1 ? layout::OptimizerCopies(zero1, options.optimizer_replicas, dp) : 1) {
   for (int j = 1; j < replicas_; ++j) {
     MirrorBuffers mirror;
-    mirror.owner = layout::OptimizerCopyOwner(dp_rank_, j, dp_);
+    mirror.owner = ring_.Owner(dp_rank_, j);
     const layout::ShardRange range = layout::DataShardRange(model_->num_params(), dp_, mirror.owner);
     mirror.begin = range.begin;
     mirror.end = range.end;
@@ -119,7 +120,7 @@ absl::Status StateVersions::ExchangeMirrors(comm::Communicator* data_group, int6
   for (size_t j = 0; j < mirrors_.size(); ++j) {
     MirrorBuffers& mirror = mirrors_[j];
     const int shift = static_cast<int>(j) + 1;
-    const int to = layout::OptimizerCopyHolder(dp_rank_, shift, dp_);
+    const int to = ring_.Holder(dp_rank_, shift);
     const bool send = needs[static_cast<size_t>(to)] != 0;
     const size_t theirs = mirror.end - mirror.begin;
     // Straight from the moments into the mirror: no staging copies.

@@ -13,10 +13,12 @@
 // half written). No rank completes step s + 1 before every rank has completed
 // step s, so every survivor holds the smallest newest step among them.
 //
-// Mirrors (ZeRO-1 with optimizer_replicas R > 1): rank d of the data group
-// keeps copies of the moments of data ranks d-1, ..., d-R+1, refreshed at the
-// end of every step by R-1 ring shifts over the data group, so any R-1 of
-// those ranks can be lost without losing their optimizer state. Each mirror
+// Mirrors (ZeRO-1 with optimizer_replicas R > 1): the rank at position i of
+// the data group's copy ring (layout::CopyRing: ranks dealt host by host)
+// keeps copies of the moments of the ranks at positions i-1, ..., i-R+1,
+// refreshed at the end of every step by R-1 shifts along the ring, so any
+// R-1 of those ranks (or, with ranks spread over hosts, a whole host) can be
+// lost without losing their optimizer state. Each mirror
 // has two buffers: a refresh is received straight into the older one, which
 // becomes the newer only once the whole refresh arrived, so the previous
 // version costs no copy and a refresh cut short leaves both intact.
@@ -28,6 +30,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <functional>
+#include <optional>
 #include <vector>
 
 #include "absl/status/statusor.h"
@@ -45,6 +48,9 @@ struct StateVersionOptions {
   bool keep_previous = false;
   // Copies of each ZeRO-1 optimizer shard, the owner's included (1: none).
   int optimizer_replicas = 1;
+  // The order copies follow (layout::CopyRingOf the mesh, of the data
+  // group's size); none: the identity ring.
+  std::optional<layout::CopyRing> copy_ring;
 };
 
 class StateVersions {
@@ -127,6 +133,7 @@ class StateVersions {
   float* const v_;
   const size_t begin_, end_;
   const int dp_, dp_rank_;
+  const layout::CopyRing ring_;
   const StateVersionOptions options_;
   const int replicas_;  // mirrors = replicas_ - 1
 

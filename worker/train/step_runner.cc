@@ -54,6 +54,12 @@ absl::StatusOr<std::unique_ptr<StepRunner>> StepRunner::Create(
         "StepRunnerOptions.tie_per_micro_batch needs pipeline parallelism 1: the two parts of "
         "the tied embedding gradient live on different stages");
   }
+  if (options.state_versions.copy_ring.has_value() &&
+      options.state_versions.copy_ring->size() != dp) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "StepRunnerOptions.state_versions.copy_ring: ", options.state_versions.copy_ring->size(),
+        " ranks, but the data group has ", dp));
+  }
   const int micro_batches = config.micro_batches_per_step() / dp;
   ASSIGN_OR_RETURN(std::vector<PipelineOp> schedule,
                    OneForwardOneBackwardSchedule(layout.pp, layout.stage, micro_batches));

@@ -1,5 +1,7 @@
 #include "worker/train/training_session.h"
 
+#include <optional>
+
 #include "absl/strings/str_cat.h"
 #include "common/status_macros.h"
 #include "common/layout/mesh_layout.h"
@@ -140,8 +142,12 @@ absl::StatusOr<uint64_t> TrainingSession::EstimateBytes(const TrainingConfig& co
   const int copies =
       config.zero1 ? layout::OptimizerCopies(true, options.state_versions.optimizer_replicas, dp)
                    : 1;
+  // A ring of another size fails Create; the sizes are alike anyway.
+  layout::CopyRing ring(dp);
+  const std::optional<layout::CopyRing>& given = options.state_versions.copy_ring;
+  if (given.has_value() && given->size() == dp) ring = *given;
   for (int j = 1; j < copies; ++j) {
-    floats += 4 * layout::DataShardRange(n, dp, layout::OptimizerCopyOwner(dp_rank, j, dp)).size();
+    floats += 4 * layout::DataShardRange(n, dp, ring.Owner(dp_rank, j)).size();
   }
   return floats * sizeof(float) + int32s * sizeof(int32_t);
 }

@@ -153,7 +153,8 @@ TEST_P(LiveTransferTest, EveryNewRankGetsBitwiseTheStateItNeeds) {
       for (size_t j = 0; j < h.mirror_m.size(); ++j) {
         const int owner = (pos.dp_rank - static_cast<int>(j) - 1 + c.source.dp) % c.source.dp;
         const layout::ShardRange range = layout::DataShardRange(n, c.source.dp, owner);
-        h.state.mirrors.push_back(SourceState::Mirror{h.mirror_m[j].data(), h.mirror_v[j].data(),
+        h.state.mirrors.push_back(SourceState::Mirror{owner, h.mirror_m[j].data(),
+                                                      h.mirror_v[j].data(),
                                                       ArenaRange{range.begin, range.end}});
       }
     }

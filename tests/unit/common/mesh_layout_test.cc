@@ -3,6 +3,7 @@
 // derives from it, for every (dp, tp, pp) of up to 64 ranks (issue 22).
 
 #include "common/layout/mesh_layout.h"
+#include "common/layout/mesh_hosts.h"
 
 #include <algorithm>
 #include <map>
@@ -157,23 +158,87 @@ TEST(MeshLayoutTest, OptimizerCopiesSitOnDistinctDataRanksAndInvert) {
   EXPECT_EQ(OptimizerCopies(true, 2, 4), 2);
   EXPECT_EQ(OptimizerCopies(true, 8, 3), 3) << "clamped to the data degree";
   EXPECT_EQ(OptimizerCopies(true, 0, 3), 1);
+  // Any host pattern: hosts drawn from a small alphabet per data rank.
   for (int dp = 1; dp <= kMaxRanks; ++dp) {
-    for (int replicas = 1; replicas <= 8; ++replicas) {
-      const int copies = OptimizerCopies(true, replicas, dp);
-      for (int owner = 0; owner < dp; ++owner) {
-        std::set<int> holders;
-        for (int copy = 0; copy < copies; ++copy) {
-          const int holder = OptimizerCopyHolder(owner, copy, dp);
-          ASSERT_GE(holder, 0);
-          ASSERT_LT(holder, dp);
-          ASSERT_EQ(OptimizerCopyOwner(holder, copy, dp), owner);
-          holders.insert(holder);
+    for (int pattern = 0; pattern < 16; ++pattern) {
+      std::vector<std::string> hosts;
+      // Runs of 1 + pattern / 4 consecutive ranks, over 1 + pattern % 4 hosts.
+      for (int d = 0; d < dp; ++d) {
+        hosts.push_back(std::string(1, static_cast<char>('a' + (d / (1 + pattern / 4) + pattern) %
+                                                                   (1 + pattern % 4))));
+      }
+      const CopyRing ring = pattern == 0 ? CopyRing(dp) : CopyRing::AcrossHosts(hosts);
+      ASSERT_EQ(ring.size(), dp);
+      for (int replicas = 1; replicas <= 8; ++replicas) {
+        const int copies = OptimizerCopies(true, replicas, dp);
+        for (int owner = 0; owner < dp; ++owner) {
+          std::set<int> holders;
+          for (int copy = 0; copy < copies; ++copy) {
+            const int holder = ring.Holder(owner, copy);
+            ASSERT_GE(holder, 0);
+            ASSERT_LT(holder, dp);
+            ASSERT_EQ(ring.Owner(holder, copy), owner);
+            holders.insert(holder);
+          }
+          ASSERT_EQ(ring.Holder(owner, 0), owner);
+          ASSERT_EQ(static_cast<int>(holders.size()), copies) << "dp " << dp << " owner " << owner;
         }
-        ASSERT_EQ(OptimizerCopyHolder(owner, 0, dp), owner);
-        ASSERT_EQ(static_cast<int>(holders.size()), copies) << "dp " << dp << " owner " << owner;
       }
     }
   }
+}
+
+TEST(MeshLayoutTest, TheCopyRingIsTheIdentityOnOneHostAndCrossesHostsWhereItCan) {
+  EXPECT_EQ(CopyRing(4).order(), (std::vector<int>{0, 1, 2, 3}));
+  EXPECT_EQ(CopyRing::AcrossHosts({"a", "a", "a"}).order(), (std::vector<int>{0, 1, 2}));
+  EXPECT_EQ(CopyRing::AcrossHosts({"a", "b", "c"}).order(), (std::vector<int>{0, 1, 2}));
+  // Two hosts of two: every next position is on the other host.
+  const CopyRing two = CopyRing::AcrossHosts({"a", "a", "b", "b"});
+  EXPECT_EQ(two.order(), (std::vector<int>{0, 2, 1, 3}));
+  EXPECT_EQ(two.Holder(0, 1), 2);
+  EXPECT_EQ(two.Holder(3, 1), 0);
+  EXPECT_EQ(two.Owner(1, 1), 2);
+  // Hosts in order of their first rank, whatever their names.
+  EXPECT_EQ(CopyRing::AcrossHosts({"z", "a", "z", "a", "z", "a"}).order(),
+            (std::vector<int>{0, 1, 2, 3, 4, 5}));
+  EXPECT_EQ(CopyRing::AcrossHosts({"b", "b", "b", "a", "a", "c"}).order(),
+            (std::vector<int>{0, 3, 5, 1, 4, 2}));
+  // With equal hosts, every copy of a piece sits on another host than the
+  // owner's as long as copies <= hosts.
+  std::vector<std::string> hosts;
+  for (int h = 0; h < 4; ++h) {
+    for (int k = 0; k < 3; ++k) hosts.push_back(std::string(1, 'a' + h));
+  }
+  const CopyRing spread = CopyRing::AcrossHosts(hosts);
+  for (int owner = 0; owner < 12; ++owner) {
+    std::set<std::string> on;
+    for (int copy = 0; copy < 4; ++copy) on.insert(hosts[static_cast<size_t>(spread.Holder(owner, copy))]);
+    EXPECT_EQ(on.size(), 4u) << "owner " << owner;
+  }
+}
+
+TEST(MeshLayoutTest, EachDataGroupsCopyRingFollowsItsMembersHosts) {
+  // dp 4 x tp 2 over hosts a (data 0, 1) and b (data 2, 3), except that
+  // tensor rank 1 of data rank 3 is missing (a hole: a host of its own).
+  v1::Mesh mesh;
+  mesh.set_data_parallel(4);
+  mesh.set_tensor_parallel(2);
+  mesh.set_pipeline_parallel(1);
+  for (int d = 0; d < 4; ++d) {
+    for (int t = 0; t < 2; ++t) {
+      if (d == 3 && t == 1) continue;
+      v1::MeshMember* m = mesh.add_members();
+      m->set_host(d < 2 ? "a" : "b");
+      m->mutable_coordinates()->set_data(d);
+      m->mutable_coordinates()->set_tensor(t);
+      m->mutable_coordinates()->set_rank(d * 2 + t);
+    }
+  }
+  const std::vector<CopyRing> rings = CopyRingsOf(mesh);
+  ASSERT_EQ(rings.size(), 2u);
+  EXPECT_EQ(rings[0].order(), (std::vector<int>{0, 2, 1, 3}));
+  EXPECT_EQ(rings[1].order(), (std::vector<int>{0, 2, 3, 1}));
+  EXPECT_EQ(CopyRingOf(mesh, {1, 1, 0}), rings[1]);
 }
 
 // What the coordinator plans and what each worker derives from the plan

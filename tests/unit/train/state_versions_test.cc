@@ -33,14 +33,16 @@ float Weight(int64_t step, size_t i) { return static_cast<float>(step) + 1e-3f *
 
 // One data rank: its model, its own range's moments and its StateVersions.
 struct Rank {
-  Rank(compute::Backend* backend, int rank, bool keep_previous) : rank(rank) {
+  Rank(compute::Backend* backend, int rank, bool keep_previous, const layout::CopyRing& ring)
+      : rank(rank), ring(ring) {
     model = *model::GptModel::Create(kTiny, backend, {});
     range = layout::DataShardRange(model->num_params(), kRanks, rank);
     m.resize(range.end - range.begin);
     v.resize(range.end - range.begin);
     versions = std::make_unique<StateVersions>(
         model.get(), m.data(), v.data(), range.begin, range.end, kRanks, rank, /*zero1=*/true,
-        StateVersionOptions{.keep_previous = keep_previous, .optimizer_replicas = 2});
+        StateVersionOptions{
+            .keep_previous = keep_previous, .optimizer_replicas = 2, .copy_ring = ring});
   }
   // Writes step `step`'s synthetic state into the current buffers.
   void Fill(int64_t step) {
@@ -51,6 +53,7 @@ struct Rank {
     }
   }
   int rank;
+  layout::CopyRing ring;
   std::unique_ptr<model::GptModel> model;
   layout::ShardRange range;
   std::vector<float> m, v;
@@ -58,7 +61,7 @@ struct Rank {
 };
 
 // Expects `view` to be step `step`'s state of rank `r` (its mirror holds
-// data rank r - 1's moments).
+// the moments of the rank before it on the copy ring).
 void ExpectView(const StateVersions::View& view, const Rank& r, int64_t step) {
   ASSERT_EQ(view.step, step);
   for (size_t i = 0; i < r.model->num_params(); i += 37) {
@@ -70,7 +73,7 @@ void ExpectView(const StateVersions::View& view, const Rank& r, int64_t step) {
   }
   ASSERT_EQ(view.mirrors.size(), 1u);
   const StateVersions::View::Mirror& mirror = view.mirrors[0];
-  const int owner = (r.rank + kRanks - 1) % kRanks;
+  const int owner = r.ring.Owner(r.rank, 1);
   ASSERT_EQ(mirror.owner, owner);
   for (size_t i = 0; mirror.begin + i < mirror.end; i += 13) {
     ASSERT_EQ(mirror.adam_m[i], Moment(owner, step, mirror.begin + i, 0)) << "mirror " << i;
@@ -80,9 +83,9 @@ void ExpectView(const StateVersions::View& view, const Rank& r, int64_t step) {
 
 class StateVersionsTest : public ::testing::Test {
  protected:
-  void Make(bool keep_previous) {
+  void Make(bool keep_previous, const layout::CopyRing& ring = layout::CopyRing(kRanks)) {
     for (int r = 0; r < kRanks; ++r) {
-      ranks_.push_back(std::make_unique<Rank>(&backend_, r, keep_previous));
+      ranks_.push_back(std::make_unique<Rank>(&backend_, r, keep_previous, ring));
       groups_.push_back(std::make_unique<HubCommunicator>(&hub_, r, kRanks));
     }
   }
@@ -131,6 +134,26 @@ TEST_F(StateVersionsTest, ARankHoldsItsNewestStepAndTheOneBeforeWithMirrors) {
   }
 }
 
+// Ranks 0 and 1 on one host, rank 2 on another: the ring is 0, 2, 1, so
+// rank 0's mirror is on rank 2 (and rank 2's on rank 1), not on rank 1.
+TEST_F(StateVersionsTest, MirrorsFollowTheCopyRing) {
+  const layout::CopyRing ring = layout::CopyRing::AcrossHosts({"a", "a", "b"});
+  ASSERT_EQ(ring.Holder(0, 1), 2);
+  Make(/*keep_previous=*/true, ring);
+  OnEveryRank([&](int r) {
+    ranks_[r]->Fill(1);
+    ranks_[r]->versions->SetCurrent(1);
+    ASSERT_TRUE(ranks_[r]->versions->ExchangeMirrors(groups_[r].get(), 1, absl::Seconds(10)).ok());
+  });
+  Step(1);
+  EXPECT_EQ(ranks_[2]->versions->Version(2)->mirrors[0].owner, 0);
+  EXPECT_EQ(ranks_[1]->versions->Version(2)->mirrors[0].owner, 2);
+  for (const auto& rank : ranks_) {
+    ExpectView(*rank->versions->Version(2), *rank, 2);
+    ExpectView(*rank->versions->Version(1), *rank, 1);
+  }
+}
+
 // A failure inside the end phase (the mirror refresh cut short after some
 // bytes arrived) leaves the step before intact, mirrors included.
 TEST_F(StateVersionsTest, ARefreshCutShortKeepsTheStepBefore) {
@@ -168,7 +191,7 @@ TEST_F(StateVersionsTest, AfterARestoreOnlyRanksMissingTheirMirrorsReceiveThem) 
   });
   Step(3);  // every rank holds step 4 with its mirrors
   // Rank 2 is replaced: a new rank restored to step 4, without mirrors.
-  ranks_[2] = std::make_unique<Rank>(&backend_, 2, /*keep_previous=*/true);
+  ranks_[2] = std::make_unique<Rank>(&backend_, 2, /*keep_previous=*/true, ranks_[2]->ring);
   ranks_[2]->Fill(4);
   ranks_[2]->versions->SetCurrent(4);
   EXPECT_EQ(ranks_[2]->versions->newest(), -1);
