@@ -105,7 +105,8 @@ Coordinator::Coordinator(Options options, std::unique_ptr<JobStore> store, const
                                 .prepare_timeout = options_.prepare_timeout,
                                 .latest_checkpoint = options_.latest_checkpoint,
                                 .finished_retention = options_.finished_retention,
-                                .warm_spares_per_job = options_.warm_spares_per_job},
+                                .warm_spares_per_job = options_.warm_spares_per_job,
+                                .partition_hold = options_.partition_hold},
             &membership_, persister_.get()),
       kv_(options_.kv) {}
 
@@ -245,6 +246,7 @@ absl::StatusOr<v1::Welcome> Coordinator::Attach(const v1::Hello& hello,
                                                 std::shared_ptr<WorkerSink> sink) {
   Deliveries deliveries;
   v1::Welcome welcome;
+  std::shared_ptr<WorkerSink> superseded;  // closed outside the lock
   {
     SectionLock lock(this, LockSection::kAttach);
     const absl::Time now = clock_->Now();
@@ -253,6 +255,17 @@ absl::StatusOr<v1::Welcome> Coordinator::Attach(const v1::Hello& hello,
     const Incarnation old_incarnation = before ? before->incarnation : Incarnation(0);
     ASSIGN_OR_RETURN(JoinResult joined, membership_.Join(hello, now));
     Effects effects;
+    if (joined.took_over) {
+      LOG(INFO) << "worker " << hello.worker_id() << " attached again on a new stream (the same "
+                << "process, incarnation " << hello.incarnation() << "); its old stream is closed"
+                << (joined.readopt_into ? " and it is re-adopted in place" : "");
+      metrics_->StreamTakenOver();
+      auto old = sinks_.find(WorkerId(hello.worker_id()));
+      if (old != sinks_.end()) superseded = old->second.sink;
+      if (joined.readopt_into) {
+        jobs_.ExpectReadoption(WorkerId(hello.worker_id()), *joined.readopt_into, now);
+      }
+    }
     if (joined.replaced_previous) {
       LOG(INFO) << "worker " << hello.worker_id() << " restarted (new incarnation "
                 << hello.incarnation() << "), replacing its old self";
@@ -276,12 +289,20 @@ absl::StatusOr<v1::Welcome> Coordinator::Attach(const v1::Hello& hello,
     jobs_.OnWorkerJoined(hello, now, &effects);
     Collect(std::move(effects), &deliveries);
   }
+  if (superseded != nullptr && superseded != sink) superseded->Close();
   deliveries.Run().IgnoreError();  // logged; the writes stay queued
   return welcome;
 }
 
+bool Coordinator::Superseded(const WorkerId& worker, const WorkerSink* stream) const {
+  if (stream == nullptr) return false;
+  auto it = sinks_.find(worker);
+  return it == sinks_.end() || it->second.sink.get() != stream;
+}
+
 absl::Status Coordinator::OnWorkerMessage(const WorkerId& worker,
-                                          const v1::WorkerMessage& message) {
+                                          const v1::WorkerMessage& message,
+                                          const WorkerSink* stream) {
   const absl::Time arrived = absl::Now();
   Deliveries deliveries;
   absl::Status result;
@@ -292,6 +313,9 @@ absl::Status Coordinator::OnWorkerMessage(const WorkerId& worker,
     const absl::Time now = clock_->Now();
     DiscountOwnStall(now);  // before anything can time out
     auto sink = sinks_.find(worker);
+    if (sink != sinks_.end() && stream != nullptr && sink->second.sink.get() != stream) {
+      return absl::OkStatus();  // from a stream the same process has replaced
+    }
     if (sink == sinks_.end()) {
       return absl::FailedPreconditionError(
           absl::StrCat("worker ", worker.value(), " is not attached"));
@@ -339,15 +363,25 @@ absl::Status Coordinator::OnWorkerMessage(const WorkerId& worker,
   return result;
 }
 
-void Coordinator::Detach(const WorkerId& worker, Incarnation incarnation) {
+void Coordinator::Detach(const WorkerId& worker, Incarnation incarnation,
+                         const WorkerSink* stream) {
   Deliveries deliveries;
   {
     SectionLock lock(this, LockSection::kDetach);
     const absl::Time now = clock_->Now();
     DiscountOwnStall(now);  // before anything can time out
+    if (Superseded(worker, stream)) return;  // taken over: not a loss
     auto sink = sinks_.find(worker);
     if (sink != sinks_.end() && sink->second.incarnation == incarnation) sinks_.erase(sink);
     if (quiesced_) return;
+    if (isolated_since_.has_value()) {
+      // Cut off from everyone, a stream's end says nothing about its
+      // worker (keepalives fail across the cut): it counts as silent, and
+      // coming back (a take-over) or not is settled when the isolation ends.
+      LOG(INFO) << "worker " << worker << "'s stream ended while the coordinator is cut off; "
+                << "not counted as a loss yet";
+      return;
+    }
     std::optional<LostWorker> lost =
         membership_.MarkLost(worker, incarnation, LossReason::kStreamBroken, now);
     if (!lost.has_value()) return;
@@ -683,6 +717,52 @@ void Coordinator::DiscountOwnStall(absl::Time now) {
   last_tick_ = now;
 }
 
+absl::Duration Coordinator::IsolationSilence() const {
+  return std::max(options_.heartbeat_timeout / 2, 2 * options_.heartbeat_interval);
+}
+
+bool Coordinator::isolated() const {
+  SectionLock lock(this, LockSection::kRead);
+  return isolated_since_.has_value();
+}
+
+bool Coordinator::CheckIsolation(absl::Time now) {
+  if (options_.isolation_limit <= absl::ZeroDuration()) return false;
+  if (!isolated_since_.has_value()) {
+    // Two workers at least: one silent worker is just that worker.
+    const std::optional<absl::Time> newest = membership_.NewestHeartbeat(/*min_workers=*/2);
+    if (!newest.has_value() || now - *newest <= IsolationSilence()) return false;
+    isolated_since_ = now;
+    last_heard_before_isolation_ = *newest;
+    metrics_->SetIsolated(true);
+    LOG(WARNING) << "no worker heard for " << absl::FormatDuration(now - *newest)
+                 << ": the coordinator takes its own network to be cut and fences no one (for "
+                 << "at most --isolation_limit " << absl::FormatDuration(options_.isolation_limit)
+                 << ") until it hears from a worker again";
+    return true;
+  }
+  const std::optional<absl::Time> newest = membership_.NewestHeartbeat(/*min_workers=*/1);
+  const bool heard = newest.has_value() && *newest > last_heard_before_isolation_;
+  const absl::Duration isolated_for = now - *isolated_since_;
+  if (!heard && isolated_for <= options_.isolation_limit) return true;
+  // Over: its time did not count against any job (as for a stall of its
+  // own); workers still silent get --readopt_grace to re-attach, as after a
+  // restart, or (past the limit) are fenced now.
+  isolated_since_.reset();
+  metrics_->SetIsolated(false);
+  jobs_.Discount(isolated_for, now);
+  if (heard) {
+    membership_.ExcuseSilenceUntil(now + options_.readopt_grace);
+    LOG(WARNING) << "heard from a worker again after " << absl::FormatDuration(isolated_for)
+                 << " cut off; workers still silent have "
+                 << absl::FormatDuration(options_.readopt_grace) << " to re-attach";
+  } else {
+    LOG(WARNING) << "no worker heard for " << absl::FormatDuration(isolated_for)
+                 << " (--isolation_limit): fencing the silent workers";
+  }
+  return false;
+}
+
 void Coordinator::Tick() {
   Deliveries deliveries;
   {
@@ -692,8 +772,10 @@ void Coordinator::Tick() {
     DiscountOwnStall(now);
     last_tick_ = now;
     Effects effects;
-    HandleLost(membership_.Expire(now), &effects);
-    jobs_.Tick(now, &effects);
+    if (!CheckIsolation(now)) {
+      HandleLost(membership_.Expire(now), &effects);
+      jobs_.Tick(now, &effects);
+    }
     deliveries.kv = kv_.Expire(now);
     Collect(std::move(effects), &deliveries);
     if (deliveries.persist_through == 0 && persister_->has_queued()) {

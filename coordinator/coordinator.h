@@ -40,6 +40,9 @@ class WorkerSink {
  public:
   virtual ~WorkerSink() = default;
   virtual void Send(const v1::CoordinatorMessage& message) = 0;
+  // The same process attached again on a newer stream: this one is over
+  // (finish it; its end is not a loss). Must not block. Default: nothing.
+  virtual void Close() {}
 };
 
 // Receives the events of one watched job. Thread-safe, must not block.
@@ -65,12 +68,20 @@ class Coordinator {
     absl::Duration prepare_timeout = absl::Minutes(10);
     absl::Duration finished_retention = absl::Hours(24 * 7);  // 0: forever
     int warm_spares_per_job = 1;  // JobManager::Options::warm_spares_per_job
+    absl::Duration partition_hold = absl::Seconds(30);  // JobManager::Options::partition_hold
     // Tick() is expected this often at least: a longer gap means the
     // coordinator itself was stopped (a stalled host, SIGSTOP, a VM pause),
     // and that time is not counted against the workers (heartbeat ages and
     // every job deadline are moved later by it). Zero: off (tests that jump
     // a fake clock between ticks).
     absl::Duration stall_threshold = absl::ZeroDuration();
+    // When no worker at all has been heard for IsolationSilence() (and at
+    // least two are attached), the coordinator takes its own network to be
+    // cut: it fences no one and lets no job deadline run until it hears from
+    // a worker again, then gives the silent ones --readopt_grace to come
+    // back. This bounds how long it may stay so (then it fences as usual).
+    // Zero: never assume isolation.
+    absl::Duration isolation_limit = absl::Minutes(2);
     absl::Duration hang_timeout_floor = absl::Seconds(30);
     double hang_step_multiple = 20.0;
     std::function<std::optional<Step>(const JobId&)> latest_checkpoint;
@@ -88,12 +99,25 @@ class Coordinator {
 
   // --- Workers ---
   // Registers the worker of `hello`; later messages for it go to `sink`.
-  // Errors from MembershipTable::Join.
+  // The same process attaching again while its old stream still counts
+  // (it gave that one up: no heartbeat answers, e.g. across a partition)
+  // takes its record over where it is: a job member is re-adopted in place
+  // (JobManager::OnWorkerJoined), and the old stream is closed. Errors from
+  // MembershipTable::Join.
   absl::StatusOr<v1::Welcome> Attach(const v1::Hello& hello, std::shared_ptr<WorkerSink> sink);
-  // A heartbeat or assignment status on an attached stream.
-  absl::Status OnWorkerMessage(const WorkerId& worker, const v1::WorkerMessage& message);
-  // The worker's stream closed or broke: the worker is lost at once.
-  void Detach(const WorkerId& worker, Incarnation incarnation);
+  // A heartbeat or assignment status on an attached stream. `stream`: the
+  // sink of the stream it came on; a message from a stream that has been
+  // taken over is dropped (OK). nullptr: the worker's current stream.
+  absl::Status OnWorkerMessage(const WorkerId& worker, const v1::WorkerMessage& message,
+                               const WorkerSink* stream = nullptr);
+  // The worker's stream closed or broke: the worker is lost at once, unless
+  // `stream` (as for OnWorkerMessage) has been taken over.
+  void Detach(const WorkerId& worker, Incarnation incarnation, const WorkerSink* stream = nullptr);
+  // The silence after which a coordinator hearing from no worker takes
+  // itself to be cut off: max(heartbeat_timeout / 2, 2 heartbeat intervals).
+  absl::Duration IsolationSilence() const;
+  // Whether it currently takes itself to be cut off from every worker.
+  bool isolated() const;
   std::vector<v1::WorkerInfo> ListWorkers() const;
   // A page of workers by id, or of jobs in submit order (coordinator/
   // paging.h); InvalidArgument for a bad page_size or page_token.
@@ -211,6 +235,12 @@ class Coordinator {
   // deadlines (MembershipTable/JobManager::Discount). Called by Tick and by
   // every handler that can time something out, whichever runs first.
   void DiscountOwnStall(absl::Time now) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Enters or leaves isolation (Options::isolation_limit) on a tick; true
+  // while isolated: nothing times out.
+  bool CheckIsolation(absl::Time now) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Whether `stream` is not `worker`'s current one (a taken-over stream).
+  bool Superseded(const WorkerId& worker, const WorkerSink* stream) const
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
   struct SinkEntry {
     Incarnation incarnation;
@@ -240,6 +270,8 @@ class Coordinator {
   uint64_t next_watch_handle_ ABSL_GUARDED_BY(mu_) = 1;
   bool quiesced_ ABSL_GUARDED_BY(mu_) = false;
   std::optional<absl::Time> last_tick_ ABSL_GUARDED_BY(mu_);
+  std::optional<absl::Time> isolated_since_ ABSL_GUARDED_BY(mu_);
+  absl::Time last_heard_before_isolation_ ABSL_GUARDED_BY(mu_);
 };
 
 }  // namespace cohort::coordinator

@@ -135,6 +135,23 @@ CoordinatorMetrics::CoordinatorMetrics(std::shared_ptr<prometheus::Registry> reg
                            .Help("Open worker Attach streams.")
                            .Register(*registry_)
                            .Add({});
+  stream_takeovers_ = &prometheus::BuildCounter()
+                           .Name("cohort_attach_stream_takeovers_total")
+                           .Help("Workers that attached again on a new stream while their old "
+                                 "one still counted (the same process; re-adopted in place).")
+                           .Register(*registry_)
+                           .Add({});
+  isolated_ = &prometheus::BuildGauge()
+                   .Name("cohort_coordinator_isolated")
+                   .Help("1 while the coordinator hears from no worker and takes its own network "
+                         "to be cut (it fences no one meanwhile).")
+                   .Register(*registry_)
+                   .Add({});
+  isolations_ = &prometheus::BuildCounter()
+                     .Name("cohort_coordinator_isolations_total")
+                     .Help("Times the coordinator took itself to be cut off from every worker.")
+                     .Register(*registry_)
+                     .Add({});
   recoveries_ = &prometheus::BuildCounter()
                     .Name("cohort_recoveries_total")
                     .Help("Re-planned generations that restored their state and ran, by where "

@@ -66,6 +66,13 @@ class CoordinatorMetrics {
   void RpcRejected(const std::string& method, const std::string& code);
   void KvOperation(const std::string& op) { kv_ops_->Add({{"op", op}}).Increment(); }
   void SetAttachedStreams(int n) { attached_streams_->Set(n); }
+  // A live worker attached again on a new stream (the same process).
+  void StreamTakenOver() { stream_takeovers_->Increment(); }
+  // Entering (true) or leaving the coordinator's own isolation.
+  void SetIsolated(bool isolated) {
+    isolated_->Set(isolated ? 1 : 0);
+    if (isolated) isolations_->Increment();
+  }
 
   // --- Checkpoints ---
   // Chunk bytes received ("upload") or sent ("download").
@@ -101,6 +108,9 @@ class CoordinatorMetrics {
   prometheus::Family<prometheus::Counter>* kv_ops_;
   prometheus::Family<prometheus::Counter>* rpc_rejected_;
   prometheus::Gauge* attached_streams_;
+  prometheus::Counter* stream_takeovers_;
+  prometheus::Gauge* isolated_;
+  prometheus::Counter* isolations_;
   prometheus::Family<prometheus::Counter>* recoveries_;
   prometheus::Family<prometheus::Histogram>* recovery_seconds_;
   prometheus::Family<prometheus::Histogram>* recovery_phase_seconds_;

@@ -64,6 +64,7 @@ absl::Status JobManager::Restore(absl::Time now) {
   for (v1::Job& job : jobs) {
     JobId id(job.job_id());
     JobEntry& entry = jobs_[id];
+    entry.reachability = Reachability({.hold = options_.partition_hold});
     entry.number = static_cast<int64_t>(order_.size()) + 1;
     entry.job = std::move(job);
     entry.reached_step = entry.job.progress().step();
@@ -128,6 +129,7 @@ absl::StatusOr<v1::Job> JobManager::Submit(const v1::JobSpec& spec, bool validat
 v1::Job JobManager::Admit(v1::Job job, int64_t number, absl::Time now, Effects* effects) {
   JobId id(job.job_id());
   JobEntry& entry = jobs_[id];
+  entry.reachability = Reachability({.hold = options_.partition_hold});
   entry.number = number;
   entry.job = std::move(job);
   // In number order (ListPage relies on it), which concurrent submits, each
@@ -302,7 +304,10 @@ void JobManager::OnWorkerJoined(const v1::Hello& hello, absl::Time now, Effects*
                 << "; treating its old self as lost";
       LostWorker lost{id, Incarnation(member ? member->incarnation() : 0), job_id,
                       LossReason::kReplaced, absl::ZeroDuration()};
-      effects->lost.push_back(lost);
+      // The same process (on a new stream) stays attached, as an idle
+      // worker told to drop what it holds; a fenced old process's stream
+      // is cut (Coordinator::Collect).
+      if (!same_process) effects->lost.push_back(lost);
       OnWorkersLost({lost}, now, effects);
     }
   }
@@ -652,6 +657,12 @@ void JobManager::Tick(absl::Time now, Effects* effects) {
 
 void JobManager::CheckTimeouts(JobEntry& entry, absl::Time now, Effects* effects) {
   const JobId id(entry.job.job_id());
+  if (entry.reachability.TakeEnded(now) && !entry.suspension.has_value() &&
+      entry.job.state() == v1::JOB_STATE_RUNNING) {
+    // Workers kept apart may reach each other again: grow if they can.
+    Replan(entry, "workers kept apart may reach each other again", /*only_if_larger=*/true, now,
+           effects);
+  }
   auto fence = [&](const std::vector<std::string>& workers, const std::string& why) {
     std::vector<LostWorker> fenced;
     for (const std::string& name : workers) {

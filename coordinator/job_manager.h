@@ -81,6 +81,7 @@
 #include "coordinator/job_store.h"
 #include "coordinator/membership_table.h"
 #include "coordinator/mesh_planner.h"
+#include "coordinator/reachability.h"
 #include "coordinator/recovery_planner.h"
 #include "coordinator/stall_detector.h"
 
@@ -174,6 +175,9 @@ class JobManager {
     // Idle workers named warm spares of each running job (WarmUp): they
     // prepare the session of a place ahead. 0: none.
     int warm_spares_per_job = 1;
+    // Workers of a job that could not reach each other (both alive) are
+    // kept apart in its plans this long, doubling on repeats (Reachability).
+    absl::Duration partition_hold = absl::Seconds(30);
   };
   // `membership` and `store` must outlive the manager.
   JobManager(Options options, MembershipTable* membership, JobStore* store);
@@ -225,6 +229,12 @@ class JobManager {
   // back to the mesh it holds; tells it to drop an assignment nobody knows;
   // then schedules.
   void OnWorkerJoined(const v1::Hello& hello, absl::Time now, Effects* effects);
+  // The next OnWorkerJoined of `worker` re-adopts it into `job` (a live
+  // worker's stream taken over by the same process: JoinResult::readopt_into)
+  // as after a coordinator restart, without counting it lost.
+  void ExpectReadoption(const WorkerId& worker, const JobId& job, absl::Time now) {
+    awaiting_[worker] = Awaited{job, now};
+  }
   // Workers were lost (stream broken, heartbeat timeout, replaced): each
   // affected job is re-planned once, over its survivors and idle workers.
   void OnWorkersLost(const std::vector<LostWorker>& lost, absl::Time now, Effects* effects);
@@ -273,6 +283,9 @@ class JobManager {
     std::optional<absl::Time> rejoin_deadline;
     // Members that were lost and came back during this suspension.
     absl::flat_hash_set<WorkerId> rejoined;
+    // (reporter, peer) from SUSPENDED statuses: workers that could not reach
+    // each other; cuts once the suspension completes with both alive.
+    std::vector<std::pair<std::string, std::string>> unreachable;
   };
   // A member lost while its process may still be alive (broken stream,
   // heartbeat timeout) holding the job's live state.
@@ -289,6 +302,7 @@ class JobManager {
     absl::flat_hash_set<WorkerId> completed;
     bool dirty = false;  // persisted copy is stale (a Put failed)
     std::optional<Suspension> suspension;
+    Reachability reachability;  // pairs kept apart (partial partitions)
     // Lost members that may come back with the live state (see Returning),
     // until a later generation takes effect.
     absl::flat_hash_map<std::string, Returning> returning;
@@ -357,6 +371,12 @@ class JobManager {
   // Fences silent suspended members and stalled ones; fails jobs that waited
   // too long for workers.
   void CheckTimeouts(JobEntry& entry, absl::Time now, Effects* effects);
+  // Turns the suspension's unreachable reports whose two workers are both
+  // alive into cuts, then drops from `request` the candidates a cut-free
+  // plan leaves out (preferring `holders`); returns them.
+  std::vector<std::string> KeepReachable(JobEntry& entry, PlanRequest* request,
+                                         const std::map<std::string, int64_t>& holders,
+                                         absl::Time now);
   // Stops all members and moves the job to a terminal state.
   void Finish(JobEntry& entry, v1::JobState state, const std::string& message, absl::Time now,
               Effects* effects);

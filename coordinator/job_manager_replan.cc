@@ -88,6 +88,11 @@ void JobManager::Replan(JobEntry& entry, const std::string& reason, bool only_if
       }
     }
     AppendIdleCandidates(entry.job.spec(), &request);
+    // Workers kept apart count once: growing onto them would split again.
+    const std::vector<std::string> apart = KeepReachable(entry, &request, {}, now);
+    current -= static_cast<int>(std::count_if(apart.begin(), apart.end(), [&](const std::string& w) {
+      return IsMember(entry, WorkerId(w));
+    }));
     absl::StatusOr<MeshShape> shape =
         MeshPlanner::ChooseShape(request, static_cast<int>(request.candidates.size()));
     if (!shape.ok() || shape->world() <= current) return;
@@ -176,6 +181,12 @@ void JobManager::OnSuspended(JobEntry& entry, const WorkerId& worker,
   }
   if (!entry.suspension.has_value()) return;  // planned at once
   Suspension& s = *entry.suspension;
+  // Bounded: a peer's report is input (16 names, 256 reports a suspension).
+  for (int i = 0; i < std::min(status.unreachable_workers_size(), 16); ++i) {
+    const std::string& peer = status.unreachable_workers(i);
+    if (peer.empty() || peer.size() > 256 || s.unreachable.size() >= 256) continue;
+    s.unreachable.emplace_back(worker.value(), peer);
+  }
   const uint64_t live = entry.job.live_state().generation();
   for (const v1::HeldState& held : status.held_states()) {
     if (live != 0 && held.generation() == live) {
@@ -186,6 +197,38 @@ void JobManager::OnSuspended(JobEntry& entry, const WorkerId& worker,
   }
   s.awaiting.erase(worker);
   if (s.awaiting.empty()) CompleteSuspension(entry, now, effects);
+}
+
+std::vector<std::string> JobManager::KeepReachable(JobEntry& entry, PlanRequest* request,
+                                                  const std::map<std::string, int64_t>& holders,
+                                                  absl::Time now) {
+  const JobId id(entry.job.job_id());
+  if (entry.suspension.has_value()) {
+    // Both ends alive now that the suspension settled (a crashed peer is
+    // lost by then, a hung one fenced): they could not reach each other.
+    for (const auto& [reporter, peer] : entry.suspension->unreachable) {
+      const WorkerRecord* a = membership_->Find(WorkerId(reporter));
+      const WorkerRecord* b = membership_->Find(WorkerId(peer));
+      if (a == nullptr || b == nullptr || a->state == WorkerState::kLost ||
+          b->state == WorkerState::kLost) {
+        continue;
+      }
+      LOG(WARNING) << "job " << id << ": worker " << reporter << " (host " << a->host
+                   << ") could not reach worker " << peer << " (host " << b->host
+                   << "), both alive: keeping them apart";
+      entry.reachability.Report({reporter, a->host}, {peer, b->host}, now);
+    }
+    entry.suspension->unreachable.clear();
+  }
+  if (!entry.reachability.Holding(now)) return {};
+  std::set<std::string> preferred;
+  for (const auto& [worker, step] : holders) preferred.insert(worker);
+  std::vector<std::string> apart = entry.reachability.Filter(&request->candidates, preferred, now);
+  if (!apart.empty()) {
+    LOG(INFO) << "job " << id << ": leaving out " << absl::StrJoin(apart, ", ")
+              << " (kept apart: " << entry.reachability.Describe(now) << ")";
+  }
+  return apart;
 }
 
 void JobManager::CompleteSuspension(JobEntry& entry, absl::Time now, Effects* effects) {
@@ -203,7 +246,7 @@ void JobManager::CompleteSuspension(JobEntry& entry, absl::Time now, Effects* ef
       request.candidates.push_back(ToPlannerWorker(*record));
     }
   }
-  const size_t members = request.candidates.size();
+  size_t members = request.candidates.size();
   // Every member was lost (a stall of the whole job, a partition of all of
   // it) and some may come back: wait for them all, so the job resumes in
   // its own layout rather than on whoever re-attached first.
@@ -229,6 +272,12 @@ void JobManager::CompleteSuspension(JobEntry& entry, absl::Time now, Effects* ef
     return;
   }
   AppendIdleCandidates(entry.job.spec(), &request);
+  const std::vector<std::string> apart = KeepReachable(entry, &request, s.holders, now);
+  if (!apart.empty()) {
+    // Members first in the candidates, kept in order.
+    members = 0;
+    for (const PlannerWorker& w : request.candidates) members += IsMember(entry, w.id) ? 1 : 0;
+  }
   request.previous = &entry.job.mesh();
   absl::StatusOr<v1::Mesh> mesh = MeshPlanner::Plan(request);
   if (!mesh.ok() && s.growth) {
@@ -255,6 +304,7 @@ void JobManager::CompleteSuspension(JobEntry& entry, absl::Time now, Effects* ef
                                std::max(1, live.optimizer_replicas())};
   }
   input.holders = s.holders;
+  for (const std::string& worker : apart) input.holders.erase(worker);  // cannot reach the others
   input.next_mesh = *mesh;
   input.checkpoint_step = LatestCheckpoint(id);
   input.reported_step = entry.reached_step;

@@ -77,6 +77,11 @@ ABSL_FLAG(absl::Duration, readopt_grace, absl::Seconds(10),
           "after a restart, how long members of running jobs may take to re-attach before they "
           "are treated as lost and their jobs re-planned (workers holding an assignment retry at "
           "least every ~1.2 s, so keep this above ~3 s)");
+ABSL_FLAG(absl::Duration, isolation_limit, absl::Minutes(2),
+          "when the coordinator hears from no worker at all (two or more attached, all silent "
+          "for max(heartbeat_timeout / 2, 2 heartbeat intervals)) it takes its own network to be "
+          "cut and fences no one until it hears from a worker again, for at most this long; then "
+          "the silent workers get --readopt_grace to re-attach. 0: never assume so");
 ABSL_FLAG(absl::Duration, suspend_timeout, absl::Seconds(10),
           "how long members of a job being re-planned may take to answer Suspend with the state "
           "they hold; members silent that long are fenced as hung");
@@ -86,6 +91,11 @@ ABSL_FLAG(absl::Duration, finished_job_retention, absl::Hours(24 * 7),
 ABSL_FLAG(absl::Duration, prepare_timeout, absl::Minutes(10),
           "a new generation of a job whose members have not all reported ready within this "
           "time is re-planned (the workers' own deadlines normally end a failed Prepare first)");
+ABSL_FLAG(absl::Duration, partition_hold, absl::Seconds(30),
+          "workers of a job that report they cannot reach each other while both are alive (a "
+          "partial partition) are kept apart in its plans this long, doubling on each repeat (up "
+          "to 16x); then the job tries to grow back onto them. Workers on different hosts are "
+          "kept apart host by host");
 ABSL_FLAG(int, warm_spares_per_job, 1,
           "idle workers named warm spares of each running job: each prepares the session of a "
           "place in the job ahead (within its --warm_spare_memory_bytes), so taking that place "
@@ -189,9 +199,11 @@ int main(int argc, char** argv) {
   config.coordinator.heartbeat_interval = absl::GetFlag(FLAGS_heartbeat_interval);
   config.coordinator.heartbeat_timeout = absl::GetFlag(FLAGS_heartbeat_timeout);
   config.coordinator.readopt_grace = absl::GetFlag(FLAGS_readopt_grace);
+  config.coordinator.isolation_limit = absl::GetFlag(FLAGS_isolation_limit);
   config.coordinator.suspend_timeout = absl::GetFlag(FLAGS_suspend_timeout);
   config.coordinator.prepare_timeout = absl::GetFlag(FLAGS_prepare_timeout);
   config.coordinator.warm_spares_per_job = absl::GetFlag(FLAGS_warm_spares_per_job);
+  config.coordinator.partition_hold = absl::GetFlag(FLAGS_partition_hold);
   if (config.coordinator.warm_spares_per_job < 0 || config.coordinator.warm_spares_per_job > 64) {
     std::cerr << "cohort-coordinator: --warm_spares_per_job must be within [0, 64]\n";
     return 64;
@@ -217,7 +229,8 @@ int main(int argc, char** argv) {
             config.coordinator.heartbeat_interval, config.coordinator.heartbeat_timeout,
             config.coordinator.readopt_grace, config.coordinator.suspend_timeout,
             config.coordinator.prepare_timeout, config.coordinator.hang_timeout_floor,
-            config.checkpoint_abandon_after})}) {
+            config.checkpoint_abandon_after, config.coordinator.isolation_limit,
+            config.coordinator.partition_hold})}) {
     if (!checked.ok()) {
       std::cerr << "cohort-coordinator: " << checked.message() << "\n";
       return 64;

@@ -123,10 +123,25 @@ absl::StatusOr<JoinResult> MembershipTable::Join(const v1::Hello& hello, absl::T
   if (!inserted) {
     if (record.incarnation.value() == hello.incarnation()) {
       if (record.state != WorkerState::kLost) {
-        return absl::AlreadyExistsError(
-            absl::StrCat("worker ", hello.worker_id(), " incarnation ", hello.incarnation(),
-                         " is already attached (", WorkerStateName(record.state),
-                         "); a second stream from the same process is refused"));
+        // A process opens a new stream only after giving its old one up, so
+        // the old one is dead or dying: the new one takes the record over.
+        // One claiming another host or device is not that process.
+        if (record.host != hello.host() || record.device_kind != hello.device_kind() ||
+            record.device_index != hello.device_index()) {
+          return absl::AlreadyExistsError(absl::StrCat(
+              "worker ", hello.worker_id(), " incarnation ", hello.incarnation(),
+              " is already attached (", WorkerStateName(record.state), ") from host ",
+              record.host, " device ", record.device_index, "; a stream claiming host ",
+              hello.host(), " device ", hello.device_index(), " is refused"));
+        }
+        result.took_over = true;
+        record.last_heartbeat = now;
+        record.metrics_address = hello.metrics_address();
+        if (record.state == WorkerState::kAssigned) {
+          result.readopt_into = record.job;
+          Release(id);
+        }
+        return result;
       }
       // The same process reconnecting after its stream broke: it comes back
       // IDLE; its old job already saw the loss.
@@ -194,7 +209,7 @@ std::vector<LostWorker> MembershipTable::Expire(absl::Time now) {
         workers_.erase(it++);
         continue;
       }
-    } else if (record.last_heartbeat < silent_before) {
+    } else if (record.last_heartbeat < silent_before && now >= excused_until_) {
       lost.push_back(MakeLost(record, LossReason::kHeartbeatTimeout, now));
       SetState(record, WorkerState::kLost);
     }
@@ -204,6 +219,18 @@ std::vector<LostWorker> MembershipTable::Expire(absl::Time now) {
   std::sort(lost.begin(), lost.end(),
             [](const LostWorker& a, const LostWorker& b) { return a.id < b.id; });
   return lost;
+}
+
+std::optional<absl::Time> MembershipTable::NewestHeartbeat(int min_workers) const {
+  std::optional<absl::Time> newest;
+  int live = 0;
+  for (const auto& [id, record] : workers_) {
+    if (record.state == WorkerState::kLost) continue;
+    ++live;
+    if (!newest.has_value() || record.last_heartbeat > *newest) newest = record.last_heartbeat;
+  }
+  if (live < min_workers) return std::nullopt;
+  return newest;
 }
 
 void MembershipTable::Discount(absl::Duration gap, absl::Time now) {

@@ -17,6 +17,7 @@
 // Messages carrying an incarnation other than the current one get Aborted.
 // LOST records stay listed for `lost_retention` and are then forgotten.
 
+#include <algorithm>
 #include <map>
 #include <optional>
 #include <set>
@@ -70,6 +71,11 @@ struct JoinResult {
   // LOST) and in a job: the caller treats this as that job losing a member.
   // A LOST predecessor's job was already reported by MarkLost / Expire.
   std::optional<JobId> previous_job;
+  // The same incarnation on a new stream while its record was live: the
+  // record is kept (heard from now). An ASSIGNED worker comes back IDLE
+  // with its job here, for the caller to re-adopt in place.
+  bool took_over = false;
+  std::optional<JobId> readopt_into;
 };
 
 struct LostWorker {
@@ -92,9 +98,10 @@ class MembershipTable {
   explicit MembershipTable(Options options);
 
   // Registers a worker from its Hello. InvalidArgument if worker_id is empty,
-  // incarnation is 0 or device_kind is unspecified. AlreadyExists if the same
-  // (id, incarnation) is already attached and not LOST (a duplicate stream).
-  // A LOST record with the same incarnation comes back (state IDLE).
+  // incarnation is 0 or device_kind is unspecified. The same (id,
+  // incarnation) while not LOST is a take-over (JoinResult::took_over)
+  // when the Hello names the same host and device, else AlreadyExists. A
+  // LOST record with the same incarnation comes back (state IDLE).
   absl::StatusOr<JoinResult> Join(const v1::Hello& hello, absl::Time now);
 
   // Records a heartbeat. NotFound for an unknown id; Aborted if the
@@ -114,9 +121,15 @@ class MembershipTable {
                                      absl::Time now);
 
   // Marks every non-LOST worker silent for longer than heartbeat_timeout as
-  // LOST (reason kHeartbeatTimeout) and returns them; forgets LOST records
-  // older than lost_retention.
+  // LOST (reason kHeartbeatTimeout) and returns them (none before the time
+  // ExcuseSilenceUntil set); forgets LOST records older than lost_retention.
   std::vector<LostWorker> Expire(absl::Time now);
+  // No heartbeat timeouts before `until` (after the coordinator's own
+  // isolation: the silent workers get time to re-attach).
+  void ExcuseSilenceUntil(absl::Time until) { excused_until_ = std::max(excused_until_, until); }
+  // The newest heartbeat among non-LOST workers, if there are at least
+  // `min_workers` of them.
+  std::optional<absl::Time> NewestHeartbeat(int min_workers) const;
 
   // The coordinator itself did not run for `gap` (ending at `now`): heartbeat
   // ages do not count it (each last heartbeat moves later by `gap`, at most
@@ -158,6 +171,7 @@ class MembershipTable {
   };
 
   Options options_;
+  absl::Time excused_until_ = absl::InfinitePast();
   // Node-based: records do not move, so the idle index can point at them.
   absl::node_hash_map<WorkerId, WorkerRecord> workers_;
   std::array<int, 4> in_state_{};  // by WorkerState

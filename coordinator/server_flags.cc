@@ -34,6 +34,8 @@ absl::Status CheckTimingFlags(const TimingFlags& f) {
       {"prepare_timeout", f.prepare_timeout, ms, kMaxDeadline},
       {"hang_timeout_floor", f.hang_timeout_floor, absl::ZeroDuration(), kMaxDeadline},
       {"checkpoint_abandon_after", f.checkpoint_abandon_after, absl::Seconds(1), kMaxDeadline},
+      {"isolation_limit", f.isolation_limit, absl::ZeroDuration(), kMaxDeadline},
+      {"partition_hold", f.partition_hold, absl::Seconds(1), absl::Hours(24)},
   };
   for (const Bound& b : bounds) {
     if (absl::Status s = CheckDuration(b.flag, b.value, b.min, b.max); !s.ok()) return s;

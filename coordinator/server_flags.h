@@ -19,6 +19,8 @@ struct TimingFlags {
   absl::Duration prepare_timeout;
   absl::Duration hang_timeout_floor;
   absl::Duration checkpoint_abandon_after;
+  absl::Duration isolation_limit;
+  absl::Duration partition_hold;
 };
 // The first violated bound, naming its flag and the allowed range.
 absl::Status CheckTimingFlags(const TimingFlags& flags);

@@ -367,7 +367,7 @@ class Harness {
       stream.incarnation = Incarnation(hello.incarnation());
       return absl::OkStatus();
     }
-    absl::Status status = coordinator_->OnWorkerMessage(*stream.worker, message);
+    absl::Status status = coordinator_->OnWorkerMessage(*stream.worker, message, stream.sink.get());
     if (status.code() == absl::StatusCode::kAborted &&
         message.kind_case() == v1::WorkerMessage::kStatus) {
       return absl::OkStatus();
@@ -390,7 +390,9 @@ class Harness {
 
   void CloseStream(int slot) {
     AttachStream& stream = streams_[slot];
-    if (stream.worker.has_value()) coordinator_->Detach(*stream.worker, stream.incarnation);
+    if (stream.worker.has_value()) {
+      coordinator_->Detach(*stream.worker, stream.incarnation, stream.sink.get());
+    }
     stream = AttachStream();
   }
 

@@ -7,9 +7,30 @@
 #include "common/command_target.h"
 #include "common/log.h"
 #include "common/process_info.h"
+#include "worker/comm/failed_peer.h"
 
 namespace cohort::worker {
 namespace {
+
+// The worker behind the peer `why` names (comm::FailedPeer: a participant of
+// `assignment`'s generation), as the coordinator knows it; none if unnamed.
+std::vector<std::string> UnreachableWorkers(const Assignment& assignment, const absl::Status& why) {
+  const std::optional<int> peer = comm::FailedPeer(why);
+  if (!peer.has_value()) return {};
+  const int members = assignment.mesh.members_size();
+  if (*peer < members) {
+    for (const v1::MeshMember& m : assignment.mesh.members()) {
+      if (m.coordinates().rank() == *peer) return {m.worker_id()};
+    }
+    return {};
+  }
+  const int donor = *peer - members;
+  if (assignment.recovery.kind() == v1::RECOVERY_KIND_PEER &&
+      donor < assignment.recovery.donors_size()) {
+    return {assignment.recovery.donors(donor).worker_id()};
+  }
+  return {};
+}
 
 std::string CoordinatesString(const v1::MeshCoordinates& c) {
   return absl::StrCat("rank ", c.rank(), " (data ", c.data(), ", tensor ", c.tensor(),
@@ -691,13 +712,16 @@ void WorkerAgent::ExecuteDonate(Assignment assignment) {
 
 void WorkerAgent::ReportSuspended(const JobId& job, Generation generation,
                                   const std::vector<v1::HeldState>& held,
-                                  const std::string& reason) {
+                                  const absl::Status& why) {
+  std::vector<std::string> unreachable;
   {
     absl::MutexLock lock(&mu_);
     if (!held_.has_value() || held_->job_id != job || held_->generation != generation) return;
     held_state_ = v1::ASSIGNMENT_STATE_SUSPENDED;
+    unreachable = UnreachableWorkers(*held_, why);
   }
-  SendStatus(job, generation, v1::ASSIGNMENT_STATE_SUSPENDED, reason, held);
+  SendStatus(job, generation, v1::ASSIGNMENT_STATE_SUSPENDED, std::string(why.message()), held, {},
+             unreachable);
 }
 
 void WorkerAgent::PrepareAndReport(Assignment assignment) {
@@ -732,7 +756,8 @@ void WorkerAgent::PrepareAndReport(Assignment assignment) {
       absl::MutexLock lock(&mu_);
       if (held_.has_value() && held_->job_id == job) held_state_ = v1::ASSIGNMENT_STATE_SUSPENDED;
     }
-    SendStatus(job, generation, v1::ASSIGNMENT_STATE_SUSPENDED, prepared.ToString(), held);
+    SendStatus(job, generation, v1::ASSIGNMENT_STATE_SUSPENDED, prepared.ToString(), held, {},
+               UnreachableWorkers(assignment, prepared));
     return;
   }
   LOG(ERROR) << "cannot run job " << job << " generation " << generation << ": " << prepared;
@@ -769,7 +794,8 @@ void WorkerAgent::ReportTrainingFinished(const JobId& job, Generation generation
 
 void WorkerAgent::SendStatus(const JobId& job, Generation generation, v1::AssignmentState state,
                              const std::string& message, const std::vector<v1::HeldState>& held,
-                             const v1::PreparePhases& prepare) {
+                             const v1::PreparePhases& prepare,
+                             const std::vector<std::string>& unreachable) {
   v1::AssignmentStatus status;
   status.set_job_id(job.value());
   status.set_generation(generation.value());
@@ -777,6 +803,7 @@ void WorkerAgent::SendStatus(const JobId& job, Generation generation, v1::Assign
   status.set_message(message);
   for (const v1::HeldState& h : held) *status.add_held_states() = h;
   if (state == v1::ASSIGNMENT_STATE_READY) *status.mutable_prepare() = prepare;
+  for (const std::string& worker : unreachable) status.add_unreachable_workers(worker);
   *status.mutable_progress() = ToProto(trainer_->progress());
   std::shared_ptr<AttachStream> stream;
   {

@@ -122,8 +122,10 @@ class WorkerAgent {
   // Called by the trainer when training of the held generation stopped
   // because a peer failed (the state is kept): reported SUSPENDED with
   // `held`, so the coordinator can recover even before it notices the loss.
+  // `why`: the step's error; the peer it names (comm::FailedPeer) is
+  // reported as unreachable.
   void ReportSuspended(const JobId& job, Generation generation,
-                       const std::vector<v1::HeldState>& held, const std::string& reason);
+                       const std::vector<v1::HeldState>& held, const absl::Status& why);
 
   // The assignment held now, if any.
   std::optional<Assignment> held() const;
@@ -174,7 +176,8 @@ class WorkerAgent {
   // `prepare` goes with READY only.
   void SendStatus(const JobId& job, Generation generation, v1::AssignmentState state,
                   const std::string& message, const std::vector<v1::HeldState>& held = {},
-                  const v1::PreparePhases& prepare = {});
+                  const v1::PreparePhases& prepare = {},
+                  const std::vector<std::string>& unreachable = {});
   // Writes undelivered statuses, oldest first, until one fails.
   void FlushPendingStatuses(const std::shared_ptr<AttachStream>& stream)
       ABSL_LOCKS_EXCLUDED(flush_mu_);

@@ -177,7 +177,8 @@ absl::StatusOr<std::unique_ptr<GenerationComms>> EngineTrainer::NewUcxComms(
   std::unique_ptr<comm::KvClient> kv = options_.kv_factory
                                            ? options_.kv_factory(scope)
                                            : comm::NewCoordinatorKvClient(options_.coordinator, scope);
-  return CreateUcxGenerationComms(request, std::move(kv), options_.bootstrap_timeout);
+  return CreateUcxGenerationComms(request, std::move(kv), options_.bootstrap_timeout,
+                                  options_.ucx_net_devices);
 }
 
 bool EngineTrainer::CanKeepSession(const Run& source, const Assignment& assignment) {
@@ -929,8 +930,7 @@ void EngineTrainer::Train(Run* run) {
       // Until this generation has trained, the source generation's state is
       // held too, or the coordinator would not know it survives.
       if (!run->trained) held.insert(held.end(), run->kept.begin(), run->kept.end());
-      options_.on_suspended(run->job_id, run->generation, held,
-                            std::string(outcome.status.message()));
+      options_.on_suspended(run->job_id, run->generation, held, outcome.status);
       return;
     }
     case TrainingLoopEnd::kFailed:

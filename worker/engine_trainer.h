@@ -85,6 +85,9 @@ struct EngineTrainerOptions {
   int num_threads = 0;
   // Bound on building the communicators (all peers must publish).
   absl::Duration bootstrap_timeout = absl::Seconds(120);
+  // UCX's network interfaces for groups across hosts
+  // (comm::UcxContextOptions::net_devices); empty: UCX's choice.
+  std::string ucx_net_devices;
   // Bound on each collective of a step, and on each round of a state transfer.
   absl::Duration collective_timeout = absl::Seconds(60);
   // Bound on restoring from a checkpoint, and on each upload.
@@ -93,9 +96,10 @@ struct EngineTrainerOptions {
   int checkpoint_load_streams = checkpoint::kDefaultLoadStreams;
   // Called from the training thread when a run ends on its own (see above).
   std::function<void(const JobId&, Generation, const absl::Status&)> on_finished;
-  // Called from the training thread when a peer failed mid-step.
+  // Called from the training thread when a peer failed mid-step, with the
+  // step's error (comm::FailedPeer names the peer where it is known).
   std::function<void(const JobId&, Generation, const std::vector<v1::HeldState>&,
-                     const std::string&)>
+                     const absl::Status&)>
       on_suspended;
   // Makes the bootstrap KvClient for a scope; default: the coordinator's.
   std::function<std::unique_ptr<comm::KvClient>(const comm::KvScopeRef&)> kv_factory;

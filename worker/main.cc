@@ -65,6 +65,16 @@ ABSL_FLAG(int64_t, warm_spare_memory_bytes, -1,
 ABSL_FLAG(int, checkpoint_load_streams, 4,
           "Concurrent download streams when restoring from a checkpoint: the coordinator reads "
           "one stream's chunk from disk while another's is on the wire. Within [1, 64].");
+ABSL_FLAG(absl::Duration, collective_timeout, absl::Seconds(60),
+          "How long one collective or point-to-point exchange of a training step may wait for "
+          "its peers before the step fails (DeadlineExceeded) and the worker reports to the "
+          "coordinator for a new plan. A peer that dies or becomes unreachable is usually noticed "
+          "sooner (Unavailable). Within [1s, 1h].");
+ABSL_FLAG(std::string, ucx_net_devices, "auto",
+          "Network interfaces UCX uses between hosts: \"auto\" (the interface holding "
+          "--metrics_address's address; UCX's choice when that is loopback or a name), "
+          "\"all\" (UCX's choice), or UCX's own list (e.g. \"eth0\" or \"mlx5_0:1\"). "
+          "$UCX_NET_DEVICES, when set, wins.");
 ABSL_FLAG(std::string, log_level, "",
           "Minimum log level: debug, info, warning or error; empty means $COHORT_LOG_LEVEL, "
           "else info.");
@@ -158,6 +168,16 @@ int main(int argc, char** argv) {
   config.checkpoint_load_streams = absl::GetFlag(FLAGS_checkpoint_load_streams);
   if (config.checkpoint_load_streams < 1 || config.checkpoint_load_streams > 64) {
     return Fail("--checkpoint_load_streams must be within [1, 64]");
+  }
+  config.ucx_net_devices = absl::GetFlag(FLAGS_ucx_net_devices);
+  if (config.ucx_net_devices.empty() || config.ucx_net_devices.size() > 256) {
+    return Fail("--ucx_net_devices must be auto, all or a UCX device list (1 to 256 characters)");
+  }
+  config.collective_timeout = absl::GetFlag(FLAGS_collective_timeout);
+  if (absl::Status checked = cohort::CheckDuration("collective_timeout", config.collective_timeout,
+                                                   absl::Seconds(1), absl::Hours(1));
+      !checked.ok()) {
+    return Fail(std::string(checked.message()));
   }
   cohort::log::SetProcessTag("worker");
 

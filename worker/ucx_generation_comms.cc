@@ -68,7 +68,7 @@ struct UcxGenerationComms : public GenerationComms {
 
 absl::StatusOr<std::unique_ptr<GenerationComms>> CreateUcxGenerationComms(
     const CommsRequest& request, std::unique_ptr<comm::KvClient> kv,
-    absl::Duration bootstrap_timeout) {
+    absl::Duration bootstrap_timeout, const std::string& net_devices) {
   const Assignment& assignment = *request.assignment;
   auto comms = std::make_unique<UcxGenerationComms>();
   comms->kv_ = std::make_unique<CancellableKvClient>(std::move(kv), request.cancelled);
@@ -84,6 +84,7 @@ absl::StatusOr<std::unique_ptr<GenerationComms>> CreateUcxGenerationComms(
                                     assignment.generation.value(), "/");
   context.bootstrap_timeout = bootstrap_timeout;
   context.cancelled = request.cancelled;
+  context.net_devices = net_devices;
   ASSIGN_OR_RETURN(comms->context_, comm::UcxContext::Create(context));
   if (request.mesh_groups) {
     ASSIGN_OR_RETURN(comm::MeshGroups groups,

@@ -6,6 +6,7 @@
 // recovery, one over every participant.
 
 #include <memory>
+#include <string>
 
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
@@ -16,9 +17,10 @@ namespace cohort::worker {
 
 // `kv` reaches the generation's KeyValue scope; the bootstrap waits for every
 // participant's address for at most `bootstrap_timeout` and gives up soon
-// after request.cancelled is set (Cancelled).
+// after request.cancelled is set (Cancelled). `net_devices`: UCX's network
+// interfaces across hosts (UcxContextOptions::net_devices; "": UCX's choice).
 absl::StatusOr<std::unique_ptr<GenerationComms>> CreateUcxGenerationComms(
     const CommsRequest& request, std::unique_ptr<comm::KvClient> kv,
-    absl::Duration bootstrap_timeout);
+    absl::Duration bootstrap_timeout, const std::string& net_devices = "");
 
 }  // namespace cohort::worker

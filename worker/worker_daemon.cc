@@ -1,10 +1,12 @@
 #include "worker/worker_daemon.h"
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/strip.h"
 #include "common/clock.h"
 #include "common/log.h"
 #include "common/process_info.h"
 #include "common/status_macros.h"
+#include "worker/comm/net_interface.h"
 #include "worker/device/device_discovery.h"
 #include "worker/idle_trainer.h"
 #include "worker/engine_trainer.h"
@@ -51,6 +53,14 @@ absl::StatusOr<std::unique_ptr<WorkerDaemon>> WorkerDaemon::Create(const WorkerC
   options.identity.device_index = config.device_index;
   options.identity.capabilities = CapabilitiesFor(device);
   options.identity.metrics_address = daemon->metrics_server_->address();
+  // UCX between hosts takes the interface of the announced address.
+  const std::string announced = options.identity.metrics_address.substr(
+      0, options.identity.metrics_address.rfind(':'));
+  const std::string ucx_net_devices = comm::ResolveNetDevices(
+      config.ucx_net_devices, absl::StrCat(absl::StripPrefix(absl::StripSuffix(announced, "]"), "[")));
+  LOG(INFO) << "UCX network devices between hosts: "
+            << (ucx_net_devices.empty() ? std::string("UCX's choice") : ucx_net_devices)
+            << " (--ucx_net_devices=" << config.ucx_net_devices << ")";
   daemon->incarnation_ = NewIncarnation();
   options.incarnation = daemon->incarnation_;
   options.backoff = config.backoff;
@@ -66,6 +76,8 @@ absl::StatusOr<std::unique_ptr<WorkerDaemon>> WorkerDaemon::Create(const WorkerC
     engine.registry = registry;
     engine.loss_log = config.loss_log;
     engine.checkpoint_load_streams = config.checkpoint_load_streams;
+    engine.collective_timeout = config.collective_timeout;
+    engine.ucx_net_devices = ucx_net_devices;
     engine.warm_memory_bytes = config.warm_spare_memory_bytes < 0
                                    ? static_cast<uint64_t>(device.memory_bytes) / 4
                                    : static_cast<uint64_t>(config.warm_spare_memory_bytes);
@@ -73,8 +85,8 @@ absl::StatusOr<std::unique_ptr<WorkerDaemon>> WorkerDaemon::Create(const WorkerC
     WorkerDaemon* self = daemon.get();
     engine.on_suspended = [self](const JobId& job, Generation generation,
                                  const std::vector<v1::HeldState>& held,
-                                 const std::string& reason) {
-      self->agent_->ReportSuspended(job, generation, held, reason);
+                                 const absl::Status& why) {
+      self->agent_->ReportSuspended(job, generation, held, why);
     };
     engine.on_finished = [self](const JobId& job, Generation generation,
                                 const absl::Status& status) {

@@ -36,6 +36,9 @@ struct WorkerConfig {
   // EngineTrainerOptions::warm_memory_bytes; -1: a quarter of the device's memory.
   int64_t warm_spare_memory_bytes = -1;
   int checkpoint_load_streams = 4;  // EngineTrainerOptions::checkpoint_load_streams
+  absl::Duration collective_timeout = absl::Seconds(60);  // EngineTrainerOptions::collective_timeout
+  // --ucx_net_devices: "auto", "all" or UCX's own list (comm::ResolveNetDevices).
+  std::string ucx_net_devices = "auto";
 };
 
 // "<host>-<cpu|gpu>-<index>".

@@ -22,6 +22,7 @@ class StreamSink : public WorkerSink {
  public:
   explicit StreamSink(AttachReactor* reactor) : reactor_(reactor) {}
   void Send(const v1::CoordinatorMessage& message) override;
+  void Close() override;
   void Clear() {
     absl::MutexLock lock(&mu_);
     reactor_ = nullptr;
@@ -84,6 +85,12 @@ class AttachReactor : public grpc::ServerBidiReactor<v1::WorkerMessage, v1::Coor
     if (!outbox_.empty() && !finished_) StartNextWriteLocked();
   }
 
+  // The same process attached again on a newer stream (Coordinator::Attach).
+  void Supersede() {
+    FinishOnce(grpc::Status(grpc::StatusCode::ABORTED,
+                            "superseded by a newer Attach stream of the same process"));
+  }
+
   void OnCancel() override {
     Lost("stream cancelled");
     FinishOnce(grpc::Status::CANCELLED);
@@ -122,7 +129,7 @@ class AttachReactor : public grpc::ServerBidiReactor<v1::WorkerMessage, v1::Coor
       incarnation_ = Incarnation(hello.incarnation());
       return absl::OkStatus();
     }
-    absl::Status status = coordinator_->OnWorkerMessage(*worker_, message);
+    absl::Status status = coordinator_->OnWorkerMessage(*worker_, message, sink_.get());
     // A stale generation in a status is the worker's problem, not the stream's.
     if (status.code() == absl::StatusCode::kAborted &&
         message.kind_case() == v1::WorkerMessage::kStatus) {
@@ -145,7 +152,7 @@ class AttachReactor : public grpc::ServerBidiReactor<v1::WorkerMessage, v1::Coor
     }
     if (first) {
       LOG(DEBUG) << "worker " << *worker_ << ": " << why;
-      coordinator_->Detach(*worker_, incarnation_);
+      coordinator_->Detach(*worker_, incarnation_, sink_.get());
     }
   }
 
@@ -181,6 +188,11 @@ class AttachReactor : public grpc::ServerBidiReactor<v1::WorkerMessage, v1::Coor
 void StreamSink::Send(const v1::CoordinatorMessage& message) {
   absl::MutexLock lock(&mu_);
   if (reactor_ != nullptr) reactor_->Enqueue(message);
+}
+
+void StreamSink::Close() {
+  absl::MutexLock lock(&mu_);
+  if (reactor_ != nullptr) reactor_->Supersede();
 }
 
 }  // namespace

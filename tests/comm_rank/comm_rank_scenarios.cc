@@ -280,6 +280,7 @@ int RunCollectives(const RankConfig& config) {
     return kSetupFailed;
   }
   Checker check(config, session->world.get());
+  std::fprintf(stderr, "rank %d: ring position %d\n", config.rank, session->world->ring_position());
   const size_t kMedium = (size_t{1} << 20) + 3;
   std::vector<size_t> sizes = {0, 1, 7, 1023};
   if (config.max_elements >= kMedium) sizes.push_back(kMedium);

@@ -132,6 +132,17 @@ class LocalCluster {
     return job;
   }
 
+  absl::StatusOr<v1::Job> Cancel(const std::string& job_id) {
+    grpc::ClientContext context;
+    context.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(10));
+    v1::CancelJobRequest request;
+    request.set_job_id(job_id);
+    v1::Job job;
+    grpc::Status status = jobs_->Cancel(&context, request, &job);
+    if (!status.ok()) return FromGrpcStatus(status);
+    return job;
+  }
+
   absl::StatusOr<v1::Job> Scale(const std::string& job_id, int min_workers, int max_workers) {
     grpc::ClientContext context;
     context.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(10));

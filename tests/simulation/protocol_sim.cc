@@ -22,6 +22,7 @@ const char* FaultKindName(FaultKind kind) {
     case FaultKind::kCrashCoordinator: return "crash-coordinator";
     case FaultKind::kFreezeCoordinator: return "freeze-coordinator";
     case FaultKind::kPartitionWorker: return "partition-worker";
+    case FaultKind::kPartitionCoordinator: return "partition-coordinator";
     case FaultKind::kBreakStream: return "break-stream";
   }
   return "?";
@@ -71,7 +72,7 @@ void World::ScheduleFaults() {
     for (int i = 0; i < n; ++i) {
       ScriptedFault f;
       f.at = Uniform(absl::Seconds(2), options_.fault_window);
-      const uint64_t pick = rng_() % 12;
+      const uint64_t pick = rng_() % 13;
       f.kind = pick < 3   ? FaultKind::kCrashWorker
                : pick < 5 ? FaultKind::kFreezeWorker
                : pick < 6 ? FaultKind::kFreezeWorkers
@@ -79,6 +80,7 @@ void World::ScheduleFaults() {
                : pick < 8 ? FaultKind::kCrashCoordinator
                : pick < 9 ? FaultKind::kFreezeCoordinator
                : pick < 10 ? FaultKind::kPartitionWorker
+               : pick < 11 ? FaultKind::kPartitionCoordinator
                            : FaultKind::kBreakStream;
       // Shorter than the re-adoption grace (10 s): the invariants count on
       // a frozen or cut-off process coming back in time (protocol_invariants.cc).
@@ -88,7 +90,8 @@ void World::ScheduleFaults() {
           if (Chance(0.5)) f.workers.push_back(w);
         }
       } else if (f.kind != FaultKind::kFreezeAll && f.kind != FaultKind::kCrashCoordinator &&
-                 f.kind != FaultKind::kFreezeCoordinator) {
+                 f.kind != FaultKind::kFreezeCoordinator &&
+                 f.kind != FaultKind::kPartitionCoordinator) {
         f.workers.push_back(static_cast<int>(rng_() % static_cast<uint64_t>(workers)));
       }
       faults_.push_back(f);
@@ -145,6 +148,13 @@ void World::Inject(const ScriptedFault& f) {
       for (int w : f.workers) {
         NoteUnreachable(w, until);
         partitioned_until_[w] = std::max(partitioned_until_[w], until);
+      }
+      break;
+    case FaultKind::kPartitionCoordinator:
+      for (size_t w = 0; w < workers_.size(); ++w) {
+        NoteUnreachable(static_cast<int>(w), until);
+        partitioned_until_[static_cast<int>(w)] =
+            std::max(partitioned_until_[static_cast<int>(w)], until);
       }
       break;
     case FaultKind::kBreakStream:

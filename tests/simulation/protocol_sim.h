@@ -37,6 +37,7 @@ enum class FaultKind {
   kCrashCoordinator,   // kill -9 of the coordinator; restarts from its persisted jobs
   kFreezeCoordinator,  // SIGSTOP of the coordinator
   kPartitionWorker,    // nothing passes between one worker and the coordinator
+  kPartitionCoordinator,  // nothing passes between the coordinator and any worker
   kBreakStream,        // one worker's Attach stream breaks (both ends see it)
 };
 const char* FaultKindName(FaultKind kind);

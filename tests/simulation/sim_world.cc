@@ -35,6 +35,7 @@ class World::SimSink : public coordinator::WorkerSink {
   void Send(const v1::CoordinatorMessage& message) override {
     world_->SendToWorker(stream_, message);
   }
+  void Close() override { world_->CloseStream(stream_); }
 
  private:
   World* world_;
@@ -334,7 +335,8 @@ void World::DeliverToCoordinator(uint64_t id, const v1::WorkerMessage& message) 
   // Statuses can trigger a plan inside the call: what they tell counts
   // first. Heartbeats count once the coordinator accepted them.
   if (message.has_status()) NoteReports(s, message);
-  const absl::Status handled = coordinator_->OnWorkerMessage(WorkerId(worker), message);
+  const absl::Status handled =
+      coordinator_->OnWorkerMessage(WorkerId(worker), message, s.sink.get());
   if (message.has_heartbeat() && handled.ok()) NoteReports(s, message);
   const bool ignored = handled.ok() || absl::IsNotFound(handled) ||
                        (absl::IsAborted(handled) && message.has_status());
@@ -401,8 +403,17 @@ void World::EndStreamAtCoordinator(uint64_t id, bool detach) {
     broken_while_unreachable_[s.worker] = Now();
   }
   BeginCall();
-  coordinator_->Detach(WorkerId(absl::StrCat("w", s.worker)), Incarnation(s.incarnation));
+  coordinator_->Detach(WorkerId(absl::StrCat("w", s.worker)), Incarnation(s.incarnation),
+                       s.sink.get());
   CheckMembership();
+}
+
+void World::CloseStream(uint64_t id) {
+  // Its Detach would be ignored (taken over): not reported as a break.
+  queue_.At(Now(), [this, id] {
+    EndStreamAtCoordinator(id, /*detach=*/false);
+    FinishStream(id);
+  });
 }
 
 void World::FinishStream(uint64_t id) {

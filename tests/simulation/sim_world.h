@@ -149,6 +149,9 @@ class World {
   void NoteReports(const Stream& stream, const v1::WorkerMessage& message);
   void EndStreamAtCoordinator(uint64_t stream, bool detach);
   void FinishStream(uint64_t stream);  // coordinator side ends it: worker sees the end
+  // The coordinator closes a stream a newer one of the same process took
+  // over (WorkerSink::Close): as the Attach reactor, right after the call.
+  void CloseStream(uint64_t stream);
   void SendToWorker(uint64_t stream, const v1::CoordinatorMessage& message);
   bool Partitioned(int index) const;
   // When a message sent now on a stream of worker `index` arrives; `last`

@@ -158,16 +158,18 @@ absl::StatusOr<std::unique_ptr<FakeKvServer>> FakeKvServer::Start(Options option
   auto service = std::make_unique<FakeKvService>(options.max_wait);
   grpc::ServerBuilder builder;
   int port = 0;
-  builder.AddListeningPort(absl::StrCat("127.0.0.1:", options.port),
+  builder.AddListeningPort(absl::StrCat(options.host, ":", options.port),
                            grpc::InsecureServerCredentials(), &port);
   builder.RegisterService(service.get());
   std::unique_ptr<grpc::Server> server = builder.BuildAndStart();
   if (server == nullptr || port == 0) {
     return absl::UnavailableError(
-        absl::StrCat("FakeKvServer: cannot listen on 127.0.0.1:", options.port));
+        absl::StrCat("FakeKvServer: cannot listen on ", options.host, ":", options.port));
   }
-  return std::unique_ptr<FakeKvServer>(
+  auto made = std::unique_ptr<FakeKvServer>(
       new FakeKvServer(std::move(service), std::move(server), port));
+  made->host_ = options.host;
+  return made;
 }
 
 FakeKvServer::FakeKvServer(std::unique_ptr<FakeKvService> service,
@@ -182,7 +184,7 @@ FakeKvServer::~FakeKvServer() {
   server_->Wait();
 }
 
-std::string FakeKvServer::address() const { return absl::StrCat("127.0.0.1:", port_); }
+std::string FakeKvServer::address() const { return absl::StrCat(host_, ":", port_); }
 
 void FakeKvServer::DropGeneration(const std::string& job_id, uint64_t generation) {
   service_->DropGeneration(job_id, generation);

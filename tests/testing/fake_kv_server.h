@@ -16,6 +16,7 @@
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <string>
 
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
@@ -36,6 +37,9 @@ class FakeKvServer {
     int port = 0;
     // The cap on one WaitFor request, like the coordinator's 60 s.
     absl::Duration max_wait = absl::Seconds(60);
+    // The address it listens on (e.g. a NetnsHosts gateway, for ranks in
+    // network namespaces).
+    std::string host = "127.0.0.1";
   };
 
   // Starts serving. Unavailable if the port cannot be bound.
@@ -47,7 +51,7 @@ class FakeKvServer {
   FakeKvServer(const FakeKvServer&) = delete;
   FakeKvServer& operator=(const FakeKvServer&) = delete;
 
-  // "127.0.0.1:<port>".
+  // "<host>:<port>".
   std::string address() const;
   int port() const { return port_; }
 
@@ -69,6 +73,7 @@ class FakeKvServer {
   std::unique_ptr<FakeKvService> service_;
   std::unique_ptr<grpc::Server> server_;
   int port_;
+  std::string host_;
 };
 
 }  // namespace cohort::testing

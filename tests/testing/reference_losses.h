@@ -3,6 +3,7 @@
 // TrainingSession running the spec alone, in one process. Header-only, for
 // tests that link the training engine (the cohort_testing library does not).
 
+#include <algorithm>
 #include <cmath>
 #include <memory>
 #include <vector>
@@ -14,7 +15,8 @@
 
 namespace cohort::testing {
 
-inline std::vector<double> ReferenceLosses(const v1::JobSpec& spec) {
+// `steps`: only the first that many (the schedule still spans spec.steps()).
+inline std::vector<double> ReferenceLosses(const v1::JobSpec& spec, int64_t steps = -1) {
   absl::StatusOr<train::TrainingConfig> config = train::TrainingConfigFromSpec(spec, 1);
   EXPECT_TRUE(config.ok()) << config.status();
   if (!config.ok()) return {};
@@ -25,7 +27,8 @@ inline std::vector<double> ReferenceLosses(const v1::JobSpec& spec) {
   EXPECT_TRUE(session.ok()) << session.status();
   if (!session.ok()) return {};
   std::vector<double> losses;
-  for (int64_t s = 0; s < spec.steps(); ++s) {
+  const int64_t run = steps < 0 ? spec.steps() : std::min(steps, spec.steps());
+  for (int64_t s = 0; s < run; ++s) {
     absl::StatusOr<train::StepResult> step = (*session)->RunStep(Step(s));
     EXPECT_TRUE(step.ok()) << step.status();
     losses.push_back(step.ok() ? step->loss : NAN);

@@ -60,10 +60,9 @@ struct RingPlan {
 };
 
 absl::Status RunRing(UcxChannel& channel, const RingPlan& plan) {
-  const int n = channel.size();
   const int me = channel.rank();
-  const int left = Mod(me - 1, n);
-  const int right = Mod(me + 1, n);
+  const int left = channel.ring_rank(channel.ring_position() - 1);
+  const int right = channel.ring_rank(channel.ring_position() + 1);
   const int total = plan.steps * plan.segments;
   std::array<Handle, kRingRecvWindow> recvs;
   std::array<RingSegment, kRingRecvWindow> pending;
@@ -139,7 +138,9 @@ bool DirectFits(const UcxChannel& channel) {
 absl::Status RingAllReduce(UcxChannel& channel, void* data, size_t count, DataType type,
                            ReduceOp op, ScratchBuffer& scratch) {
   const int n = channel.size();
-  const int me = channel.rank();
+  // Chunks are numbered by ring position: any numbering all ranks share
+  // works, and this one follows the ring.
+  const int me = channel.ring_position();
   const size_t element = DataTypeSize(type);
   const RingGeometry geometry(count, (count + n - 1) / n, element);
   uint8_t* slots = scratch.Get(kRingRecvWindow * geometry.segment * element);
@@ -233,7 +234,9 @@ absl::Status RingReduceScatter(UcxChannel& channel, const void* input, void* out
                                size_t count_per_rank, DataType type, ReduceOp op,
                                ScratchBuffer& scratch, ScratchBuffer& work) {
   const int n = channel.size();
-  const int me = channel.rank();
+  // Positions along the ring; the chunk of position p is its rank's block.
+  const int me = channel.ring_position();
+  auto block = [&](int position) { return channel.ring_rank(position); };
   const size_t element = DataTypeSize(type);
   const RingGeometry geometry(count_per_rank * n, count_per_rank, element);
   uint8_t* slots = scratch.Get(kRingRecvWindow * geometry.segment * element);
@@ -247,10 +250,10 @@ absl::Status RingReduceScatter(UcxChannel& channel, const void* input, void* out
     const int seg = op_index % geometry.segments;
     RingSegment segment;
     size_t begin, end;
-    geometry.Range(Mod(me - step - 1, n), seg, &begin, &end);
+    geometry.Range(block(me - step - 1), seg, &begin, &end);
     segment.send = (step == 0 ? in : partial) + begin * element;
     segment.send_bytes = (end - begin) * element;
-    geometry.Range(Mod(me - step - 2, n), seg, &begin, &end);
+    geometry.Range(block(me - step - 2), seg, &begin, &end);
     segment.recv_bytes = (end - begin) * element;
     if (slot >= 0) segment.recv = slots + static_cast<size_t>(slot) * geometry.segment * element;
     return segment;
@@ -258,7 +261,7 @@ absl::Status RingReduceScatter(UcxChannel& channel, const void* input, void* out
   auto received = [&](int op_index, int /*slot*/, const RingSegment& segment) {
     if (segment.recv_bytes == 0) return;
     const int step = op_index / geometry.segments;
-    const int chunk = Mod(me - step - 2, n);
+    const int chunk = block(me - step - 2);
     size_t begin, end;
     geometry.Range(chunk, op_index % geometry.segments, &begin, &end);
     uint8_t* target = step == n - 2 ? out + (begin - chunk * count_per_rank) * element
@@ -285,7 +288,9 @@ absl::Status DirectReduceScatter(UcxChannel& channel, const void* input, void* o
 
 absl::Status RingAllGather(UcxChannel& channel, void* output, size_t bytes_per_rank) {
   const int n = channel.size();
-  const int me = channel.rank();
+  // Positions along the ring; the chunk of position p is its rank's block.
+  const int me = channel.ring_position();
+  auto block = [&](int position) { return channel.ring_rank(position); };
   const RingGeometry geometry(bytes_per_rank * n, bytes_per_rank, 1);
   auto* out = static_cast<uint8_t*>(output);
   auto describe = [&](int op_index, int /*slot*/) {
@@ -293,10 +298,10 @@ absl::Status RingAllGather(UcxChannel& channel, void* output, size_t bytes_per_r
     const int seg = op_index % geometry.segments;
     RingSegment segment;
     size_t begin, end;
-    geometry.Range(Mod(me - step, n), seg, &begin, &end);
+    geometry.Range(block(me - step), seg, &begin, &end);
     segment.send = out + begin;
     segment.send_bytes = end - begin;
-    geometry.Range(Mod(me - step - 1, n), seg, &begin, &end);
+    geometry.Range(block(me - step - 1), seg, &begin, &end);
     segment.recv = out + begin;
     segment.recv_bytes = end - begin;
     return segment;

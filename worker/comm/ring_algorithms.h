@@ -7,10 +7,13 @@
 // run as one pipeline of 2(n-1) steps x segments: up to kRingRecvWindow
 // receives are posted ahead into scratch slots and up to kRingSendWindow
 // sends are in flight, so transfer and reduction overlap. Each rank sends
-// and receives 2(n-1)/n of the buffer. The partial sum of chunk c starts at
-// rank c+1 and accumulates in ring order, so results are deterministic for a
-// given (size, count), and the allgather only copies, so every rank gets the
-// same bits.
+// and receives 2(n-1)/n of the buffer. The ring is the channel's
+// (UcxChannel::ring_position: ranks grouped host by host, so it crosses each
+// host boundary once in each direction); chunks are numbered by position
+// (reduce-scatter and allgather map position p's chunk to its rank's block).
+// The partial sum of chunk c starts at position c+1 and accumulates in ring
+// order, so results are deterministic for a given (size, count, hosts), and
+// the allgather only copies, so every rank gets the same bits.
 //
 // Direct (latency-optimal for small messages): every rank sends its input to
 // every other rank in one round, then each reduces all inputs in rank order

@@ -2,10 +2,13 @@
 
 #include <sched.h>
 
+#include <algorithm>
+#include <string>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
+#include "worker/comm/failed_peer.h"
 
 namespace cohort::comm {
 namespace {
@@ -28,6 +31,28 @@ UcxChannel::UcxChannel(UcxContext* context, uint16_t comm_id, std::vector<int> g
       group_(std::move(group)),
       index_(index) {
   for (int i = kMaxRequests - 1; i >= 0; --i) free_[free_count_++] = i;
+  // Hosts in order of their first group rank; a stable sort keeps ranks
+  // ascending within each.
+  const int n = size();
+  std::vector<int> host_order(static_cast<size_t>(n));
+  for (int r = 0; r < n; ++r) {
+    host_order[static_cast<size_t>(r)] = r;
+    if (context_ == nullptr) continue;
+    const std::string& host = context_->peer_host(group_[static_cast<size_t>(r)]);
+    for (int first = 0; first < r && !host.empty(); ++first) {
+      if (context_->peer_host(group_[static_cast<size_t>(first)]) == host) {
+        host_order[static_cast<size_t>(r)] = first;
+        break;
+      }
+    }
+  }
+  ring_order_.resize(static_cast<size_t>(n));
+  for (int r = 0; r < n; ++r) ring_order_[static_cast<size_t>(r)] = r;
+  std::stable_sort(ring_order_.begin(), ring_order_.end(), [&](int a, int b) {
+    return host_order[static_cast<size_t>(a)] < host_order[static_cast<size_t>(b)];
+  });
+  ring_position_.resize(static_cast<size_t>(n));
+  for (int p = 0; p < n; ++p) ring_position_[static_cast<size_t>(ring_order_[static_cast<size_t>(p)])] = p;
 }
 
 void UcxChannel::BeginCall(absl::Duration timeout) {
@@ -52,14 +77,16 @@ absl::StatusOr<UcxChannel::Handle> UcxChannel::PostSend(int peer, uint64_t tag, 
                                                         size_t bytes) {
   const int world = group_[peer];
   if (context_->peer_dead(world)) {
-    return absl::UnavailableError(absl::StrCat("ucx: peer rank ", peer, " (world rank ", world,
-                                               ") is dead"));
+    return WithFailedPeer(absl::UnavailableError(absl::StrCat("ucx: peer rank ", peer,
+                                                              " (world rank ", world, ") is dead")),
+                          world);
   }
   ucp_request_param_t param{};
   void* request = ucp_tag_send_nbx(context_->endpoint(world), data, bytes, tag, &param);
   if (request == nullptr) return kDone;
   if (UCS_PTR_IS_ERR(request)) {
-    return UcxStatusToStatus(UCS_PTR_STATUS(request), absl::StrCat("ucx send to rank ", peer));
+    return WithFailedPeer(
+        UcxStatusToStatus(UCS_PTR_STATUS(request), absl::StrCat("ucx send to rank ", peer)), world);
   }
   return Track(request, /*is_recv=*/false, bytes, peer);
 }
@@ -76,7 +103,9 @@ absl::StatusOr<UcxChannel::Handle> UcxChannel::PostRecv(int peer, uint64_t tag, 
   void* request = ucp_tag_recv_nbx(worker_, data, bytes, tag, kFullTagMask, &param);
   if (request == nullptr) return kDone;
   if (UCS_PTR_IS_ERR(request)) {
-    return UcxStatusToStatus(UCS_PTR_STATUS(request), absl::StrCat("ucx recv from rank ", peer));
+    return WithFailedPeer(
+        UcxStatusToStatus(UCS_PTR_STATUS(request), absl::StrCat("ucx recv from rank ", peer)),
+        group_[peer]);
   }
   return Track(request, /*is_recv=*/true, bytes, peer);
 }
@@ -94,8 +123,10 @@ absl::Status UcxChannel::CheckPeers() {
   for (const Slot& slot : slots_) {
     if (slot.request == nullptr || !context_->peer_dead(group_[slot.peer])) continue;
     if (ucp_request_check_status(slot.request) == UCS_INPROGRESS) {
-      return absl::UnavailableError(absl::StrCat("ucx: peer rank ", slot.peer, " (world rank ",
-                                                 group_[slot.peer], ") failed"));
+      return WithFailedPeer(absl::UnavailableError(absl::StrCat(
+                                "ucx: peer rank ", slot.peer, " (world rank ", group_[slot.peer],
+                                ") failed")),
+                            group_[slot.peer]);
     }
   }
   return absl::OkStatus();
@@ -116,19 +147,38 @@ absl::Status UcxChannel::Poll() {
   if (events == 0 || polls_ % kPollsPerClockCheck == 0) {
     // Same-host peers have no UCX failure handler: look at their processes.
     context_->CheckLocalPeers();
-    if (absl::Now() > deadline_) return absl::DeadlineExceededError("ucx: timed out waiting for peers");
+    if (absl::Now() > deadline_) return TimedOut("ucx");
   }
   return absl::OkStatus();
+}
+
+absl::Status UcxChannel::TimedOut(const char* transport) const {
+  // Named after the first operation still waiting, for the log: in a ring
+  // that peer may itself wait on another, so it is not blamed (no
+  // FailedPeer); a cut shows as a connection failure at the next bootstrap.
+  for (const Slot& slot : slots_) {
+    if (slot.request == nullptr) continue;
+    return absl::DeadlineExceededError(absl::StrCat(transport,
+                                                    ": timed out waiting for peer rank ", slot.peer,
+                                                    " (world rank ", group_[slot.peer], ")"));
+  }
+  return absl::DeadlineExceededError(absl::StrCat(transport, ": timed out waiting for peers"));
 }
 
 absl::Status UcxChannel::CheckWaiting(int peer) {
   if (aborted()) return AbortStatus();
   context_->CheckLocalPeers();
   if (context_->peer_dead(group_[peer])) {
-    return absl::UnavailableError(absl::StrCat("shm: peer rank ", peer, " (world rank ",
-                                               group_[peer], ") failed"));
+    return WithFailedPeer(absl::UnavailableError(absl::StrCat("shm: peer rank ", peer,
+                                                              " (world rank ", group_[peer],
+                                                              ") failed")),
+                          group_[peer]);
   }
-  if (absl::Now() > deadline_) return absl::DeadlineExceededError("shm: timed out waiting for peers");
+  if (absl::Now() > deadline_) {
+    // Not blamed: it may wait on another (see TimedOut).
+    return absl::DeadlineExceededError(absl::StrCat("shm: timed out waiting for peer rank ", peer,
+                                                    " (world rank ", group_[peer], ")"));
+  }
   return absl::OkStatus();
 }
 
@@ -152,11 +202,16 @@ absl::StatusOr<bool> UcxChannel::Test(Handle* handle) {
   *handle = kDone;
   if (status != UCS_OK) {
     if (context_->peer_dead(group_[peer])) {
-      return absl::UnavailableError(absl::StrCat("ucx: peer rank ", peer, " (world rank ",
-                                                 group_[peer], ") failed: ",
-                                                 ucs_status_string(status)));
+      return WithFailedPeer(
+          absl::UnavailableError(absl::StrCat("ucx: peer rank ", peer, " (world rank ",
+                                              group_[peer], ") failed: ",
+                                              ucs_status_string(status))),
+          group_[peer]);
     }
-    return UcxStatusToStatus(status, is_recv ? "ucx recv" : "ucx send");
+    return WithFailedPeer(
+        UcxStatusToStatus(status, absl::StrCat(is_recv ? "ucx recv from" : "ucx send to",
+                                               " rank ", peer)),
+        group_[peer]);
   }
   if (is_recv && info.length != bytes) {
     return absl::InvalidArgumentError(

@@ -40,6 +40,16 @@ class UcxChannel {
 
   int rank() const { return index_; }
   int size() const { return static_cast<int>(group_.size()); }
+  // The ring the ring algorithms run on: group ranks grouped host by host
+  // (hosts in order of their first group rank, ranks ascending within a
+  // host), so a ring crosses each host boundary once in each direction
+  // however the mesh numbered them. The identity on one host.
+  int ring_position() const { return ring_position_[static_cast<size_t>(index_)]; }
+  // The group rank at ring position `position` (taken modulo size()).
+  int ring_rank(int position) const {
+    const int n = size();
+    return ring_order_[static_cast<size_t>(((position % n) + n) % n)];
+  }
   uint16_t comm_id() const { return comm_id_; }
 
   // Starts a call: every Poll() after this fails with DeadlineExceeded once
@@ -101,11 +111,15 @@ class UcxChannel {
 
   absl::StatusOr<Handle> Track(void* request, bool is_recv, size_t bytes, int peer);
   absl::Status CheckPeers();
+  // DeadlineExceeded naming the peer the first pending operation waits on.
+  absl::Status TimedOut(const char* transport) const;
 
   UcxContext* const context_;
   ucp_worker_h const worker_;
   const uint16_t comm_id_;
   const std::vector<int> group_;
+  std::vector<int> ring_order_;     // position -> group rank
+  std::vector<int> ring_position_;  // group rank -> position
   const int index_;
 
   uint32_t sequence_ = 0;

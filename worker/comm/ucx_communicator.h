@@ -63,6 +63,8 @@ class UcxCommunicator : public Communicator {
 
   int rank() const override { return channel_.rank(); }
   int size() const override { return channel_.size(); }
+  // This rank's place on the ring the ring algorithms use (host by host).
+  int ring_position() const { return channel_.ring_position(); }
 
   absl::Status AllReduce(void* data, size_t count, DataType type, ReduceOp op,
                          absl::Duration timeout) override;

@@ -6,6 +6,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
 #include "common/log.h"
+#include "worker/comm/failed_peer.h"
 #include "worker/comm/shm_segment.h"
 #include "worker/comm/ucx_tags.h"
 
@@ -107,6 +108,24 @@ absl::Status UcxContext::Init(const UcxContextOptions& options) {
     if (st != UCS_OK) {
       LOG(WARNING) << "ucx: cannot set transports " << transports << ": "
                    << ucs_status_string(st);
+    }
+    // Across hosts a peer behind a cut link is found by UCX's endpoint
+    // keepalive, every 20 s by default: a collective would wait that long
+    // (or its whole timeout) to fail. One round a second costs a few
+    // bytes per endpoint and turns a cut into Unavailable within seconds.
+    if (!*single_host && !options.net_devices.empty() &&
+        std::getenv("UCX_NET_DEVICES") == nullptr) {
+      st = ucp_config_modify(config.get(), "NET_DEVICES", options.net_devices.c_str());
+      if (st != UCS_OK) {
+        LOG(WARNING) << "ucx: cannot use network devices " << options.net_devices << ": "
+                     << ucs_status_string(st);
+      }
+    }
+    if (!*single_host && std::getenv("UCX_KEEPALIVE_INTERVAL") == nullptr) {
+      st = ucp_config_modify(config.get(), "KEEPALIVE_INTERVAL", "1s");
+      if (st != UCS_OK) {
+        LOG(WARNING) << "ucx: cannot set the keepalive interval: " << ucs_status_string(st);
+      }
     }
   }
 
@@ -218,7 +237,7 @@ absl::Status UcxContext::Init(const UcxContextOptions& options) {
             "ucp_ep_create to rank ", r, " (process ", peer.process.pid, " on this host): ",
             ucs_status_string(st), "; the peer exited or left this generation"));
       }
-      return UcxStatusToStatus(st, absl::StrCat("ucp_ep_create to rank ", r));
+      return WithFailedPeer(UcxStatusToStatus(st, absl::StrCat("ucp_ep_create to rank ", r)), r);
     }
   }
   if (options.warm_up) return WarmUp(deadline, options.cancelled);
@@ -229,7 +248,9 @@ absl::Status UcxContext::AwaitWarmUp(void* request, int peer, absl::Time deadlin
                                      const std::atomic<bool>* cancelled) {
   if (request == nullptr) return absl::OkStatus();
   if (UCS_PTR_IS_ERR(request)) {
-    return UcxStatusToStatus(UCS_PTR_STATUS(request), absl::StrCat("ucx warm-up with rank ", peer));
+    return WithFailedPeer(
+        UcxStatusToStatus(UCS_PTR_STATUS(request), absl::StrCat("ucx warm-up with rank ", peer)),
+        peer);
   }
   absl::Status result;
   ucs_status_t status = UCS_INPROGRESS;
@@ -257,7 +278,7 @@ absl::Status UcxContext::AwaitWarmUp(void* request, int peer, absl::Time deadlin
     result = UcxStatusToStatus(status, absl::StrCat("ucx warm-up with rank ", peer));
   }
   ucp_request_free(request);
-  return result;
+  return WithFailedPeer(result, peer);
 }
 
 absl::Status UcxContext::WarmUp(absl::Time deadline, const std::atomic<bool>* cancelled) {

@@ -56,6 +56,10 @@ struct UcxContextOptions {
   // it waits for peers in the warm-up. (The address exchange is cancelled
   // through the KvClient.)
   const std::atomic<bool>* cancelled = nullptr;
+  // UCX_NET_DEVICES for a group spanning hosts, unless the environment sets
+  // it: the interfaces UCX may use between hosts (e.g. "eth0"); empty: every
+  // interface UCX finds.
+  std::string net_devices;
   // Bound on closing endpoints at destruction.
   absl::Duration close_timeout = absl::Seconds(2);
   // With UCX_TLS unset, peers on this host (same kernel and pid namespace)
@@ -112,6 +116,9 @@ class UcxContext {
   // call it while waiting; it does real work at most every 5 ms.
   void CheckLocalPeers();
 
+  // The host identity world rank `peer` published (empty where hosts were
+  // not exchanged: an explicit UCX_TLS).
+  const std::string& peer_host(int peer) const { return peers_[peer]->process.host; }
   // The process of world rank `peer` when large point-to-point messages with
   // it go as direct reads (enabled by the options, the peer on this host and
   // not this rank); null otherwise. Both ends of a pair decide alike.

@@ -288,6 +288,207 @@ double CounterValue(const CoordinatorMetrics& metrics, const std::string& name) 
   return -1;
 }
 
+// Whether `id` is LOST in the coordinator's list.
+bool IsLost(Coordinator& coordinator, const std::string& id) {
+  for (const auto& w : coordinator.ListWorkers()) {
+    if (w.worker_id() == id) return w.state() == v1::WORKER_STATE_LOST;
+  }
+  return false;
+}
+
+TEST_F(CoordinatorTest, HearingFromNoWorkerIsItsOwnIsolationAndFencesNoOne) {
+  auto s0 = Attach("w0", 1);
+  auto s1 = Attach("w1", 2);
+  v1::SubmitJobRequest request;
+  *request.mutable_spec() = testing::SmallJobSpec("iso", 1, 2, 2);
+  auto job = coordinator_->Submit(request);
+  ASSERT_TRUE(job.ok());
+  ASSERT_EQ(job->mesh().members_size(), 2);
+  EXPECT_EQ(coordinator_->IsolationSilence(), absl::Milliseconds(1500));
+  // Silence from both for 20 s, far past the 3 s heartbeat timeout.
+  for (int i = 0; i < 400; ++i) {
+    clock_.Advance(absl::Milliseconds(50));
+    coordinator_->Tick();
+  }
+  EXPECT_TRUE(coordinator_->isolated());
+  EXPECT_FALSE(IsLost(*coordinator_, "w0"));
+  EXPECT_FALSE(IsLost(*coordinator_, "w1"));
+  // w1's stream ends meanwhile (keepalives failing across the cut): that
+  // says nothing while cut off from everyone.
+  coordinator_->Detach(WorkerId("w1"), Incarnation(2), s1.get());
+  EXPECT_FALSE(IsLost(*coordinator_, "w1"));
+  EXPECT_EQ(coordinator_->GetJob(JobId(job->job_id()))->generation(), 1u);
+  // w0 is heard again: isolation ends; w1 gets the re-adoption grace (10 s).
+  ASSERT_TRUE(Heartbeat("w0", 1).ok());
+  coordinator_->Tick();
+  EXPECT_FALSE(coordinator_->isolated());
+  for (int i = 0; i < 180; ++i) {  // 9 s
+    clock_.Advance(absl::Milliseconds(50));
+    if (i % 10 == 0) {
+      ASSERT_TRUE(Heartbeat("w0", 1).ok());
+    }
+    coordinator_->Tick();
+  }
+  EXPECT_FALSE(IsLost(*coordinator_, "w1"));
+  // w1 attaches again (the same process, holding its place): re-adopted.
+  v1::Hello hello;
+  hello.set_worker_id("w1");
+  hello.set_host("h");
+  hello.set_device_kind(v1::DEVICE_KIND_CPU);
+  hello.set_incarnation(2);
+  hello.mutable_held()->set_job_id(job->job_id());
+  hello.mutable_held()->set_generation(1);
+  for (const auto& m : job->mesh().members()) {
+    if (m.worker_id() == "w1") *hello.mutable_held()->mutable_coordinates() = m.coordinates();
+  }
+  ASSERT_TRUE(coordinator_->Attach(hello, std::make_shared<RecordingSink>()).ok());
+  for (int i = 0; i < 100; ++i) {  // 5 s more, both heard
+    clock_.Advance(absl::Milliseconds(50));
+    if (i % 10 == 0) {
+      ASSERT_TRUE(Heartbeat("w0", 1).ok());
+      ASSERT_TRUE(Heartbeat("w1", 2).ok());
+    }
+    coordinator_->Tick();
+  }
+  EXPECT_FALSE(IsLost(*coordinator_, "w0"));
+  EXPECT_FALSE(IsLost(*coordinator_, "w1"));
+  EXPECT_EQ(coordinator_->GetJob(JobId(job->job_id()))->generation(), 1u);
+  EXPECT_EQ(CounterValue(metrics_, "cohort_coordinator_isolations_total"), 1);
+}
+
+TEST_F(CoordinatorTest, AWorkerStillSilentAfterTheIsolationOrPastItsLimitIsFenced) {
+  for (const bool heard : {true, false}) {
+    Coordinator::Options options;
+    options.heartbeat_interval = absl::Milliseconds(500);
+    options.heartbeat_timeout = absl::Seconds(3);
+    options.isolation_limit = absl::Seconds(30);
+    auto created =
+        Coordinator::Create(options, std::make_unique<InMemoryJobStore>(), &clock_, &metrics_);
+    ASSERT_TRUE(created.ok());
+    coordinator_ = *std::move(created);
+    auto s0 = Attach("w0", 1);
+    auto s1 = Attach("w1", 2);
+    for (int i = 0; i < 100; ++i) {  // 5 s of silence
+      clock_.Advance(absl::Milliseconds(50));
+      coordinator_->Tick();
+    }
+    ASSERT_TRUE(coordinator_->isolated());
+    // Heard from w0 (ends it; w1 has 10 s), or from nobody (the limit ends it).
+    const int ticks = heard ? 220 : 600;
+    for (int i = 0; i < ticks; ++i) {
+      clock_.Advance(absl::Milliseconds(50));
+      if (heard && i % 10 == 0) {
+        ASSERT_TRUE(Heartbeat("w0", 1).ok());
+      }
+      coordinator_->Tick();
+    }
+    EXPECT_FALSE(coordinator_->isolated()) << "heard " << heard;
+    EXPECT_TRUE(IsLost(*coordinator_, "w1")) << "heard " << heard;
+    EXPECT_EQ(IsLost(*coordinator_, "w0"), !heard) << "heard " << heard;
+  }
+}
+
+TEST_F(CoordinatorTest, OneSilentWorkerAmongHeardOnesIsNoIsolation) {
+  auto s0 = Attach("w0", 1);
+  auto s1 = Attach("w1", 2);
+  for (int i = 0; i < 80; ++i) {  // 4 s: w1 silent, w0 heard
+    clock_.Advance(absl::Milliseconds(50));
+    if (i % 10 == 0) {
+      ASSERT_TRUE(Heartbeat("w0", 1).ok());
+    }
+    coordinator_->Tick();
+  }
+  EXPECT_FALSE(coordinator_->isolated());
+  EXPECT_TRUE(IsLost(*coordinator_, "w1"));
+  // A lone worker's silence is its own: nothing to compare with.
+  for (int i = 0; i < 80; ++i) {
+    clock_.Advance(absl::Milliseconds(50));
+    coordinator_->Tick();
+  }
+  EXPECT_FALSE(coordinator_->isolated());
+  EXPECT_TRUE(IsLost(*coordinator_, "w0"));
+}
+
+// A sink that records being closed.
+class ClosableSink : public RecordingSink {
+ public:
+  void Close() override { closed = true; }
+  bool closed = false;
+};
+
+TEST_F(CoordinatorTest, TheSameProcessOnANewStreamTakesItsPlaceOverWithoutALoss) {
+  auto s0 = Attach("w0", 1);
+  auto s1 = std::make_shared<ClosableSink>();
+  v1::Hello hello;
+  hello.set_worker_id("w1");
+  hello.set_host("h");
+  hello.set_device_kind(v1::DEVICE_KIND_CPU);
+  hello.set_incarnation(2);
+  ASSERT_TRUE(coordinator_->Attach(hello, s1).ok());
+  v1::SubmitJobRequest request;
+  *request.mutable_spec() = testing::SmallJobSpec("takeover", 1, 2, 2);
+  auto job = coordinator_->Submit(request);
+  ASSERT_TRUE(job.ok());
+  ASSERT_EQ(job->mesh().members_size(), 2);
+  // Both report themselves running, so the job runs with both ready.
+  for (const char* id : {"w0", "w1"}) {
+    v1::WorkerMessage ready;
+    ready.set_incarnation(std::string(id) == "w0" ? 1 : 2);
+    v1::AssignmentStatus* status = ready.mutable_status();
+    status->set_job_id(job->job_id());
+    status->set_generation(1);
+    status->set_state(v1::ASSIGNMENT_STATE_READY);
+    ASSERT_TRUE(coordinator_->OnWorkerMessage(WorkerId(id), ready).ok());
+  }
+  ASSERT_EQ(coordinator_->GetJob(JobId(job->job_id()))->ready_workers(), 2);
+  // w1 (the same process) attaches again holding its place.
+  auto replacement = std::make_shared<ClosableSink>();
+  hello.mutable_held()->set_job_id(job->job_id());
+  hello.mutable_held()->set_generation(1);
+  for (const auto& m : job->mesh().members()) {
+    if (m.worker_id() == "w1") *hello.mutable_held()->mutable_coordinates() = m.coordinates();
+  }
+  ASSERT_TRUE(coordinator_->Attach(hello, replacement).ok());
+  EXPECT_TRUE(s1->closed);
+  EXPECT_FALSE(replacement->closed);
+  EXPECT_FALSE(IsLost(*coordinator_, "w1"));
+  v1::Job after = *coordinator_->GetJob(JobId(job->job_id()));
+  EXPECT_EQ(after.generation(), 1u);
+  EXPECT_EQ(after.state(), v1::JOB_STATE_RUNNING);
+  EXPECT_EQ(after.ready_workers(), 2);
+  EXPECT_EQ(CounterValue(metrics_, "cohort_attach_stream_takeovers_total"), 1);
+  // The old stream's messages are dropped and its end is no loss.
+  v1::WorkerMessage leave;
+  leave.set_incarnation(2);
+  leave.mutable_leave();
+  EXPECT_TRUE(coordinator_->OnWorkerMessage(WorkerId("w1"), leave, s1.get()).ok());
+  EXPECT_FALSE(IsLost(*coordinator_, "w1"));
+  coordinator_->Detach(WorkerId("w1"), Incarnation(2), s1.get());
+  EXPECT_FALSE(IsLost(*coordinator_, "w1"));
+  EXPECT_EQ(coordinator_->GetJob(JobId(job->job_id()))->generation(), 1u);
+  // The new stream is the worker's: heartbeats are acked on it.
+  replacement->Take();
+  ASSERT_TRUE(coordinator_->OnWorkerMessage(WorkerId("w1"), [] {
+    v1::WorkerMessage m;
+    m.set_incarnation(2);
+    m.mutable_heartbeat()->set_sequence(5);
+    return m;
+  }(), replacement.get()).ok());
+  const auto acks = replacement->Take();
+  ASSERT_EQ(acks.size(), 1u);
+  EXPECT_EQ(acks[0].heartbeat_ack().sequence(), 5u);
+  // Its end is a loss.
+  coordinator_->Detach(WorkerId("w1"), Incarnation(2), replacement.get());
+  EXPECT_TRUE(IsLost(*coordinator_, "w1"));
+  // Another host under the same process's name is refused.
+  hello.set_worker_id("w0");
+  hello.set_incarnation(1);
+  hello.set_host("elsewhere");
+  EXPECT_EQ(coordinator_->Attach(hello, std::make_shared<ClosableSink>()).status().code(),
+            absl::StatusCode::kAlreadyExists);
+}
+
+
 TEST_F(CoordinatorTest, AWorkerThatLeavesIsNotCountedAsAFailure) {
   Attach("w0", 1);
   v1::WorkerMessage leave;

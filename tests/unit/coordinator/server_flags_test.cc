@@ -13,7 +13,7 @@ using ::testing::HasSubstr;
 TimingFlags Defaults() {
   return TimingFlags{absl::Milliseconds(500), absl::Seconds(3),  absl::Seconds(10),
                      absl::Seconds(10),       absl::Minutes(10), absl::Seconds(30),
-                     absl::Minutes(10)};
+                     absl::Minutes(10),       absl::Minutes(2),   absl::Seconds(30)};
 }
 
 TEST(ServerFlagsTest, TheDefaultsPass) { EXPECT_TRUE(CheckTimingFlags(Defaults()).ok()); }
@@ -35,6 +35,8 @@ TEST(ServerFlagsTest, OutOfRangeDurationsNameTheirFlag) {
       {"suspend_timeout", [](TimingFlags& f) { f.suspend_timeout = absl::ZeroDuration(); }},
       {"prepare_timeout", [](TimingFlags& f) { f.prepare_timeout = absl::InfiniteDuration(); }},
       {"hang_timeout_floor", [](TimingFlags& f) { f.hang_timeout_floor = absl::Seconds(-1); }},
+      {"isolation_limit", [](TimingFlags& f) { f.isolation_limit = absl::Seconds(-1); }},
+      {"partition_hold", [](TimingFlags& f) { f.partition_hold = absl::ZeroDuration(); }},
   };
   for (const Case& c : cases) {
     TimingFlags flags = Defaults();
@@ -46,6 +48,7 @@ TEST(ServerFlagsTest, OutOfRangeDurationsNameTheirFlag) {
   TimingFlags off = Defaults();
   off.hang_timeout_floor = absl::ZeroDuration();  // documented: disables stall detection
   off.readopt_grace = absl::ZeroDuration();
+  off.isolation_limit = absl::ZeroDuration();  // documented: never assume isolation
   EXPECT_TRUE(CheckTimingFlags(off).ok());
 }
 
