@@ -283,9 +283,17 @@ class JobManager {
     std::optional<absl::Time> rejoin_deadline;
     // Members that were lost and came back during this suspension.
     absl::flat_hash_set<WorkerId> rejoined;
-    // (reporter, peer) from SUSPENDED statuses: workers that could not reach
-    // each other; cuts once the suspension completes with both alive.
-    std::vector<std::pair<std::string, std::string>> unreachable;
+    // From SUSPENDED statuses: workers that could not reach each other,
+    // with the incarnations they had when reported; cuts once the suspension
+    // completes with both still those processes and alive (a peer killed, or
+    // restarted under its name, meanwhile is no cut).
+    struct Unreachable {
+      WorkerId reporter;
+      Incarnation reporter_incarnation;
+      WorkerId peer;
+      Incarnation peer_incarnation;
+    };
+    std::vector<Unreachable> unreachable;
   };
   // A member lost while its process may still be alive (broken stream,
   // heartbeat timeout) holding the job's live state.

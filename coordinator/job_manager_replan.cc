@@ -182,10 +182,15 @@ void JobManager::OnSuspended(JobEntry& entry, const WorkerId& worker,
   if (!entry.suspension.has_value()) return;  // planned at once
   Suspension& s = *entry.suspension;
   // Bounded: a peer's report is input (16 names, 256 reports a suspension).
-  for (int i = 0; i < std::min(status.unreachable_workers_size(), 16); ++i) {
+  const WorkerRecord* reporter = membership_->Find(worker);
+  for (int i = 0; i < std::min(status.unreachable_workers_size(), 16) && reporter != nullptr;
+       ++i) {
     const std::string& peer = status.unreachable_workers(i);
     if (peer.empty() || peer.size() > 256 || s.unreachable.size() >= 256) continue;
-    s.unreachable.emplace_back(worker.value(), peer);
+    const WorkerRecord* record = membership_->Find(WorkerId(peer));
+    if (record == nullptr || record->state == WorkerState::kLost) continue;  // its loss says it
+    s.unreachable.push_back(
+        {worker, reporter->incarnation, WorkerId(peer), record->incarnation});
   }
   const uint64_t live = entry.job.live_state().generation();
   for (const v1::HeldState& held : status.held_states()) {
@@ -206,23 +211,34 @@ std::vector<std::string> JobManager::KeepReachable(JobEntry& entry, PlanRequest*
   if (entry.suspension.has_value()) {
     // Both ends alive now that the suspension settled (a crashed peer is
     // lost by then, a hung one fenced): they could not reach each other.
-    for (const auto& [reporter, peer] : entry.suspension->unreachable) {
-      const WorkerRecord* a = membership_->Find(WorkerId(reporter));
-      const WorkerRecord* b = membership_->Find(WorkerId(peer));
-      if (a == nullptr || b == nullptr || a->state == WorkerState::kLost ||
-          b->state == WorkerState::kLost) {
+    for (const Suspension::Unreachable& u : entry.suspension->unreachable) {
+      const WorkerRecord* a = membership_->Find(u.reporter);
+      const WorkerRecord* b = membership_->Find(u.peer);
+      // A peer fenced as hung counts as alive here: a report is a hard
+      // connection error (a stopped process only times out, which is not
+      // reported), and behind a one-way cut UCX 1.13's blocking TCP connect
+      // keeps the far side from answering its Suspend.
+      const bool peer_alive =
+          b != nullptr && (b->state != WorkerState::kLost || b->loss_reason == LossReason::kHang);
+      if (a == nullptr || a->state == WorkerState::kLost || !peer_alive ||
+          a->incarnation != u.reporter_incarnation || b->incarnation != u.peer_incarnation) {
         continue;
       }
-      LOG(WARNING) << "job " << id << ": worker " << reporter << " (host " << a->host
-                   << ") could not reach worker " << peer << " (host " << b->host
+      LOG(WARNING) << "job " << id << ": worker " << u.reporter << " (host " << a->host
+                   << ") could not reach worker " << u.peer << " (host " << b->host
                    << "), both alive: keeping them apart";
-      entry.reachability.Report({reporter, a->host}, {peer, b->host}, now);
+      entry.reachability.Report({u.reporter.value(), a->host}, {u.peer.value(), b->host}, now);
     }
     entry.suspension->unreachable.clear();
   }
   if (!entry.reachability.Holding(now)) return {};
+  // Holders of the state first, then the current members: a tie between
+  // sides keeps the job where it runs.
   std::set<std::string> preferred;
   for (const auto& [worker, step] : holders) preferred.insert(worker);
+  if (preferred.empty()) {
+    for (const v1::MeshMember& m : entry.job.mesh().members()) preferred.insert(m.worker_id());
+  }
   std::vector<std::string> apart = entry.reachability.Filter(&request->candidates, preferred, now);
   if (!apart.empty()) {
     LOG(INFO) << "job " << id << ": leaving out " << absl::StrJoin(apart, ", ")

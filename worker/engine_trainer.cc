@@ -178,7 +178,7 @@ absl::StatusOr<std::unique_ptr<GenerationComms>> EngineTrainer::NewUcxComms(
                                            ? options_.kv_factory(scope)
                                            : comm::NewCoordinatorKvClient(options_.coordinator, scope);
   return CreateUcxGenerationComms(request, std::move(kv), options_.bootstrap_timeout,
-                                  options_.ucx_net_devices);
+                                  options_.ucx_net_devices, options_.collectives);
 }
 
 bool EngineTrainer::CanKeepSession(const Run& source, const Assignment& assignment) {

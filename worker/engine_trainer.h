@@ -71,6 +71,7 @@
 #include "worker/checkpoint/checkpoint_loader.h"
 #include "worker/checkpoint/checkpoint_metrics.h"
 #include "worker/communication_metrics.h"
+#include "worker/comm/hierarchical_communicator.h"
 #include "worker/comm/kv_client.h"
 #include "worker/generation_comms.h"
 #include "worker/trainer.h"
@@ -88,6 +89,8 @@ struct EngineTrainerOptions {
   // UCX's network interfaces for groups across hosts
   // (comm::UcxContextOptions::net_devices); empty: UCX's choice.
   std::string ucx_net_devices;
+  // How the data group's collectives run when it spans hosts.
+  comm::CollectiveAlgorithm collectives = comm::CollectiveAlgorithm::kAuto;
   // Bound on each collective of a step, and on each round of a state transfer.
   absl::Duration collective_timeout = absl::Seconds(60);
   // Bound on restoring from a checkpoint, and on each upload.

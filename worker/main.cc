@@ -15,10 +15,12 @@
 #include "absl/flags/parse.h"
 #include "absl/flags/usage.h"
 #include "absl/strings/ascii.h"
+#include "absl/strings/str_cat.h"
 #include "common/flag_checks.h"
 #include "common/flag_help.h"
 #include "common/huge_page_malloc.h"
 #include "common/log.h"
+#include "worker/comm/hierarchical_communicator.h"
 #include "worker/worker_daemon.h"
 
 ABSL_FLAG(std::string, coordinator, "localhost:7070",
@@ -75,6 +77,12 @@ ABSL_FLAG(std::string, ucx_net_devices, "auto",
           "--metrics_address's address; UCX's choice when that is loopback or a name), "
           "\"all\" (UCX's choice), or UCX's own list (e.g. \"eth0\" or \"mlx5_0:1\"). "
           "$UCX_NET_DEVICES, when set, wins.");
+ABSL_FLAG(std::string, collectives, "auto",
+          "How a data-parallel group that spans hosts runs its all-reduces: \"hierarchical\" "
+          "(reduce within each host over shared memory, across hosts between lanes, share within "
+          "the host), \"flat\" (one ring over the group, host by host) or \"auto\" "
+          "(hierarchical when every host holds the same number, two or more, of the group's "
+          "ranks; else flat). \"hierarchical\" fails a generation whose hosts do not allow it.");
 ABSL_FLAG(std::string, log_level, "",
           "Minimum log level: debug, info, warning or error; empty means $COHORT_LOG_LEVEL, "
           "else info.");
@@ -169,6 +177,10 @@ int main(int argc, char** argv) {
   if (config.checkpoint_load_streams < 1 || config.checkpoint_load_streams > 64) {
     return Fail("--checkpoint_load_streams must be within [1, 64]");
   }
+  absl::StatusOr<cohort::comm::CollectiveAlgorithm> collectives =
+      cohort::comm::ParseCollectiveAlgorithm(absl::GetFlag(FLAGS_collectives));
+  if (!collectives.ok()) return Fail(absl::StrCat("--collectives: ", collectives.status().message()));
+  config.collectives = *collectives;
   config.ucx_net_devices = absl::GetFlag(FLAGS_ucx_net_devices);
   if (config.ucx_net_devices.empty() || config.ucx_net_devices.size() > 256) {
     return Fail("--ucx_net_devices must be auto, all or a UCX device list (1 to 256 characters)");

@@ -68,7 +68,8 @@ struct UcxGenerationComms : public GenerationComms {
 
 absl::StatusOr<std::unique_ptr<GenerationComms>> CreateUcxGenerationComms(
     const CommsRequest& request, std::unique_ptr<comm::KvClient> kv,
-    absl::Duration bootstrap_timeout, const std::string& net_devices) {
+    absl::Duration bootstrap_timeout, const std::string& net_devices,
+    comm::CollectiveAlgorithm data_algorithm) {
   const Assignment& assignment = *request.assignment;
   auto comms = std::make_unique<UcxGenerationComms>();
   comms->kv_ = std::make_unique<CancellableKvClient>(std::move(kv), request.cancelled);
@@ -90,7 +91,8 @@ absl::StatusOr<std::unique_ptr<GenerationComms>> CreateUcxGenerationComms(
     ASSIGN_OR_RETURN(comm::MeshGroups groups,
                      comm::ComputeMeshGroups(assignment.mesh, assignment.coordinates));
     ASSIGN_OR_RETURN(comms->communicators_,
-                     train::CreateMeshCommunicators(comms->context_.get(), groups));
+                     train::CreateMeshCommunicators(comms->context_.get(), groups,
+                                                    data_algorithm));
   }
   if (request.world) {
     comm::UcxCommunicatorOptions world;

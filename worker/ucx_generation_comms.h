@@ -11,6 +11,7 @@
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
 #include "worker/comm/kv_client.h"
+#include "worker/comm/hierarchical_communicator.h"
 #include "worker/generation_comms.h"
 
 namespace cohort::worker {
@@ -18,9 +19,11 @@ namespace cohort::worker {
 // `kv` reaches the generation's KeyValue scope; the bootstrap waits for every
 // participant's address for at most `bootstrap_timeout` and gives up soon
 // after request.cancelled is set (Cancelled). `net_devices`: UCX's network
-// interfaces across hosts (UcxContextOptions::net_devices; "": UCX's choice).
+// interfaces across hosts (UcxContextOptions::net_devices; "": UCX's choice);
+// `data_algorithm`: how the data group's collectives run across hosts.
 absl::StatusOr<std::unique_ptr<GenerationComms>> CreateUcxGenerationComms(
     const CommsRequest& request, std::unique_ptr<comm::KvClient> kv,
-    absl::Duration bootstrap_timeout, const std::string& net_devices = "");
+    absl::Duration bootstrap_timeout, const std::string& net_devices = "",
+    comm::CollectiveAlgorithm data_algorithm = comm::CollectiveAlgorithm::kAuto);
 
 }  // namespace cohort::worker

@@ -78,6 +78,7 @@ absl::StatusOr<std::unique_ptr<WorkerDaemon>> WorkerDaemon::Create(const WorkerC
     engine.checkpoint_load_streams = config.checkpoint_load_streams;
     engine.collective_timeout = config.collective_timeout;
     engine.ucx_net_devices = ucx_net_devices;
+    engine.collectives = config.collectives;
     engine.warm_memory_bytes = config.warm_spare_memory_bytes < 0
                                    ? static_cast<uint64_t>(device.memory_bytes) / 4
                                    : static_cast<uint64_t>(config.warm_spare_memory_bytes);

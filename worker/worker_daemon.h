@@ -11,6 +11,7 @@
 #include "common/ids.h"
 #include "common/metrics_server.h"
 #include "worker/agent.h"
+#include "worker/comm/hierarchical_communicator.h"
 #include "worker/backoff.h"
 #include "common/tls_credentials.h"
 #include "worker/device/device_info.h"
@@ -39,6 +40,7 @@ struct WorkerConfig {
   absl::Duration collective_timeout = absl::Seconds(60);  // EngineTrainerOptions::collective_timeout
   // --ucx_net_devices: "auto", "all" or UCX's own list (comm::ResolveNetDevices).
   std::string ucx_net_devices = "auto";
+  comm::CollectiveAlgorithm collectives = comm::CollectiveAlgorithm::kAuto;  // --collectives
 };
 
 // "<host>-<cpu|gpu>-<index>".

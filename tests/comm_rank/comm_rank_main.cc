@@ -19,6 +19,8 @@ ABSL_FLAG(uint64_t, seed, 1, "seed of the random inputs");
 ABSL_FLAG(uint64_t, max_elements, uint64_t{16} << 20, "largest float32 count (collectives)");
 ABSL_FLAG(int64_t, timeout_ms, 30000, "timeout of every communicator call");
 ABSL_FLAG(int, iterations, 1000, "allreduces in the kill loop");
+ABSL_FLAG(std::string, algorithm, "flat",
+          "collectives of the \"collectives\" scenario: flat | hierarchical | auto");
 
 int main(int argc, char** argv) {
   absl::ParseCommandLine(argc, argv);
@@ -32,6 +34,7 @@ int main(int argc, char** argv) {
   config.max_elements = absl::GetFlag(FLAGS_max_elements);
   config.timeout_ms = absl::GetFlag(FLAGS_timeout_ms);
   config.iterations = absl::GetFlag(FLAGS_iterations);
+  config.algorithm = absl::GetFlag(FLAGS_algorithm);
   cohort::log::SetProcessTag("rank " + std::to_string(config.rank));
   if (config.kv_target.empty() && config.size > 1) {
     std::fprintf(stderr, "--kv is required for --size > 1\n");

@@ -10,6 +10,7 @@
 #include "absl/status/statusor.h"
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
+#include "worker/comm/hierarchical_communicator.h"
 #include "worker/comm/reduce.h"
 #include "worker/comm/ucx_communicator.h"
 #include "worker/comm/ucx_context.h"
@@ -17,6 +18,7 @@
 namespace cohort::comm_rank {
 namespace {
 
+using comm::Communicator;
 using comm::DataType;
 using comm::ReduceOp;
 using comm::UcxCommunicator;
@@ -100,7 +102,7 @@ absl::StatusOr<Session> Connect(const RankConfig& c, uint64_t generation) {
 
 class Checker {
  public:
-  Checker(const RankConfig& config, UcxCommunicator* comm)
+  Checker(const RankConfig& config, Communicator* comm)
       : c_(config), comm_(comm), timeout_(absl::Milliseconds(config.timeout_ms)) {}
 
   // Every rank must hold the same bits: gather a hash from each and compare.
@@ -267,7 +269,7 @@ class Checker {
 
  private:
   const RankConfig& c_;
-  UcxCommunicator* comm_;
+  Communicator* comm_;
   const absl::Duration timeout_;
 };
 
@@ -279,8 +281,31 @@ int RunCollectives(const RankConfig& config) {
     Fail(session.status(), "setup");
     return kSetupFailed;
   }
-  Checker check(config, session->world.get());
   std::fprintf(stderr, "rank %d: ring position %d\n", config.rank, session->world->ring_position());
+  // The checks run on the world, or on a hierarchical communicator over it
+  // (its own ids; the world still carries the checker's hash exchanges).
+  Communicator* checked = session->world.get();
+  std::unique_ptr<Communicator> hierarchical;
+  if (config.algorithm != "flat") {
+    absl::StatusOr<comm::CollectiveAlgorithm> algorithm =
+        comm::ParseCollectiveAlgorithm(config.algorithm);
+    if (!algorithm.ok()) {
+      Fail(algorithm.status(), "--algorithm");
+      return kSetupFailed;
+    }
+    absl::StatusOr<std::unique_ptr<Communicator>> made = comm::HierarchicalCommunicator::Create(
+        session->context.get(), comm::UcxCommunicatorOptions{.comm_id = 2}, 3, 4, *algorithm);
+    if (!made.ok()) {
+      Fail(made.status(), "hierarchical communicator");
+      return kSetupFailed;
+    }
+    hierarchical = std::move(*made);
+    checked = hierarchical.get();
+    const auto* split = dynamic_cast<const comm::HierarchicalCommunicator*>(checked);
+    std::fprintf(stderr, "rank %d: %s collectives over %d hosts\n", config.rank,
+                 split != nullptr ? "hierarchical" : "flat", split != nullptr ? split->hosts() : 1);
+  }
+  Checker check(config, checked);
   const size_t kMedium = (size_t{1} << 20) + 3;
   std::vector<size_t> sizes = {0, 1, 7, 1023};
   if (config.max_elements >= kMedium) sizes.push_back(kMedium);

@@ -32,6 +32,8 @@ struct RankConfig {
   int64_t timeout_ms = 30000;
   // Allreduces of max_elements in the "kill" loop.
   int iterations = 1000;
+  // "collectives": flat, hierarchical or auto (comm::ParseCollectiveAlgorithm).
+  std::string algorithm = "flat";
 };
 
 // allreduce (float32 sum/max, bf16, fp16, int32, int64, uint8), reduce_scatter,

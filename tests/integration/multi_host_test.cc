@@ -93,12 +93,15 @@ TEST_F(MultiHostTest, JobsAcrossTwoHostsTrainTheTrajectoryOfOneProcess) {
   LocalCluster& cluster = *cluster_;
   const std::vector<std::string>& logs = logs_;
 
-  for (const int tensor : {1, 2}) {
-    SCOPED_TRACE(absl::StrCat("tensor ", tensor));
+  // dp 4 without ZeRO-1 all-reduces its gradients hierarchically (two
+  // ranks on each host: --collectives=auto); with ZeRO-1 it reduce-scatters.
+  for (const auto& [tensor, zero1] : {std::pair{1, false}, std::pair{1, true}, std::pair{2, true}}) {
+    SCOPED_TRACE(absl::StrCat("tensor ", tensor, " zero1 ", zero1));
     const uint64_t before = hosts.LinkBytes(1) + hosts.LinkBytes(2);
-    v1::JobSpec spec = SmallJobSpec(absl::StrCat("multihost-tp", tensor), tensor, 4, 4);
+    v1::JobSpec spec =
+        SmallJobSpec(absl::StrCat("multihost-tp", tensor, zero1 ? "-zero1" : ""), tensor, 4, 4);
     spec.set_steps(12);
-    spec.mutable_parallelism()->set_zero1(true);
+    spec.mutable_parallelism()->set_zero1(zero1);
     const std::vector<double> reference = ReferenceLosses(SmallJobSpecWithoutTensor(spec));
     absl::StatusOr<v1::Job> submitted = cluster.Submit(spec);
     ASSERT_TRUE(submitted.ok()) << submitted.status();
@@ -134,14 +137,16 @@ TEST_F(MultiHostTest, JobsAcrossTwoHostsTrainTheTrajectoryOfOneProcess) {
     // gradients and weights, about 0.5 MB each, every step).
     const uint64_t moved = hosts.LinkBytes(1) + hosts.LinkBytes(2) - before;
     EXPECT_GT(moved, uint64_t{2} << 20) << "bytes through the hosts' links";
-    std::printf("(dp %d, tp %d) over 2 hosts: %zu steps within 1e-5 x (1+t) of one process, "
+    std::printf("(dp %d, tp %d, zero1 %d) over 2 hosts: %zu steps within 1e-5 x (1+t) of one process, "
                 "%.1f MB through the hosts' links\n",
-                4 / tensor, tensor, losses.size(), moved / 1e6);
+                4 / tensor, tensor, zero1 ? 1 : 0, losses.size(), moved / 1e6);
   }
   // UCX was told the interface of each worker's announced address (the
-  // host's link), not left to every interface it finds.
+  // host's link), not left to every interface it finds; the data group
+  // without ZeRO-1 was hierarchical.
   std::ifstream log(absl::StrCat(cluster.dir(), "/h1w0.log"));
   const std::string text((std::istreambuf_iterator<char>(log)), std::istreambuf_iterator<char>());
+  EXPECT_NE(text.find("hierarchical all-reduces over 2 hosts x 2 ranks"), std::string::npos);
   EXPECT_NE(text.find("UCX network devices between hosts: "), std::string::npos) << text;
   EXPECT_EQ(text.find("UCX network devices between hosts: UCX's choice"), std::string::npos);
 }

@@ -21,11 +21,13 @@
 #include "absl/flags/flag.h"
 #include "absl/flags/parse.h"
 #include "absl/flags/usage.h"
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
 #include "absl/time/clock.h"
 #include "tools/bench/collectives_table.h"
 #include "worker/comm/file_kv_client.h"
+#include "worker/comm/hierarchical_communicator.h"
 #include "worker/comm/ucx_communicator.h"
 #include "worker/comm/ucx_context.h"
 
@@ -35,6 +37,12 @@ ABSL_FLAG(int64_t, min_bytes, 8, "smallest buffer size in bytes (powers of two u
 ABSL_FLAG(int64_t, max_bytes, int64_t{256} << 20, "largest buffer size in bytes");
 ABSL_FLAG(double, budget_seconds, 0.25, "approximate time spent timing each size");
 ABSL_FLAG(std::string, csv, "", "if set, rank 0 writes the rows to this CSV file");
+ABSL_FLAG(std::vector<std::string>, sizes_mib, {},
+          "if set, these buffer sizes in MiB instead of the powers of two");
+ABSL_FLAG(std::string, algorithm, "flat",
+          "flat (one ring over the ranks, host by host) or hierarchical (all-reduce within each "
+          "host, across hosts between lanes, share within the host; needs ranks on two hosts or "
+          "more, the same number on each)");
 ABSL_FLAG(std::vector<std::string>, compare, {},
           "OURS.csv,THEIRS.csv: print the comparison of two CSV files and exit");
 ABSL_FLAG(std::string, compare_names, "cohort,openmpi", "names of the two compared tables");
@@ -120,12 +128,26 @@ int RunRank(int rank, int ranks, Collective collective) {
   context_options.kv = kv->get();
   auto context = cohort::comm::UcxContext::Create(context_options);
   if (!context.ok()) return Fail(absl::StrCat("rank ", rank, ": ", context.status().ToString()));
-  auto comm = cohort::comm::UcxCommunicator::Create(context->get(), {.comm_id = 1, .group = {}});
+  auto algorithm = cohort::comm::ParseCollectiveAlgorithm(absl::GetFlag(FLAGS_algorithm));
+  if (!algorithm.ok()) return Fail(std::string(algorithm.status().message()));
+  auto comm = cohort::comm::HierarchicalCommunicator::Create(
+      context->get(), {.comm_id = 1, .group = {}}, 2, 3, *algorithm);
   if (!comm.ok()) return Fail(absl::StrCat("rank ", rank, ": ", comm.status().ToString()));
+  std::vector<size_t> sizes = cohort::bench::PowerOfTwoSizes(absl::GetFlag(FLAGS_min_bytes),
+                                                            absl::GetFlag(FLAGS_max_bytes));
+  if (const std::vector<std::string> mib = absl::GetFlag(FLAGS_sizes_mib); !mib.empty()) {
+    sizes.clear();
+    for (const std::string& m : mib) {
+      int64_t n = 0;
+      if (!absl::SimpleAtoi(m, &n) || n < 1 || n > 4096) {
+        return Fail(absl::StrCat("--sizes_mib: '", m, "' is not a size in [1, 4096] MiB"));
+      }
+      sizes.push_back(static_cast<size_t>(n) << 20);
+    }
+  }
 
   std::vector<cohort::bench::BenchRow> rows;
-  for (size_t bytes : cohort::bench::PowerOfTwoSizes(absl::GetFlag(FLAGS_min_bytes),
-                                                     absl::GetFlag(FLAGS_max_bytes))) {
+  for (size_t bytes : sizes) {
     // reduce_scatter and allgather need a whole element per rank.
     const size_t unit = collective == Collective::kAllReduce ? 1 : ranks;
     const size_t count = std::max(bytes / sizeof(float) / unit, size_t{1}) * unit;
@@ -153,7 +175,8 @@ int RunRank(int rank, int ranks, Collective collective) {
     std::printf("%s", cohort::bench::FormatTable(
                           absl::StrCat("cohort UcxCommunicator ",
                                        cohort::bench::CollectiveName(collective), ", float32, ",
-                                       ranks, " ranks, UCX_TLS=", tls ? tls : "(default)"),
+                                       ranks, " ranks, ", absl::GetFlag(FLAGS_algorithm),
+                                       ", UCX_TLS=", tls ? tls : "(default)"),
                           rows)
                           .c_str());
     if (const std::string path = absl::GetFlag(FLAGS_csv); !path.empty()) {

@@ -63,6 +63,10 @@ const char* MeshAxisName(MeshAxis axis) {
       return "data";
     case MeshAxis::kPipeline:
       return "pipeline";
+    case MeshAxis::kDataLocal:
+      return "data-local";
+    case MeshAxis::kDataLane:
+      return "data-lane";
   }
   return "unknown";
 }

@@ -31,7 +31,17 @@
 
 namespace cohort::comm {
 
-enum class MeshAxis : uint16_t { kWorld = 0, kTensor = 1, kData = 2, kPipeline = 3 };
+// kDataLocal and kDataLane: a data group's sub-groups on one host and
+// across hosts when its collectives are hierarchical
+// (comm::HierarchicalCommunicator), numbered like their data group.
+enum class MeshAxis : uint16_t {
+  kWorld = 0,
+  kTensor = 1,
+  kData = 2,
+  kPipeline = 3,
+  kDataLocal = 4,
+  kDataLane = 5,
+};
 
 const char* MeshAxisName(MeshAxis axis);
 

@@ -65,6 +65,7 @@ class UcxCommunicator : public Communicator {
   int size() const override { return channel_.size(); }
   // This rank's place on the ring the ring algorithms use (host by host).
   int ring_position() const { return channel_.ring_position(); }
+  uint16_t comm_id() const { return channel_.comm_id(); }
 
   absl::Status AllReduce(void* data, size_t count, DataType type, ReduceOp op,
                          absl::Duration timeout) override;

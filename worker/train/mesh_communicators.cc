@@ -10,16 +10,27 @@
 namespace cohort::train {
 
 void MeshCommunicators::Abort(const absl::Status& reason) {
-  for (comm::UcxCommunicator* group : {data.get(), tensor.get(), pipeline.get()}) {
+  for (comm::Communicator* group : {data.get(), static_cast<comm::Communicator*>(tensor.get()),
+                                    static_cast<comm::Communicator*>(pipeline.get())}) {
     if (group != nullptr) group->Abort(reason);
   }
 }
 
-absl::StatusOr<MeshCommunicators> CreateMeshCommunicators(comm::UcxContext* context,
-                                                          const comm::MeshGroups& groups) {
+absl::StatusOr<MeshCommunicators> CreateMeshCommunicators(
+    comm::UcxContext* context, const comm::MeshGroups& groups,
+    comm::CollectiveAlgorithm data_algorithm) {
   MeshCommunicators out;
-  for (auto [group, slot] : {std::pair{&groups.data, &out.data},
-                             std::pair{&groups.tensor, &out.tensor},
+  if (groups.data.size() > 1) {
+    const int index = groups.data.communicator_id & (comm::kMaxGroupsPerAxis - 1);
+    ASSIGN_OR_RETURN(out.data, comm::HierarchicalCommunicator::Create(
+                                   context,
+                                   {.comm_id = groups.data.communicator_id,
+                                    .group = groups.data.ranks},
+                                   comm::MeshCommunicatorId(comm::MeshAxis::kDataLocal, index),
+                                   comm::MeshCommunicatorId(comm::MeshAxis::kDataLane, index),
+                                   data_algorithm));
+  }
+  for (auto [group, slot] : {std::pair{&groups.tensor, &out.tensor},
                              std::pair{&groups.pipeline, &out.pipeline}}) {
     if (group->size() <= 1) continue;
     comm::UcxCommunicatorOptions options;

@@ -12,6 +12,7 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "cohort/v1/job.pb.h"
+#include "worker/comm/hierarchical_communicator.h"
 #include "worker/comm/mesh_groups.h"
 #include "worker/comm/ucx_communicator.h"
 #include "worker/comm/ucx_context.h"
@@ -21,7 +22,8 @@
 namespace cohort::train {
 
 struct MeshCommunicators {
-  std::unique_ptr<comm::UcxCommunicator> data;
+  // Flat or hierarchical (comm::HierarchicalCommunicator) by the hosts.
+  std::unique_ptr<comm::Communicator> data;
   std::unique_ptr<comm::UcxCommunicator> tensor;
   std::unique_ptr<comm::UcxCommunicator> pipeline;
 
@@ -30,10 +32,12 @@ struct MeshCommunicators {
   void Abort(const absl::Status& reason);
 };
 
-// The communicators of `groups` on `context` (which must outlive them).
-// Errors: UcxCommunicator::Create's.
-absl::StatusOr<MeshCommunicators> CreateMeshCommunicators(comm::UcxContext* context,
-                                                          const comm::MeshGroups& groups);
+// The communicators of `groups` on `context` (which must outlive them); the
+// data group's collectives by `data_algorithm`. Errors:
+// HierarchicalCommunicator::Create's.
+absl::StatusOr<MeshCommunicators> CreateMeshCommunicators(
+    comm::UcxContext* context, const comm::MeshGroups& groups,
+    comm::CollectiveAlgorithm data_algorithm = comm::CollectiveAlgorithm::kAuto);
 
 // The ModelLayout of the member at `self` in `mesh`.
 model::ModelLayout LayoutOf(const v1::Mesh& mesh, const v1::MeshCoordinates& self);
