@@ -313,13 +313,11 @@ absl::Status Coordinator::OnWorkerMessage(const WorkerId& worker,
     const absl::Time now = clock_->Now();
     DiscountOwnStall(now);  // before anything can time out
     auto sink = sinks_.find(worker);
-    if (sink != sinks_.end() && stream != nullptr && sink->second.sink.get() != stream) {
-      return absl::OkStatus();  // from a stream the same process has replaced
-    }
     if (sink == sinks_.end()) {
       return absl::FailedPreconditionError(
           absl::StrCat("worker ", worker.value(), " is not attached"));
     }
+    if (Superseded(worker, stream)) return absl::OkStatus();  // its process took a newer stream
     if (sink->second.incarnation.value() != message.incarnation()) {
       return absl::AbortedError(absl::StrCat("worker ", worker.value(), " incarnation ",
                                              message.incarnation(), " is not the current one"));

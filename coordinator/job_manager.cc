@@ -63,8 +63,7 @@ absl::Status JobManager::Restore(absl::Time now) {
   });
   for (v1::Job& job : jobs) {
     JobId id(job.job_id());
-    JobEntry& entry = jobs_[id];
-    entry.reachability = Reachability({.hold = options_.partition_hold});
+    JobEntry& entry = NewEntry(id);
     entry.number = static_cast<int64_t>(order_.size()) + 1;
     entry.job = std::move(job);
     entry.reached_step = entry.job.progress().step();
@@ -126,10 +125,15 @@ absl::StatusOr<v1::Job> JobManager::Submit(const v1::JobSpec& spec, bool validat
   return Admit(std::move(job), number, now, effects);
 }
 
-v1::Job JobManager::Admit(v1::Job job, int64_t number, absl::Time now, Effects* effects) {
-  JobId id(job.job_id());
+JobManager::JobEntry& JobManager::NewEntry(const JobId& id) {
   JobEntry& entry = jobs_[id];
   entry.reachability = Reachability({.hold = options_.partition_hold});
+  return entry;
+}
+
+v1::Job JobManager::Admit(v1::Job job, int64_t number, absl::Time now, Effects* effects) {
+  JobId id(job.job_id());
+  JobEntry& entry = NewEntry(id);
   entry.number = number;
   entry.job = std::move(job);
   // In number order (ListPage relies on it), which concurrent submits, each

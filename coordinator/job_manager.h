@@ -356,6 +356,8 @@ class JobManager {
 
   JobEntry* FindEntry(const JobId& id);
   const JobEntry* FindEntry(const JobId& id) const;
+  // The entry of `id`, made with the manager's options.
+  JobEntry& NewEntry(const JobId& id);
   static bool IsTerminal(v1::JobState state);
   // A mesh that lost members and could not yet be re-planned.
   static bool MeshIncomplete(const v1::Mesh& mesh);

@@ -209,8 +209,9 @@ std::vector<std::string> JobManager::KeepReachable(JobEntry& entry, PlanRequest*
                                                   absl::Time now) {
   const JobId id(entry.job.job_id());
   if (entry.suspension.has_value()) {
-    // Both ends alive now that the suspension settled (a crashed peer is
-    // lost by then, a hung one fenced): they could not reach each other.
+    // Both ends still the processes reported, now that the suspension
+    // settled (a crashed peer is lost by then, a restarted one another
+    // incarnation): they could not reach each other.
     for (const Suspension::Unreachable& u : entry.suspension->unreachable) {
       const WorkerRecord* a = membership_->Find(u.reporter);
       const WorkerRecord* b = membership_->Find(u.peer);

@@ -131,20 +131,24 @@ CopyRing::CopyRing(int data_parallel) {
   for (int d = 0; d < dp; ++d) order_[static_cast<size_t>(d)] = position_[static_cast<size_t>(d)] = d;
 }
 
-CopyRing CopyRing::AcrossHosts(const std::vector<std::string>& host_of_data_rank) {
-  // Each host's data ranks, hosts in order of their first rank.
+std::vector<std::vector<int>> RanksByHost(const std::vector<std::string>& host_of_rank) {
   std::vector<std::vector<int>> by_host;
   std::vector<const std::string*> names;
-  for (int d = 0; d < static_cast<int>(host_of_data_rank.size()); ++d) {
-    const std::string& host = host_of_data_rank[static_cast<size_t>(d)];
+  for (int r = 0; r < static_cast<int>(host_of_rank.size()); ++r) {
+    const std::string& host = host_of_rank[static_cast<size_t>(r)];
     size_t h = 0;
     while (h < names.size() && *names[h] != host) ++h;
     if (h == names.size()) {
       names.push_back(&host);
       by_host.emplace_back();
     }
-    by_host[h].push_back(d);
+    by_host[h].push_back(r);
   }
+  return by_host;
+}
+
+CopyRing CopyRing::AcrossHosts(const std::vector<std::string>& host_of_data_rank) {
+  const std::vector<std::vector<int>> by_host = RanksByHost(host_of_data_rank);
   CopyRing ring(static_cast<int>(host_of_data_rank.size()));
   if (host_of_data_rank.empty()) return ring;
   size_t next = 0;

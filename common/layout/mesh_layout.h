@@ -91,6 +91,12 @@ size_t PaddedShardedSize(size_t num_params, int data_parallel);
 // piece's owner plus copies - 1 mirrors (`optimizer_replicas` clamped to
 // [1, data_parallel]); without it every data rank holds all of it.
 int OptimizerCopies(bool zero1, int optimizer_replicas, int data_parallel);
+// Ranks grouped by host: `host_of_rank[r]` names rank r's host (any labels;
+// equal labels are one host); hosts in the order of their first rank, each
+// host's ranks ascending. Shared by the optimizer copy ring, the ring
+// collectives' order and the hierarchical split, so all three agree.
+std::vector<std::vector<int>> RanksByHost(const std::vector<std::string>& host_of_rank);
+
 // The cyclic order of a data group's ranks that optimizer copies follow:
 // copy j of the piece whose owner sits at position i of the ring is held at
 // position i + j (wrapping), so each copy is a shift of the ring and any

@@ -2,11 +2,11 @@
 
 #include <algorithm>
 #include <cstring>
-#include <map>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
+#include "common/layout/mesh_layout.h"
 #include "common/log.h"
 #include "common/status_macros.h"
 
@@ -14,26 +14,21 @@ namespace cohort::comm {
 
 std::optional<HostSplit> SplitByHost(const std::vector<std::string>& host_of_group_rank,
                                      int index) {
-  // Hosts in order of their first group rank; each host's ranks ascending.
-  std::vector<std::string> order;
-  std::map<std::string, std::vector<int>> ranks;
-  for (int r = 0; r < static_cast<int>(host_of_group_rank.size()); ++r) {
-    const std::string& host = host_of_group_rank[static_cast<size_t>(r)];
+  for (const std::string& host : host_of_group_rank) {
     if (host.empty()) return std::nullopt;  // hosts unknown
-    if (!ranks.contains(host)) order.push_back(host);
-    ranks[host].push_back(r);
   }
-  if (order.size() < 2) return std::nullopt;
-  const size_t per_host = ranks[order[0]].size();
-  if (per_host < 2) return std::nullopt;
-  for (const std::string& host : order) {
-    if (ranks[host].size() != per_host) return std::nullopt;
+  const std::vector<std::vector<int>> hosts = layout::RanksByHost(host_of_group_rank);
+  if (hosts.size() < 2 || hosts[0].size() < 2) return std::nullopt;
+  for (const std::vector<int>& ranks : hosts) {
+    if (ranks.size() != hosts[0].size()) return std::nullopt;
   }
   HostSplit split;
-  split.local = ranks[host_of_group_rank[static_cast<size_t>(index)]];
+  for (const std::vector<int>& ranks : hosts) {
+    if (std::find(ranks.begin(), ranks.end(), index) != ranks.end()) split.local = ranks;
+  }
   const size_t local_index = static_cast<size_t>(
       std::find(split.local.begin(), split.local.end(), index) - split.local.begin());
-  for (const std::string& host : order) split.lane.push_back(ranks[host][local_index]);
+  for (const std::vector<int>& ranks : hosts) split.lane.push_back(ranks[local_index]);
   return split;
 }
 
@@ -48,15 +43,11 @@ absl::StatusOr<CollectiveAlgorithm> ParseCollectiveAlgorithm(const std::string& 
 absl::StatusOr<std::unique_ptr<Communicator>> HierarchicalCommunicator::Create(
     UcxContext* context, UcxCommunicatorOptions flat, uint16_t local_id, uint16_t lane_id,
     CollectiveAlgorithm algorithm) {
-  std::vector<int> group = flat.group;
-  if (group.empty()) {
-    for (int r = 0; r < context->size(); ++r) group.push_back(r);
-  }
   ASSIGN_OR_RETURN(std::unique_ptr<UcxCommunicator> whole,
                    UcxCommunicator::Create(context, std::move(flat)));
   if (algorithm == CollectiveAlgorithm::kFlat) return std::unique_ptr<Communicator>(std::move(whole));
   std::vector<std::string> hosts;
-  for (const int world : group) hosts.push_back(context->peer_host(world));
+  for (int r = 0; r < whole->size(); ++r) hosts.push_back(context->peer_host(whole->world_rank(r)));
   const std::optional<HostSplit> split = SplitByHost(hosts, whole->rank());
   if (!split.has_value()) {
     if (algorithm == CollectiveAlgorithm::kHierarchical) {
@@ -68,7 +59,7 @@ absl::StatusOr<std::unique_ptr<Communicator>> HierarchicalCommunicator::Create(
   }
   auto to_world = [&](const std::vector<int>& group_ranks) {
     std::vector<int> world;
-    for (const int r : group_ranks) world.push_back(group[static_cast<size_t>(r)]);
+    for (const int r : group_ranks) world.push_back(whole->world_rank(r));
     return world;
   };
   ASSIGN_OR_RETURN(std::unique_ptr<UcxCommunicator> local,

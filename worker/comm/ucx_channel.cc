@@ -2,12 +2,12 @@
 
 #include <sched.h>
 
-#include <algorithm>
 #include <string>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
+#include "common/layout/mesh_layout.h"
 #include "worker/comm/failed_peer.h"
 
 namespace cohort::comm {
@@ -31,26 +31,16 @@ UcxChannel::UcxChannel(UcxContext* context, uint16_t comm_id, std::vector<int> g
       group_(std::move(group)),
       index_(index) {
   for (int i = kMaxRequests - 1; i >= 0; --i) free_[free_count_++] = i;
-  // Hosts in order of their first group rank; a stable sort keeps ranks
-  // ascending within each.
+  // Host by host (layout::RanksByHost); without host identities (an
+  // explicit UCX_TLS) every label is empty and the ring is the rank order.
   const int n = size();
-  std::vector<int> host_order(static_cast<size_t>(n));
-  for (int r = 0; r < n; ++r) {
-    host_order[static_cast<size_t>(r)] = r;
-    if (context_ == nullptr) continue;
-    const std::string& host = context_->peer_host(group_[static_cast<size_t>(r)]);
-    for (int first = 0; first < r && !host.empty(); ++first) {
-      if (context_->peer_host(group_[static_cast<size_t>(first)]) == host) {
-        host_order[static_cast<size_t>(r)] = first;
-        break;
-      }
-    }
+  std::vector<std::string> hosts(static_cast<size_t>(n));
+  for (int r = 0; r < n && context_ != nullptr; ++r) {
+    hosts[static_cast<size_t>(r)] = context_->peer_host(group_[static_cast<size_t>(r)]);
   }
-  ring_order_.resize(static_cast<size_t>(n));
-  for (int r = 0; r < n; ++r) ring_order_[static_cast<size_t>(r)] = r;
-  std::stable_sort(ring_order_.begin(), ring_order_.end(), [&](int a, int b) {
-    return host_order[static_cast<size_t>(a)] < host_order[static_cast<size_t>(b)];
-  });
+  for (const std::vector<int>& ranks : layout::RanksByHost(hosts)) {
+    ring_order_.insert(ring_order_.end(), ranks.begin(), ranks.end());
+  }
   ring_position_.resize(static_cast<size_t>(n));
   for (int p = 0; p < n; ++p) ring_position_[static_cast<size_t>(ring_order_[static_cast<size_t>(p)])] = p;
 }

@@ -66,6 +66,8 @@ class UcxCommunicator : public Communicator {
   // This rank's place on the ring the ring algorithms use (host by host).
   int ring_position() const { return channel_.ring_position(); }
   uint16_t comm_id() const { return channel_.comm_id(); }
+  // The world (context) rank of group rank `peer`.
+  int world_rank(int peer) const { return channel_.world_rank(peer); }
 
   absl::Status AllReduce(void* data, size_t count, DataType type, ReduceOp op,
                          absl::Duration timeout) override;
