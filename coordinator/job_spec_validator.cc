@@ -135,6 +135,13 @@ bool CheckParallelism(v1::ParallelismConfig& parallelism, const v1::ModelConfig&
                absl::StrCat("pipeline parallel ", pp, " exceeds ", model.layers(),
                             " layers (model.layers); every stage needs at least one layer"));
   }
+  if (!v1::ParallelismConfig::Reduction_IsValid(parallelism.reduction())) {
+    errors.Add("parallelism.reduction",
+               absl::StrCat("unknown value ", static_cast<int>(parallelism.reduction()),
+                            " (REDUCTION_DETERMINISTIC or REDUCTION_TRANSPORT)"));
+  } else if (parallelism.reduction() == v1::ParallelismConfig::REDUCTION_UNSPECIFIED) {
+    parallelism.set_reduction(v1::ParallelismConfig::REDUCTION_DETERMINISTIC);
+  }
   return tensor_ok && pipeline_ok;
 }
 

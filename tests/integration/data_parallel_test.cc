@@ -1,15 +1,23 @@
 // Data-parallel training as separate processes over UCX against the
 // single-process run on the same global batch (the determinism contract):
 // ranks are cohort-train-test-rank processes (tests/train_rank), each
-// training the tiny model on the synthetic source.
+// training the tiny model on the synthetic source for 20 steps.
 //
-//   bitwise: the same run twice; OMP threads 1 vs 2; DP=2 with one
-//            micro-batch per rank vs one process with both micro-batches;
-//            DP=2 with ZeRO-1 vs without
-//   within 1e-5 * (1 + t): DP=2 and DP=4 (several micro-batches per rank,
-//            so the sum is associated differently) vs one process
+// The deterministic reduction (the default) sums in one tree over the
+// step's micro-batches, so every run below on the same global batch must
+// be bitwise equal to one process: every step's loss (printed with %a) and
+// the final weights (memcmp).
+//   the same run twice; OMP threads 1 vs 2;
+//   dp 1, 2, 4, 8 over 8 micro-batches, ZeRO-1 on and off, over shared
+//     memory and over TCP;
+//   uneven shares: dp 3 over 8 micro-batches (3 + 3 + 2), dp 4 over 6
+//     (2 + 2 + 1 + 1), a micro-batch count that is not a power of two.
+// The transport's reduction (--reduction=transport) is reproducible only for
+// a given dp: DP=2 with ZeRO-1 equals DP=2 without, and DP=2 and DP=4 stay
+// within 1e-5 * (1 + t) of one process.
 
 #include <cmath>
+#include <cstring>
 #include <cstdio>
 #include <fstream>
 #include <sstream>
@@ -28,16 +36,25 @@ constexpr int kSteps = 20;
 struct RunResult {
   std::vector<double> losses;
   std::string params_hash;
-  std::string text;  // the whole report, for bitwise comparisons
+  std::string text;    // the whole report, for bitwise comparisons
+  std::string params;  // the final weights' bytes
 };
 
 struct RunOptions {
   int dp = 1;
+  int global_batch = 8;
   int micro_batch = 4;
   bool zero1 = false;
   int threads = 1;
   std::string transport = "default";
+  std::string reduction = "deterministic";
 };
+
+std::string Describe(const RunOptions& o) {
+  return absl::StrCat("dp ", o.dp, " over ", o.global_batch / o.micro_batch,
+                      " micro-batches", o.zero1 ? " ZeRO-1" : "", " ", o.transport, " ",
+                      o.reduction);
+}
 
 // Runs one configuration to completion and parses rank 0's report (all
 // ranks' reports must be identical).
@@ -51,8 +68,9 @@ RunResult Train(const RunOptions& o) {
                     absl::StrCat("--size=", o.dp),
                     "--kv_dir=" + dir + "/kv",
                     absl::StrCat("--steps=", kSteps),
-                    "--global_batch=8",
+                    absl::StrCat("--global_batch=", o.global_batch),
                     absl::StrCat("--micro_batch=", o.micro_batch),
+                    "--reduction=" + o.reduction,
                     absl::StrCat("--threads=", o.threads),
                     o.zero1 ? "--zero1" : "--nozero1",
                     absl::StrCat("--out=", dir, "/rank", r, ".txt")};
@@ -81,6 +99,12 @@ RunResult Train(const RunOptions& o) {
   };
   RunResult result;
   result.text = read(0);
+  {
+    std::ifstream in(absl::StrCat(dir, "/rank0.txt.params"), std::ios::binary);
+    std::stringstream ss;
+    ss << in.rdbuf();
+    result.params = ss.str();
+  }
   for (int r = 1; r < o.dp; ++r) {
     EXPECT_EQ(read(r), result.text) << "rank " << r << " disagrees with rank 0";
   }
@@ -124,26 +148,60 @@ TEST(DataParallelTest, SameRunTwiceAndAnyThreadCountAreBitwiseIdentical) {
   EXPECT_LT(a.losses.back(), a.losses.front() - 0.5);
 }
 
-TEST(DataParallelTest, TwoRanksWithOneMicroBatchEachEqualOneProcessBitwise) {
-  RunResult single = Train({.dp = 1, .micro_batch = 4});  // 2 micro-batches in one process
-  RunResult dp2 = Train({.dp = 2, .micro_batch = 4});     // 1 micro-batch per rank
-  EXPECT_EQ(dp2.text, single.text);
+// Every step's loss and the final weights, bit for bit.
+void ExpectBitwiseEqual(const RunResult& got, const RunResult& reference, const RunOptions& o) {
+  SCOPED_TRACE(Describe(o));
+  EXPECT_EQ(got.text, reference.text);
+  ASSERT_FALSE(reference.params.empty());
+  ASSERT_EQ(got.params.size(), reference.params.size());
+  EXPECT_EQ(std::memcmp(got.params.data(), reference.params.data(), got.params.size()), 0)
+      << "final weights differ";
 }
 
-TEST(DataParallelTest, ZeroOneEqualsPlainDataParallelBitwise) {
-  RunResult plain = Train({.dp = 2, .micro_batch = 2});
-  RunResult zero1 = Train({.dp = 2, .micro_batch = 2, .zero1 = true});
+class DeterministicDegreeTest : public ::testing::TestWithParam<int> {};
+
+TEST_P(DeterministicDegreeTest, EqualsOneProcessBitwiseWithAndWithoutZeroOneOverShmAndTcp) {
+  const int dp = GetParam();
+  const RunResult single = Train({.dp = 1, .micro_batch = 1});  // 8 micro-batches
+  for (const char* transport : {"default", "tcp"}) {
+    for (bool zero1 : {false, true}) {
+      const RunOptions o{.dp = dp, .micro_batch = 1, .zero1 = zero1, .transport = transport};
+      ExpectBitwiseEqual(Train(o), single, o);
+    }
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Degrees, DeterministicDegreeTest, ::testing::Values(2, 4, 8),
+                         [](const ::testing::TestParamInfo<int>& info) {
+                           return absl::StrCat("dp", info.param);
+                         });
+
+TEST(DataParallelTest, UnevenSharesEqualOneProcessBitwise) {
+  const RunResult single8 = Train({.dp = 1, .micro_batch = 1});
+  const RunOptions dp3{.dp = 3, .micro_batch = 1, .zero1 = true};  // 3 + 3 + 2
+  ExpectBitwiseEqual(Train(dp3), single8, dp3);
+  const RunOptions dp3_tcp{.dp = 3, .micro_batch = 1, .transport = "tcp"};
+  ExpectBitwiseEqual(Train(dp3_tcp), single8, dp3_tcp);
+  // Six micro-batches: a tree with absent leaves.
+  const RunResult single6 = Train({.dp = 1, .global_batch = 6, .micro_batch = 1});
+  const RunOptions dp4{.dp = 4, .global_batch = 6, .micro_batch = 1, .zero1 = true};  // 2+2+1+1
+  ExpectBitwiseEqual(Train(dp4), single6, dp4);
+}
+
+TEST(DataParallelTest, TransportReductionZeroOneEqualsPlainBitwise) {
+  const RunResult plain = Train({.dp = 2, .micro_batch = 2, .reduction = "transport"});
+  const RunResult zero1 =
+      Train({.dp = 2, .micro_batch = 2, .zero1 = true, .reduction = "transport"});
   EXPECT_EQ(zero1.text, plain.text);
 }
 
-TEST(DataParallelTest, TwoAndFourRanksFollowTheSingleProcessTrajectory) {
+TEST(DataParallelTest, TransportReductionFollowsTheSingleProcessTrajectory) {
   RunResult single = Train({.dp = 1, .micro_batch = 1});  // 8 micro-batches
-  RunResult dp2 = Train({.dp = 2, .micro_batch = 1});     // 4 per rank
+  RunResult dp2 = Train({.dp = 2, .micro_batch = 1, .reduction = "transport"});  // 4 per rank
   ExpectWithinTrajectoryTolerance(dp2, single);
-  RunResult dp4 = Train({.dp = 4, .micro_batch = 1, .zero1 = true});  // 2 per rank
+  RunResult dp4 = Train(
+      {.dp = 4, .micro_batch = 1, .zero1 = true, .reduction = "transport"});  // 2 per rank
   ExpectWithinTrajectoryTolerance(dp4, single);
-  RunResult dp4_tcp = Train({.dp = 4, .micro_batch = 1, .transport = "tcp"});
-  ExpectWithinTrajectoryTolerance(dp4_tcp, single);
 }
 
 }  // namespace

@@ -48,6 +48,8 @@ ABSL_FLAG(bool, tie_per_step, false,
           "even without pipeline parallelism");
 ABSL_FLAG(bool, grads, false, "write the step-0 reduced gradient to --out.grads");
 ABSL_FLAG(int, threads, 1, "OpenMP threads");
+ABSL_FLAG(std::string, reduction, "deterministic",
+          "data-parallel sum order: deterministic (the fixed tree) or transport");
 ABSL_FLAG(std::string, out, "", "output file (losses, parameter hash)");
 
 namespace {
@@ -73,6 +75,7 @@ TrainingConfig TestConfig() {
   c.adamw.weight_decay = 0.1;
   c.grad_clip = 1.0;
   c.zero1 = absl::GetFlag(FLAGS_zero1);
+  c.deterministic_reduction = absl::GetFlag(FLAGS_reduction) != "transport";
   c.data.synthetic = true;
   c.data.markov.seed = 7;
   c.data.markov.vocab_size = c.model.vocab_size;

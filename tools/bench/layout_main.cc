@@ -4,7 +4,7 @@
 //
 //   cohort-bench-layout [--model small|gpt2-124m] [--layouts 1x1x1,1x2x1,...]
 //                       [--global_batch 8] [--micro_batch 2] [--warmup 1] [--steps 3]
-//                       [--threads N]
+//                       [--threads N] [--reduction deterministic|transport|both]
 //
 // Layouts are dp x tp x pp. Without --rank the binary is the launcher: for
 // each layout it starts dp*tp*pp copies of itself (--rank r), each running a
@@ -16,10 +16,15 @@
 //   pp wait %    time inside pipeline point-to-point calls and the stage
 //                reductions / step time (the measured bubble plus transfers)
 //   dp comm %    time inside data-group collectives / step time
+//   dp MiB/step  bytes the busiest rank sends to its data group per step
+//                (timed_communicator.h: point-to-point bytes, and ring
+//                volumes for collectives)
 //   bubble       the 1F1B bubble (p-1)/(m+p-1) for m micro-batches per data rank
 //   RSS MiB      resident set size of each rank after the timed steps (max, min)
 // Threads: --threads (default: the machine's cores) are divided among the
-// ranks, at least one each. Progress goes to stderr.
+// ranks, at least one each. --reduction both runs every layout with the
+// deterministic reduction (data_parallel.h) and then the transport's, one
+// row each, and prints the step-time ratio. Progress goes to stderr.
 
 #include <spawn.h>
 #include <sys/wait.h>
@@ -39,6 +44,8 @@
 #include "absl/flags/usage.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
 #include "absl/time/clock.h"
 #include "common/log.h"
@@ -63,6 +70,9 @@ ABSL_FLAG(bool, elastic, false,
           "keep what a peer recovery needs, as elastic jobs do: the previous step's state and "
           "(with --zero1) --optimizer_replicas copies of each optimizer shard");
 ABSL_FLAG(int, optimizer_replicas, 2, "with --elastic and --zero1: copies of each optimizer shard");
+ABSL_FLAG(std::string, reduction, "deterministic",
+          "data-parallel sum order: deterministic (the fixed tree), transport (the "
+          "communicator's), or both (a row each, same run)");
 // Set by the launcher for each rank.
 ABSL_FLAG(int, rank, -1, "internal: this process's rank");
 ABSL_FLAG(std::string, layout, "", "internal: this rank's layout");
@@ -113,6 +123,7 @@ train::TrainingConfig BenchConfig() {
   c.data.synthetic_tokens = 200000;
   c.data.sample_seed = 11;
   c.zero1 = absl::GetFlag(FLAGS_zero1);
+  c.deterministic_reduction = absl::GetFlag(FLAGS_reduction) != "transport";
   return c;
 }
 
@@ -209,12 +220,16 @@ int RunRank(int rank, const Layout& l) {
   };
   std::ofstream(absl::StrCat(dir, "/rank", rank, ".txt"))
       << step_ms[step_ms.size() / 2] << " " << ResidentMiB() << " " << per_step(timed[1]) << " "
-      << per_step(timed[2]) << " " << per_step(timed[0]) << "\n";
+      << per_step(timed[2]) << " " << per_step(timed[0]) << " "
+      << (timed[0] == nullptr ? 0.0 : static_cast<double>(timed[0]->bytes_sent()) / steps)
+      << "\n";
   return 0;
 }
 
-// Starts the ranks of one layout and prints its row; false if a rank failed.
-bool RunLayout(const std::string& text, const Layout& l, char** argv) {
+// Starts the ranks of one layout with `reduction` and prints its row;
+// returns the step time in ms, or a negative number if a rank failed.
+double RunLayout(const std::string& text, const Layout& l, const std::string& reduction,
+                 char** argv) {
   char dir_template[] = "/tmp/cohort-bench-layout-XXXXXX";
   const std::string dir = mkdtemp(dir_template);
   std::vector<pid_t> pids;
@@ -233,6 +248,7 @@ bool RunLayout(const std::string& text, const Layout& l, char** argv) {
     args.push_back(absl::StrCat("--zero1=", absl::GetFlag(FLAGS_zero1)));
     args.push_back(absl::StrCat("--elastic=", absl::GetFlag(FLAGS_elastic)));
     args.push_back(absl::StrCat("--optimizer_replicas=", absl::GetFlag(FLAGS_optimizer_replicas)));
+    args.push_back("--reduction=" + reduction);
     std::vector<char*> c_args;
     for (std::string& a : args) c_args.push_back(a.data());
     c_args.push_back(nullptr);
@@ -240,7 +256,7 @@ bool RunLayout(const std::string& text, const Layout& l, char** argv) {
     if (posix_spawn(&pid, "/proc/self/exe", nullptr, nullptr, c_args.data(), environ) != 0) {
       std::fprintf(stderr, "cannot start rank %d\n", r);
       for (pid_t p : pids) kill(p, SIGKILL);
-      return false;
+      return -1;
     }
     pids.push_back(pid);
   }
@@ -255,30 +271,36 @@ bool RunLayout(const std::string& text, const Layout& l, char** argv) {
     }
   }
   if (!ok) {
-    std::printf("| %s | failed (see the ranks' stderr) |\n", text.c_str());
-    return false;
+    std::printf("| %s | %s | failed (see the ranks' stderr) |\n", text.c_str(), reduction.c_str());
+    return -1;
   }
-  double step = 0, tp = 0, pp = 0, dp = 0, rss_max = 0, rss_min = 1e18;
+  double step = 0, tp = 0, pp = 0, dp = 0, dp_bytes = 0, rss_max = 0, rss_min = 1e18;
   for (int r = 0; r < l.world(); ++r) {
     std::ifstream in(absl::StrCat(dir, "/rank", r, ".txt"));
-    double s = 0, rss = 0, t = 0, p = 0, d = 0;
-    in >> s >> rss >> t >> p >> d;
+    double s = 0, rss = 0, t = 0, p = 0, d = 0, b = 0;
+    in >> s >> rss >> t >> p >> d >> b;
     step = std::max(step, s);
     tp = std::max(tp, t);
     pp = std::max(pp, p);
     dp = std::max(dp, d);
+    dp_bytes = std::max(dp_bytes, b);
     rss_max = std::max(rss_max, rss);
     rss_min = std::min(rss_min, rss);
   }
-  const int m = absl::GetFlag(FLAGS_global_batch) / absl::GetFlag(FLAGS_micro_batch) / l.dp;
+  // The 1F1B bubble of the rank with the most micro-batches (shares are
+  // uneven where dp does not divide them).
+  const int micro_batches = absl::GetFlag(FLAGS_global_batch) / absl::GetFlag(FLAGS_micro_batch);
+  const int m = (micro_batches + l.dp - 1) / l.dp;
   const double bubble = static_cast<double>(l.pp - 1) / (m + l.pp - 1);
   const double tokens = static_cast<double>(absl::GetFlag(FLAGS_global_batch)) *
                         absl::GetFlag(FLAGS_seq);
-  std::printf("| (%d,%d,%d) | %d | %d | %.1f | %.0f | %.1f | %.1f | %.1f | %.1f | %.0f / %.0f |\n",
-              l.dp, l.tp, l.pp, l.world(), ThreadsPerRank(l), step, tokens / (step / 1000.0),
-              100 * tp / step, 100 * pp / step, 100 * dp / step, 100 * bubble, rss_max, rss_min);
+  std::printf("| (%d,%d,%d) | %s | %d | %d | %.1f | %.0f | %.1f | %.1f | %.1f | %.1f | %.1f | "
+              "%.0f / %.0f |\n",
+              l.dp, l.tp, l.pp, reduction.c_str(), l.world(), ThreadsPerRank(l), step,
+              tokens / (step / 1000.0), 100 * tp / step, 100 * pp / step, 100 * dp / step,
+              dp_bytes / (1 << 20), 100 * bubble, rss_max, rss_min);
   std::fflush(stdout);
-  return true;
+  return step;
 }
 
 }  // namespace
@@ -306,10 +328,17 @@ int main(int argc, char** argv) {
                                  " optimizer shard copies)")
                         .c_str()
                   : "");
-  std::printf("| (dp,tp,pp) | ranks | threads/rank | step ms | tokens/s | tp comm %% | pp wait %% "
-              "| dp comm %% | 1F1B bubble %% | RSS MiB max / min |\n");
-  std::printf("|---|---|---|---|---|---|---|---|---|---|\n");
+  const std::string reduction = absl::GetFlag(FLAGS_reduction);
+  if (reduction != "deterministic" && reduction != "transport" && reduction != "both") {
+    std::fprintf(stderr, "--reduction: '%s' is not deterministic, transport or both\n",
+                 reduction.c_str());
+    return 2;
+  }
+  std::printf("| (dp,tp,pp) | reduction | ranks | threads/rank | step ms | tokens/s | tp comm %% "
+              "| pp wait %% | dp comm %% | dp MiB/step | 1F1B bubble %% | RSS MiB max / min |\n");
+  std::printf("|---|---|---|---|---|---|---|---|---|---|---|---|\n");
   bool ok = true;
+  std::vector<std::string> ratios;
   const std::vector<std::string> layouts = absl::StrSplit(absl::GetFlag(FLAGS_layouts), ',');
   for (const std::string& text : layouts) {
     Layout l;
@@ -318,7 +347,19 @@ int main(int argc, char** argv) {
       return 2;
     }
     std::fprintf(stderr, "layout %s: %d ranks\n", text.c_str(), l.world());
-    ok = cohort::bench::RunLayout(text, l, argv) && ok;
+    if (reduction != "both") {
+      ok = cohort::bench::RunLayout(text, l, reduction, argv) >= 0 && ok;
+      continue;
+    }
+    const double tree = cohort::bench::RunLayout(text, l, "deterministic", argv);
+    const double transport = cohort::bench::RunLayout(text, l, "transport", argv);
+    ok = tree >= 0 && transport >= 0 && ok;
+    if (tree >= 0 && transport >= 0) {
+      ratios.push_back(absl::StrFormat("(%d,%d,%d) %.3f", l.dp, l.tp, l.pp, tree / transport));
+    }
+  }
+  if (!ratios.empty()) {
+    std::printf("\ndeterministic / transport step time: %s\n", absl::StrJoin(ratios, ", ").c_str());
   }
   return ok ? 0 : 1;
 }

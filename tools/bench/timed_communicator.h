@@ -2,9 +2,13 @@
 // TimedCommunicator: a Communicator that forwards every call to another and
 // adds up the wall time spent inside them, so a benchmark can report the
 // share of a training step spent communicating (or waiting for peers) per
-// mesh axis.
+// mesh axis, and the bytes this rank sends: what it hands to point-to-point
+// calls, and for collectives what the bandwidth-optimal (ring) algorithms
+// send, (n - 1) / n of the data per reduce-scatter or all-gather pass.
 //
 // Thread-safety: as the wrapped communicator; elapsed() is read between calls.
+
+#include <cstdint>
 
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
@@ -17,20 +21,27 @@ class TimedCommunicator : public comm::Communicator {
   explicit TimedCommunicator(comm::Communicator* inner) : inner_(inner) {}
 
   absl::Duration elapsed() const { return elapsed_; }
-  void Reset() { elapsed_ = absl::ZeroDuration(); }
+  uint64_t bytes_sent() const { return bytes_sent_; }
+  void Reset() {
+    elapsed_ = absl::ZeroDuration();
+    bytes_sent_ = 0;
+  }
 
   int rank() const override { return inner_->rank(); }
   int size() const override { return inner_->size(); }
   absl::Status AllReduce(void* data, size_t count, comm::DataType type, comm::ReduceOp op,
                          absl::Duration timeout) override {
+    CountPasses(2, count * comm::DataTypeSize(type));
     return Timed([&] { return inner_->AllReduce(data, count, type, op, timeout); });
   }
   absl::Status ReduceScatter(const void* input, void* output, size_t count, comm::DataType type,
                              comm::ReduceOp op, absl::Duration timeout) override {
+    CountPasses(1, count * comm::DataTypeSize(type) * static_cast<size_t>(size()));
     return Timed([&] { return inner_->ReduceScatter(input, output, count, type, op, timeout); });
   }
   absl::Status AllGather(const void* input, void* output, size_t count, comm::DataType type,
                          absl::Duration timeout) override {
+    CountPasses(1, count * comm::DataTypeSize(type) * static_cast<size_t>(size()));
     return Timed([&] { return inner_->AllGather(input, output, count, type, timeout); });
   }
   absl::Status Broadcast(void* data, size_t count, comm::DataType type, int root,
@@ -39,6 +50,7 @@ class TimedCommunicator : public comm::Communicator {
   }
   absl::Status Send(const void* data, size_t bytes, int peer, uint32_t tag,
                     absl::Duration timeout) override {
+    bytes_sent_ += bytes;
     return Timed([&] { return inner_->Send(data, bytes, peer, tag, timeout); });
   }
   absl::Status Recv(void* data, size_t bytes, int peer, uint32_t tag,
@@ -48,6 +60,7 @@ class TimedCommunicator : public comm::Communicator {
   absl::Status SendRecv(const void* send_data, size_t send_bytes, int send_peer, void* recv_data,
                         size_t recv_bytes, int recv_peer, uint32_t tag,
                         absl::Duration timeout) override {
+    bytes_sent_ += send_bytes;
     return Timed([&] {
       return inner_->SendRecv(send_data, send_bytes, send_peer, recv_data, recv_bytes, recv_peer,
                               tag, timeout);
@@ -59,6 +72,12 @@ class TimedCommunicator : public comm::Communicator {
   void Abort(const absl::Status& reason) override { inner_->Abort(reason); }
 
  private:
+  // `passes` reduce-scatter or all-gather passes over `bytes` of data.
+  void CountPasses(int passes, size_t bytes) {
+    const size_t n = static_cast<size_t>(size());
+    if (n > 1) bytes_sent_ += static_cast<uint64_t>(passes) * bytes * (n - 1) / n;
+  }
+
   template <typename F>
   absl::Status Timed(F&& call) {
     const absl::Time start = absl::Now();
@@ -69,6 +88,7 @@ class TimedCommunicator : public comm::Communicator {
 
   comm::Communicator* const inner_;
   absl::Duration elapsed_;
+  uint64_t bytes_sent_ = 0;
 };
 
 }  // namespace cohort::bench

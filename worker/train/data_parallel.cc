@@ -4,27 +4,64 @@
 #include <cmath>
 #include <cstring>
 
+#include "absl/strings/str_cat.h"
 #include "common/status_macros.h"
 
 namespace cohort::train {
+
+namespace {
+
+int GroupSize(comm::Communicator* group) { return group != nullptr ? group->size() : 1; }
+
+std::vector<int> SharesOf(const DataParallelOptions& options, int dp) {
+  return options.shares.empty() ? EvenShares(options.micro_batches, dp) : options.shares;
+}
+
+}  // namespace
+
+absl::Status DataParallel::ValidateShares(const DataParallelOptions& options, int dp) {
+  const std::vector<int> shares = SharesOf(options, dp);
+  if (static_cast<int>(shares.size()) != dp) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "micro-batch shares: ", shares.size(), " given for ", dp, " data-parallel ranks"));
+  }
+  int total = 0;
+  for (int share : shares) {
+    if (share < 1) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "micro-batch shares: every data rank needs at least one micro-batch; ",
+          options.micro_batches, " micro-batches over ", dp, " ranks leave one with ", share));
+    }
+    total += share;
+  }
+  if (total != options.micro_batches) {
+    return absl::InvalidArgumentError(absl::StrCat("micro-batch shares add up to ", total,
+                                                   ", not the step's ", options.micro_batches));
+  }
+  return absl::OkStatus();
+}
 
 DataParallel::DataParallel(comm::Communicator* group, size_t num_params,
                            DataParallelOptions options)
     : group_(group != nullptr && group->size() > 1 ? group : nullptr),
       num_params_(num_params),
-      options_(options),
+      options_(std::move(options)),
       dp_(group_ == nullptr ? 1 : group_->size()),
-      rank_(group_ == nullptr ? 0 : group_->rank()) {
+      rank_(group_ == nullptr ? 0 : group_->rank()),
+      reducer_(options_.micro_batches,
+               LeafRangesOf(SharesOf(options_, GroupSize(group_)))) {
   padded_ = layout::PaddedShardedSize(num_params_, dp_);
   shard_ = padded_ / static_cast<size_t>(dp_);
+  for (int r = 0; r < dp_; ++r) owners_.push_back(layout::DataShardRange(num_params_, dp_, r));
+  if (group_ != nullptr && (options_.zero1 || (options_.deterministic &&
+                                                padded_ <= kSmallGradientFloats))) {
+    padded_buffer_.assign(padded_, 0.0f);
+  }
   if (options_.zero1) {
-    const layout::ShardRange own = layout::DataShardRange(num_params_, dp_, rank_);
+    const layout::ShardRange own = owners_[rank_];
     update_begin_ = own.begin;
     update_end_ = own.end;
-    if (group_ != nullptr) {
-      padded_buffer_.assign(padded_, 0.0f);
-      shard_buffer_.assign(shard_, 0.0f);
-    }
+    if (group_ != nullptr && !options_.deterministic) shard_buffer_.assign(shard_, 0.0f);
   } else {
     update_begin_ = 0;
     update_end_ = num_params_;
@@ -45,6 +82,42 @@ absl::Status DataParallel::ReduceGradients(float* grads) {
   std::memcpy(grads + update_begin_, shard_buffer_.data(),
               (update_end_ - update_begin_) * sizeof(float));
   return absl::OkStatus();
+}
+
+absl::StatusOr<float*> DataParallel::ReduceGradientTree(const std::vector<float*>& nodes,
+                                                        layout::ShardRange replicated) {
+  if (group_ == nullptr) {
+    // One rank folds every micro-batch: its tree is already the root.
+    if (nodes.size() != 1) {
+      return absl::InternalError(absl::StrCat("a single data rank ended its step with ",
+                                              nodes.size(), " tree nodes instead of the root"));
+    }
+    return nodes[0];
+  }
+  if (!padded_buffer_.empty() && !options_.zero1) {
+    // A small gradient without ZeRO-1: into the padded buffer, gathered by
+    // the communicator's all-gather (one synchronised pass, where pairwise
+    // rounds would each wait for a peer).
+    float* out = padded_buffer_.data();
+    RETURN_IF_ERROR(reducer_.ReduceScatter(group_, nodes, owners_, out, options_.num_threads,
+                                           options_.timeout));
+    RETURN_IF_ERROR(group_->AllGather(out + shard_ * static_cast<size_t>(rank_), out, shard_,
+                                      comm::DataType::kFloat32, options_.timeout));
+    return out;
+  }
+  // In place in the first node: its slices for other owners have been sent
+  // before any owner folds, and are then overwritten by the gather (no
+  // second gradient-sized buffer).
+  float* out = nodes.empty() ? nullptr : nodes[0];
+  RETURN_IF_ERROR(reducer_.ReduceScatter(group_, nodes, owners_, out, options_.num_threads,
+                                         options_.timeout));
+  const layout::ShardRange gathered =
+      options_.zero1 ? replicated : layout::ShardRange{0, num_params_};
+  if (gathered.size() > 0) {
+    RETURN_IF_ERROR(TreeReducer::GatherRange(group_, owners_, gathered.begin, gathered.end, out,
+                                             options_.timeout));
+  }
+  return out;
 }
 
 absl::StatusOr<double> DataParallel::Sum(double value) {

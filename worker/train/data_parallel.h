@@ -18,8 +18,14 @@
 // the fixed chunks over which the gradient norm is summed (grad_norm_plan.h).
 // The padding is zero, takes part in the collectives and is never read back.
 //
-// Determinism. With dp = 2 the summed gradient is a + b on every element
-// whichever rank reduces it, so plain and ZeRO-1 runs are bitwise identical.
+// Determinism. The default (deterministic) reduction sums the gradient of
+// the global batch in one fixed tree over the step's micro-batches
+// (reduction_tree.h): each rank folds its own micro-batches (GradientTree)
+// and ReduceGradientTree combines every rank's nodes (TreeReducer), so the
+// sum has the same bits for every data-parallel degree, every split of the
+// micro-batches over ranks, ZeRO-1 or not, and every transport. The
+// transport's reduction (deterministic = false) sums each rank's local sum
+// in the communicator's own order: reproducible for a given dp only.
 //
 // Thread-compatible: one step at a time.
 
@@ -32,6 +38,7 @@
 #include "common/layout/mesh_layout.h"
 #include "worker/comm/communicator.h"
 #include "worker/train/grad_norm.h"
+#include "worker/train/tree_reducer.h"
 
 namespace cohort::train {
 
@@ -41,10 +48,22 @@ inline constexpr size_t kNormChunk = kSumOfSquaresChunk;
 // either way); its alignment must be the norm's chunk.
 static_assert(kNormChunk == layout::kShardAlignment);
 
+// Up to this many floats (64 MiB) the deterministic reduction without
+// ZeRO-1 keeps a padded copy of the gradient so the communicator's
+// all-gather can fill it; above, it gathers in place, pairwise.
+inline constexpr size_t kSmallGradientFloats = size_t{16} << 20;
+
 struct DataParallelOptions {
   bool zero1 = false;
   // Bound on every collective of a step.
   absl::Duration timeout = absl::Minutes(5);
+  // The fixed-tree reduction (above) over `micro_batches` per step (the
+  // global count), split over the data ranks as `shares` (micro-batches of
+  // each rank, in rank order; empty: as even as possible, larger first).
+  bool deterministic = true;
+  int micro_batches = 1;
+  std::vector<int> shares;
+  int num_threads = 0;  // OpenMP threads of the tree's additions; 0 = all
 };
 
 class DataParallel {
@@ -64,10 +83,26 @@ class DataParallel {
   size_t shard_size() const { return shard_; }
   // The data group (null with a single replica).
   comm::Communicator* group() const { return group_; }
+  bool deterministic() const { return options_.deterministic; }
+  int micro_batches() const { return options_.micro_batches; }
+  // Every rank's micro-batches (leaves of the reduction tree), and this one's.
+  const std::vector<LeafRange>& leaf_ranges() const { return reducer_.ranges(); }
+  const LeafRange& leaf_range() const { return reducer_.ranges()[rank_]; }
+  // InvalidArgument when the shares do not give every one of the dp ranks at
+  // least one micro-batch and add up to micro_batches.
+  static absl::Status ValidateShares(const DataParallelOptions& options, int dp);
 
-  // Sums `grads` (num_params floats) over the group. Under ZeRO-1 only
-  // [update_begin, update_end) holds the sum afterwards; the rest is stale.
-  // Errors: the communicator's.
+  // The deterministic reduction: `nodes` are this rank's GradientTree nodes
+  // (num_params floats each). Returns the summed gradient, in place in
+  // nodes[0] (valid on [update_begin, update_end) and on `replicated` under
+  // ZeRO-1, everywhere otherwise; the other nodes' own-range slices are
+  // overwritten). Errors: the communicator's.
+  absl::StatusOr<float*> ReduceGradientTree(const std::vector<float*>& nodes,
+                                            layout::ShardRange replicated = {});
+
+  // The transport's reduction: sums `grads` (num_params floats) over the
+  // group. Under ZeRO-1 only [update_begin, update_end) holds the sum
+  // afterwards; the rest is stale. Errors: the communicator's.
   absl::Status ReduceGradients(float* grads);
   // Sums one value over the group (loss, token counts).
   absl::StatusOr<double> Sum(double value);
@@ -87,9 +122,13 @@ class DataParallel {
   size_t shard_ = 0;
   size_t update_begin_ = 0;
   size_t update_end_ = 0;
-  // ZeRO-1 staging, allocated once: the padded gradient and parameters.
+  // Allocated once: ZeRO-1's staging of the padded gradient (the
+  // transport's reduction) and parameters; the deterministic reduction's
+  // result for small gradients without ZeRO-1.
   std::vector<float> padded_buffer_;
-  std::vector<float> shard_buffer_;
+  std::vector<float> shard_buffer_;  // the transport's ZeRO-1 reduce-scatter
+  std::vector<layout::ShardRange> owners_;  // every rank's shard, clipped
+  TreeReducer reducer_;
 };
 
 }  // namespace cohort::train

@@ -40,11 +40,24 @@ absl::StatusOr<std::unique_ptr<StepRunner>> StepRunner::Create(
     const TrainingConfig& config, model::GptModel* model, const data::BatchSampler* sampler,
     DataParallel* data_parallel, const StepRunnerOptions& options) {
   const int dp = data_parallel->dp();
-  if (config.micro_batch_size < 1 || config.global_batch_size % config.micro_batch_size != 0 ||
-      config.micro_batches_per_step() % dp != 0) {
+  if (config.micro_batch_size < 1 || config.global_batch_size % config.micro_batch_size != 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("batch: global ", config.global_batch_size, " / micro ",
+                     config.micro_batch_size, " is not a whole number of micro-batches"));
+  }
+  if (data_parallel->micro_batches() != config.micro_batches_per_step()) {
     return absl::InvalidArgumentError(absl::StrCat(
-        "batch: global ", config.global_batch_size, " / micro ", config.micro_batch_size,
-        " does not give a whole number of micro-batches on each of ", dp, " data-parallel ranks"));
+        "DataParallelOptions.micro_batches: ", data_parallel->micro_batches(),
+        " but the batch has ", config.micro_batches_per_step(), " micro-batches per step"));
+  }
+  if (!data_parallel->deterministic()) {
+    for (const LeafRange& range : data_parallel->leaf_ranges()) {
+      if (range.count() * dp != config.micro_batches_per_step()) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            "batch: ", config.micro_batches_per_step(), " micro-batches over ", dp,
+            " data-parallel ranks: the transport's reduction needs an even split"));
+      }
+    }
   }
   const model::ModelLayout& layout = model->layout();
   RETURN_IF_ERROR(CheckGroup("tensor_group", options.tensor_group, layout.tp, layout.tp_rank));
@@ -54,15 +67,21 @@ absl::StatusOr<std::unique_ptr<StepRunner>> StepRunner::Create(
         "StepRunnerOptions.tie_per_micro_batch needs pipeline parallelism 1: the two parts of "
         "the tied embedding gradient live on different stages");
   }
+  if (layout.pp == 1 && dp > 1 && data_parallel->deterministic() &&
+      !options.tie_per_micro_batch.value_or(true)) {
+    return absl::InvalidArgumentError(
+        "StepRunnerOptions.tie_per_micro_batch = false without pipeline parallelism is a "
+        "single-process reference; with the deterministic reduction it needs one data rank");
+  }
   if (options.state_versions.copy_ring.has_value() &&
       options.state_versions.copy_ring->size() != dp) {
     return absl::InvalidArgumentError(absl::StrCat(
         "StepRunnerOptions.state_versions.copy_ring: ", options.state_versions.copy_ring->size(),
         " ranks, but the data group has ", dp));
   }
-  const int micro_batches = config.micro_batches_per_step() / dp;
   ASSIGN_OR_RETURN(std::vector<PipelineOp> schedule,
-                   OneForwardOneBackwardSchedule(layout.pp, layout.stage, micro_batches));
+                   OneForwardOneBackwardSchedule(layout.pp, layout.stage,
+                                                 data_parallel->leaf_range().count()));
   return std::unique_ptr<StepRunner>(new StepRunner(config, model, sampler, data_parallel,
                                                     options, std::move(schedule)));
 }
@@ -77,15 +96,22 @@ StepRunner::StepRunner(const TrainingConfig& config, model::GptModel* model,
       options_(options),
       layout_(model->layout()),
       schedule_(std::move(schedule)),
-      micro_batches_per_rank_(config.micro_batches_per_step() / data_parallel->dp()),
+      leaves_(data_parallel->leaf_range()),
+      micro_batches_per_rank_(leaves_.count()),
       slots_(ActivationSlots(layout_, micro_batches_per_rank_)),
       tie_per_micro_batch_(options.tie_per_micro_batch.value_or(layout_.pp == 1)),
-      norm_plan_(config.model, model->table()) {
+      norm_plan_(config.model, model->table()),
+      tree_(model->num_params(), config.micro_batches_per_step(), leaves_,
+            options.num_threads) {
+  if (layout_.pp == 1 && !tie_per_micro_batch_) {
+    embedding_tree_.emplace(model->table()[model::kWte].numel, config.micro_batches_per_step(),
+                            leaves_, options.num_threads);
+  }
+  leaf_losses_.assign(static_cast<size_t>(config.micro_batches_per_step()), 0.0);
   const size_t tokens = static_cast<size_t>(config.micro_batch_size) *
                         static_cast<size_t>(config.model.context_length);
   inputs_.resize(tokens);
   targets_.resize(tokens);
-  EnsureScratch();
   const size_t wte = model->table()[model::kWte].numel;
   if (layout_.pp > 1 && (layout_.first_stage() || layout_.last_stage())) tie_buffer_.resize(wte);
   if (layout_.stage > 0) send_buffer_.resize(tokens * config.model.width);
@@ -111,16 +137,11 @@ void StepRunner::ResetOptimizerState() {
   versions_->SetCurrent(0);
 }
 
-void StepRunner::EnsureScratch() {
-  if (micro_batches_per_rank_ > 1) accumulated_.Resize(model_->num_params());
-  if (layout_.has_embedding() && !tie_per_micro_batch_) {
-    embedding_accumulated_.Resize(model_->table()[model::kWte].numel);
-  }
-}
-
 void StepRunner::TakeScratchOf(StepRunner& other) {
-  accumulated_.TakeFrom(other.accumulated_, accumulated_.size());
-  embedding_accumulated_.TakeFrom(other.embedding_accumulated_, embedding_accumulated_.size());
+  tree_.TakeBuffersOf(other.tree_);
+  if (embedding_tree_.has_value() && other.embedding_tree_.has_value()) {
+    embedding_tree_->TakeBuffersOf(*other.embedding_tree_);
+  }
 }
 
 void StepRunner::TakeStateBuffersOf(StepRunner& other) {
@@ -136,11 +157,10 @@ void StepRunner::TakeStateBuffersOf(StepRunner& other) {
 }
 
 void StepRunner::Reserve() {
-  EnsureScratch();
   m_.ResizeAndTouch(m_.size());
   v_.ResizeAndTouch(v_.size());
-  accumulated_.ResizeAndTouch(accumulated_.size());
-  embedding_accumulated_.ResizeAndTouch(embedding_accumulated_.size());
+  tree_.Reserve();
+  if (embedding_tree_.has_value()) embedding_tree_->Reserve();
   versions_->Reserve();
 }
 
@@ -167,30 +187,30 @@ absl::Status StepRunner::Exchange(void* data, size_t bytes, int peer) {
   return status;
 }
 
-absl::Status StepRunner::RunSchedule(Step step, float* accumulated, double* local_loss,
-                                     const std::atomic<bool>* cancel) {
+absl::Status StepRunner::RunSchedule(Step step, const std::atomic<bool>* cancel) {
   const int T = config_.model.context_length;
   const int B = config_.micro_batch_size;
-  const int per_rank = config_.global_batch_size / data_parallel_->dp();
-  const int first_sample = data_parallel_->rank() * per_rank;
   // Each micro-batch's share of the step's mean loss, in double: a float
   // 1/m would scale loss and gradients by m * fl32(1/m) (1 + 3e-8 for m = 3).
   const double loss_scale = 1.0 / config_.micro_batches_per_step();
-  const size_t n = model_->num_params();
   const size_t activation_bytes = static_cast<size_t>(B) * T * config_.model.width * sizeof(float);
   const bool first = layout_.first_stage();
   const bool last = layout_.last_stage();
-  int backwards_done = 0;
+  tree_.Begin();
+  if (embedding_tree_.has_value()) embedding_tree_->Begin();
+  std::fill(leaf_losses_.begin(), leaf_losses_.end(), 0.0);
+  local_loss_ = 0.0;
   for (const PipelineOp& op : schedule_) {
     if (cancel != nullptr && cancel->load(std::memory_order_relaxed)) {
       return absl::AbortedError("step cancelled");
     }
     const int i = op.micro_batch;
+    const int leaf = leaves_.begin + i;  // the step's micro-batch index
     const int slot = i % slots_;
     if (op.kind == PipelineOpKind::kForward) {
       if (first || last) {
         RETURN_IF_ERROR(
-            sampler_->Fill(step, first_sample + i * B, B, inputs_.data(), targets_.data()));
+            sampler_->Fill(step, leaf * B, B, inputs_.data(), targets_.data()));
       }
       if (!first) {
         RETURN_IF_ERROR(Exchange(model_->StageInput(slot, B, T).data, activation_bytes,
@@ -200,7 +220,10 @@ absl::Status StepRunner::RunSchedule(Step step, float* accumulated, double* loca
       }
       ASSIGN_OR_RETURN(double loss,
                        model_->ForwardStage(slot, inputs_.data(), targets_.data(), B, T));
-      if (last) *local_loss += loss;  // divided by the micro-batch count once, in Run
+      if (last) {
+        leaf_losses_[leaf] = loss;  // divided by the micro-batch count once, in StepLoss
+        local_loss_ += loss;
+      }
       if (!last) {
         pending_ = PendingSend{model_->StageOutput(slot).data, activation_bytes,
                                layout_.stage + 1};
@@ -220,38 +243,84 @@ absl::Status StepRunner::RunSchedule(Step step, float* accumulated, double* loca
       std::memcpy(send_buffer_.data(), model_->StageInputGrad().data, activation_bytes);
       pending_ = PendingSend{send_buffer_.data(), activation_bytes, layout_.stage - 1};
     }
+    // The model's gradients stay intact after the rank's last backward
+    // until the next step: that leaf need not be copied.
+    const bool kept = i + 1 == micro_batches_per_rank_;
     float* grads = model_->grads();
     const compute::TensorSpan embedding = model_->embedding_grad();
     if (layout_.has_embedding()) {
-      const size_t wte = model_->table()[model::kWte].offset;
-      const size_t count = embedding.numel;
-      if (tie_per_micro_batch_) {
-        AddInPlace(grads + wte, Floats(embedding), count, options_.num_threads);
-      } else if (backwards_done == 0) {
-        std::memcpy(embedding_accumulated_.data(), embedding.data, count * sizeof(float));
+      if (embedding_tree_.has_value()) {
+        embedding_tree_->Add(leaf, Floats(embedding), kept);
       } else {
-        AddInPlace(embedding_accumulated_.data(), Floats(embedding), count, options_.num_threads);
+        // h_i + e_i; on a pipeline's first stage 0 + e_i (see step_runner.h).
+        AddInPlace(grads + model_->table()[model::kWte].offset, Floats(embedding),
+                   embedding.numel, options_.num_threads);
       }
     }
-    if (micro_batches_per_rank_ > 1) {
-      if (backwards_done == 0) {
-        std::memcpy(accumulated, grads, n * sizeof(float));
-      } else {
-        AddInPlace(accumulated, grads, n, options_.num_threads);
-      }
-    }
-    ++backwards_done;
+    tree_.Add(leaf, grads, kept);
   }
   return FlushSend();
 }
 
-absl::Status StepRunner::TieEmbedding(float* accumulated) {
-  if (tie_per_micro_batch_) return absl::OkStatus();
+absl::StatusOr<float*> StepRunner::ReduceOverData() {
+  std::vector<float*> nodes = tree_.Nodes();
   const model::ParameterInfo& wte = model_->table()[model::kWte];
-  float* own = accumulated + wte.offset;
-  if (layout_.has_embedding()) {
-    // On a first stage without the head this is 0 + e: exact.
-    AddInPlace(own, embedding_accumulated_.data(), wte.numel, options_.num_threads);
+  const bool tie_across_stages =
+      layout_.pp > 1 && (layout_.first_stage() || layout_.last_stage());
+  if (data_parallel_->deterministic()) {
+    // Under ZeRO-1 the pipeline's end stages need their whole wte part summed
+    // before they exchange it.
+    const layout::ShardRange replicated =
+        tie_across_stages ? layout::ShardRange{wte.offset, wte.offset + wte.numel}
+                          : layout::ShardRange{};
+    ASSIGN_OR_RETURN(float* reduced, data_parallel_->ReduceGradientTree(nodes, replicated));
+    RETURN_IF_ERROR(TieEmbedding(reduced));
+    return reduced;
+  }
+  // The transport's reduction: the rank's nodes in order, then the
+  // communicator's sum of the ranks' sums.
+  float* local = nodes[0];
+  for (size_t j = 1; j < nodes.size(); ++j) {
+    AddInPlace(local, nodes[j], model_->num_params(), options_.num_threads);
+  }
+  RETURN_IF_ERROR(TieEmbedding(local));
+  RETURN_IF_ERROR(data_parallel_->ReduceGradients(local));
+  return local;
+}
+
+absl::StatusOr<double> StepRunner::StepLoss() {
+  const double micro_batches = config_.micro_batches_per_step();
+  if (!data_parallel_->deterministic()) {
+    ASSIGN_OR_RETURN(double loss, data_parallel_->Sum(local_loss_));
+    if (options_.pipeline_group != nullptr && layout_.pp > 1) {
+      // Only the last stage has the loss; the others add 0 (exact).
+      RETURN_IF_ERROR(options_.pipeline_group->AllReduce(
+          &loss, 1, comm::DataType::kFloat64, comm::ReduceOp::kSum, options_.timeout));
+    }
+    return loss / micro_batches;
+  }
+  // Each micro-batch's loss is nonzero on one rank only, so these sums are
+  // exact whatever their order; the tree then adds them.
+  RETURN_IF_ERROR(data_parallel_->SumInPlace(&leaf_losses_));
+  if (options_.pipeline_group != nullptr && layout_.pp > 1) {
+    RETURN_IF_ERROR(options_.pipeline_group->AllReduce(leaf_losses_.data(), leaf_losses_.size(),
+                                                       comm::DataType::kFloat64,
+                                                       comm::ReduceOp::kSum, options_.timeout));
+  }
+  return TreeSum(leaf_losses_.data(), static_cast<int>(leaf_losses_.size())) / micro_batches;
+}
+
+absl::Status StepRunner::TieEmbedding(float* reduced) {
+  const model::ParameterInfo& wte = model_->table()[model::kWte];
+  float* own = reduced + wte.offset;
+  if (embedding_tree_.has_value()) {
+    // One stage, parts apart: (tree of h) + (tree of e). The deterministic
+    // reduction allows this with one data rank only, where the embedding
+    // tree is its root; the transport's adds the rank's nodes in order.
+    for (const float* node : embedding_tree_->Nodes()) {
+      AddInPlace(own, node, wte.numel, options_.num_threads);
+    }
+    return absl::OkStatus();
   }
   if (layout_.pp == 1 || !(layout_.first_stage() || layout_.last_stage())) {
     return absl::OkStatus();
@@ -285,30 +354,20 @@ absl::StatusOr<double> StepRunner::GlobalNorm(const float* accumulated) {
 absl::StatusOr<StepResult> StepRunner::Run(Step step, const std::atomic<bool>* cancel) {
   last_pipeline_wait_ = absl::ZeroDuration();
   pending_.reset();
-  EnsureScratch();  // TakeScratchOf may have taken them
   // The model may have been trained by another runner before (a session
   // rebuilt around it): it runs over this runner's tensor group.
   RETURN_IF_ERROR(model_->set_tensor_group(options_.tensor_group));
-  float* accumulated = micro_batches_per_rank_ > 1 ? accumulated_.data() : model_->grads();
-  double local_loss = 0.0;
   model_->set_cancel(cancel);
-  const absl::Status scheduled = RunSchedule(step, accumulated, &local_loss, cancel);
+  const absl::Status scheduled = RunSchedule(step, cancel);
   model_->set_cancel(nullptr);  // the end phase runs to its end or a collective's error
   RETURN_IF_ERROR(scheduled);
-  RETURN_IF_ERROR(TieEmbedding(accumulated));
 
-  RETURN_IF_ERROR(data_parallel_->ReduceGradients(accumulated));
+  ASSIGN_OR_RETURN(float* accumulated, ReduceOverData());
   if (options_.gradient_observer) {
     options_.gradient_observer(accumulated, model_->num_params(), data_parallel_->update_begin(),
                                data_parallel_->update_end(), step);
   }
-  ASSIGN_OR_RETURN(double loss, data_parallel_->Sum(local_loss));
-  if (options_.pipeline_group != nullptr && layout_.pp > 1) {
-    // Only the last stage has the loss; the others add 0 (exact).
-    RETURN_IF_ERROR(options_.pipeline_group->AllReduce(
-        &loss, 1, comm::DataType::kFloat64, comm::ReduceOp::kSum, options_.timeout));
-  }
-  loss /= config_.micro_batches_per_step();
+  ASSIGN_OR_RETURN(double loss, StepLoss());
   ASSIGN_OR_RETURN(double norm, GlobalNorm(accumulated));
   if (!std::isfinite(loss) || !std::isfinite(norm)) {
     return absl::FailedPreconditionError(absl::StrCat(

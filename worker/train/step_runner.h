@@ -8,9 +8,9 @@
 //     backward i: receive the next stage's gradient (stages but the last),
 //                 grads = d(mean loss of i / micro_batches_per_step)/d(params)
 //                 into zeroed buffers, hand the input gradient back,
-//                 accumulated += grads   (the first one is copied)
+//                 fold grads into the rank's reduction tree (GradientTree)
+//   sum the tree over the data group    (DataParallel, ZeRO-1 or not)
 //   tie the two wte gradient parts (see below)
-//   sum `accumulated` over the data group    (DataParallel, ZeRO-1 or not)
 //   clip by the global norm over unique parameters (GradNormPlan),
 //   AdamW on the own range, gather parameters
 //
@@ -21,21 +21,27 @@
 // Micro-batch i keeps its activations in slot i % slots (1F1B keeps at most
 // p - stage in flight, consecutive ones).
 //
-// Determinism. Backwards run in ascending micro-batch order on every stage,
-// and each micro-batch's gradient is added to the accumulator in that order,
-// exactly as in a single process. The tied wte has two gradient parts, the
-// LM head's h_i and the token embedding's e_i, which a pipeline computes on
-// different stages. With tie_per_micro_batch (the default without pipeline
-// parallelism) each micro-batch adds h_i + e_i, which keeps data-parallel
-// runs bitwise equal to a single process; otherwise the parts accumulate
-// apart and are added once, (sum h) + (sum e), after the last backward (the
-// two end stages exchange their sums over the pipeline group and each adds
-// the other's: a + b == b + a bitwise). A pipeline run is bitwise equal to a
-// single process that sets tie_per_micro_batch = false.
+// Determinism. The step's micro-batches are the leaves of one fixed
+// reduction tree (reduction_tree.h); data rank r holds the contiguous
+// leaves DataParallel::leaf_range() and its micro-batch i is the step's
+// micro-batch range.begin + i, whose samples come from the sampler's (seed,
+// step) alone (the determinism contract). Backwards run in ascending
+// micro-batch order on every stage; each gradient is folded into the tree
+// as it arrives, and the deterministic data-parallel reduction combines the
+// ranks' nodes in the same tree, so the summed gradient, the loss (a tree
+// over the per-micro-batch losses) and hence the whole trajectory have the
+// same bits for any data-parallel degree and split (tp and pp fixed).
 //
-// The samples of micro-batch m of data rank r come from the sampler's (seed,
-// step) alone (the determinism contract): rank r takes the global batch's
-// sequences [r * B/dp, (r+1) * B/dp).
+// The tied wte has two gradient parts, the LM head's h_i and the token
+// embedding's e_i. Without pipeline parallelism (tie_per_micro_batch, the
+// default) each leaf is h_i + e_i. With it the parts live on different
+// stages: the first stage's leaf holds e_i in the wte slot (its head part is
+// zero, and 0 + e is exact), the last stage's h_i; each stage's data group
+// sums its part, and then the two end stages exchange their sums and each
+// adds the other's (a + b == b + a bitwise). A pipeline run is therefore
+// bitwise equal to a single process that sets tie_per_micro_batch = false,
+// which keeps the embedding parts in a tree of their own and adds the two
+// roots at the end.
 //
 // Thread-compatible: one Run at a time.
 
@@ -55,6 +61,7 @@
 #include "worker/train/adamw.h"
 #include "worker/train/data_parallel.h"
 #include "worker/train/grad_norm_plan.h"
+#include "worker/train/gradient_tree.h"
 #include "worker/train/pipeline_schedule.h"
 #include "worker/train/state_versions.h"
 #include "worker/train/uninitialized_array.h"
@@ -82,6 +89,8 @@ struct StepRunnerOptions {
   absl::Duration timeout = absl::Minutes(5);  // bound on each point-to-point call
   // How the tied wte's parts are added (see above); unset: per micro-batch
   // without pipeline parallelism, once per step with it (which it requires).
+  // False without pipeline parallelism is a single-process reference: it
+  // needs one data rank under the deterministic reduction.
   std::optional<bool> tie_per_micro_batch;
   // What the rank keeps for peer recovery (state_versions.h).
   StateVersionOptions state_versions;
@@ -94,7 +103,9 @@ struct StepRunnerOptions {
 class StepRunner {
  public:
   // Every pointer must outlive the runner. Errors: InvalidArgument when the
-  // batch does not divide over dp, exceeds the model's micro-batch capacity,
+  // batch's micro-batches do not match the data group's (DataParallel's
+  // micro_batches and shares; the transport's reduction needs them even),
+  // a micro-batch exceeds the model's capacity,
   // the pipeline micro-batches exceed the model's activation slots, a group
   // is missing or mis-sized, or tie_per_micro_batch is set with pp > 1.
   static absl::StatusOr<std::unique_ptr<StepRunner>> Create(const TrainingConfig& config,
@@ -128,7 +139,7 @@ class StepRunner {
   // accumulation, the previous version) and the moments, writing zeros: see
   // TrainingSession::Reserve.
   void Reserve();
-  // Takes `other`'s scratch buffers (the gradient accumulations) where they
+  // Takes `other`'s scratch buffers (the gradient trees) where they
   // are large enough: a runner built on the model shard `other` trained on
   // (a re-plan that changed only the data-parallel degree) then writes into
   // pages already in memory. `other` allocates them again should it run.
@@ -170,13 +181,15 @@ class StepRunner {
   // the same call if there is one; or just flushes the pending send.
   absl::Status Exchange(void* data, size_t bytes, int peer);
   absl::Status FlushSend();
-  // Sizes the scratch buffers this layout uses (allocating those taken).
-  void EnsureScratch();
-  absl::Status RunSchedule(Step step, float* accumulated, double* local_loss,
-                           const std::atomic<bool>* cancel);
-  // Adds the embedding part of the tied wte gradient into accumulated[wte]
-  // (and exchanges it between the end stages of a pipeline).
-  absl::Status TieEmbedding(float* accumulated);
+  absl::Status RunSchedule(Step step, const std::atomic<bool>* cancel);
+  // Sums the trees over the data group; returns the summed gradient.
+  absl::StatusOr<float*> ReduceOverData();
+  // Sums the step's loss over the data and pipeline groups.
+  absl::StatusOr<double> StepLoss();
+  // Completes the tied wte gradient in `reduced[wte]`: adds the embedding
+  // tree's root (tie_per_micro_batch false, one stage), or exchanges the
+  // parts between the end stages of a pipeline and adds the other's.
+  absl::Status TieEmbedding(float* reduced);
   absl::StatusOr<double> GlobalNorm(const float* accumulated);
 
   const TrainingConfig config_;
@@ -186,15 +199,19 @@ class StepRunner {
   const StepRunnerOptions options_;
   const model::ModelLayout layout_;
   const std::vector<PipelineOp> schedule_;
+  const LeafRange leaves_;  // this rank's micro-batches, as leaves of the step's tree
   const int micro_batches_per_rank_;
   const int slots_;
   const bool tie_per_micro_batch_;
   const GradNormPlan norm_plan_;
   std::vector<int32_t> inputs_;
   std::vector<int32_t> targets_;
-  // Written by the first backward of each step before they are read.
-  UninitializedArray<float> accumulated_;      // used with more than one micro-batch per rank
-  UninitializedArray<float> embedding_accumulated_;  // the token embedding's wte part, untied
+  GradientTree tree_;  // the gradients of this rank's micro-batches
+  // The token embedding's wte part, when it is added once per step on one
+  // stage (tie_per_micro_batch false without a pipeline).
+  std::optional<GradientTree> embedding_tree_;
+  std::vector<double> leaf_losses_;  // the step's per-micro-batch losses (last stage: own)
+  double local_loss_ = 0;            // their sum in schedule order (the transport's reduction)
   std::vector<float> send_buffer_;      // an input gradient waiting to be sent
   std::vector<float> tie_buffer_;       // the other end stage's wte gradient
   std::vector<double> norm_slots_;

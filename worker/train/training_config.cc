@@ -50,10 +50,17 @@ absl::StatusOr<TrainingConfig> TrainingConfigFromSpec(const v1::JobSpec& spec, i
         "batch: global_batch_size ", config.global_batch_size,
         " must be a positive multiple of micro_batch_size ", config.micro_batch_size));
   }
-  if (dp < 1 || config.micro_batches_per_step() % dp != 0) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("batch: ", config.micro_batches_per_step(),
-                     " micro-batches per step do not divide over data parallel degree ", dp));
+  config.zero1 = spec.parallelism().zero1();
+  config.deterministic_reduction =
+      spec.parallelism().reduction() != v1::ParallelismConfig::REDUCTION_TRANSPORT;
+  // The deterministic reduction splits the micro-batches unevenly where dp
+  // does not divide them; the transport's cannot.
+  if (dp < 1 || config.micro_batches_per_step() < dp ||
+      (!config.deterministic_reduction && config.micro_batches_per_step() % dp != 0)) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "batch: ", config.micro_batches_per_step(), " micro-batches per step ",
+        config.deterministic_reduction ? "are fewer than" : "do not divide over",
+        " data parallel degree ", dp));
   }
   config.steps = spec.steps();
   if (config.steps < 1) {
@@ -73,7 +80,6 @@ absl::StatusOr<TrainingConfig> TrainingConfigFromSpec(const v1::JobSpec& spec, i
   config.adamw.eps = OrDefault(o.epsilon(), kDefaultEpsilon);
   config.adamw.weight_decay = o.weight_decay();
   config.grad_clip = o.grad_clip();
-  config.zero1 = spec.parallelism().zero1();
 
   const v1::DataConfig& d = spec.data();
   config.data.sample_seed = d.seed();

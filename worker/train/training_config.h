@@ -41,6 +41,9 @@ struct TrainingConfig {
   AdamWOptions adamw;
   double grad_clip = 0.0;  // 0: no clipping
   bool zero1 = false;
+  // parallelism.reduction: the fixed-tree order (data_parallel.h) unless
+  // REDUCTION_TRANSPORT.
+  bool deterministic_reduction = true;
   // model.precision (unspecified: fp32, the CPU's).
   compute::Precision precision = compute::Precision::kFp32;
   DataSourceConfig data;

@@ -1,5 +1,6 @@
 #include "worker/train/training_session.h"
 
+#include <algorithm>
 #include <optional>
 
 #include "absl/strings/str_cat.h"
@@ -7,6 +8,8 @@
 #include "common/layout/mesh_layout.h"
 #include "worker/compute/backend_factory.h"
 #include "worker/model/gpt_activations.h"
+#include "worker/train/gradient_tree.h"
+#include "worker/train/reduction_tree.h"
 
 namespace cohort::train {
 
@@ -23,11 +26,16 @@ absl::StatusOr<std::unique_ptr<TrainingSession>> TrainingSession::Create(
     const TrainingConfig& config, const model::ModelLayout& layout, const TrainingGroups& groups,
     const TrainingSessionOptions& options) {
   const int dp = groups.data == nullptr ? 1 : groups.data->size();
-  if (config.global_batch_size % config.micro_batch_size != 0 ||
-      config.micro_batches_per_step() % dp != 0) {
+  const int dp_rank = groups.data == nullptr ? 0 : groups.data->rank();
+  const int micro_batches = config.micro_batches_per_step();
+  // The deterministic reduction lets ranks hold uneven shares (8 over 3:
+  // 3, 3, 2); the transport's needs an even split.
+  if (config.global_batch_size % config.micro_batch_size != 0 || micro_batches < dp ||
+      (!config.deterministic_reduction && micro_batches % dp != 0)) {
     return absl::InvalidArgumentError(absl::StrCat(
         "batch: global ", config.global_batch_size, " / micro ", config.micro_batch_size,
-        " does not give a whole number of micro-batches on each of ", dp, " data-parallel ranks"));
+        " does not give ", config.deterministic_reduction ? "at least one" : "a whole number of",
+        " micro-batches on each of ", dp, " data-parallel ranks"));
   }
   TrainingSession* const reuse = options.reuse;
   std::unique_ptr<TrainingSession> session(new TrainingSession(config));
@@ -45,7 +53,7 @@ absl::StatusOr<std::unique_ptr<TrainingSession>> TrainingSession::Create(
   model_options.tensor_group = groups.tensor;
   model_options.collective_timeout = options.collective_timeout;
   model_options.activation_slots =
-      StepRunner::ActivationSlots(layout, config.micro_batches_per_step() / dp);
+      StepRunner::ActivationSlots(layout, EvenShares(micro_batches, dp)[dp_rank]);
   // (ModelFits implies the same precision, so the backend is shared too.)
   if (reuse != nullptr && ModelFits(*reuse, config, layout, model_options.activation_slots)) {
     session->model_ = reuse->model_;
@@ -79,6 +87,9 @@ absl::StatusOr<std::unique_ptr<TrainingSession>> TrainingSession::Create(
   DataParallelOptions data_parallel;
   data_parallel.zero1 = config.zero1;
   data_parallel.timeout = options.collective_timeout;
+  data_parallel.deterministic = config.deterministic_reduction;
+  data_parallel.micro_batches = config.micro_batches_per_step();
+  data_parallel.num_threads = options.num_threads;
   session->data_parallel_ =
       std::make_unique<DataParallel>(groups.data, session->model_->num_params(), data_parallel);
   StepRunnerOptions runner;
@@ -117,8 +128,10 @@ absl::StatusOr<uint64_t> TrainingSession::EstimateBytes(const TrainingConfig& co
   const uint64_t wte = table[model::kWte].numel;
   const int B = config.micro_batch_size, T = config.model.context_length;
   const uint64_t tokens = static_cast<uint64_t>(B) * T;
-  const int micro_batches = config.micro_batches_per_step() / std::max(1, dp);
-  const uint64_t slots = StepRunner::ActivationSlots(layout, micro_batches);
+  const int leaves = config.micro_batches_per_step();
+  const std::vector<LeafRange> ranges = LeafRangesOf(EvenShares(leaves, std::max(1, dp)));
+  const LeafRange range = ranges[static_cast<size_t>(std::clamp(dp_rank, 0, std::max(1, dp) - 1))];
+  const uint64_t slots = StepRunner::ActivationSlots(layout, range.count());
   // The model: weights, gradients, activations (per slot) and their
   // gradients, token ids.
   uint64_t floats = 2 * n + (layout.has_embedding() ? wte : 0) +
@@ -128,8 +141,9 @@ absl::StatusOr<uint64_t> TrainingSession::EstimateBytes(const TrainingConfig& co
   // The runner: the gradient accumulation, the embedding's, the tie and
   // pipeline send buffers, the moments of the own range.
   const bool tie_per_micro_batch = options.tie_per_micro_batch.value_or(layout.pp == 1);
-  if (micro_batches > 1) floats += n;
-  if (layout.has_embedding() && !tie_per_micro_batch) floats += wte;
+  const uint64_t tree_buffers = GradientTree::BuffersNeeded(leaves, range);
+  floats += tree_buffers * n;
+  if (layout.pp == 1 && !tie_per_micro_batch) floats += tree_buffers * wte;
   if (layout.pp > 1 && (layout.first_stage() || layout.last_stage())) floats += wte;
   if (layout.stage > 0) floats += tokens * static_cast<uint64_t>(config.model.width);
   const uint64_t own =
@@ -137,7 +151,20 @@ absl::StatusOr<uint64_t> TrainingSession::EstimateBytes(const TrainingConfig& co
   floats += 2 * own;
   // ZeRO-1 staging, the previous version, the mirrors (two buffers each).
   const uint64_t padded = layout::PaddedShardedSize(n, dp);
-  if (config.zero1 && dp > 1) floats += padded + padded / static_cast<uint64_t>(dp);
+  const uint64_t shard = padded / static_cast<uint64_t>(std::max(1, dp));
+  if (dp > 1 && config.deterministic_reduction) {
+    // ZeRO-1's parameter staging or a small gradient's padded copy; the
+    // peers' node slices of the own shard,
+    // this rank's slices staged for a peer when it holds several nodes.
+    if (config.zero1 || padded <= kSmallGradientFloats) floats += padded;
+    for (int q = 0; q < dp; ++q) {
+      const uint64_t nodes = RangeNodes(leaves, ranges[q].begin, ranges[q].end).size();
+      if (q != dp_rank) floats += nodes * shard;
+      if (q == dp_rank && nodes > 1) floats += nodes * shard;
+    }
+  } else if (config.zero1 && dp > 1) {
+    floats += padded + shard;
+  }
   if (options.state_versions.keep_previous) floats += n + 2 * own;
   const int copies =
       config.zero1 ? layout::OptimizerCopies(true, options.state_versions.optimizer_replicas, dp)

@@ -48,6 +48,7 @@ TEST(JobSpecValidatorTest, ValidSpecGetsDefaults) {
   expected.set_device_kind(v1::DEVICE_KIND_CPU);
   expected.mutable_model()->set_precision(v1::PRECISION_FP32);
   expected.mutable_parallelism()->set_pipeline(1);
+  expected.mutable_parallelism()->set_reduction(v1::ParallelismConfig::REDUCTION_DETERMINISTIC);
   expected.mutable_optimizer()->set_beta1(0.9);
   expected.mutable_optimizer()->set_beta2(0.95);
   expected.mutable_optimizer()->set_epsilon(1e-8);
@@ -77,6 +78,7 @@ TEST(JobSpecValidatorTest, ExplicitValuesAreKept) {
   spec.set_device_kind(v1::DEVICE_KIND_GPU);
   spec.mutable_model()->set_precision(v1::PRECISION_TF32);
   spec.mutable_parallelism()->set_pipeline(2);
+  spec.mutable_parallelism()->set_reduction(v1::ParallelismConfig::REDUCTION_TRANSPORT);
   spec.mutable_optimizer()->set_beta1(0.8);
   spec.mutable_optimizer()->set_beta2(0.99);
   spec.mutable_optimizer()->set_epsilon(1e-6);
@@ -117,6 +119,16 @@ TEST(JobSpecValidatorTest, PrecisionDefaultsByDeviceAndReducedOnesNeedAGpu) {
   unknown.mutable_model()->set_precision(static_cast<v1::Precision>(9));
   EXPECT_THAT(std::string(NormalizeJobSpec(unknown).status().message()),
               HasSubstr("model.precision: unknown value 9; use FP32, TF32 or BF16"));
+}
+
+TEST(JobSpecValidatorTest, AnUnknownReductionIsNamed) {
+  v1::JobSpec spec = ValidSpec();
+  spec.mutable_parallelism()->set_reduction(static_cast<v1::ParallelismConfig::Reduction>(7));
+  const absl::Status status = NormalizeJobSpec(spec).status();
+  EXPECT_EQ(status.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(std::string(status.message()),
+              HasSubstr("parallelism.reduction: unknown value 7 (REDUCTION_DETERMINISTIC or "
+                        "REDUCTION_TRANSPORT)"));
 }
 
 TEST(JobSpecValidatorTest, ShardSourceIsAccepted) {
