@@ -880,6 +880,8 @@ PlanRequest JobManager::MakePlanRequest(const v1::JobSpec& spec) {
   request.min_workers = spec.elastic().min_workers();
   request.max_workers = spec.elastic().max_workers();
   request.micro_batches = MicroBatchesPerStep(spec);
+  request.even_shares =
+      spec.parallelism().reduction() == v1::ParallelismConfig::REDUCTION_TRANSPORT;
   return request;
 }
 

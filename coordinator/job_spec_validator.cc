@@ -271,7 +271,7 @@ void CheckData(v1::DataConfig& data, const v1::ModelConfig& model, bool vocab_ok
 }
 
 void CheckElastic(v1::ElasticConfig& elastic, int64_t replica, int64_t micro_batches,
-                  Errors& errors) {
+                  bool even_shares, Errors& errors) {
   if (elastic.min_workers() < 0) {
     errors.Add("elastic.min_workers", absl::StrCat("must be >= 0, got ", elastic.min_workers()));
     return;
@@ -332,16 +332,20 @@ void CheckElastic(v1::ElasticConfig& elastic, int64_t replica, int64_t micro_bat
                             "parallelism.pipeline); a job runs on whole replicas"));
     return;
   }
-  // The planner needs a data-parallel degree that splits the step's
-  // micro-batches evenly (the determinism contract).
+  // The planner needs a data-parallel degree that gives every data rank at
+  // least one of the step's micro-batches, and with the transport's
+  // reduction the same number.
   for (int64_t dp = lo; dp <= hi && dp <= micro_batches; ++dp) {
-    if (micro_batches % dp == 0) return;
+    if (!even_shares || micro_batches % dp == 0) return;
   }
   errors.Add("elastic",
              absl::StrCat("no data parallel degree in [", lo, ", ", hi, "] (", min, " to ", max,
-                          " workers of ", replica, " per replica) divides the ", micro_batches,
+                          " workers of ", replica, " per replica) ",
+                          even_shares ? "divides the " : "is at most the ", micro_batches,
                           " micro-batches per step (batch.global_batch_size / "
-                          "batch.micro_batch_size); change the worker bounds or the batch sizes"));
+                          "batch.micro_batch_size)",
+                          even_shares ? " as parallelism.reduction TRANSPORT needs" : "",
+                          "; change the worker bounds or the batch sizes"));
 }
 
 void CheckCheckpoint(v1::CheckpointPolicy& checkpoint, Errors& errors) {
@@ -406,7 +410,9 @@ absl::StatusOr<v1::JobSpec> NormalizeJobSpec(const v1::JobSpec& input) {
   CheckData(*spec.mutable_data(), spec.model(), vocab_ok, errors);
   const int64_t replica =
       parallel_ok ? int64_t{spec.parallelism().tensor()} * spec.parallelism().pipeline() : 0;
-  CheckElastic(*spec.mutable_elastic(), replica, micro_batches, errors);
+  CheckElastic(*spec.mutable_elastic(), replica, micro_batches,
+               spec.parallelism().reduction() == v1::ParallelismConfig::REDUCTION_TRANSPORT,
+               errors);
   CheckCheckpoint(*spec.mutable_checkpoint(), errors);
 
   if (!errors.empty()) return absl::InvalidArgumentError(errors.Joined());

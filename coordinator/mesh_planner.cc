@@ -22,18 +22,24 @@ std::string Degrees(int tensor, int pipeline) {
   return absl::StrCat("tensor ", tensor, " x pipeline ", pipeline);
 }
 
-// Largest data-parallel degree in [lo, hi] that divides micro_batches, or 0.
-int64_t LargestDividingDp(int64_t lo, int64_t hi, int64_t micro_batches) {
+// Whether dp data ranks can share micro_batches: each needs one, and the
+// transport's reduction needs them even.
+bool Fits(int64_t dp, int64_t micro_batches, bool even_shares) {
+  return dp <= micro_batches && (!even_shares || micro_batches % dp == 0);
+}
+
+// Largest data-parallel degree in [lo, hi] that fits, or 0.
+int64_t LargestFittingDp(int64_t lo, int64_t hi, int64_t micro_batches, bool even_shares) {
   for (int64_t dp = std::min(hi, micro_batches); dp >= lo && dp >= 1; --dp) {
-    if (micro_batches % dp == 0) return dp;
+    if (Fits(dp, micro_batches, even_shares)) return dp;
   }
   return 0;
 }
 
-// Smallest data-parallel degree in [lo, hi] that divides micro_batches, or 0.
-int64_t SmallestDividingDp(int64_t lo, int64_t hi, int64_t micro_batches) {
+// Smallest data-parallel degree in [lo, hi] that fits, or 0.
+int64_t SmallestFittingDp(int64_t lo, int64_t hi, int64_t micro_batches, bool even_shares) {
   for (int64_t dp = std::max<int64_t>(lo, 1); dp <= hi && dp <= micro_batches; ++dp) {
-    if (micro_batches % dp == 0) return dp;
+    if (Fits(dp, micro_batches, even_shares)) return dp;
   }
   return 0;
 }
@@ -70,6 +76,9 @@ class Placement {
     mesh.set_data_parallel(shape_.data);
     mesh.set_tensor_parallel(shape_.tensor);
     mesh.set_pipeline_parallel(shape_.pipeline);
+    for (int share : layout::MicroBatchShares(request_.micro_batches, shape_.data)) {
+      mesh.add_micro_batches(share);
+    }
     mesh.mutable_members()->Reserve(static_cast<int>(slots_.size()));
     for (int rank = 0; rank < static_cast<int>(slots_.size()); ++rank) {
       const PlannerWorker& worker = *sorted_[slots_[rank]];
@@ -242,15 +251,17 @@ absl::StatusOr<MeshShape> MeshPlanner::ChooseShape(const PlanRequest& request, i
   }
   const int64_t lo = (request.min_workers + replica - 1) / replica;
   const int64_t hi = request.max_workers / replica;
-  const int64_t smallest = SmallestDividingDp(lo, hi, request.micro_batches);
+  const int64_t smallest = SmallestFittingDp(lo, hi, request.micro_batches, request.even_shares);
   if (smallest == 0) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("no data parallel degree in [", lo, ", ", hi, "] (", request.min_workers,
-                     " to ", request.max_workers, " workers with ", Degrees(tp, pp), ") divides ",
-                     request.micro_batches, " micro-batches per step"));
+    return absl::InvalidArgumentError(absl::StrCat(
+        "no data parallel degree in [", lo, ", ", hi, "] (", request.min_workers, " to ",
+        request.max_workers, " workers with ", Degrees(tp, pp), ") ",
+        request.even_shares ? "divides " : "is at most ", request.micro_batches,
+        " micro-batches per step"));
   }
   const int64_t usable = std::min<int64_t>(request.max_workers, std::max(available, 0));
-  const int64_t dp = LargestDividingDp(lo, usable / replica, request.micro_batches);
+  const int64_t dp =
+      LargestFittingDp(lo, usable / replica, request.micro_batches, request.even_shares);
   if (dp == 0) {
     std::string message = absl::StrCat(Degrees(tp, pp), " needs at least ", smallest * replica,
                                        " workers; ", available, " available");

@@ -7,6 +7,7 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
 #include "absl/time/clock.h"
 #include "absl/cleanup/cleanup.h"
 #include "google/protobuf/util/message_differencer.h"
@@ -306,6 +307,20 @@ absl::Status EngineTrainer::BuildSession(const Assignment& assignment, Run* run,
   ASSIGN_OR_RETURN(train::TrainingConfig config,
                    train::TrainingConfigFromSpec(assignment.spec, run->layout.dp));
   run->steps = config.steps;
+  // The coordinator says how it split the step's micro-batches; the session
+  // splits them by the same rule, and a coordinator of another version that
+  // splits them otherwise must not go unnoticed.
+  const v1::Mesh& mesh = assignment.mesh;
+  const std::vector<int> shares =
+      layout::MicroBatchShares(config.micro_batches_per_step(), run->layout.dp);
+  if (mesh.micro_batches_size() > 0 &&
+      !std::equal(mesh.micro_batches().begin(), mesh.micro_batches().end(), shares.begin(),
+                  shares.end())) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "the mesh splits the step's micro-batches as ", absl::StrJoin(mesh.micro_batches(), "+"),
+        " but this worker splits them as ", absl::StrJoin(shares, "+"),
+        " (coordinator and worker of different versions?)"));
+  }
   auto track = [this](comm::Communicator* inner, std::unique_ptr<comm::TrackedCommunicator>* slot,
                       MeshGroup group) -> comm::Communicator* {
     if (inner == nullptr) return nullptr;

@@ -119,6 +119,13 @@ ShardRange DataShardRange(size_t num_params, int data_parallel, int data_rank) {
   return {begin, std::min(num_params, begin + shard)};
 }
 
+std::vector<int> MicroBatchShares(int micro_batches, int data_parallel) {
+  const int dp = std::max(1, data_parallel);
+  std::vector<int> shares(static_cast<size_t>(dp), 0);
+  for (int r = 0; r < dp; ++r) shares[r] = micro_batches / dp + (r < micro_batches % dp ? 1 : 0);
+  return shares;
+}
+
 int OptimizerCopies(bool zero1, int optimizer_replicas, int data_parallel) {
   const int dp = std::max(1, data_parallel);
   return zero1 ? std::clamp(optimizer_replicas, 1, dp) : dp;

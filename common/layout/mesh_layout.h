@@ -87,6 +87,13 @@ ShardRange DataShardRange(size_t num_params, int data_parallel, int data_rank);
 // The padded length those pieces cut: data_parallel pieces of equal size.
 size_t PaddedShardedSize(size_t num_params, int data_parallel);
 
+// How the step's `micro_batches` split over `data_parallel` ranks (rank
+// order, contiguous): as evenly as possible, the larger shares first (8 over
+// 3: 3, 3, 2). The deterministic reduction lets shares differ; the
+// transport's needs data_parallel to divide micro_batches. Needs
+// 1 <= data_parallel; ranks beyond micro_batches get 0.
+std::vector<int> MicroBatchShares(int micro_batches, int data_parallel);
+
 // How many data ranks hold each optimizer-state piece: with ZeRO-1 the
 // piece's owner plus copies - 1 mirrors (`optimizer_replicas` clamped to
 // [1, data_parallel]); without it every data rank holds all of it.

@@ -1,8 +1,10 @@
 // Checkpoints end to end with real processes: cohort-workers training a
 // small GPT save through the coordinator every 10 steps; new jobs resume
-// from the step-10 checkpoint in the same layout (steps 11-20 bitwise equal
-// to the uninterrupted run) and in other layouts (within the layout tests'
-// trajectory tolerance 1e-5 * (1 + t)). Also: cohortctl lists, shows and
+// from the step-10 checkpoint in the same layout and in another data-
+// parallel degree with the same tensor and pipeline degrees (steps 11-20
+// bitwise equal to the uninterrupted run: the deterministic reduction) and
+// in other layouts (within the layout tests' trajectory tolerance
+// 1e-5 * (1 + t)). Also: cohortctl lists, shows and
 // exports checkpoints (the safetensors file read back by an independent
 // Python reader), a stale generation's upload is refused, and flipped bytes
 // in a blob file on disk are DataLoss naming the tensor and the chunk.
@@ -134,7 +136,8 @@ TEST_F(CheckpointTest, ResumeInTheSameLayoutIsBitwiseAndInOtherLayoutsWithinTole
     int tensor, pipeline, workers;
     bool bitwise;
   };
-  for (const Case& c : {Case{"same", 2, 1, 4, true}, Case{"pipe", 1, 2, 2, false},
+  for (const Case& c : {Case{"same", 2, 1, 4, true}, Case{"narrow", 2, 1, 2, true},
+                        Case{"pipe", 1, 2, 2, false},
                         Case{"wide", 1, 1, 4, false}, Case{"mixed", 2, 2, 4, false}}) {
     SCOPED_TRACE(c.name);
     v1::JobSpec spec = ResumeSpec(c.name, c.tensor, c.pipeline, c.workers);
@@ -237,16 +240,19 @@ TEST_F(CheckpointTest, CohortctlExportsAStaleGenerationIsRefusedAndFlippedBlobBy
   EXPECT_EQ(checked->exit_code, 0) << checked->output;
   std::printf("%s", checked->output.c_str());
 
-  // Two more workers: the job grows to dp 4 as generation 2, and an upload
-  // still naming generation 1 is refused.
+  // Two more workers: the job grows to dp 4 (through dp 3 if the second
+  // arrives after the first re-plan), and an upload still naming
+  // generation 1 is refused.
   for (int i = 2; i < 4; ++i) ASSERT_NE(cluster_.StartWorker(absl::StrCat("w", i), "host", i), nullptr);
-  cluster_.WaitForJob(id, [](const v1::Job& j) { return j.generation() == 2 && LocalCluster::RunningAndReady(j, 4); },
-                      absl::Seconds(30), "the job to grow to 4 workers");
+  const v1::Job grown = cluster_.WaitForJob(
+      id, [](const v1::Job& j) { return LocalCluster::RunningAndReady(j, 4); }, absl::Seconds(30),
+      "the job to grow to 4 workers");
+  ASSERT_GE(grown.generation(), 2u);
   const SyntheticUpload stale = UploadSynthetic(client.get(), id, 1, 8, 2);
   EXPECT_FALSE(stale.committed);
   EXPECT_TRUE(absl::IsAborted(stale.first_error)) << stale.first_error;
   EXPECT_THAT(stale.first_error.message(), HasSubstr("stale"));
-  const SyntheticUpload current = UploadSynthetic(client.get(), id, 2, 8, 4);
+  const SyntheticUpload current = UploadSynthetic(client.get(), id, grown.generation(), 8, 4);
   EXPECT_TRUE(current.all_ok && current.committed) << current.first_error;
 
   // Flip one byte in the middle of the largest blob file, with the

@@ -4,12 +4,16 @@
 // against a fault-free run (tests/integration/elastic_*_test.cc).
 
 #include <cmath>
+#include <cstring>
 #include <cstdio>
 #include <map>
 #include <string>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "client/checkpoint_client.h"
+#include "common/box.h"
+#include "common/box_proto.h"
 #include "gtest/gtest.h"
 #include "tests/integration/local_cluster.h"
 #include "tests/integration/loss_log.h"
@@ -127,14 +131,68 @@ class ElasticTest : public ::testing::Test {
     return CountRedoneSteps(LossLogs(), job_id);
   }
 
-  // Runs `spec` without faults and returns its losses.
-  std::map<int, std::string> Reference(v1::JobSpec spec) {
+  // Runs `spec` without faults and returns its losses (and, if asked, the
+  // reference job's id).
+  std::map<int, std::string> Reference(v1::JobSpec spec, std::string* job_id = nullptr) {
     spec.set_name(spec.name() + "-ref");
     const std::string id = SubmitJob(spec);
+    if (job_id != nullptr) *job_id = id;
     WaitForEnd(id);
     std::map<int, std::string> losses = Losses(id);
     EXPECT_EQ(losses.size(), static_cast<size_t>(spec.steps())) << Logs();
     return losses;
+  }
+
+  // Every tensor of `job_id`'s committed checkpoint of `step` (weights and
+  // AdamW moments), reassembled whole from its chunks whatever layout wrote
+  // them: name -> the tensor's bytes in row-major order. Empty on failure.
+  std::map<std::string, std::string> CheckpointTensors(const std::string& job_id, int64_t step) {
+    auto client = client::NewGrpcCheckpointClient(CoordinatorTarget::Insecure(cluster_.address()));
+    absl::StatusOr<v1::CheckpointManifest> manifest =
+        client->GetManifest(job_id, step, absl::Seconds(10));
+    EXPECT_TRUE(manifest.ok()) << manifest.status();
+    if (!manifest.ok()) return {};
+    std::map<std::string, std::string> tensors;
+    std::map<std::string, Box> wholes;
+    for (const v1::TensorInfo& t : manifest->tensors()) {
+      const std::vector<int64_t> shape(t.global_shape().begin(), t.global_shape().end());
+      wholes[t.name()] = WholeBox(shape);
+      tensors[t.name()].assign(static_cast<size_t>(wholes[t.name()].NumElements()) * 4, '\0');
+    }
+    const absl::Status read = client->Download(
+        job_id, step, {},
+        [&](const std::string& tensor, const v1::ChunkInfo& info, std::string_view bytes) {
+          auto whole = wholes.find(tensor);
+          if (whole == wholes.end()) return absl::NotFoundError("chunk of an unlisted tensor");
+          const Box box = BoxFromProto(info.box());
+          if (bytes.size() != static_cast<size_t>(box.NumElements()) * 4) {
+            return absl::DataLossError("a chunk's size is not its box's");
+          }
+          CopyRegion(box, ConstBoxedBuffer{&box, 0, bytes.data()},
+                     BoxedBuffer{&whole->second, 0, tensors[tensor].data()}, 4);
+          return absl::OkStatus();
+        },
+        absl::Seconds(60));
+    EXPECT_TRUE(read.ok()) << read;
+    return read.ok() ? tensors : std::map<std::string, std::string>{};
+  }
+
+  // Expects two checkpoints' tensors to be the same bytes (memcmp).
+  void ExpectSameTensors(const std::string& what, const std::map<std::string, std::string>& got,
+                         const std::map<std::string, std::string>& reference) {
+    ASSERT_FALSE(reference.empty()) << what;
+    ASSERT_EQ(got.size(), reference.size()) << what;
+    size_t bytes = 0;
+    for (const auto& [name, value] : reference) {
+      auto it = got.find(name);
+      ASSERT_NE(it, got.end()) << what << ": no tensor " << name;
+      ASSERT_EQ(it->second.size(), value.size()) << what << ": " << name;
+      EXPECT_EQ(std::memcmp(it->second.data(), value.data(), value.size()), 0)
+          << what << ": tensor " << name << " differs";
+      bytes += value.size();
+    }
+    std::printf("%s: %zu tensors, %zu bytes of weights and moments bitwise equal\n", what.c_str(),
+                reference.size(), bytes);
   }
 
   // Expects `losses` to hold every step and to match `reference` bitwise or

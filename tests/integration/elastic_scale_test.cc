@@ -54,8 +54,7 @@ TEST_F(ElasticTest, ScalingTwoToFourToTwoKeepsTheTrajectory) {
   EXPECT_LE(job.recovery_stats().lost_steps(), 1);
   EXPECT_LE(job.recovery_stats().lost_steps(), RedoneSteps(id)) << Logs();  // never more than redone
   EXPECT_EQ(cluster_.CountWorkers(v1::WORKER_STATE_IDLE), 4);
-  ExpectTrajectory("dp 2 -> 4 -> 2, ZeRO-1", Losses(id, /*layout_changed=*/true), reference,
-                   /*bitwise=*/false);
+  ExpectTrajectory("dp 2 -> 4 -> 2, ZeRO-1", Losses(id), reference, /*bitwise=*/true);
 }
 
 // A drained member hands its place to the spare (same layout: bitwise) and

@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_replace.h"
 #include "absl/strings/strip.h"
@@ -260,6 +261,17 @@ std::string FormatJobDetails(const v1::Job& job) {
   AddLine(&out, "Mesh",
           absl::StrCat(MeshShape(mesh), " (data x tensor x pipeline), ", mesh.members_size(),
                        " members, ", job.ready_workers(), " ready"));
+  if (mesh.micro_batches_size() > 0) {
+    // How the step's micro-batches split over the data ranks (uneven where
+    // dp does not divide them).
+    AddLine(&out, "Micro-batches",
+            absl::StrCat(absl::StrJoin(mesh.micro_batches(), "+"), " per data rank (",
+                         spec.parallelism().reduction() ==
+                                 v1::ParallelismConfig::REDUCTION_TRANSPORT
+                             ? "transport reduction"
+                             : "deterministic reduction",
+                         ")"));
+  }
   TextTable table({"RANK", "WORKER", "HOST", "DEVICE", "DATA", "TENSOR", "PIPELINE"});
   for (const v1::MeshMember& member : mesh.members()) {
     const v1::MeshCoordinates& c = member.coordinates();

@@ -14,7 +14,7 @@ namespace {
 int GroupSize(comm::Communicator* group) { return group != nullptr ? group->size() : 1; }
 
 std::vector<int> SharesOf(const DataParallelOptions& options, int dp) {
-  return options.shares.empty() ? EvenShares(options.micro_batches, dp) : options.shares;
+  return options.shares.empty() ? layout::MicroBatchShares(options.micro_batches, dp) : options.shares;
 }
 
 }  // namespace

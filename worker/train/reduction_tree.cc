@@ -81,11 +81,4 @@ std::vector<LeafRange> LeafRangesOf(const std::vector<int>& counts) {
   return ranges;
 }
 
-std::vector<int> EvenShares(int leaves, int ranks) {
-  std::vector<int> shares(static_cast<size_t>(std::max(ranks, 0)), 0);
-  if (ranks <= 0) return shares;
-  for (int r = 0; r < ranks; ++r) shares[r] = leaves / ranks + (r < leaves % ranks ? 1 : 0);
-  return shares;
-}
-
 }  // namespace cohort::train

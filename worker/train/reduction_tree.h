@@ -94,8 +94,5 @@ struct LeafRange {
   friend bool operator==(const LeafRange&, const LeafRange&) = default;
 };
 std::vector<LeafRange> LeafRangesOf(const std::vector<int>& counts);
-// `leaves` split over `ranks` as evenly as possible, the larger shares
-// first (8 over 3: 3, 3, 2). Needs 1 <= ranks <= leaves.
-std::vector<int> EvenShares(int leaves, int ranks);
 
 }  // namespace cohort::train

@@ -26,7 +26,6 @@ absl::StatusOr<std::unique_ptr<TrainingSession>> TrainingSession::Create(
     const TrainingConfig& config, const model::ModelLayout& layout, const TrainingGroups& groups,
     const TrainingSessionOptions& options) {
   const int dp = groups.data == nullptr ? 1 : groups.data->size();
-  const int dp_rank = groups.data == nullptr ? 0 : groups.data->rank();
   const int micro_batches = config.micro_batches_per_step();
   // The deterministic reduction lets ranks hold uneven shares (8 over 3:
   // 3, 3, 2); the transport's needs an even split.
@@ -52,8 +51,7 @@ absl::StatusOr<std::unique_ptr<TrainingSession>> TrainingSession::Create(
   model_options.layout = layout;
   model_options.tensor_group = groups.tensor;
   model_options.collective_timeout = options.collective_timeout;
-  model_options.activation_slots =
-      StepRunner::ActivationSlots(layout, EvenShares(micro_batches, dp)[dp_rank]);
+  model_options.activation_slots = ActivationSlotsFor(config, layout, dp);
   // (ModelFits implies the same precision, so the backend is shared too.)
   if (reuse != nullptr && ModelFits(*reuse, config, layout, model_options.activation_slots)) {
     session->model_ = reuse->model_;
@@ -114,6 +112,12 @@ absl::StatusOr<std::unique_ptr<TrainingSession>> TrainingSession::Create(
   return session;
 }
 
+int TrainingSession::ActivationSlotsFor(const TrainingConfig& config,
+                                        const model::ModelLayout& layout, int dp) {
+  return StepRunner::ActivationSlots(
+      layout, layout::MicroBatchShares(config.micro_batches_per_step(), std::max(1, dp))[0]);
+}
+
 absl::StatusOr<uint64_t> TrainingSession::EstimateBytes(const TrainingConfig& config,
                                                         const model::ModelLayout& layout, int dp,
                                                         int dp_rank,
@@ -129,9 +133,9 @@ absl::StatusOr<uint64_t> TrainingSession::EstimateBytes(const TrainingConfig& co
   const int B = config.micro_batch_size, T = config.model.context_length;
   const uint64_t tokens = static_cast<uint64_t>(B) * T;
   const int leaves = config.micro_batches_per_step();
-  const std::vector<LeafRange> ranges = LeafRangesOf(EvenShares(leaves, std::max(1, dp)));
+  const std::vector<LeafRange> ranges = LeafRangesOf(layout::MicroBatchShares(leaves, std::max(1, dp)));
   const LeafRange range = ranges[static_cast<size_t>(std::clamp(dp_rank, 0, std::max(1, dp) - 1))];
-  const uint64_t slots = StepRunner::ActivationSlots(layout, range.count());
+  const uint64_t slots = ActivationSlotsFor(config, layout, dp);
   // The model: weights, gradients, activations (per slot) and their
   // gradients, token ids.
   uint64_t floats = 2 * n + (layout.has_embedding() ? wte : 0) +

@@ -325,12 +325,24 @@ INSTANTIATE_TEST_SUITE_P(
                 "elastic.wait_for_workers_seconds: must be >= 0 (0 means 600), got -5"},
         BadCase{"NoDpDividesMicroBatches",
                 [](v1::JobSpec& s) {
-                  // 4 micro-batches; 6..6 workers of 2 per replica: dp 3 only.
+                  // 4 micro-batches; 6..6 workers of 2 per replica: dp 3 only,
+                  // which the transport's reduction cannot split.
                   s.mutable_elastic()->set_min_workers(6);
                   s.mutable_elastic()->set_max_workers(6);
+                  s.mutable_parallelism()->set_reduction(
+                      v1::ParallelismConfig::REDUCTION_TRANSPORT);
                 },
                 "elastic: no data parallel degree in [3, 3] (6 to 6 workers of 2 per replica) "
-                "divides the 4 micro-batches per step"},
+                "divides the 4 micro-batches per step (batch.global_batch_size / "
+                "batch.micro_batch_size) as parallelism.reduction TRANSPORT needs"},
+        BadCase{"MoreDataRanksThanMicroBatches",
+                [](v1::JobSpec& s) {
+                  // 4 micro-batches; 10..10 workers of 2 per replica: dp 5.
+                  s.mutable_elastic()->set_min_workers(10);
+                  s.mutable_elastic()->set_max_workers(10);
+                },
+                "elastic: no data parallel degree in [5, 5] (10 to 10 workers of 2 per replica) "
+                "is at most the 4 micro-batches per step"},
         BadCase{"NegativeInterval",
                 [](v1::JobSpec& s) { s.mutable_checkpoint()->set_interval_steps(-5); },
                 "checkpoint.interval_steps: must be >= 0"},

@@ -32,9 +32,13 @@ std::vector<PlannerWorker> Hosts(int hosts, int per_host) {
   return workers;
 }
 
+// Most cases below describe the even split (parallelism.reduction
+// TRANSPORT: dp divides the micro-batches); the deterministic reduction's
+// uneven shares have tests of their own (UnevenShares*).
 PlanRequest Request(int tensor, int pipeline, int min_workers, int max_workers, int micro_batches,
-                    std::vector<PlannerWorker> candidates) {
+                    std::vector<PlannerWorker> candidates, bool even_shares = true) {
   PlanRequest request;
+  request.even_shares = even_shares;
   request.tensor = tensor;
   request.pipeline = pipeline;
   request.min_workers = min_workers;
@@ -66,6 +70,17 @@ void ExpectWellFormed(const v1::Mesh& mesh, const PlanRequest& request) {
     EXPECT_EQ(m.device_index(), it->second->device_index);
     EXPECT_EQ(m.incarnation(), it->second->incarnation.value());
   }
+  // Every data rank trains at least one micro-batch, all of them together.
+  ASSERT_EQ(mesh.micro_batches_size(), shape.data);
+  int total = 0;
+  for (int share : mesh.micro_batches()) {
+    EXPECT_GE(share, 1);
+    if (request.even_shares) {
+      EXPECT_EQ(share, request.micro_batches / shape.data);
+    }
+    total += share;
+  }
+  EXPECT_EQ(total, request.micro_batches);
 }
 
 // The hosts of every tensor group, keyed by (data, pipeline).
@@ -127,6 +142,47 @@ INSTANTIATE_TEST_SUITE_P(Layouts, LayoutTest,
                          [](const ::testing::TestParamInfo<LayoutCase>& info) {
                            return info.param.name;
                          });
+
+struct UnevenCase {
+  std::string name;
+  int tensor, pipeline, min_workers, max_workers, micro_batches, candidates;
+  std::vector<int> expected_shares;
+};
+
+class UnevenSharesTest : public ::testing::TestWithParam<UnevenCase> {};
+
+// The deterministic reduction: any dp up to the micro-batch count, split
+// as evenly as possible with the larger shares first.
+TEST_P(UnevenSharesTest, UsesEveryWholeReplicaAndSaysHowItSplits) {
+  const UnevenCase& c = GetParam();
+  PlanRequest request = Request(c.tensor, c.pipeline, c.min_workers, c.max_workers,
+                                c.micro_batches, Hosts(1, c.candidates), /*even_shares=*/false);
+  absl::StatusOr<v1::Mesh> mesh = MeshPlanner::Plan(request);
+  ASSERT_TRUE(mesh.ok()) << mesh.status();
+  ExpectWellFormed(*mesh, request);
+  EXPECT_EQ(mesh->data_parallel(), static_cast<int>(c.expected_shares.size()));
+  EXPECT_EQ(std::vector<int>(mesh->micro_batches().begin(), mesh->micro_batches().end()),
+            c.expected_shares);
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    UnevenShares, UnevenSharesTest,
+    ::testing::Values(UnevenCase{"ThreeOfFourSurvive", 1, 1, 1, 4, 8, 3, {3, 3, 2}},
+                      UnevenCase{"FourOverSix", 1, 1, 1, 8, 6, 4, {2, 2, 1, 1}},
+                      UnevenCase{"CappedByTheMicroBatches", 1, 1, 1, 16, 6, 10, {1, 1, 1, 1, 1, 1}},
+                      UnevenCase{"Tp2SixWorkers", 2, 1, 2, 8, 4, 7, {2, 1, 1}},
+                      UnevenCase{"EvenWhereItDivides", 1, 1, 1, 4, 8, 4, {2, 2, 2, 2}}),
+    [](const ::testing::TestParamInfo<UnevenCase>& info) { return info.param.name; });
+
+TEST(MeshPlannerTest, UnevenSharesStillNeedOneMicroBatchPerRank) {
+  PlanRequest request = Request(1, 1, 5, 7, 4, Hosts(1, 16), /*even_shares=*/false);
+  absl::StatusOr<v1::Mesh> mesh = MeshPlanner::Plan(request);
+  ASSERT_FALSE(mesh.ok());
+  EXPECT_EQ(mesh.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(std::string(mesh.status().message()),
+              HasSubstr("no data parallel degree in [5, 7] (5 to 7 workers with tensor 1 x "
+                        "pipeline 1) is at most 4 micro-batches per step"));
+}
 
 TEST(MeshPlannerTest, ExactLayoutTp2Pp2) {
   // Two hosts with four devices each, given out of order.

@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "common/layout/mesh_layout.h"
 #include "gtest/gtest.h"
 #include "tests/testing/thread_comms.h"
 #include "worker/train/gradient_tree.h"
@@ -128,10 +129,10 @@ TEST(ReductionTreeTest, RangeNodesAreTheMaximalNodesInsideTheRange) {
   EXPECT_EQ(RangeNodes(6, 0, 6), (std::vector<TreeNode>{{0, 8}}));
 }
 
-TEST(ReductionTreeTest, EvenSharesPutTheLargerFirst) {
-  EXPECT_EQ(EvenShares(8, 3), (std::vector<int>{3, 3, 2}));
-  EXPECT_EQ(EvenShares(6, 4), (std::vector<int>{2, 2, 1, 1}));
-  EXPECT_EQ(EvenShares(8, 4), (std::vector<int>{2, 2, 2, 2}));
+TEST(ReductionTreeTest, MicroBatchSharesPutTheLargerFirst) {
+  EXPECT_EQ(layout::MicroBatchShares(8, 3), (std::vector<int>{3, 3, 2}));
+  EXPECT_EQ(layout::MicroBatchShares(6, 4), (std::vector<int>{2, 2, 1, 1}));
+  EXPECT_EQ(layout::MicroBatchShares(8, 4), (std::vector<int>{2, 2, 2, 2}));
 }
 
 TEST(ReductionTreeTest, GradientTreeHoldsAtMostTheBuffersItAnnounces) {
