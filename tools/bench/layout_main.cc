@@ -20,6 +20,9 @@
 //                (timed_communicator.h: point-to-point bytes, and ring
 //                volumes for collectives)
 //   bubble       the 1F1B bubble (p-1)/(m+p-1) for m micro-batches per data rank
+//   CPU ms       CPU time (user + system, all threads) per timed step of the
+//                busiest rank: about the step time with a core per thread,
+//                which this machine may not have (dp 3 on 2 cores)
 //   RSS MiB      resident set size of each rank after the timed steps (max, min)
 // Threads: --threads (default: the machine's cores) are divided among the
 // ranks, at least one each. --reduction both runs every layout with the
@@ -27,6 +30,7 @@
 // row each, and prints the step-time ratio. Progress goes to stderr.
 
 #include <spawn.h>
+#include <sys/resource.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -127,6 +131,13 @@ train::TrainingConfig BenchConfig() {
   return c;
 }
 
+double CpuMilliseconds() {
+  rusage usage{};
+  getrusage(RUSAGE_SELF, &usage);
+  auto ms = [](const timeval& t) { return t.tv_sec * 1e3 + t.tv_usec / 1e3; };
+  return ms(usage.ru_utime) + ms(usage.ru_stime);
+}
+
 double ResidentMiB() {
   std::ifstream status("/proc/self/status");
   std::string line;
@@ -198,11 +209,13 @@ int RunRank(int rank, const Layout& l) {
   const int warmup = absl::GetFlag(FLAGS_warmup);
   const int steps = absl::GetFlag(FLAGS_steps);
   std::vector<double> step_ms;
+  double cpu_start = 0;
   for (int s = 0; s < warmup + steps; ++s) {
     if (s == warmup) {
       for (auto& t : timed) {
         if (t != nullptr) t->Reset();
       }
+      cpu_start = CpuMilliseconds();
     }
     const absl::Time start = absl::Now();
     absl::StatusOr<train::StepResult> result = (*session)->RunStep(Step(s));
@@ -222,7 +235,7 @@ int RunRank(int rank, const Layout& l) {
       << step_ms[step_ms.size() / 2] << " " << ResidentMiB() << " " << per_step(timed[1]) << " "
       << per_step(timed[2]) << " " << per_step(timed[0]) << " "
       << (timed[0] == nullptr ? 0.0 : static_cast<double>(timed[0]->bytes_sent()) / steps)
-      << "\n";
+      << " " << (CpuMilliseconds() - cpu_start) / steps << "\n";
   return 0;
 }
 
@@ -274,11 +287,12 @@ double RunLayout(const std::string& text, const Layout& l, const std::string& re
     std::printf("| %s | %s | failed (see the ranks' stderr) |\n", text.c_str(), reduction.c_str());
     return -1;
   }
-  double step = 0, tp = 0, pp = 0, dp = 0, dp_bytes = 0, rss_max = 0, rss_min = 1e18;
+  double step = 0, tp = 0, pp = 0, dp = 0, dp_bytes = 0, cpu = 0, rss_max = 0, rss_min = 1e18;
   for (int r = 0; r < l.world(); ++r) {
     std::ifstream in(absl::StrCat(dir, "/rank", r, ".txt"));
-    double s = 0, rss = 0, t = 0, p = 0, d = 0, b = 0;
-    in >> s >> rss >> t >> p >> d >> b;
+    double s = 0, rss = 0, t = 0, p = 0, d = 0, b = 0, c = 0;
+    in >> s >> rss >> t >> p >> d >> b >> c;
+    cpu = std::max(cpu, c);
     step = std::max(step, s);
     tp = std::max(tp, t);
     pp = std::max(pp, p);
@@ -295,10 +309,10 @@ double RunLayout(const std::string& text, const Layout& l, const std::string& re
   const double tokens = static_cast<double>(absl::GetFlag(FLAGS_global_batch)) *
                         absl::GetFlag(FLAGS_seq);
   std::printf("| (%d,%d,%d) | %s | %d | %d | %.1f | %.0f | %.1f | %.1f | %.1f | %.1f | %.1f | "
-              "%.0f / %.0f |\n",
+              "%.1f | %.0f / %.0f |\n",
               l.dp, l.tp, l.pp, reduction.c_str(), l.world(), ThreadsPerRank(l), step,
               tokens / (step / 1000.0), 100 * tp / step, 100 * pp / step, 100 * dp / step,
-              dp_bytes / (1 << 20), 100 * bubble, rss_max, rss_min);
+              dp_bytes / (1 << 20), 100 * bubble, cpu, rss_max, rss_min);
   std::fflush(stdout);
   return step;
 }
@@ -335,8 +349,9 @@ int main(int argc, char** argv) {
     return 2;
   }
   std::printf("| (dp,tp,pp) | reduction | ranks | threads/rank | step ms | tokens/s | tp comm %% "
-              "| pp wait %% | dp comm %% | dp MiB/step | 1F1B bubble %% | RSS MiB max / min |\n");
-  std::printf("|---|---|---|---|---|---|---|---|---|---|---|---|\n");
+              "| pp wait %% | dp comm %% | dp MiB/step | 1F1B bubble %% | CPU ms | RSS MiB max / min "
+              "|\n");
+  std::printf("|---|---|---|---|---|---|---|---|---|---|---|---|---|\n");
   bool ok = true;
   std::vector<std::string> ratios;
   const std::vector<std::string> layouts = absl::StrSplit(absl::GetFlag(FLAGS_layouts), ',');

@@ -24,6 +24,8 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <utility>
+#include <vector>
 
 #include "absl/status/status.h"
 #include "absl/time/time.h"
@@ -74,6 +76,24 @@ class Communicator {
                                 void* recv_data, size_t recv_bytes, int recv_peer, uint32_t tag,
                                 absl::Duration timeout) = 0;
   virtual absl::Status Barrier(absl::Duration timeout) = 0;
+
+  // A reduce-scatter of float32 sums in an order the caller fixes, for sums
+  // whose bits must not depend on the transport (the deterministic
+  // reduction, worker/train/reduction_tree.h). `input` holds `count` floats
+  // cut into size() blocks of `block` (the last ones may be short or empty);
+  // rank r gets its block's reduction in `output` (the block's length). Per
+  // element: value[q] = rank q's input; then value[into] += value[from] for
+  // each (into, from) of `merges`, in order; the result is value[0]. Float
+  // addition is commutative, so each merge has one possible result and the
+  // bits do not depend on who adds. Unimplemented (before any communication:
+  // the communicator stays usable) where the transport has no better way
+  // than the caller's own point-to-point exchange; the default.
+  virtual absl::Status ReduceScatterOrdered(const float* input, size_t count, size_t block,
+                                            float* output,
+                                            const std::vector<std::pair<int, int>>& merges,
+                                            absl::Duration timeout) {
+    return absl::UnimplementedError("ReduceScatterOrdered: no transport-specific path");
+  }
 
   // Makes every in-flight and later call return Aborted (with `reason` in its
   // message) promptly. Idempotent.

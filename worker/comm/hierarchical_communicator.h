@@ -74,6 +74,11 @@ class HierarchicalCommunicator : public Communicator {
                              DataType type, ReduceOp op, absl::Duration timeout) override {
     return flat_->ReduceScatter(input, output, count_per_rank, type, op, timeout);
   }
+  absl::Status ReduceScatterOrdered(const float* input, size_t count, size_t block, float* output,
+                                    const std::vector<std::pair<int, int>>& merges,
+                                    absl::Duration timeout) override {
+    return flat_->ReduceScatterOrdered(input, count, block, output, merges, timeout);
+  }
   absl::Status AllGather(const void* input, void* output, size_t count_per_rank, DataType type,
                          absl::Duration timeout) override {
     return flat_->AllGather(input, output, count_per_rank, type, timeout);

@@ -91,6 +91,8 @@ struct ShmCollectives::Plan {
   size_t output_stride = 0;  // bytes between blocks; 0: output holds the own block only
   size_t block_elements = 0;
   size_t total_elements = 0;
+  // Step 3's order, when given (ReduceScatterOrdered).
+  const std::vector<std::pair<int, int>>* merges = nullptr;
 
   size_t BlockLength(int block) const {
     const size_t begin = std::min(total_elements, block_elements * static_cast<size_t>(block));
@@ -241,8 +243,13 @@ absl::Status ShmCollectives::Run(const Plan& plan, Check check) {
                   piece_length(rank, begin) * plan.element_bytes);
     }
     Publish(own.header, own.header->staged, g + 1);
-    // 3. Reduce the own piece: own input, then peers in ascending rank order.
-    if (plan.reduce) {
+    // 3. Reduce the own piece: in the caller's order, or own input, then
+    // peers in ascending rank order.
+    if (plan.reduce && plan.merges != nullptr) {
+      RETURN_IF_ERROR(ReduceOrdered(plan, g, offset, piece_length(rank, begin), [&](int peer) {
+        return waiter.Wait(peer, peers_[peer].header, peers_[peer].header->staged, g + 1);
+      }));
+    } else if (plan.reduce) {
       const size_t length = piece_length(rank, begin);
       uint8_t* out = plan.Output(rank) + offset;
       const uint8_t* accumulated = plan.Input(rank) + offset;
@@ -277,6 +284,71 @@ absl::Status ShmCollectives::Run(const Plan& plan, Check check) {
     own_->Unlink();
   }
   return absl::OkStatus();
+}
+
+absl::Status ShmCollectives::ReduceOrdered(const Plan& plan, uint32_t g, size_t offset,
+                                           size_t length,
+                                           absl::FunctionRef<absl::Status(int)> wait_staged) {
+  const int rank = options_.rank;
+  const size_t size = static_cast<size_t>(options_.size);
+  const size_t bytes = length * plan.element_bytes;
+  // value[q]: rank q's piece, read in place (own input, or q's staged slot)
+  // until a merge writes it; then one of the scratch pieces.
+  std::vector<const uint8_t*> value(size);
+  std::vector<uint8_t*> owned(size, nullptr);
+  std::vector<bool> staged(size, false);
+  if (merge_scratch_.size() < size) merge_scratch_.resize(size);
+  std::vector<int> free_scratch;
+  for (int i = static_cast<int>(size) - 1; i >= 0; --i) free_scratch.push_back(i);
+  std::vector<int> scratch_of(size, -1);
+  auto read = [&](int q) -> absl::StatusOr<const uint8_t*> {
+    if (owned[q] != nullptr) return owned[q];
+    if (q == rank) return plan.Input(rank) + offset;
+    if (!staged[q]) {
+      RETURN_IF_ERROR(wait_staged(q));
+      staged[q] = true;
+    }
+    return SlotPiece(peers_[q], g, rank);
+  };
+  for (const auto& [into, from] : *plan.merges) {
+    ASSIGN_OR_RETURN(const uint8_t* a, read(into));
+    ASSIGN_OR_RETURN(const uint8_t* b, read(from));
+    if (owned[into] == nullptr) {
+      const int k = free_scratch.back();
+      free_scratch.pop_back();
+      std::vector<uint8_t>& piece = merge_scratch_[k];
+      if (piece.size() < options_.piece_bytes) piece.resize(options_.piece_bytes);
+      owned[into] = piece.data();
+      scratch_of[into] = k;
+    }
+    ReduceInto(plan.type, ReduceOp::kSum, a, b, owned[into], length);
+    if (owned[from] != nullptr) {
+      free_scratch.push_back(scratch_of[from]);
+      owned[from] = nullptr;
+    }
+  }
+  ASSIGN_OR_RETURN(const uint8_t* root, read(0));
+  std::memcpy(plan.Output(rank) + offset, root, bytes);
+  return absl::OkStatus();
+}
+
+absl::Status ShmCollectives::ReduceScatterOrdered(const float* input, size_t count, size_t block,
+                                                  float* output,
+                                                  const std::vector<std::pair<int, int>>& merges,
+                                                  Check check) {
+  Plan plan;
+  plan.type = DataType::kFloat32;
+  plan.op = ReduceOp::kSum;
+  plan.element_bytes = sizeof(float);
+  plan.reduce = true;
+  plan.total_elements = count;
+  plan.block_elements = block;
+  plan.input = reinterpret_cast<const uint8_t*>(input);
+  plan.input_stride = block * sizeof(float);
+  plan.output = reinterpret_cast<uint8_t*>(output);
+  plan.output_stride = 0;
+  plan.merges = &merges;
+  return Run(plan, check);
 }
 
 absl::Status ShmCollectives::AllReduce(void* data, size_t count, DataType type, ReduceOp op,

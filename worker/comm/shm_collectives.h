@@ -44,6 +44,7 @@
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "absl/functional/function_ref.h"
@@ -83,6 +84,12 @@ class ShmCollectives {
                              DataType type, ReduceOp op, Check check);
   // `output` already holds this rank's block (at rank() * count_per_rank).
   absl::Status AllGather(void* output, size_t count_per_rank, DataType type, Check check);
+  // Communicator::ReduceScatterOrdered: step 3 adds the staged pieces in
+  // the order of `merges` instead of ascending rank order, writing partial
+  // sums into scratch pieces (never into a peer's slot).
+  absl::Status ReduceScatterOrdered(const float* input, size_t count, size_t block,
+                                    float* output, const std::vector<std::pair<int, int>>& merges,
+                                    Check check);
 
  private:
   struct Peer;
@@ -91,6 +98,10 @@ class ShmCollectives {
 
   absl::Status Connect(Check check);
   absl::Status Run(const Plan& plan, Check check);
+  // Step 3 of an ordered reduction for the round's piece at `offset`;
+  // `wait_staged(peer)` waits until that peer has staged the round.
+  absl::Status ReduceOrdered(const Plan& plan, uint32_t g, size_t offset, size_t length,
+                             absl::FunctionRef<absl::Status(int)> wait_staged);
   uint8_t* SlotPiece(const Peer& peer, uint32_t round, int block) const;
 
   const ShmCollectivesOptions options_;
@@ -101,6 +112,7 @@ class ShmCollectives {
   std::vector<Peer> peers_;  // indexed by group rank; peers_[rank] is this rank
   bool connected_ = false;
   uint32_t round_ = 0;  // rounds completed by this rank, over all calls
+  std::vector<std::vector<uint8_t>> merge_scratch_;  // partial sums of an ordered reduction
 };
 
 }  // namespace cohort::comm

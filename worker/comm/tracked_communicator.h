@@ -85,6 +85,12 @@ class TrackedCommunicator : public Communicator {
                 count_per_rank * DataTypeSize(type) * static_cast<size_t>(size()));
     return inner_->ReduceScatter(input, output, count_per_rank, type, op, timeout);
   }
+  absl::Status ReduceScatterOrdered(const float* input, size_t count, size_t block, float* output,
+                                    const std::vector<std::pair<int, int>>& merges,
+                                    absl::Duration timeout) override {
+    Scope scope(this, Collective::kReduceScatter, count * sizeof(float));
+    return inner_->ReduceScatterOrdered(input, count, block, output, merges, timeout);
+  }
   absl::Status AllGather(const void* input, void* output, size_t count_per_rank, DataType type,
                          absl::Duration timeout) override {
     Scope scope(this, Collective::kAllGather,

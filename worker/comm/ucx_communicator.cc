@@ -116,6 +116,31 @@ absl::Status UcxCommunicator::AllReduce(void* data, size_t count, DataType type,
   });
 }
 
+absl::Status UcxCommunicator::ReduceScatterOrdered(const float* input, size_t count, size_t block,
+                                                   float* output,
+                                                   const std::vector<std::pair<int, int>>& merges,
+                                                   absl::Duration timeout) {
+  if (size() == 1 || !UseSharedMemory(count * sizeof(float))) {
+    return Communicator::ReduceScatterOrdered(input, count, block, output, merges, timeout);
+  }
+  if (absl::Status s = CheckBuffer(input, count, "ReduceScatterOrdered"); !s.ok()) return s;
+  if (block * static_cast<size_t>(size()) < count) {
+    return absl::InvalidArgumentError(absl::StrCat("ReduceScatterOrdered: ", size(),
+                                                   " blocks of ", block, " do not cover ", count));
+  }
+  for (const auto& [into, from] : merges) {
+    if (into < 0 || into >= size() || from < 0 || from >= size() || into == from) {
+      return absl::InvalidArgumentError(absl::StrCat("ReduceScatterOrdered: merge (", into, ", ",
+                                                     from, ") out of range for ", size(),
+                                                     " ranks"));
+    }
+  }
+  return Run(timeout, CallOptions{}, [&]() -> absl::Status {
+    auto check = [this](int peer) { return channel_.CheckWaiting(peer); };
+    return shm_->ReduceScatterOrdered(input, count, block, output, merges, check);
+  });
+}
+
 absl::Status UcxCommunicator::ReduceScatter(const void* input, void* output,
                                             size_t count_per_rank, DataType type, ReduceOp op,
                                             absl::Duration timeout) {

@@ -73,6 +73,11 @@ class UcxCommunicator : public Communicator {
                          absl::Duration timeout) override;
   absl::Status ReduceScatter(const void* input, void* output, size_t count_per_rank,
                              DataType type, ReduceOp op, absl::Duration timeout) override;
+  // Through shared memory when every rank is on this host (one pass, as
+  // ReduceScatter); Unimplemented otherwise.
+  absl::Status ReduceScatterOrdered(const float* input, size_t count, size_t block, float* output,
+                                    const std::vector<std::pair<int, int>>& merges,
+                                    absl::Duration timeout) override;
   absl::Status AllGather(const void* input, void* output, size_t count_per_rank, DataType type,
                          absl::Duration timeout) override;
   absl::Status Broadcast(void* data, size_t count, DataType type, int root,

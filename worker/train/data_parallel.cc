@@ -50,6 +50,16 @@ DataParallel::DataParallel(comm::Communicator* group, size_t num_params,
       rank_(group_ == nullptr ? 0 : group_->rank()),
       reducer_(options_.micro_batches,
                LeafRangesOf(SharesOf(options_, GroupSize(group_)))) {
+  // One node per rank: the tree above the ranks' nodes is a fixed order
+  // of additions over whole ranks, which a communicator can run its own way.
+  bool single = options_.deterministic;
+  for (int r = 0; r < dp_ && single; ++r) single = reducer_.nodes_of(r).size() == 1;
+  if (single && dp_ > 1) {
+    TreeFolder folder(options_.micro_batches);
+    std::vector<TreeMerge> merges;
+    for (int r = 0; r < dp_; ++r) folder.Push(reducer_.nodes_of(r)[0], r, &merges);
+    for (const TreeMerge& m : merges) rank_merges_.emplace_back(m.into, m.from);
+  }
   padded_ = layout::PaddedShardedSize(num_params_, dp_);
   shard_ = padded_ / static_cast<size_t>(dp_);
   for (int r = 0; r < dp_; ++r) owners_.push_back(layout::DataShardRange(num_params_, dp_, r));
@@ -84,6 +94,18 @@ absl::Status DataParallel::ReduceGradients(float* grads) {
   return absl::OkStatus();
 }
 
+absl::Status DataParallel::ReduceScatterTree(const std::vector<float*>& nodes, float* out) {
+  if (!rank_merges_.empty() && !ordered_unavailable_ && nodes.size() == 1) {
+    const absl::Status ordered =
+        group_->ReduceScatterOrdered(nodes[0], num_params_, shard_, out + owners_[rank_].begin,
+                                     rank_merges_, options_.timeout);
+    if (!absl::IsUnimplemented(ordered)) return ordered;
+    ordered_unavailable_ = true;
+  }
+  return reducer_.ReduceScatter(group_, nodes, owners_, out, options_.num_threads,
+                                options_.timeout);
+}
+
 absl::StatusOr<float*> DataParallel::ReduceGradientTree(const std::vector<float*>& nodes,
                                                         layout::ShardRange replicated) {
   if (group_ == nullptr) {
@@ -99,8 +121,7 @@ absl::StatusOr<float*> DataParallel::ReduceGradientTree(const std::vector<float*
     // the communicator's all-gather (one synchronised pass, where pairwise
     // rounds would each wait for a peer).
     float* out = padded_buffer_.data();
-    RETURN_IF_ERROR(reducer_.ReduceScatter(group_, nodes, owners_, out, options_.num_threads,
-                                           options_.timeout));
+    RETURN_IF_ERROR(ReduceScatterTree(nodes, out));
     RETURN_IF_ERROR(group_->AllGather(out + shard_ * static_cast<size_t>(rank_), out, shard_,
                                       comm::DataType::kFloat32, options_.timeout));
     return out;
@@ -109,8 +130,7 @@ absl::StatusOr<float*> DataParallel::ReduceGradientTree(const std::vector<float*
   // before any owner folds, and are then overwritten by the gather (no
   // second gradient-sized buffer).
   float* out = nodes.empty() ? nullptr : nodes[0];
-  RETURN_IF_ERROR(reducer_.ReduceScatter(group_, nodes, owners_, out, options_.num_threads,
-                                         options_.timeout));
+  RETURN_IF_ERROR(ReduceScatterTree(nodes, out));
   const layout::ShardRange gathered =
       options_.zero1 ? replicated : layout::ShardRange{0, num_params_};
   if (gathered.size() > 0) {

@@ -129,6 +129,15 @@ class DataParallel {
   std::vector<float> shard_buffer_;  // the transport's ZeRO-1 reduce-scatter
   std::vector<layout::ShardRange> owners_;  // every rank's shard, clipped
   TreeReducer reducer_;
+  // With one tree node per rank, the ranks' order of additions, for the
+  // communicator's ReduceScatterOrdered (empty otherwise).
+  std::vector<std::pair<int, int>> rank_merges_;
+  // The group said it has no ordered reduce-scatter: the reducer's
+  // pairwise exchange from then on.
+  bool ordered_unavailable_ = false;
+
+  // The deterministic reduce-scatter into out[owners_[rank_]].
+  absl::Status ReduceScatterTree(const std::vector<float*>& nodes, float* out);
 };
 
 }  // namespace cohort::train

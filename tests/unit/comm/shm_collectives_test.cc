@@ -158,6 +158,47 @@ TEST(ShmCollectivesTest, IntegerReduceScatterAndAllGatherAreExact) {
   }
 }
 
+// The caller's order of additions, bit for bit: values of mixed
+// magnitudes so that another association would show; blocks uneven (the
+// count is not a multiple of the block) and pieces small (many rounds).
+TEST(ShmCollectivesTest, OrderedReduceScatterAddsInTheGivenOrder) {
+  constexpr int kSize = 5;
+  constexpr size_t kBlock = 301;
+  constexpr size_t kCount = kBlock * kSize - 17;
+  // ((r0 + r1) + (r2 + r3)) + r4: the tree over 5 leaves.
+  const std::vector<std::pair<int, int>> merges = {{0, 1}, {2, 3}, {0, 2}, {0, 4}};
+  std::mt19937 rng(7);
+  std::uniform_real_distribution<float> unit(-1.0f, 1.0f);
+  std::uniform_int_distribution<int> exponent(-20, 20);
+  std::vector<std::vector<float>> inputs(kSize, std::vector<float>(kCount));
+  for (auto& input : inputs) {
+    for (float& x : input) x = std::ldexp(unit(rng), exponent(rng));
+  }
+  std::vector<float> expected(kCount), sequential(kCount);
+  for (size_t e = 0; e < kCount; ++e) {
+    std::vector<float> v;
+    for (int q = 0; q < kSize; ++q) v.push_back(inputs[q][e]);
+    for (const auto& [into, from] : merges) v[into] += v[from];
+    expected[e] = v[0];
+    sequential[e] = (((inputs[0][e] + inputs[1][e]) + inputs[2][e]) + inputs[3][e]) + inputs[4][e];
+  }
+  ASSERT_NE(std::memcmp(expected.data(), sequential.data(), kCount * sizeof(float)), 0)
+      << "the values do not tell the orders apart";
+  auto group = MakeGroup(kSize, 256);
+  std::vector<std::vector<float>> outputs(kSize, std::vector<float>(kBlock, NAN));
+  const std::vector<absl::Status> statuses = OnEveryRank(kSize, [&](int r) {
+    return group[r]->ReduceScatterOrdered(inputs[r].data(), kCount, kBlock, outputs[r].data(),
+                                          merges, NoError);
+  });
+  for (int r = 0; r < kSize; ++r) {
+    ASSERT_TRUE(statuses[r].ok()) << statuses[r];
+    const size_t begin = kBlock * r;
+    const size_t length = std::min(kBlock, kCount - begin);
+    EXPECT_EQ(std::memcmp(outputs[r].data(), expected.data() + begin, length * sizeof(float)), 0)
+        << "rank " << r;
+  }
+}
+
 TEST(ShmCollectivesTest, MaxOfBFloat16) {
   constexpr int kSize = 2;
   auto group = MakeGroup(kSize, 128);
