@@ -196,11 +196,12 @@ TEST(CheckpointChaosTest, KillingTheCoordinatorNeverLeavesAPartialCheckpointList
   int in_commit = 0;
   for (int kill = 0; kill < kKills; ++kill) {
     SCOPED_TRACE(absl::StrCat("kill ", kill));
-    // Let uploads run, then kill at a random moment of them.
-    const int64_t before = uploader.committed() + uploader.failed();
-    ASSERT_TRUE(WaitUntil([&] { return uploader.committed() + uploader.failed() > before; },
-                          absl::Seconds(30)))
-        << "no upload finished after the restart";
+    // Let uploads run until one more commits (so every kill comes after a
+    // commit of its own, however slow a loaded machine makes the uploads),
+    // then kill at a random moment of the next ones.
+    const int64_t before = uploader.committed();
+    ASSERT_TRUE(WaitUntil([&] { return uploader.committed() > before; }, absl::Seconds(60)))
+        << "no upload committed after the restart (" << uploader.failed() << " cut short)";
     if (kill % 2 == 0) {
       // Anywhere in the upload.
       absl::SleepFor(absl::Milliseconds(std::uniform_int_distribution<int>(0, 120)(rng)));
@@ -228,7 +229,7 @@ TEST(CheckpointChaosTest, KillingTheCoordinatorNeverLeavesAPartialCheckpointList
               "short; %d listed checkpoints read back whole after the restarts\n",
               kKills, in_commit, static_cast<long long>(uploader.committed()),
               static_cast<long long>(uploader.failed()), listed_total);
-  EXPECT_GT(uploader.committed(), kKills) << "too few commits for the kills to land among them";
+  EXPECT_GE(uploader.committed(), kKills) << "too few commits for the kills to land among them";
   EXPECT_GT(uploader.failed(), 0) << "no kill interrupted an upload";
 }
 
