@@ -59,6 +59,7 @@ v1::Progress ToProto(const TrainingProgress& progress) {
   proto.set_step(progress.step.value());
   if (progress.loss.has_value()) proto.set_loss(*progress.loss);
   proto.set_tokens_per_second(progress.tokens_per_second);
+  proto.set_tokens_per_second_average(progress.tokens_per_second_average);
   proto.set_step_time_seconds(progress.step_time_seconds);
   proto.set_waiting_for_peers(progress.waiting_for_peers);
   return proto;
@@ -113,13 +114,20 @@ absl::Status WorkerAgent::Run() {
       backoff.Reset();
       failed_attempts = 0;
     }
-    absl::MutexLock lock(&mu_);
-    const absl::Duration delay = backoff.Next(/*holding=*/held_.has_value());
-    if (StoppingLocked()) break;
-    LogReconnectLocked(delay, ++failed_attempts, result.status);
-    const absl::Time deadline = absl::Now() + delay;
-    while (!StoppingLocked() && !cv_.WaitWithDeadline(&mu_, deadline)) {
+    absl::Time deadline;
+    {
+      absl::MutexLock lock(&mu_);
+      const absl::Duration delay = backoff.Next(/*holding=*/held_.has_value());
+      if (StoppingLocked()) break;
+      LogReconnectLocked(delay, ++failed_attempts, result.status);
+      deadline = absl::Now() + delay;
+      if (!options_.wait_for_coordinator) {
+        while (!StoppingLocked() && !cv_.WaitWithDeadline(&mu_, deadline)) {
+        }
+        continue;
+      }
     }
+    WaitForCoordinator(deadline);
   }
   {
     absl::MutexLock lock(&mu_);
@@ -134,6 +142,19 @@ absl::Status WorkerAgent::Run() {
   absl::MutexLock lock(&mu_);
   LOG(INFO) << (drain_requested_ ? "drained; leaving" : "shut down; leaving");
   return absl::OkStatus();
+}
+
+void WorkerAgent::WaitForCoordinator(absl::Time deadline) {
+  constexpr absl::Duration kSlice = absl::Milliseconds(100);
+  while (true) {
+    {
+      absl::MutexLock lock(&mu_);
+      if (StoppingLocked()) return;
+    }
+    const absl::Time now = absl::Now();
+    if (now >= deadline) return;
+    if (options_.wait_for_coordinator(std::min(deadline, now + kSlice))) return;
+  }
 }
 
 WorkerAgent::SessionResult WorkerAgent::RunSession() {

@@ -43,6 +43,7 @@
 
 #include <cstdint>
 #include <deque>
+#include <functional>
 #include <memory>
 #include <optional>
 #include <string>
@@ -87,6 +88,13 @@ struct WorkerAgentOptions {
   absl::Duration close_timeout = absl::Seconds(2);
   // Reconnect attempts are logged at most once per this interval.
   absl::Duration reconnect_log_interval = absl::Seconds(5);
+  // Waits until the coordinator's channel is connected or `deadline`
+  // passes; true when connected. The wait before a retry ends as soon as it
+  // is, instead of sleeping out the backoff delay: a worker started with
+  // (or just before) its coordinator attaches the moment the coordinator
+  // listens. Called in slices of at most 100 ms so a shutdown is not held up.
+  // Null: retries wait their whole delay.
+  std::function<bool(absl::Time deadline)> wait_for_coordinator;
 };
 
 // Thread-safe: Run() once from one thread; Shutdown() and the accessors from
@@ -142,6 +150,9 @@ class WorkerAgent {
 
   // One Attach stream from Hello to Finish.
   SessionResult RunSession();
+  // Waits until `deadline`, a stop, or options_.wait_for_coordinator says
+  // the coordinator is reachable, whichever comes first.
+  void WaitForCoordinator(absl::Time deadline);
   // Reads CoordinatorMessages until the stream ends.
   void ReadLoop(std::shared_ptr<AttachStream> stream);
   void HandleWelcome(const std::shared_ptr<AttachStream>& stream, const v1::Welcome& welcome);

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cstdio>
+#include <deque>
 #include <optional>
 #include <tuple>
 #include <utility>
@@ -124,6 +125,8 @@ struct EngineTrainer::Run {
   std::FILE* loss_log = nullptr;
   std::atomic<bool> stop{false};
   std::atomic<bool> trained{false};  // completed a step in this generation
+  // (tokens, seconds) of the newest steps, for the windowed rate.
+  std::deque<std::pair<int64_t, double>> rate_window;
   // The source generation's state, kept (EngineTrainer::previous_) until
   // this run trains a step: reported with this run's own when a peer fails
   // first, or the coordinator would not know it survives.
@@ -926,6 +929,17 @@ void EngineTrainer::Train(Run* run) {
     progress_.loss = result.loss;
     progress_.step_time_seconds = seconds;
     progress_.tokens_per_second = static_cast<double>(result.tokens) / seconds;
+    // Tokens over seconds of the window: a slow step weighs by its time.
+    run->rate_window.emplace_back(result.tokens, seconds);
+    if (run->rate_window.size() > static_cast<size_t>(kRateWindowSteps)) {
+      run->rate_window.pop_front();
+    }
+    double tokens = 0, window_seconds = 0;
+    for (const auto& [step_tokens, step_seconds] : run->rate_window) {
+      tokens += static_cast<double>(step_tokens);
+      window_seconds += step_seconds;
+    }
+    progress_.tokens_per_second_average = window_seconds > 0 ? tokens / window_seconds : 0;
   };
   if (checkpoint_metrics_ != nullptr) {
     hooks.on_checkpoint = [metrics = checkpoint_metrics_.get()](absl::Duration stall) {

@@ -27,11 +27,15 @@ struct Assignment {
   int participant = 0;
 };
 
+// Steps over which TrainingProgress::tokens_per_second_average is taken.
+inline constexpr int kRateWindowSteps = 20;
+
 // What the trainer has done so far for the current assignment.
 struct TrainingProgress {
   Step step{0};                // optimizer steps completed
   std::optional<double> loss;  // loss of the last step; absent before the first
-  double tokens_per_second = 0;
+  double tokens_per_second = 0;          // of the last step
+  double tokens_per_second_average = 0;  // over the last kRateWindowSteps steps
   double step_time_seconds = 0;
   bool waiting_for_peers = false;  // inside a collective right now
 };

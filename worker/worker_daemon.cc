@@ -95,9 +95,13 @@ absl::StatusOr<std::unique_ptr<WorkerDaemon>> WorkerDaemon::Create(const WorkerC
     };
     daemon->trainer_ = std::make_unique<EngineTrainer>(std::move(engine));
   }
-  daemon->agent_ = std::make_unique<WorkerAgent>(
-      v1::Workers::NewStub(NewCoordinatorChannel(target)), daemon->trainer_.get(),
-      RealClock::Get(), std::move(registry), std::move(options));
+  std::shared_ptr<grpc::Channel> channel = NewCoordinatorChannel(target);
+  options.wait_for_coordinator = [channel](absl::Time deadline) {
+    return channel->WaitForConnected(absl::ToChronoTime(deadline));
+  };
+  daemon->agent_ = std::make_unique<WorkerAgent>(v1::Workers::NewStub(channel),
+                                                 daemon->trainer_.get(), RealClock::Get(),
+                                                 std::move(registry), std::move(options));
   return daemon;
 }
 

@@ -221,9 +221,13 @@ std::string FormatJobDetails(const v1::Job& job) {
   if (progress.step() == 0) {
     AddLine(&out, "Progress", absl::StrCat("step ", StepProgress(job)));
   } else {
+    const std::string average =
+        progress.tokens_per_second_average() > 0
+            ? absl::StrFormat(" (average %.0f)", progress.tokens_per_second_average())
+            : "";
     AddLine(&out, "Progress",
-            absl::StrFormat("step %s, loss %.4f, %.0f tokens/s, %.3f s/step", StepProgress(job),
-                            progress.loss(), progress.tokens_per_second(),
+            absl::StrFormat("step %s, loss %.4f, %.0f tokens/s%s, %.3f s/step", StepProgress(job),
+                            progress.loss(), progress.tokens_per_second(), average,
                             progress.step_time_seconds()));
   }
   AddLine(&out, "Device", spec.device_kind() == v1::DEVICE_KIND_GPU ? "GPU" : "CPU");

@@ -33,6 +33,14 @@ std::string Loss(const v1::Job& job) {
   return absl::StrFormat("%.4f", job.progress().loss());
 }
 
+// The windowed rate where the worker reports one (steadier on a redrawn
+// line), else the last step's.
+double BarRate(const v1::Job& job) {
+  return job.progress().tokens_per_second_average() > 0
+             ? job.progress().tokens_per_second_average()
+             : job.progress().tokens_per_second();
+}
+
 }  // namespace
 
 std::string FormatRate(double per_second) {
@@ -52,7 +60,7 @@ std::string RenderProgressBar(const v1::Job& job, int width) {
   const std::string text = absl::StrFormat(
       " %*s %3d%%  loss %7s  %5s tok/s  gen %d  %-13s", step_width, StepProgress(job),
       static_cast<int>(std::floor(fraction * 100.0)), Loss(job),
-      FormatRate(job.progress().tokens_per_second()), job.generation(), JobStateName(job.state()));
+      FormatRate(BarRate(job)), job.generation(), JobStateName(job.state()));
   const int limit = width - 1;  // writing the last column makes terminals wrap
   const int cells = std::min(kMaxBarCells, limit - static_cast<int>(text.size()) - 2);
   std::string line;

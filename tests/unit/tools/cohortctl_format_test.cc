@@ -119,6 +119,12 @@ TEST(JobFormatTest, JobDetailsShowSpecProgressAndMesh) {
                                  "tokens/s, 0.125 s/step\n"));
   EXPECT_THAT(details, HasSubstr("Model:       2 layers, 4 heads, width 64, "
                                  "vocab 256, context 64\n"));
+  // The windowed rate beside the last step's, once a worker reports it.
+  v1::Job averaged = RunningJob();
+  averaged.mutable_progress()->set_tokens_per_second_average(11800);
+  EXPECT_THAT(FormatJobDetails(averaged),
+              HasSubstr("Progress:    step 120/200, loss 3.2105, 12345 tokens/s (average "
+                        "11800), 0.125 s/step\n"));
   EXPECT_THAT(details, HasSubstr("Optimizer:   lr 0.001 -> 0.0001, warmup 10, "
                                  "weight decay 0.1, grad clip 1\n"));
   EXPECT_THAT(details, HasSubstr("Elastic:     2..4 workers\n"));

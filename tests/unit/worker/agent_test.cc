@@ -3,6 +3,9 @@
 
 #include "worker/agent.h"
 
+#include <algorithm>
+#include <atomic>
+#include <cstdio>
 #include <functional>
 #include <future>
 #include <memory>
@@ -16,6 +19,8 @@
 #include "grpcpp/server.h"
 #include "grpcpp/server_builder.h"
 #include "gtest/gtest.h"
+#include "tests/testing/net.h"
+#include "tests/testing/wait.h"
 #include "worker/idle_trainer.h"
 
 namespace cohort::worker {
@@ -323,7 +328,10 @@ class AgentTest : public ::testing::Test {
     fake_.reset();
   }
 
-  void StartAgent(Trainer* trainer = nullptr) {
+  // `backoff_initial` and `wait_for_coordinator`: see WorkerAgentOptions.
+  void StartAgent(Trainer* trainer = nullptr,
+                  absl::Duration backoff_initial = absl::Milliseconds(10),
+                  bool wait_for_coordinator = false) {
     WorkerAgentOptions options;
     options.identity.worker_id = "w0";
     options.identity.host = "host-a";
@@ -333,13 +341,21 @@ class AgentTest : public ::testing::Test {
     options.identity.capabilities.add_transports("ucx");
     options.identity.metrics_address = "127.0.0.1:9999";
     options.incarnation = Incarnation(kIncarnation);
-    options.backoff.initial = absl::Milliseconds(10);
-    options.backoff.max = absl::Milliseconds(100);
+    options.backoff.initial = backoff_initial;
+    options.backoff.max = std::max(backoff_initial, absl::Milliseconds(100));
     options.welcome_timeout = absl::Seconds(2);
+    std::shared_ptr<grpc::Channel> channel =
+        NewCoordinatorChannel(CoordinatorTarget::Insecure(absl::StrCat("127.0.0.1:", port_)));
+    if (wait_for_coordinator) {
+      options.wait_for_coordinator = [this, channel](absl::Time deadline) {
+        waited_for_coordinator_ = true;  // an attach failed: the agent waits to retry
+        return channel->WaitForConnected(absl::ToChronoTime(deadline));
+      };
+    }
     registry_ = std::make_shared<prometheus::Registry>();
-    agent_ = std::make_unique<WorkerAgent>(
-        v1::Workers::NewStub(NewCoordinatorChannel(CoordinatorTarget::Insecure(absl::StrCat("127.0.0.1:", port_)))),
-        trainer != nullptr ? trainer : &trainer_, RealClock::Get(), registry_, options);
+    agent_ = std::make_unique<WorkerAgent>(v1::Workers::NewStub(channel),
+                                           trainer != nullptr ? trainer : &trainer_,
+                                           RealClock::Get(), registry_, options);
     std::packaged_task<absl::Status()> task([this] { return agent_->Run(); });
     run_result_ = task.get_future();
     run_thread_ = std::thread(std::move(task));
@@ -363,6 +379,7 @@ class AgentTest : public ::testing::Test {
   }
 
   int port_ = 0;
+  std::atomic<bool> waited_for_coordinator_{false};
   std::unique_ptr<FakeCoordinator> fake_;
   std::unique_ptr<grpc::Server> server_;
   // Trainers outlive the agent (declared before it).
@@ -610,6 +627,26 @@ TEST_F(AgentTest, CoordinatorRestartOnTheSamePortIsRejoined) {
   EXPECT_EQ(hello.held().generation(), 7u);
   ASSERT_TRUE(AttachedAndWelcomed(0));
   EXPECT_GE(agent_->metrics().reconnects.Value(), 1);
+}
+
+// A worker started before its coordinator: its retry ends as soon as the
+// channel connects, not after its backoff delay (here 20 s, far beyond the
+// bound on the wait below; the channel's own reconnect backoff is at most
+// 1 s).
+TEST_F(AgentTest, AWorkerStartedBeforeItsCoordinatorAttachesOnceItListens) {
+  port_ = testing::PickFreePort();
+  StartAgent(nullptr, /*backoff_initial=*/absl::Seconds(20), /*wait_for_coordinator=*/true);
+  ASSERT_TRUE(testing::WaitUntil([&] { return waited_for_coordinator_.load(); }, kWait))
+      << "the first attach never failed";
+  const int port = port_;
+  const absl::Time listening = absl::Now();
+  StartServer({}, port);
+  ASSERT_EQ(port_, port);
+  ASSERT_TRUE(testing::WaitUntil([&] { return fake_->seen().connections >= 1; }, absl::Seconds(5)))
+      << "not attached within 5 s of the coordinator listening (backoff delay 20 s)";
+  std::printf("attached %.0f ms after the coordinator started listening\n",
+              absl::ToDoubleMilliseconds(absl::Now() - listening));
+  ASSERT_TRUE(AttachedAndWelcomed(0));
 }
 
 TEST_F(AgentTest, RefusedAttachIsRetried) {
