@@ -70,6 +70,7 @@ int RunWatch(client::ApiClient& client, const CtlConfig& config, const Command& 
   const bool live = !json && config.stdout_is_terminal;
   std::optional<v1::Job> last;
   bool bar_drawn = false;
+  LossSparkline sparkline;
   const absl::Status status = client.Watch(command.operand, [&](const v1::JobEvent& event) {
     last = event.job();
     if (json) {
@@ -82,7 +83,10 @@ int RunWatch(client::ApiClient& client, const CtlConfig& config, const Command& 
           event.kind() == v1::JOB_EVENT_KIND_RECOVERED) {
         out << "\r\x1b[K" << FormatEventLine(event) << "\n";
       }
-      out << RedrawProgressBar(event.job(), config.terminal_width);
+      if (event.job().progress().step() > 0) {
+        sparkline.Add(event.job().progress().step(), event.job().progress().loss());
+      }
+      out << RedrawProgressBar(event.job(), config.terminal_width, &sparkline);
       bar_drawn = true;
     } else {
       out << FormatEventLine(event) << "\n";

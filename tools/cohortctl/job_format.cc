@@ -268,8 +268,8 @@ std::string FormatJobDetails(const v1::Job& job) {
   if (mesh.micro_batches_size() > 0) {
     // How the step's micro-batches split over the data ranks (uneven where
     // dp does not divide them).
-    AddLine(&out, "Micro-batches",
-            absl::StrCat(absl::StrJoin(mesh.micro_batches(), "+"), " per data rank (",
+    AddLine(&out, "Split",
+            absl::StrCat(absl::StrJoin(mesh.micro_batches(), "+"), " micro-batches per data rank (",
                          spec.parallelism().reduction() ==
                                  v1::ParallelismConfig::REDUCTION_TRANSPORT
                              ? "transport reduction"

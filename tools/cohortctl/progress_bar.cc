@@ -75,8 +75,40 @@ std::string RenderProgressBar(const v1::Job& job, int width) {
   return line;
 }
 
-std::string RedrawProgressBar(const v1::Job& job, int width) {
-  return absl::StrCat("\r", RenderProgressBar(job, width), "\x1b[K");
+void LossSparkline::Add(int64_t step, double loss) {
+  if (step <= newest_step_ || !std::isfinite(loss)) return;
+  newest_step_ = step;
+  losses_.push_back(loss);
+  if (losses_.size() > kKeep) losses_.erase(losses_.begin());
+}
+
+std::string LossSparkline::Render(int cells) const {
+  if (losses_.size() < 2 || cells <= 0) return "";
+  static const char* const kBlocks[8] = {"\u2581", "\u2582", "\u2583", "\u2584",
+                                         "\u2585", "\u2586", "\u2587", "\u2588"};
+  const size_t shown = std::min(losses_.size(), static_cast<size_t>(cells));
+  const auto first = losses_.end() - static_cast<std::ptrdiff_t>(shown);
+  const auto [low, high] = std::minmax_element(first, losses_.end());
+  std::string out;
+  for (auto it = first; it != losses_.end(); ++it) {
+    int level = 0;
+    if (*high > *low) {
+      level = static_cast<int>(std::lround((*it - *low) / (*high - *low) * 7.0));
+    }
+    out += kBlocks[std::clamp(level, 0, 7)];
+  }
+  return out;
+}
+
+std::string RedrawProgressBar(const v1::Job& job, int width, const LossSparkline* sparkline) {
+  if (width <= 0) width = kDefaultWidth;
+  const std::string spark = sparkline != nullptr && width >= 100
+                                ? sparkline->Render(kSparklineCells)
+                                : std::string();
+  if (spark.empty()) return absl::StrCat("\r", RenderProgressBar(job, width), "\x1b[K");
+  // The chart takes kSparklineCells columns and a space; the bar the rest.
+  return absl::StrCat("\r", RenderProgressBar(job, width - kSparklineCells - 1), " ", spark,
+                      "\x1b[K");
 }
 
 std::string FormatEventLine(const v1::JobEvent& event) {

@@ -3,7 +3,9 @@
 // redraws in place on a terminal, and the plain line it prints per event
 // otherwise. Pure functions, thread-safe.
 
+#include <cstdint>
 #include <string>
+#include <vector>
 
 #include "cohort/v1/jobs.pb.h"
 
@@ -19,9 +21,34 @@ std::string FormatRate(double per_second);
 // bar shrinks, then disappears, on narrow terminals.
 std::string RenderProgressBar(const v1::Job& job, int width);
 
+// The recent training loss as a one-line chart of block characters
+// (U+2581..U+2588, lowest to highest loss of the window shown), from the
+// steps watch has seen. Not thread-safe.
+class LossSparkline {
+ public:
+  // Records the loss of `step`; a step at or below the newest recorded one
+  // is ignored (repeated progress, or a recovery redoing steps). Keeps the
+  // newest kKeep.
+  void Add(int64_t step, double loss);
+  // The newest `cells` losses, one character (one terminal column) each;
+  // "" before two are known. A flat window draws the lowest block.
+  std::string Render(int cells) const;
+  size_t size() const { return losses_.size(); }
+
+  static constexpr size_t kKeep = 64;
+
+ private:
+  int64_t newest_step_ = -1;
+  std::vector<double> losses_;
+};
+
 // What watch writes to a terminal for `job`: carriage return, the bar, and
-// "erase to end of line", so it overwrites the previous one.
-std::string RedrawProgressBar(const v1::Job& job, int width);
+// "erase to end of line", so it overwrites the previous one. With a
+// sparkline (and room: width >= 100) the bar is followed by the recent loss
+// in kSparklineCells columns, the whole still within width - 1 columns.
+inline constexpr int kSparklineCells = 16;
+std::string RedrawProgressBar(const v1::Job& job, int width,
+                              const LossSparkline* sparkline = nullptr);
 
 // One line (no line ending) per event for pipes and logs:
 //   2024-05-01T10:00:00Z PROGRESS job=j1 state=RUNNING gen=3 step=120/200

@@ -119,6 +119,13 @@ TEST(JobFormatTest, JobDetailsShowSpecProgressAndMesh) {
                                  "tokens/s, 0.125 s/step\n"));
   EXPECT_THAT(details, HasSubstr("Model:       2 layers, 4 heads, width 64, "
                                  "vocab 256, context 64\n"));
+  // How the step's micro-batches split, when the mesh says.
+  v1::Job split = RunningJob();
+  for (int share : {3, 3, 2}) split.mutable_mesh()->add_micro_batches(share);
+  EXPECT_THAT(FormatJobDetails(split),
+              HasSubstr("Split:       3+3+2 micro-batches per data rank (deterministic "
+                        "reduction)\n"));
+  EXPECT_THAT(details, Not(HasSubstr("Split:")));
   // The windowed rate beside the last step's, once a worker reports it.
   v1::Job averaged = RunningJob();
   averaged.mutable_progress()->set_tokens_per_second_average(11800);
@@ -383,6 +390,47 @@ TEST(ProgressBarTest, NarrowTerminalsShrinkThenDropTheBar) {
   EXPECT_THAT(RenderProgressBar(job, 80), StartsWith("[#########......]"));
   EXPECT_THAT(RenderProgressBar(job, 70), StartsWith("[###..] 120/200"));
   EXPECT_THAT(RenderProgressBar(job, 60), StartsWith("120/200  60%"));
+}
+
+// Terminal columns of UTF-8 text whose characters are each one column wide.
+int Columns(const std::string& text) {
+  int columns = 0;
+  for (unsigned char c : text) columns += (c & 0xC0) != 0x80 ? 1 : 0;
+  return columns;
+}
+
+TEST(ProgressBarTest, SparklineChartsTheRecentLossLowestToHighest) {
+  LossSparkline spark;
+  EXPECT_EQ(spark.Render(8), "");  // nothing to chart yet
+  spark.Add(1, 4.0);
+  EXPECT_EQ(spark.Render(8), "");  // one point is no line
+  spark.Add(2, 3.0);
+  spark.Add(2, 9.0);  // a repeated step is ignored
+  spark.Add(3, 2.0);
+  spark.Add(1, 9.0);  // so is an older one (a recovery redoing steps)
+  spark.Add(4, 1.0);
+  // 4, 3, 2, 1 over [1, 4]: levels 7, 5, 2, 0.
+  EXPECT_EQ(spark.Render(8), "\u2588\u2586\u2583\u2581");
+  EXPECT_EQ(spark.Render(2), "\u2588\u2581");  // the newest two, rescaled: 2, 1
+  for (int step = 5; step < 200; ++step) spark.Add(step, 1.0);
+  EXPECT_EQ(spark.size(), LossSparkline::kKeep);
+  EXPECT_EQ(spark.Render(3), "\u2581\u2581\u2581");  // flat: the lowest block
+}
+
+TEST(ProgressBarTest, RedrawWithASparklineStaysWithinTheWidth) {
+  const v1::Job job = RunningJob();
+  LossSparkline spark;
+  for (int step = 1; step <= 30; ++step) spark.Add(step, 5.0 / step);
+  for (int width : {100, 120, 160}) {
+    const std::string line = RedrawProgressBar(job, width, &spark);
+    ASSERT_THAT(line, StartsWith("\r"));
+    ASSERT_THAT(line, ::testing::EndsWith("\x1b[K"));
+    const std::string shown = line.substr(1, line.size() - 1 - 3);
+    EXPECT_LE(Columns(shown), width - 1) << width;
+    EXPECT_THAT(shown, HasSubstr(spark.Render(kSparklineCells))) << width;
+  }
+  // Too narrow for both: the bar alone.
+  EXPECT_EQ(RedrawProgressBar(job, 80, &spark), RedrawProgressBar(job, 80));
 }
 
 TEST(ProgressBarTest, EdgesOfTheRange) {
