@@ -126,7 +126,12 @@ absl::StatusOr<std::unique_ptr<Coordinator>> Coordinator::Create(Options options
       new Coordinator(std::move(options), std::move(store), clock, metrics));
   {
     SectionLock lock(coordinator.get(), LockSection::kOther);
-    RETURN_IF_ERROR(coordinator->jobs_.Restore(clock->Now()));
+    const absl::Time restored = clock->Now();
+    RETURN_IF_ERROR(coordinator->jobs_.Restore(restored));
+    // The readoption deadlines count from here: a coordinator that stalls
+    // (SIGSTOP, a paused VM) before its first tick must not let them lapse
+    // while it could not hear anyone (DiscountOwnStall measures from here).
+    coordinator->last_tick_ = restored;
     coordinator->UpdateGauges();
     coordinator->collected_ticket_ = coordinator->persister_->last_ticket();
   }

@@ -528,6 +528,11 @@ absl::Status JobManager::OnAssignmentStatus(const WorkerId& worker,
       if (entry->job.state() == v1::JOB_STATE_RECONFIGURING) {
         SetState(*entry, v1::JOB_STATE_RUNNING, "", now, effects);
         if (entry->job.generation() > 1) Emit(*entry, v1::JOB_EVENT_KIND_RECOVERED, effects);
+        // Workers that attached while this generation restored its state
+        // were left alone then; now it (or another job) may grow onto them.
+        // Without this a worker back a moment after another (the second
+        // of a healed host) waited as an idle spare for an unrelated event.
+        Schedule(now, effects);
       } else {
         SetMessage(*entry, "", now);
         Persist(*entry);

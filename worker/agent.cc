@@ -146,6 +146,15 @@ absl::Status WorkerAgent::Run() {
 
 void WorkerAgent::WaitForCoordinator(absl::Time deadline) {
   constexpr absl::Duration kSlice = absl::Milliseconds(100);
+  if (options_.wait_for_coordinator(absl::Now())) {
+    // Connected already: the coordinator was reached and the attach failed
+    // for another reason (refused, no Welcome). Retrying at once would spin
+    // against it; the backoff delay is waited out.
+    absl::MutexLock lock(&mu_);
+    while (!StoppingLocked() && !cv_.WaitWithDeadline(&mu_, deadline)) {
+    }
+    return;
+  }
   while (true) {
     {
       absl::MutexLock lock(&mu_);

@@ -89,11 +89,13 @@ struct WorkerAgentOptions {
   // Reconnect attempts are logged at most once per this interval.
   absl::Duration reconnect_log_interval = absl::Seconds(5);
   // Waits until the coordinator's channel is connected or `deadline`
-  // passes; true when connected. The wait before a retry ends as soon as it
-  // is, instead of sleeping out the backoff delay: a worker started with
-  // (or just before) its coordinator attaches the moment the coordinator
-  // listens. Called in slices of at most 100 ms so a shutdown is not held up.
-  // Null: retries wait their whole delay.
+  // passes; true when connected. When the channel was not connected, the
+  // wait before a retry ends as soon as it is, instead of sleeping out the
+  // backoff delay: a worker started with (or just before) its coordinator
+  // attaches the moment the coordinator listens. A channel connected already
+  // means the coordinator refused: the delay is waited out. Called in slices
+  // of at most 100 ms so a shutdown is not held up. Null: retries wait their
+  // whole delay.
   std::function<bool(absl::Time deadline)> wait_for_coordinator;
 };
 

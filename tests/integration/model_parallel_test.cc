@@ -10,8 +10,12 @@
 //       reassembled into the unsharded layout, within 1e-5 relative
 //       Frobenius error per tensor;
 //     the loss trajectory within 1e-5 * (1 + t).
-//   pipeline-only layouts (1,1,2) and (1,1,4): bitwise equal to the single
-//     process, every loss and every parameter after 20 steps. The reference
+//   pipeline layouts without tensor parallelism, (1,1,2), (1,1,4), (2,1,2)
+//     and (3,1,2) (its 4 micro-batches split 2 + 1 + 1): bitwise equal to the
+//     single process, every loss and every parameter after 20 steps. The
+//     data-parallel degree never changes the bits (the deterministic
+//     reduction): (2,2,1), (3,2,1) and (2,2,2) with ZeRO-1 equal (1,2,1) and
+//     (1,2,2) bit for bit. The reference
 //     adds the tied embedding's two gradient parts once per step
 //     (--tie_per_step), as a pipeline must (its parts live on the first and
 //     the last stage); see step_runner.h.
@@ -24,6 +28,7 @@
 #include <map>
 #include <sstream>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
@@ -203,8 +208,12 @@ TEST_P(ModelParallelTest, MatchesTheSingleProcessWithAndWithoutZeroOne) {
   for (bool zero1 : {false, true}) {
     const RunResult got = Train(l, zero1);
     ExpectMatchesReference(l, zero1, got);
-    if (l.dp == 1 && l.tp == 1 && got.ok) {
-      // Pipeline only: the same arithmetic in the same order.
+    if (l.tp == 1 && (l.dp == 1 || l.pp > 1) && got.ok) {
+      // Pipeline (and data) parallel: the same arithmetic in the same order.
+      // The pipeline adds the tied wte's parts once per step, as the
+      // reference does; the data ranks' sums follow the reference's tree
+      // (the deterministic reduction), even split unevenly (dp 3 over 4
+      // micro-batches: 2 + 1 + 1).
       EXPECT_EQ(got.losses_text, Reference().losses_text) << Name(l);
       EXPECT_EQ(std::memcmp(got.params.data(), Reference().params.data(),
                             got.params.size() * sizeof(float)),
@@ -217,11 +226,29 @@ TEST_P(ModelParallelTest, MatchesTheSingleProcessWithAndWithoutZeroOne) {
 INSTANTIATE_TEST_SUITE_P(Layouts, ModelParallelTest,
                          ::testing::Values(Layout{1, 2, 1}, Layout{1, 4, 1}, Layout{1, 1, 2},
                                            Layout{1, 1, 4}, Layout{2, 2, 1}, Layout{2, 1, 2},
-                                           Layout{1, 2, 2}, Layout{2, 2, 2}),
+                                           Layout{1, 2, 2}, Layout{2, 2, 2}, Layout{3, 1, 2}),
                          [](const ::testing::TestParamInfo<Layout>& info) {
                            const Layout& l = info.param;
                            return absl::StrCat("dp", l.dp, "_tp", l.tp, "_pp", l.pp);
                          });
+
+// With tensor parallelism the math differs from one process, but not with
+// the data-parallel degree: dp 2 (and 3, split 2 + 1 + 1) with ZeRO-1
+// computes dp 1's bits, with and without a pipeline.
+TEST(ModelParallelDeterminismTest, TheDataParallelDegreeKeepsTheBitsOfATensorParallelRun) {
+  for (const auto& [base, wider] : {std::pair{Layout{1, 2, 1}, Layout{2, 2, 1}},
+                                    std::pair{Layout{1, 2, 1}, Layout{3, 2, 1}},
+                                    std::pair{Layout{1, 2, 2}, Layout{2, 2, 2}}}) {
+    const RunResult one = Train(base, /*zero1=*/false);
+    const RunResult more = Train(wider, /*zero1=*/true);
+    ASSERT_TRUE(one.ok && more.ok) << Name(base) << " " << Name(wider);
+    EXPECT_EQ(more.losses_text, one.losses_text) << Name(wider) << " vs " << Name(base);
+    ASSERT_EQ(more.params.size(), one.params.size());
+    EXPECT_EQ(std::memcmp(more.params.data(), one.params.data(), one.params.size() * sizeof(float)),
+              0)
+        << Name(wider) << " vs " << Name(base) << ": parameters after " << kSteps << " steps differ";
+  }
+}
 
 }  // namespace
 }  // namespace cohort::testing
