@@ -403,6 +403,7 @@ void WorkerAgent::SendHeartbeat(const std::shared_ptr<AttachStream>& stream) {
   metrics_.step.Set(static_cast<double>(progress.step.value()));
   if (progress.loss.has_value()) metrics_.loss.Set(*progress.loss);
   metrics_.tokens_per_second.Set(progress.tokens_per_second);
+  metrics_.tokens_per_second_average.Set(progress.tokens_per_second_average);
   metrics_.step_time.Set(progress.step_time_seconds);
   if (stream->Write(message)) {
     metrics_.heartbeats_sent.Increment();

@@ -44,6 +44,9 @@ WorkerMetrics::WorkerMetrics(std::shared_ptr<prometheus::Registry> registry)
                     "Training loss of the last step (mean over the global batch's tokens)")),
       tokens_per_second(NewGauge(*registry, "cohort_worker_tokens_per_second",
                                  "Tokens of the global batch per second of the last step")),
+      tokens_per_second_average(
+          NewGauge(*registry, "cohort_worker_tokens_per_second_average",
+                   "Tokens of the global batch per second over the generation's last 20 steps")),
       step_time(NewGauge(*registry, "cohort_worker_step_seconds",
                          "Wall time of the last optimizer step")),
       warm_spare_memory(NewGauge(*registry, "cohort_worker_warm_spare_bytes",

@@ -26,6 +26,7 @@ class WorkerMetrics {
   prometheus::Gauge& step;                   // trainer's step of the held job
   prometheus::Gauge& loss;                   // loss of the last step
   prometheus::Gauge& tokens_per_second;      // global-batch tokens / step time
+  prometheus::Gauge& tokens_per_second_average;  // over the generation's last 20 steps
   prometheus::Gauge& step_time;              // seconds of the last step
   prometheus::Gauge& warm_spare_memory;      // bytes of a warm spare's prepared session
 
