@@ -12,6 +12,7 @@
 #include "absl/strings/string_view.h"
 #include "common/enum_names.h"
 #include "common/job_spec_defaults.h"
+#include "common/layout/mesh_layout.h"
 #include "common/safe_text.h"
 
 namespace cohort::coordinator {
@@ -336,7 +337,7 @@ void CheckElastic(v1::ElasticConfig& elastic, int64_t replica, int64_t micro_bat
   // least one of the step's micro-batches, and with the transport's
   // reduction the same number.
   for (int64_t dp = lo; dp <= hi && dp <= micro_batches; ++dp) {
-    if (!even_shares || micro_batches % dp == 0) return;
+    if (layout::MicroBatchesFit(micro_batches, dp, even_shares)) return;
   }
   errors.Add("elastic",
              absl::StrCat("no data parallel degree in [", lo, ", ", hi, "] (", min, " to ", max,

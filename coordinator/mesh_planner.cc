@@ -22,16 +22,10 @@ std::string Degrees(int tensor, int pipeline) {
   return absl::StrCat("tensor ", tensor, " x pipeline ", pipeline);
 }
 
-// Whether dp data ranks can share micro_batches: each needs one, and the
-// transport's reduction needs them even.
-bool Fits(int64_t dp, int64_t micro_batches, bool even_shares) {
-  return dp <= micro_batches && (!even_shares || micro_batches % dp == 0);
-}
-
 // Largest data-parallel degree in [lo, hi] that fits, or 0.
 int64_t LargestFittingDp(int64_t lo, int64_t hi, int64_t micro_batches, bool even_shares) {
   for (int64_t dp = std::min(hi, micro_batches); dp >= lo && dp >= 1; --dp) {
-    if (Fits(dp, micro_batches, even_shares)) return dp;
+    if (layout::MicroBatchesFit(micro_batches, dp, even_shares)) return dp;
   }
   return 0;
 }
@@ -39,7 +33,7 @@ int64_t LargestFittingDp(int64_t lo, int64_t hi, int64_t micro_batches, bool eve
 // Smallest data-parallel degree in [lo, hi] that fits, or 0.
 int64_t SmallestFittingDp(int64_t lo, int64_t hi, int64_t micro_batches, bool even_shares) {
   for (int64_t dp = std::max<int64_t>(lo, 1); dp <= hi && dp <= micro_batches; ++dp) {
-    if (Fits(dp, micro_batches, even_shares)) return dp;
+    if (layout::MicroBatchesFit(micro_batches, dp, even_shares)) return dp;
   }
   return 0;
 }

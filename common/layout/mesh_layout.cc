@@ -126,6 +126,11 @@ std::vector<int> MicroBatchShares(int micro_batches, int data_parallel) {
   return shares;
 }
 
+bool MicroBatchesFit(int64_t micro_batches, int64_t data_parallel, bool even_shares) {
+  return data_parallel >= 1 && data_parallel <= micro_batches &&
+         (!even_shares || micro_batches % data_parallel == 0);
+}
+
 int OptimizerCopies(bool zero1, int optimizer_replicas, int data_parallel) {
   const int dp = std::max(1, data_parallel);
   return zero1 ? std::clamp(optimizer_replicas, 1, dp) : dp;

@@ -21,6 +21,7 @@
 // Pure arithmetic: no I/O, no allocation beyond the returned vectors.
 
 #include <cstddef>
+#include <cstdint>
 #include <optional>
 #include <string>
 #include <vector>
@@ -93,6 +94,10 @@ size_t PaddedShardedSize(size_t num_params, int data_parallel);
 // transport's needs data_parallel to divide micro_batches. Needs
 // 1 <= data_parallel; ranks beyond micro_batches get 0.
 std::vector<int> MicroBatchShares(int micro_batches, int data_parallel);
+// Whether `data_parallel` >= 1 ranks can share `micro_batches`: each needs
+// at least one, and with `even_shares` (the transport's reduction) the same
+// number. The planner, the spec validator and the worker all ask this.
+bool MicroBatchesFit(int64_t micro_batches, int64_t data_parallel, bool even_shares);
 
 // How many data ranks hold each optimizer-state piece: with ZeRO-1 the
 // piece's owner plus copies - 1 mirrors (`optimizer_replicas` clamped to

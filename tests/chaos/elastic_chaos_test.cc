@@ -121,10 +121,8 @@ TEST_F(ChaosTest, RandomKillsAndHangsDuringTrainingKeepTheTrajectory) {
   spec.mutable_batch()->set_global_batch_size(24);
   spec.mutable_batch()->set_micro_batch_size(2);
   spec.mutable_checkpoint()->set_interval_steps(25);
-  std::string reference_id;
-  const std::map<int, std::string> reference = Reference(spec, &reference_id);
-  const std::map<std::string, std::string> reference_tensors =
-      CheckpointTensors(reference_id, steps);
+  const FixedRun fixed = ReferenceWithCheckpoint(spec);
+  const std::map<int, std::string>& reference = fixed.losses;
 
   const std::string id = SubmitJob(spec);
   JobWatcher watcher(cluster_.channel(), id);
@@ -276,7 +274,7 @@ TEST_F(ChaosTest, RandomKillsAndHangsDuringTrainingKeepTheTrajectory) {
   ExpectSameTensors(absl::StrCat("final checkpoint after ", job.recovery_stats().peer(),
                                  " peer and ", job.recovery_stats().checkpoint(),
                                  " checkpoint recoveries"),
-                    CheckpointTensors(id, steps), reference_tensors);
+                    CheckpointTensors(id, steps), fixed.tensors);
 }
 
 }  // namespace

@@ -177,6 +177,28 @@ class ElasticTest : public ::testing::Test {
     return read.ok() ? tensors : std::map<std::string, std::string>{};
   }
 
+  // A fault-free run of `spec` (named with "-ref"), which must checkpoint
+  // after its last step: every step's loss and that checkpoint's tensors.
+  struct FixedRun {
+    std::map<int, std::string> losses;
+    std::map<std::string, std::string> tensors;
+  };
+  FixedRun ReferenceWithCheckpoint(const v1::JobSpec& spec) {
+    std::string id;
+    FixedRun run;
+    run.losses = Reference(spec, &id);
+    run.tensors = CheckpointTensors(id, spec.steps());
+    return run;
+  }
+  // Expects `job_id` to have computed `fixed`'s bits: every step's loss, and
+  // its checkpoint after the last step.
+  void ExpectSameRun(const std::string& what, const std::string& job_id, const FixedRun& fixed,
+                     int64_t steps) {
+    ExpectTrajectory(what, Losses(job_id), fixed.losses, /*bitwise=*/true);
+    ExpectSameTensors(absl::StrCat(what, ": final checkpoint"), CheckpointTensors(job_id, steps),
+                      fixed.tensors);
+  }
+
   // Expects two checkpoints' tensors to be the same bytes (memcmp).
   void ExpectSameTensors(const std::string& what, const std::map<std::string, std::string>& got,
                          const std::map<std::string, std::string>& reference) {

@@ -51,10 +51,7 @@ TEST_F(ElasticResizeTest, FourToThreeToFourToEightToFourIsBitwiseTheFixedRun) {
   constexpr int kSteps = 90;
   StartCluster(4);
   const v1::JobSpec spec = ResizeSpec("resize", 1, 1, 2, 4, kSteps);
-  std::string reference_id;
-  const std::map<int, std::string> reference = Reference(spec, &reference_id);
-  const std::map<std::string, std::string> reference_tensors =
-      CheckpointTensors(reference_id, kSteps);
+  const FixedRun reference = ReferenceWithCheckpoint(spec);
 
   const std::string id = SubmitJob(spec);
   const v1::Job dp4 = WaitForDegree(cluster_, id, 4, 4, 8);
@@ -78,18 +75,14 @@ TEST_F(ElasticResizeTest, FourToThreeToFourToEightToFourIsBitwiseTheFixedRun) {
   std::printf("generations: %llu; recoveries %d peer, %d checkpoint\n",
               static_cast<unsigned long long>(job.generation()), job.recovery_stats().peer(),
               job.recovery_stats().checkpoint());
-  ExpectTrajectory("dp 4 -> 3 -> 4 -> 8 -> 4, ZeRO-1", Losses(id), reference, /*bitwise=*/true);
-  ExpectSameTensors("final checkpoint", CheckpointTensors(id, kSteps), reference_tensors);
+  ExpectSameRun("dp 4 -> 3 -> 4 -> 8 -> 4, ZeRO-1", id, reference, kSteps);
 }
 
 TEST_F(ElasticResizeTest, TensorAndPipelineStayWhileDataParallelShrinksAndGrows) {
   constexpr int kSteps = 50;
   StartCluster(8);
   const v1::JobSpec spec = ResizeSpec("resize-3d", 2, 2, 4, 8, kSteps);
-  std::string reference_id;
-  const std::map<int, std::string> reference = Reference(spec, &reference_id);
-  const std::map<std::string, std::string> reference_tensors =
-      CheckpointTensors(reference_id, kSteps);
+  const FixedRun reference = ReferenceWithCheckpoint(spec);
 
   const std::string id = SubmitJob(spec);
   const v1::Job dp2 = WaitForDegree(cluster_, id, 2, 8, 6);
@@ -100,9 +93,7 @@ TEST_F(ElasticResizeTest, TensorAndPipelineStayWhileDataParallelShrinksAndGrows)
   StartWorker(8);
   const v1::Job job = WaitForEnd(id);
   EXPECT_EQ(job.mesh().data_parallel(), 2) << "the returned worker was not taken back";
-  ExpectTrajectory("dp 2 x tp 2 x pp 2 -> dp 1 -> dp 2, ZeRO-1", Losses(id), reference,
-                   /*bitwise=*/true);
-  ExpectSameTensors("final checkpoint", CheckpointTensors(id, kSteps), reference_tensors);
+  ExpectSameRun("dp 2 x tp 2 x pp 2 -> dp 1 -> dp 2, ZeRO-1", id, reference, kSteps);
 }
 
 }  // namespace

@@ -292,9 +292,8 @@ absl::Status ShmCollectives::ReduceOrdered(const Plan& plan, uint32_t g, size_t 
   const int rank = options_.rank;
   const size_t size = static_cast<size_t>(options_.size);
   const size_t bytes = length * plan.element_bytes;
-  // value[q]: rank q's piece, read in place (own input, or q's staged slot)
-  // until a merge writes it; then one of the scratch pieces.
-  std::vector<const uint8_t*> value(size);
+  // Rank q's value is its piece, read in place (own input, or q's staged
+  // slot) until a merge writes it; then owned[q], one of the scratch pieces.
   std::vector<uint8_t*> owned(size, nullptr);
   std::vector<bool> staged(size, false);
   if (merge_scratch_.size() < size) merge_scratch_.resize(size);

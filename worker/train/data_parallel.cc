@@ -9,38 +9,6 @@
 
 namespace cohort::train {
 
-namespace {
-
-int GroupSize(comm::Communicator* group) { return group != nullptr ? group->size() : 1; }
-
-std::vector<int> SharesOf(const DataParallelOptions& options, int dp) {
-  return options.shares.empty() ? layout::MicroBatchShares(options.micro_batches, dp) : options.shares;
-}
-
-}  // namespace
-
-absl::Status DataParallel::ValidateShares(const DataParallelOptions& options, int dp) {
-  const std::vector<int> shares = SharesOf(options, dp);
-  if (static_cast<int>(shares.size()) != dp) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "micro-batch shares: ", shares.size(), " given for ", dp, " data-parallel ranks"));
-  }
-  int total = 0;
-  for (int share : shares) {
-    if (share < 1) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "micro-batch shares: every data rank needs at least one micro-batch; ",
-          options.micro_batches, " micro-batches over ", dp, " ranks leave one with ", share));
-    }
-    total += share;
-  }
-  if (total != options.micro_batches) {
-    return absl::InvalidArgumentError(absl::StrCat("micro-batch shares add up to ", total,
-                                                   ", not the step's ", options.micro_batches));
-  }
-  return absl::OkStatus();
-}
-
 DataParallel::DataParallel(comm::Communicator* group, size_t num_params,
                            DataParallelOptions options)
     : group_(group != nullptr && group->size() > 1 ? group : nullptr),
@@ -49,7 +17,7 @@ DataParallel::DataParallel(comm::Communicator* group, size_t num_params,
       dp_(group_ == nullptr ? 1 : group_->size()),
       rank_(group_ == nullptr ? 0 : group_->rank()),
       reducer_(options_.micro_batches,
-               LeafRangesOf(SharesOf(options_, GroupSize(group_)))) {
+               LeafRangesOf(layout::MicroBatchShares(options_.micro_batches, dp_))) {
   // One node per rank: the tree above the ranks' nodes is a fixed order
   // of additions over whole ranks, which a communicator can run its own way.
   bool single = options_.deterministic;
@@ -95,7 +63,7 @@ absl::Status DataParallel::ReduceGradients(float* grads) {
 }
 
 absl::Status DataParallel::ReduceScatterTree(const std::vector<float*>& nodes, float* out) {
-  if (!rank_merges_.empty() && !ordered_unavailable_ && nodes.size() == 1) {
+  if (!rank_merges_.empty() && !ordered_unavailable_) {
     const absl::Status ordered =
         group_->ReduceScatterOrdered(nodes[0], num_params_, shard_, out + owners_[rank_].begin,
                                      rank_merges_, options_.timeout);

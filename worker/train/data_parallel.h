@@ -58,11 +58,9 @@ struct DataParallelOptions {
   // Bound on every collective of a step.
   absl::Duration timeout = absl::Minutes(5);
   // The fixed-tree reduction (above) over `micro_batches` per step (the
-  // global count), split over the data ranks as `shares` (micro-batches of
-  // each rank, in rank order; empty: as even as possible, larger first).
+  // global count), split over the data ranks by layout::MicroBatchShares.
   bool deterministic = true;
   int micro_batches = 1;
-  std::vector<int> shares;
   int num_threads = 0;  // OpenMP threads of the tree's additions; 0 = all
 };
 
@@ -88,9 +86,6 @@ class DataParallel {
   // Every rank's micro-batches (leaves of the reduction tree), and this one's.
   const std::vector<LeafRange>& leaf_ranges() const { return reducer_.ranges(); }
   const LeafRange& leaf_range() const { return reducer_.ranges()[rank_]; }
-  // InvalidArgument when the shares do not give every one of the dp ranks at
-  // least one micro-batch and add up to micro_batches.
-  static absl::Status ValidateShares(const DataParallelOptions& options, int dp);
 
   // The deterministic reduction: `nodes` are this rank's GradientTree nodes
   // (num_params floats each). Returns the summed gradient, in place in

@@ -18,10 +18,10 @@ void GradientTree::Begin() {
   kept_ = nullptr;
 }
 
-float* GradientTree::Value(int slot) const {
+float* GradientTree::Value(int slot) {
   if (slot == kIncoming) return incoming_;
   if (slot == kKept) return kept_;
-  return const_cast<float*>(buffers_[slot].data());
+  return buffers_[slot].data();
 }
 
 int GradientTree::Allocate() {
@@ -59,7 +59,7 @@ void GradientTree::Add(int leaf, float* values, bool kept) {
   incoming_ = nullptr;
 }
 
-std::vector<float*> GradientTree::Nodes() const {
+std::vector<float*> GradientTree::Nodes() {
   std::vector<float*> nodes;
   nodes.reserve(folder_.stack().size());
   for (const TreeFolder::Entry& entry : folder_.stack()) nodes.push_back(Value(entry.slot));

@@ -31,7 +31,7 @@ class GradientTree {
   // points at it instead of a copy (the range's last leaf).
   void Add(int leaf, float* values, bool kept);
   // After the range's last leaf: the values of its RangeNodes, in leaf order.
-  std::vector<float*> Nodes() const;
+  std::vector<float*> Nodes();
 
   // The buffers Add needs at most for `range` of `leaves` (a kept last leaf
   // needs none).
@@ -46,7 +46,7 @@ class GradientTree {
   static constexpr int kIncoming = -1;  // the leaf being added
   static constexpr int kKept = -2;      // a kept leaf, left where it is
 
-  float* Value(int slot) const;
+  float* Value(int slot);
   int Allocate();
 
   const size_t count_;

@@ -7,6 +7,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
+#include "common/layout/mesh_layout.h"
 #include "common/status_macros.h"
 #include "worker/train/grad_norm.h"
 #include "worker/train/lr_schedule.h"
@@ -50,14 +51,12 @@ absl::StatusOr<std::unique_ptr<StepRunner>> StepRunner::Create(
         "DataParallelOptions.micro_batches: ", data_parallel->micro_batches(),
         " but the batch has ", config.micro_batches_per_step(), " micro-batches per step"));
   }
-  if (!data_parallel->deterministic()) {
-    for (const LeafRange& range : data_parallel->leaf_ranges()) {
-      if (range.count() * dp != config.micro_batches_per_step()) {
-        return absl::InvalidArgumentError(absl::StrCat(
-            "batch: ", config.micro_batches_per_step(), " micro-batches over ", dp,
-            " data-parallel ranks: the transport's reduction needs an even split"));
-      }
-    }
+  if (!layout::MicroBatchesFit(config.micro_batches_per_step(), dp,
+                               !data_parallel->deterministic())) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "batch: ", config.micro_batches_per_step(), " micro-batches over ", dp,
+        " data-parallel ranks: each needs one",
+        data_parallel->deterministic() ? "" : ", and the transport's reduction an even split"));
   }
   const model::ModelLayout& layout = model->layout();
   RETURN_IF_ERROR(CheckGroup("tensor_group", options.tensor_group, layout.tp, layout.tp_rank));
@@ -199,7 +198,6 @@ absl::Status StepRunner::RunSchedule(Step step, const std::atomic<bool>* cancel)
   tree_.Begin();
   if (embedding_tree_.has_value()) embedding_tree_->Begin();
   std::fill(leaf_losses_.begin(), leaf_losses_.end(), 0.0);
-  local_loss_ = 0.0;
   for (const PipelineOp& op : schedule_) {
     if (cancel != nullptr && cancel->load(std::memory_order_relaxed)) {
       return absl::AbortedError("step cancelled");
@@ -220,10 +218,7 @@ absl::Status StepRunner::RunSchedule(Step step, const std::atomic<bool>* cancel)
       }
       ASSIGN_OR_RETURN(double loss,
                        model_->ForwardStage(slot, inputs_.data(), targets_.data(), B, T));
-      if (last) {
-        leaf_losses_[leaf] = loss;  // divided by the micro-batch count once, in StepLoss
-        local_loss_ += loss;
-      }
+      if (last) leaf_losses_[leaf] = loss;  // divided by the micro-batch count once, in StepLoss
       if (!last) {
         pending_ = PendingSend{model_->StageOutput(slot).data, activation_bytes,
                                layout_.stage + 1};
@@ -291,7 +286,10 @@ absl::StatusOr<float*> StepRunner::ReduceOverData() {
 absl::StatusOr<double> StepRunner::StepLoss() {
   const double micro_batches = config_.micro_batches_per_step();
   if (!data_parallel_->deterministic()) {
-    ASSIGN_OR_RETURN(double loss, data_parallel_->Sum(local_loss_));
+    // The rank's losses in micro-batch order, then the communicator's sum.
+    double local = 0.0;
+    for (int leaf = leaves_.begin; leaf < leaves_.end; ++leaf) local += leaf_losses_[leaf];
+    ASSIGN_OR_RETURN(double loss, data_parallel_->Sum(local));
     if (options_.pipeline_group != nullptr && layout_.pp > 1) {
       // Only the last stage has the loss; the others add 0 (exact).
       RETURN_IF_ERROR(options_.pipeline_group->AllReduce(

@@ -4,6 +4,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "common/job_spec_defaults.h"
+#include "common/layout/mesh_layout.h"
 #include "common/status_macros.h"
 
 namespace cohort::train {
@@ -55,8 +56,8 @@ absl::StatusOr<TrainingConfig> TrainingConfigFromSpec(const v1::JobSpec& spec, i
       spec.parallelism().reduction() != v1::ParallelismConfig::REDUCTION_TRANSPORT;
   // The deterministic reduction splits the micro-batches unevenly where dp
   // does not divide them; the transport's cannot.
-  if (dp < 1 || config.micro_batches_per_step() < dp ||
-      (!config.deterministic_reduction && config.micro_batches_per_step() % dp != 0)) {
+  if (!layout::MicroBatchesFit(config.micro_batches_per_step(), dp,
+                               !config.deterministic_reduction)) {
     return absl::InvalidArgumentError(absl::StrCat(
         "batch: ", config.micro_batches_per_step(), " micro-batches per step ",
         config.deterministic_reduction ? "are fewer than" : "do not divide over",

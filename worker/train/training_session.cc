@@ -29,8 +29,8 @@ absl::StatusOr<std::unique_ptr<TrainingSession>> TrainingSession::Create(
   const int micro_batches = config.micro_batches_per_step();
   // The deterministic reduction lets ranks hold uneven shares (8 over 3:
   // 3, 3, 2); the transport's needs an even split.
-  if (config.global_batch_size % config.micro_batch_size != 0 || micro_batches < dp ||
-      (!config.deterministic_reduction && micro_batches % dp != 0)) {
+  if (config.global_batch_size % config.micro_batch_size != 0 ||
+      !layout::MicroBatchesFit(micro_batches, dp, !config.deterministic_reduction)) {
     return absl::InvalidArgumentError(absl::StrCat(
         "batch: global ", config.global_batch_size, " / micro ", config.micro_batch_size,
         " does not give ", config.deterministic_reduction ? "at least one" : "a whole number of",
@@ -158,8 +158,9 @@ absl::StatusOr<uint64_t> TrainingSession::EstimateBytes(const TrainingConfig& co
   const uint64_t shard = padded / static_cast<uint64_t>(std::max(1, dp));
   if (dp > 1 && config.deterministic_reduction) {
     // ZeRO-1's parameter staging or a small gradient's padded copy; the
-    // peers' node slices of the own shard,
-    // this rank's slices staged for a peer when it holds several nodes.
+    // peers' node slices of the own shard and this rank's slices staged for
+    // a peer when it holds several nodes (the pairwise exchange's; an upper
+    // bound where shared memory reduces in place).
     if (config.zero1 || padded <= kSmallGradientFloats) floats += padded;
     for (int q = 0; q < dp; ++q) {
       const uint64_t nodes = RangeNodes(leaves, ranges[q].begin, ranges[q].end).size();
