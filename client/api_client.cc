@@ -97,6 +97,14 @@ absl::StatusOr<v1::Job> ApiClient::Submit(const v1::SubmitJobRequest& request) {
   });
 }
 
+absl::StatusOr<v1::LossHistory> ApiClient::GetLossHistory(const std::string& job_id) {
+  v1::GetLossHistoryRequest request;
+  request.set_job_id(job_id);
+  return Unary<v1::LossHistory>([&](grpc::ClientContext* context, v1::LossHistory* response) {
+    return jobs_->GetLossHistory(context, request, response);
+  });
+}
+
 absl::StatusOr<v1::Job> ApiClient::Get(const std::string& job_id) {
   v1::GetJobRequest request;
   request.set_job_id(job_id);

@@ -50,6 +50,7 @@ class ApiClient {
   // fails at once, a silent address after `timeout`.
   absl::StatusOr<v1::Job> Submit(const v1::SubmitJobRequest& request);
   absl::StatusOr<v1::Job> Get(const std::string& job_id);
+  absl::StatusOr<v1::LossHistory> GetLossHistory(const std::string& job_id);
   absl::StatusOr<v1::ListJobsResponse> List(bool include_finished);
   absl::StatusOr<v1::Job> Cancel(const std::string& job_id);
   absl::Status Delete(const std::string& job_id);

@@ -11,6 +11,9 @@ find_package(OpenBLAS CONFIG REQUIRED)
 find_package(OpenMP REQUIRED COMPONENTS CXX)
 # TLS material checks (common/tls_credentials.cc) and token digests.
 find_package(OpenSSL REQUIRED)
+# Unicode general categories and White_Space for GPT-2's pre-tokenizer
+# (worker/data/gpt2_pretokenizer.cc): the ICU::uc target.
+find_package(ICU REQUIRED COMPONENTS uc)
 # Debian's OpenBLAS config sets variables, not a target.
 add_library(cohort_openblas INTERFACE)
 target_include_directories(cohort_openblas INTERFACE ${OpenBLAS_INCLUDE_DIRS})

@@ -33,6 +33,16 @@ inline constexpr int32_t kMaxModelWidth = 23170;
 static_assert(int64_t{4} * kMaxModelWidth * kMaxModelWidth <= INT32_MAX &&
               int64_t{4} * (kMaxModelWidth + 1) * (kMaxModelWidth + 1) > INT32_MAX);
 
+// data.validation: batches per validation, and the largest fraction of the
+// training data that may be held out.
+inline constexpr int32_t kDefaultValidationBatches = 4;
+inline constexpr double kMaxHeldOutFraction = 0.5;
+// Each validation is a forward pass over this many global batches at most.
+inline constexpr int32_t kMaxValidationBatches = 10000;
+inline int32_t ValidationBatchesOf(const v1::ValidationConfig& validation) {
+  return validation.batches() > 0 ? validation.batches() : kDefaultValidationBatches;
+}
+
 // checkpoint.keep_last: committed checkpoints retained besides keep_every's.
 inline constexpr int32_t kDefaultKeepLast = 3;
 

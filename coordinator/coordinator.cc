@@ -226,6 +226,7 @@ void Coordinator::UpdateGauges() {
   }
   metrics_->SetWorkerCounts(workers);
   metrics_->SetJobCounts(jobs_.CountByState());
+  metrics_->SetValidationLosses(jobs_.LatestValidationLosses());
   metrics_->SetAttachedStreams(static_cast<int>(sinks_.size()));
 }
 
@@ -568,6 +569,11 @@ absl::Status Coordinator::DeleteJob(const JobId& id) {
 absl::StatusOr<v1::Job> Coordinator::GetJob(const JobId& id) const {
   SectionLock lock(this, LockSection::kRead);
   return jobs_.Get(id);
+}
+
+absl::StatusOr<v1::LossHistory> Coordinator::GetLossHistory(const JobId& id) const {
+  SectionLock lock(this, LockSection::kRead);
+  return jobs_.LossHistory(id);
 }
 
 std::vector<v1::Job> Coordinator::ListJobs(bool include_finished) const {

@@ -134,6 +134,7 @@ class Coordinator {
   absl::StatusOr<v1::Job> Submit(const v1::SubmitJobRequest& request);
   absl::StatusOr<v1::Job> GetJob(const JobId& id) const;
   std::vector<v1::Job> ListJobs(bool include_finished) const;
+  absl::StatusOr<v1::LossHistory> GetLossHistory(const JobId& id) const;
   absl::StatusOr<v1::Job> Cancel(const JobId& id);
   // Deletes a finished job's record (JobManager::Delete); its checkpoints stay.
   absl::Status DeleteJob(const JobId& id);

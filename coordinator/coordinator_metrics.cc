@@ -117,6 +117,11 @@ CoordinatorMetrics::CoordinatorMetrics(std::shared_ptr<prometheus::Registry> reg
                   .Help("Known workers by state.")
                   .Register(*registry_);
   jobs_ = &prometheus::BuildGauge().Name("cohort_jobs").Help("Jobs by state.").Register(*registry_);
+  validation_loss_ = &prometheus::BuildGauge()
+                          .Name("cohort_job_validation_loss")
+                          .Help("The newest validation loss of each job (data.validation), "
+                                "by job_id; kept until the job's record is deleted.")
+                          .Register(*registry_);
   rpc_latency_ = &prometheus::BuildHistogram()
                       .Name("cohort_rpc_duration_seconds")
                       .Help("Latency of unary RPCs handled by the coordinator, by method and code.")
@@ -264,6 +269,22 @@ void CoordinatorMetrics::SetJobCounts(const std::map<v1::JobState, int>& counts)
     auto it = counts.find(static_cast<v1::JobState>(s));
     jobs_->Add({{"state", JobStateLabel(static_cast<v1::JobState>(s))}})
         .Set(it == counts.end() ? 0 : it->second);
+  }
+}
+
+void CoordinatorMetrics::SetValidationLosses(const std::map<std::string, double>& losses) {
+  for (auto it = validation_gauges_.begin(); it != validation_gauges_.end();) {
+    if (!losses.contains(it->first)) {
+      validation_loss_->Remove(it->second);
+      it = validation_gauges_.erase(it);
+    } else {
+      ++it;
+    }
+  }
+  for (const auto& [job, loss] : losses) {
+    prometheus::Gauge*& gauge = validation_gauges_[job];
+    if (gauge == nullptr) gauge = &validation_loss_->Add({{"job_id", job}});
+    gauge->Set(loss);
   }
 }
 

@@ -59,6 +59,9 @@ class CoordinatorMetrics {
   void WorkerLeft() { departures_->Increment(); }
   void SetWorkerCounts(const std::map<WorkerState, int>& counts);
   void SetJobCounts(const std::map<v1::JobState, int>& counts);
+  // cohort_job_validation_loss{job}: one series per job in `losses` (job id
+  // -> newest validation loss); series of jobs no longer there go.
+  void SetValidationLosses(const std::map<std::string, double>& losses);
   // Latency of a unary RPC by method and gRPC status code name.
   void ObserveRpc(const std::string& method, const std::string& code, absl::Duration latency);
   // A call refused before its handler ran: unauthenticated, permission
@@ -104,6 +107,8 @@ class CoordinatorMetrics {
   prometheus::Counter* departures_;
   prometheus::Family<prometheus::Gauge>* workers_;
   prometheus::Family<prometheus::Gauge>* jobs_;
+  prometheus::Family<prometheus::Gauge>* validation_loss_;
+  std::map<std::string, prometheus::Gauge*> validation_gauges_;  // by job id
   prometheus::Family<prometheus::Histogram>* rpc_latency_;
   prometheus::Family<prometheus::Counter>* kv_ops_;
   prometheus::Family<prometheus::Counter>* rpc_rejected_;

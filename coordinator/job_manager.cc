@@ -12,6 +12,7 @@
 #include "common/proto_time.h"
 #include "common/status_macros.h"
 #include "coordinator/job_spec_validator.h"
+#include "coordinator/loss_history.h"
 #include "coordinator/mesh_planner.h"
 #include "coordinator/worker_commands.h"
 
@@ -66,6 +67,8 @@ absl::Status JobManager::Restore(absl::Time now) {
     JobEntry& entry = NewEntry(id);
     entry.number = static_cast<int64_t>(order_.size()) + 1;
     entry.job = std::move(job);
+    entry.history = std::move(*entry.job.mutable_loss_history());
+    entry.job.clear_loss_history();
     entry.reached_step = entry.job.progress().step();
     order_.push_back(id);
     if (IsTerminal(entry.job.state())) {
@@ -548,7 +551,13 @@ absl::Status JobManager::OnAssignmentStatus(const WorkerId& worker,
       // The final step's progress, which the last heartbeat may not carry.
       if (status.has_progress() && status.progress().step() > entry->job.progress().step()) {
         *entry->job.mutable_progress() = status.progress();
+        if (!entry->job.mesh().members().empty() &&
+            entry->job.mesh().members(0).worker_id() == worker.value()) {
+          AddLossPoint(entry->history.mutable_training(), status.progress().step(),
+                       status.progress().loss());
+        }
       }
+      if (status.has_progress()) RecordValidations(*entry, status.progress());
       entry->reached_step = std::max(entry->reached_step, status.progress().step());
       if (static_cast<int>(entry->completed.size()) == entry->job.mesh().members_size()) {
         Finish(*entry, v1::JOB_STATE_COMPLETED, "", now, effects);
@@ -607,9 +616,19 @@ void JobManager::OnProgress(const WorkerId& worker, const v1::Heartbeat& heartbe
   // Rank 0 speaks for the job; every rank computes the same loss.
   const auto& members = entry->job.mesh().members();
   if (members.empty() || members[0].worker_id() != worker.value()) return;
-  if (heartbeat.progress().step() == entry->job.progress().step()) return;
+  const bool validated = RecordValidations(*entry, heartbeat.progress());
+  if (heartbeat.progress().step() == entry->job.progress().step()) {
+    // The last step's validation comes after the step.
+    if (validated) Emit(*entry, v1::JOB_EVENT_KIND_PROGRESS, effects);
+    return;
+  }
   entry->stall.ObserveStepTime(heartbeat.progress().step_time_seconds());
   *entry->job.mutable_progress() = heartbeat.progress();
+  ShowValidations(*entry);
+  // Rank 0's step moved on, so this progress holds the loss of a completed step.
+  AddLossPoint(entry->history.mutable_training(), heartbeat.progress().step(),
+               heartbeat.progress().loss());
+  entry->history_dirty = true;
   Emit(*entry, v1::JOB_EVENT_KIND_PROGRESS, effects);
 }
 
@@ -645,7 +664,11 @@ void JobManager::Tick(absl::Time now, Effects* effects) {
     if (!IsTerminal(entry.job.state())) CheckTimeouts(entry, now, effects);
   }
   for (auto& [id, entry] : jobs_) {
-    if (entry.dirty) Persist(entry);
+    if (entry.dirty ||
+        (entry.history_dirty && now - entry.history_persisted >= kHistoryPersistInterval)) {
+      Persist(entry);
+      entry.history_persisted = now;
+    }
   }
   // Oldest first, a bounded number per tick.
   for (int deleted = 0; options_.finished_retention > absl::ZeroDuration() && deleted < 64 &&
@@ -762,6 +785,36 @@ absl::StatusOr<Generation> JobManager::CurrentGeneration(const JobId& id) const 
   return Generation(entry->job.generation());
 }
 
+bool JobManager::RecordValidations(JobEntry& entry, const v1::Progress& progress) {
+  if (!MergeNewerPoints(entry.history.mutable_validation(), progress.validation())) return false;
+  entry.history_dirty = true;
+  ShowValidations(entry);
+  return true;
+}
+
+void JobManager::ShowValidations(JobEntry& entry) {
+  const LossSeries& all = entry.history.validation();
+  const int shown = std::min(all.size(), kRecentValidationsShown);
+  LossSeries* recent = entry.job.mutable_progress()->mutable_validation();
+  recent->Clear();
+  for (int i = all.size() - shown; i < all.size(); ++i) *recent->Add() = all.Get(i);
+}
+
+absl::StatusOr<v1::LossHistory> JobManager::LossHistory(const JobId& id) const {
+  const JobEntry* entry = FindEntry(id);
+  if (entry == nullptr) return absl::NotFoundError(absl::StrCat("job ", id.value(), " not found"));
+  return entry->history;
+}
+
+std::map<std::string, double> JobManager::LatestValidationLosses() const {
+  std::map<std::string, double> losses;
+  for (const auto& [id, entry] : jobs_) {
+    const LossSeries& validation = entry.history.validation();
+    if (!validation.empty()) losses[id.value()] = validation.Get(validation.size() - 1).loss();
+  }
+  return losses;
+}
+
 std::map<v1::JobState, int> JobManager::CountByState() const {
   std::map<v1::JobState, int> counts;
   for (const auto& [id, entry] : jobs_) counts[entry.job.state()]++;
@@ -844,8 +897,11 @@ void JobManager::SetMessage(JobEntry& entry, const std::string& message, absl::T
 }
 
 void JobManager::Persist(JobEntry& entry) {
-  absl::Status status = store_->Put(entry.job);
+  v1::Job record = entry.job;
+  *record.mutable_loss_history() = entry.history;
+  absl::Status status = store_->Put(record);
   entry.dirty = !status.ok();
+  if (status.ok()) entry.history_dirty = false;
   if (!status.ok()) {
     LOG(ERROR) << "cannot persist job " << entry.job.job_id() << " (will retry): " << status;
   }

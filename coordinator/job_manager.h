@@ -144,6 +144,12 @@ struct Effects {
   std::vector<RecoveryPhase> recovery_phases;
 };
 
+// How often at most a job's record is rewritten for new loss-history
+// points alone (a coordinator restart loses at most this much of the curve).
+inline constexpr absl::Duration kHistoryPersistInterval = absl::Seconds(10);
+// Validation results a Job's progress shows (Progress.validation).
+inline constexpr int kRecentValidationsShown = 8;
+
 class JobManager {
  public:
   struct Options {
@@ -264,6 +270,10 @@ class JobManager {
   absl::StatusOr<Generation> CurrentGeneration(const JobId& id) const;
   // Counts by state, for metrics.
   std::map<v1::JobState, int> CountByState() const;
+  // The job's loss curve (loss_history.h); NotFound for an unknown job.
+  absl::StatusOr<v1::LossHistory> LossHistory(const JobId& id) const;
+  // The newest validation loss of every job that has one, by job id.
+  std::map<std::string, double> LatestValidationLosses() const;
   // Workers still awaited after a restart.
   size_t awaiting_readoption() const { return awaiting_.size(); }
 
@@ -309,6 +319,13 @@ class JobManager {
     absl::flat_hash_set<WorkerId> ready;
     absl::flat_hash_set<WorkerId> completed;
     bool dirty = false;  // persisted copy is stale (a Put failed)
+    // The loss curve, persisted inside the job's record (Job.loss_history)
+    // but kept out of `job`, which every API response copies.
+    v1::LossHistory history;
+    // Points added since the record was last written; written with the
+    // next change or by Tick once kHistoryPersistInterval has passed.
+    bool history_dirty = false;
+    absl::Time history_persisted = absl::InfinitePast();
     std::optional<Suspension> suspension;
     Reachability reachability;  // pairs kept apart (partial partitions)
     // Lost members that may come back with the live state (see Returning),
@@ -449,6 +466,10 @@ class JobManager {
                 Effects* effects);
   void SetMessage(JobEntry& entry, const std::string& message, absl::Time now);
   void Persist(JobEntry& entry);
+  // Adds the validations in `progress` that the history lacks; true if any.
+  bool RecordValidations(JobEntry& entry, const v1::Progress& progress);
+  // Copies the newest validations of the history into the job's progress.
+  void ShowValidations(JobEntry& entry);
   void Emit(const JobEntry& entry, v1::JobEventKind kind, Effects* effects) const;
   void SendStop(const WorkerId& worker, const JobId& job, Generation generation,
                 const std::string& reason, Effects* effects) const;

@@ -213,6 +213,46 @@ void CheckOptimizer(v1::OptimizerConfig& opt, int64_t steps, Errors& errors) {
   CheckNonNegative("optimizer.grad_clip", opt.grad_clip(), /*positive=*/false, errors);
 }
 
+// A path or glob a worker opens: bounded, printable.
+bool IsPathText(const std::string& path) {
+  return path.size() <= kMaxPatternLength &&
+         std::all_of(path.begin(), path.end(),
+                     [](char c) { return static_cast<unsigned char>(c) >= 0x20; });
+}
+
+void CheckValidation(v1::ValidationConfig& validation, const v1::DataConfig& data,
+                     Errors& errors) {
+  const bool pattern = !validation.pattern().empty();
+  const double fraction = validation.held_out_fraction();
+  if (pattern == (fraction != 0)) {
+    errors.Add("data.validation",
+               "set exactly one of pattern (held-out shards) and held_out_fraction");
+  }
+  if (pattern && !IsPathText(validation.pattern())) {
+    errors.Add("data.validation.pattern",
+               absl::StrCat(Quoted(validation.pattern()), " must be a path glob of at most ",
+                            kMaxPatternLength, " bytes without control characters"));
+  } else if (pattern && data.has_shards() && validation.pattern() == data.shards().pattern()) {
+    errors.Add("data.validation.pattern",
+               "is data.shards.pattern: validation data must be held out of training");
+  }
+  if (fraction != 0 && !(fraction > 0 && fraction <= kMaxHeldOutFraction)) {
+    errors.Add("data.validation.held_out_fraction",
+               absl::StrCat("must be in (0, ", kMaxHeldOutFraction, "], got ", fraction));
+  }
+  if (validation.interval_steps() < 0) {
+    errors.Add("data.validation.interval_steps",
+               absl::StrCat("must be >= 0 (0: only after the last step), got ",
+                            validation.interval_steps()));
+  }
+  if (validation.batches() < 0 || validation.batches() > kMaxValidationBatches) {
+    errors.Add("data.validation.batches",
+               absl::StrCat("must be in [0, ", kMaxValidationBatches, "] (0 means ",
+                            kDefaultValidationBatches, "), got ", validation.batches()));
+  }
+  if (validation.batches() == 0) validation.set_batches(kDefaultValidationBatches);
+}
+
 void CheckData(v1::DataConfig& data, const v1::ModelConfig& model, bool vocab_ok, Errors& errors) {
   switch (data.source_case()) {
     case v1::DataConfig::kSynthetic: {
@@ -269,6 +309,7 @@ void CheckData(v1::DataConfig& data, const v1::ModelConfig& model, bool vocab_ok
       errors.Add("data", "no source: set data.synthetic or data.shards");
       break;
   }
+  if (data.has_validation()) CheckValidation(*data.mutable_validation(), data, errors);
 }
 
 void CheckElastic(v1::ElasticConfig& elastic, int64_t replica, int64_t micro_batches,
@@ -369,6 +410,17 @@ void CheckCheckpoint(v1::CheckpointPolicy& checkpoint, Errors& errors) {
   }
   if (checkpoint.resume_from_step() > 0 && checkpoint.resume_from_job().empty()) {
     errors.Add("checkpoint.resume_from_step", "is set but checkpoint.resume_from_job is empty");
+  }
+  if (!checkpoint.init_from().empty()) {
+    if (!IsPathText(checkpoint.init_from())) {
+      errors.Add("checkpoint.init_from",
+                 absl::StrCat(Quoted(checkpoint.init_from()), " must be a path of at most ",
+                              kMaxPatternLength, " bytes without control characters"));
+    }
+    if (!checkpoint.resume_from_job().empty()) {
+      errors.Add("checkpoint.init_from",
+                 "is set with checkpoint.resume_from_job: start from one or the other");
+    }
   }
   const std::string& from = checkpoint.resume_from_job();
   if (!from.empty() && (from.size() > 80 || !std::all_of(from.begin(), from.end(), [](char c) {

@@ -62,6 +62,11 @@ v1::Progress ToProto(const TrainingProgress& progress) {
   proto.set_tokens_per_second_average(progress.tokens_per_second_average);
   proto.set_step_time_seconds(progress.step_time_seconds);
   proto.set_waiting_for_peers(progress.waiting_for_peers);
+  for (const ValidationPoint& point : progress.recent_validations) {
+    v1::LossPoint* p = proto.add_validation();
+    p->set_step(point.step.value());
+    p->set_loss(point.loss);
+  }
   return proto;
 }
 

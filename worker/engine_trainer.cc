@@ -554,7 +554,20 @@ absl::StatusOr<int64_t> EngineTrainer::RestoreFromCheckpoint(const Assignment& a
     }
   }
   if (absl::IsNotFound(manifest.status())) {  // nothing to resume from: a fresh start
-    run->session->InitializeParameters();
+    if (policy.init_from().empty()) {
+      run->session->InitializeParameters();
+      return 0;
+    }
+    const absl::Time start = absl::Now();
+    absl::Status loaded = run->session->InitializeFromFile(policy.init_from());
+    if (!loaded.ok()) {
+      // Not a transient failure: every retry would read the same file.
+      return absl::FailedPreconditionError(loaded.message());
+    }
+    LOG(INFO) << "job " << assignment.job_id << " starts from the weights in "
+              << policy.init_from() << " ("
+              << absl::FormatDuration(absl::Trunc(absl::Now() - start, absl::Milliseconds(1)))
+              << ")";
     return 0;
   }
   if (!manifest.ok()) {
@@ -712,8 +725,12 @@ absl::Status EngineTrainer::Prepare(const Assignment& assignment) {
   {
     // Until the state is restored the step is the one it will resume at.
     absl::MutexLock progress_lock(&progress_mu_);
+    std::vector<ValidationPoint> validations = std::move(progress_.recent_validations);
+    if (validations_job_ != assignment.job_id) validations.clear();
+    validations_job_ = assignment.job_id;
     progress_ = TrainingProgress{};
     progress_.step = Step(assignment.recovery.step());
+    progress_.recent_validations = std::move(validations);
   }
   // The generation the plan takes state from must stay until this one
   // has trained; everything else can go.
@@ -940,6 +957,14 @@ void EngineTrainer::Train(Run* run) {
       window_seconds += step_seconds;
     }
     progress_.tokens_per_second_average = window_seconds > 0 ? tokens / window_seconds : 0;
+  };
+  hooks.on_validation = [this](Step done, double loss, absl::Duration) {
+    absl::MutexLock lock(&progress_mu_);
+    std::vector<ValidationPoint>& recent = progress_.recent_validations;
+    // A repeat (a generation that resumed where one was due) replaces it.
+    if (!recent.empty() && recent.back().step == done) recent.pop_back();
+    recent.push_back(ValidationPoint{done, loss});
+    if (recent.size() > static_cast<size_t>(kRecentValidations)) recent.erase(recent.begin());
   };
   if (checkpoint_metrics_ != nullptr) {
     hooks.on_checkpoint = [metrics = checkpoint_metrics_.get()](absl::Duration stall) {

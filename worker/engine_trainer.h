@@ -231,6 +231,8 @@ class EngineTrainer : public Trainer {
 
   mutable absl::Mutex progress_mu_;
   TrainingProgress progress_ ABSL_GUARDED_BY(progress_mu_);
+  // The job progress_.recent_validations belong to.
+  JobId validations_job_ ABSL_GUARDED_BY(progress_mu_);
   v1::PreparePhases last_prepare_ ABSL_GUARDED_BY(progress_mu_);
   // Bytes the restore in flight received (peers or checkpoint).
   uint64_t restore_bytes_ ABSL_GUARDED_BY(mu_) = 0;

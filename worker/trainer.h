@@ -30,6 +30,15 @@ struct Assignment {
 // Steps over which TrainingProgress::tokens_per_second_average is taken.
 inline constexpr int kRateWindowSteps = 20;
 
+// Validation results a worker repeats in its progress reports, so that one
+// lost or ignored report (a generation change) loses none of them.
+inline constexpr int kRecentValidations = 8;
+
+struct ValidationPoint {
+  Step step{0};
+  double loss = 0;
+};
+
 // What the trainer has done so far for the current assignment.
 struct TrainingProgress {
   Step step{0};                // optimizer steps completed
@@ -38,6 +47,9 @@ struct TrainingProgress {
   double tokens_per_second_average = 0;  // over the last kRateWindowSteps steps
   double step_time_seconds = 0;
   bool waiting_for_peers = false;  // inside a collective right now
+  // The job's last kRecentValidations validations, oldest first (kept
+  // across the job's generations on this worker).
+  std::vector<ValidationPoint> recent_validations;
 };
 
 // Implementations must be thread-safe: the agent calls Prepare, Suspend,

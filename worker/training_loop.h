@@ -3,7 +3,9 @@
 // built (EngineTrainer builds communicators, the session and the writer,
 // restores the state, then runs this on its training thread): steps from
 // `start_step` to `steps`, a checkpoint after every `checkpoint_interval`-th
-// step and after the last, one loss-log line per step, and how the loop
+// step and after the last, a validation where the job asks for one (its
+// interval and the last step), one loss-log line per step and per
+// validation, and how the loop
 // ended, which EngineTrainer turns into on_finished / on_suspended. Runs
 // over any communicators the session was built on, so tests drive it with
 // fakes (tests/unit/worker/training_loop_test.cc).
@@ -46,6 +48,9 @@ struct TrainingLoopInput {
 struct TrainingLoopHooks {
   // After every completed step (the step number counts completed steps).
   std::function<void(Step done, const train::StepResult& result, absl::Duration took)> on_step;
+  // After every validation (TrainingConfig::ValidatesAfter): the step it
+  // followed and the validation loss.
+  std::function<void(Step done, double loss, absl::Duration took)> on_validation;
   // After every checkpoint taken: how long the loop was blocked by it.
   std::function<void(absl::Duration stall)> on_checkpoint;
 };

@@ -178,6 +178,21 @@ grpc::ServerUnaryReactor* JobsService::Get(grpc::CallbackServerContext* context,
                response);
 }
 
+grpc::ServerUnaryReactor* JobsService::GetLossHistory(grpc::CallbackServerContext* context,
+                                                      const v1::GetLossHistoryRequest* request,
+                                                      v1::LossHistory* response) {
+  if (absl::Status admitted = gate_->Admit(*context, "Jobs.GetLossHistory", Access::kRead);
+      !admitted.ok()) {
+    return CallGate::Refuse(context, admitted);
+  }
+  const absl::Time start = absl::Now();
+  absl::Status valid = RequireJobId(request->job_id());
+  return Reply(context, "Jobs.GetLossHistory", start,
+               valid.ok() ? coordinator_->GetLossHistory(JobId(request->job_id()))
+                          : absl::StatusOr<v1::LossHistory>(valid),
+               response);
+}
+
 grpc::ServerUnaryReactor* JobsService::List(grpc::CallbackServerContext* context,
                                             const v1::ListJobsRequest* request,
                                             v1::ListJobsResponse* response) {

@@ -31,6 +31,9 @@ class JobsService final : public v1::Jobs::CallbackService {
                                                 const v1::WatchJobRequest* request) override;
   grpc::ServerUnaryReactor* Scale(grpc::CallbackServerContext* context,
                                   const v1::ScaleJobRequest* request, v1::Job* response) override;
+  grpc::ServerUnaryReactor* GetLossHistory(grpc::CallbackServerContext* context,
+                                           const v1::GetLossHistoryRequest* request,
+                                           v1::LossHistory* response) override;
 
  private:
   // Finishes a unary call with `result`, recording its latency.

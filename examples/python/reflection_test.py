@@ -126,7 +126,8 @@ class ReflectionTest(local_cluster.ClusterTestCase):
         self.assertFalse(methods["Submit"].client_streaming or methods["Submit"].server_streaming)
         self.assertTrue(methods["Watch"].server_streaming)
         self.assertEqual(sorted(methods),
-                         ["Cancel", "Delete", "Get", "List", "Scale", "Submit", "Watch"])
+                         ["Cancel", "Delete", "Get", "GetLossHistory", "List", "Scale", "Submit",
+                          "Watch"])
         # The server's file is the one the Python stubs were generated from.
         local = descriptor_pb2.FileDescriptorProto.FromString(jobs_pb2.DESCRIPTOR.serialized_pb)
         self.assertEqual(jobs_file, local)

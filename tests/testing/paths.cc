@@ -100,4 +100,12 @@ std::string MakeTempDir(std::string_view prefix) {
   return pattern;
 }
 
+std::string PythonPath() {
+  if (const char* python = std::getenv("COHORT_PYTHON"); python != nullptr && python[0] != '\0') {
+    return python;
+  }
+  if (access("/usr/bin/python3", X_OK) == 0) return "/usr/bin/python3";
+  return "python3";
+}
+
 }  // namespace cohort::testing

@@ -25,4 +25,10 @@ std::string BinaryPath(std::string_view name);
 // proceed).
 std::string MakeTempDir(std::string_view prefix);
 
+// The python3 that runs the PyTorch references (tests/reference/*.py):
+// $COHORT_PYTHON if set, else Debian's /usr/bin/python3 (where
+// python3-torch lives, which a pyenv or venv python3 earlier on $PATH
+// would hide), else "python3".
+std::string PythonPath();
+
 }  // namespace cohort::testing

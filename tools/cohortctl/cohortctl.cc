@@ -1,5 +1,9 @@
 #include "tools/cohortctl/cohortctl.h"
 
+#include <cerrno>
+#include <cstdio>
+#include <cstring>
+#include <fstream>
 #include <memory>
 #include <optional>
 #include <string>
@@ -12,6 +16,7 @@
 #include "tools/cohortctl/checkpoint_format.h"
 #include "tools/cohortctl/command_line.h"
 #include "tools/cohortctl/job_format.h"
+#include "tools/cohortctl/loss_plot.h"
 #include "tools/cohortctl/progress_bar.h"
 #include "tools/cohortctl/spec_builder.h"
 
@@ -133,8 +138,13 @@ int RunCheckpoints(client::ApiClient& client, const CtlConfig& config, const Com
       if (!manifest.ok()) return ReportError(client.Classify(manifest.status()), name, err);
       const absl::Time start = absl::Now();
       absl::Time last_line = start;
+      // ParseCommand accepted the name; ParseExportFormat is the one list of them.
+      const absl::StatusOr<ExportFormat> format =
+          ParseExportFormat(config.format.value_or("safetensors"));
+      if (!format.ok()) return ReportError(format.status(), name, err);
+      const ExportOptions options{.format = *format, .timeout = absl::Hours(1)};
       absl::Status exported = ExportSafetensors(
-          checkpoints, *manifest, *config.out, absl::Hours(1), [&](const ExportProgress& p) {
+          checkpoints, *manifest, *config.out, options, [&](const ExportProgress& p) {
             // A bar in place on a terminal, else a line every few seconds.
             const double fraction =
                 p.bytes == 0 ? 1.0 : static_cast<double>(p.bytes_done) / static_cast<double>(p.bytes);
@@ -154,12 +164,54 @@ int RunCheckpoints(client::ApiClient& client, const CtlConfig& config, const Com
       if (config.stdout_is_terminal) out << "\n";
       if (!exported.ok()) return ReportError(client.Classify(exported), name, err);
       out << "wrote " << *config.out << ": the weights of job " << manifest->job_id() << " step "
-          << manifest->step() << " (safetensors, " << absl::FormatDuration(absl::Trunc(absl::Now() - start, absl::Milliseconds(1)))
+          << manifest->step() << " (" << ExportFormatName(*format) << ", "
+          << absl::FormatDuration(absl::Trunc(absl::Now() - start, absl::Milliseconds(1)))
           << ")\n";
       return kExitOk;
     }
   }
   return kExitUsage;
+}
+
+// Writes `contents` to `path` through a temporary file renamed into place,
+// so a reader never sees half a file. Errors name the path.
+absl::Status WriteFileAtomically(const std::string& path, const std::string& contents) {
+  const std::string temporary = path + ".partial";
+  {
+    std::ofstream file(temporary, std::ios::binary | std::ios::trunc);
+    file << contents;
+    file.flush();
+    if (!file) {
+      std::remove(temporary.c_str());
+      return absl::InternalError(absl::StrCat("cannot write ", temporary, ": ",
+                                              std::strerror(errno)));
+    }
+  }
+  if (std::rename(temporary.c_str(), path.c_str()) != 0) {
+    const absl::Status status = absl::InternalError(
+        absl::StrCat("cannot rename ", temporary, " to ", path, ": ", std::strerror(errno)));
+    std::remove(temporary.c_str());
+    return status;
+  }
+  return absl::OkStatus();
+}
+
+int RunPlot(client::ApiClient& client, const CtlConfig& config, const Command& command,
+            std::ostream& out, std::ostream& err) {
+  auto job = client.Get(command.operand);
+  if (!job.ok()) return ReportError(job.status(), command.name, err);
+  auto history = client.GetLossHistory(command.operand);
+  if (!history.ok()) return ReportError(history.status(), command.name, err);
+  const std::string svg = RenderLossPlotSvg(
+      *history, LossPlotOptions{.title = absl::StrCat("job ", job->job_id(), " (",
+                                                      job->spec().name(), "): loss")});
+  if (absl::Status written = WriteFileAtomically(*config.out, svg); !written.ok()) {
+    err << "cohortctl: " << written.message() << "\n";
+    return kExitFailure;
+  }
+  out << "wrote " << *config.out << ": " << history->training_size() << " training and "
+      << history->validation_size() << " validation points of job " << job->job_id() << "\n";
+  return kExitOk;
 }
 
 int RunCommand(client::ApiClient& client, const CtlConfig& config, const Command& command,
@@ -214,6 +266,8 @@ int RunCommand(client::ApiClient& client, const CtlConfig& config, const Command
     }
     case CommandKind::kCheckpoints:
       return RunCheckpoints(client, config, command, out, err);
+    case CommandKind::kPlot:
+      return RunPlot(client, config, command, out, err);
     case CommandKind::kHelp:
       break;
   }

@@ -116,9 +116,11 @@ constexpr std::array<FlagDoc, 40> kFlags = {{
     {"reason", FlagKind::kValue, "TEXT", kDrain,
      "why the worker leaves; the coordinator logs it and gives it as the "
      "reason its job is re-planned (default: drained by an operator)", nullptr},
-    {"out", FlagKind::kValue, "FILE", kExport, "file to write (required)", nullptr},
-    {"format", FlagKind::kValue, "safetensors", kExport,
-     "file format; safetensors is the one supported (default: safetensors)", nullptr},
+    {"out", FlagKind::kValue, "FILE", kExport,
+     "file to write (required; also plot's SVG file)", nullptr},
+    {"format", FlagKind::kValue, "safetensors|hf-gpt2", kExport,
+     "file layout: safetensors (Cohort's tensor names) or hf-gpt2 (Hugging Face "
+     "GPT-2's, for transformers' GPT2LMHeadModel) (default: safetensors)", nullptr},
 }};
 
 static_assert(kDefaultKeepLast == 3, "--keep_last's help says what 0 means");
@@ -164,9 +166,19 @@ Commands:
                           and writers
   checkpoints delete JOB STEP
                           delete a committed checkpoint and free its bytes
-  checkpoints export JOB [STEP] --out=FILE [--format=safetensors]
+  checkpoints export JOB [STEP] --out=FILE [--format=safetensors|hf-gpt2]
                           write a checkpoint's model weights, unsharded, as
-                          one safetensors file (default: the newest)
+                          one safetensors file (default: the newest) in
+                          Cohort's layout or Hugging Face GPT-2's
+  plot JOB --out=FILE.svg draw the job's training and validation loss against
+                          step (the coordinator's history of it) as an SVG
+                          image
+  sample JOB [STEP] --prompt=TEXT --tokens=N [--temperature=T --top_k=K
+         --seed=S --tokenizer=byte|gpt2 --vocab=F --merges=F]
+                          generate text on this machine's CPU from a committed
+                          checkpoint (default: the newest); runs the
+                          cohort-sample program installed beside cohortctl
+                          with these arguments (cohort-sample --help)
   help                    print this text
 )";
 
@@ -401,8 +413,10 @@ absl::StatusOr<Command> ParseCheckpointsCommand(const CtlConfig& config, Command
     if (!config.out.has_value() || config.out->empty()) {
       return UsageError("checkpoints export needs --out=FILE");
     }
-    if (config.format.has_value() && *config.format != "safetensors") {
-      return UsageError(absl::StrCat("--format must be safetensors, not \"", *config.format, "\""));
+    if (config.format.has_value() && *config.format != "safetensors" &&
+        *config.format != "hf-gpt2") {
+      return UsageError(
+          absl::StrCat("--format must be safetensors or hf-gpt2, not \"", *config.format, "\""));
     }
   }
   return command;
@@ -429,11 +443,12 @@ absl::StatusOr<Command> ParseCommand(const CtlConfig& config) {
   } else if (command.name == "list") {
     command.kind = CommandKind::kList;
   } else if (command.name == "get" || command.name == "watch" || command.name == "cancel" ||
-             command.name == "delete" || command.name == "scale") {
+             command.name == "delete" || command.name == "scale" || command.name == "plot") {
     command.kind = command.name == "get"      ? CommandKind::kGet
                    : command.name == "watch"  ? CommandKind::kWatch
                    : command.name == "cancel" ? CommandKind::kCancel
                    : command.name == "delete" ? CommandKind::kDelete
+                   : command.name == "plot"   ? CommandKind::kPlot
                                               : CommandKind::kScale;
     min_operands = max_operands = 1;
     operand_name = "JOB";
@@ -483,6 +498,9 @@ absl::StatusOr<Command> ParseCommand(const CtlConfig& config) {
       case CommandKind::kDrain:
         allowed = flag == "--reason";
         break;
+      case CommandKind::kPlot:
+        allowed = flag == "--out";
+        break;
       default:
         break;
     }
@@ -502,6 +520,9 @@ absl::StatusOr<Command> ParseCommand(const CtlConfig& config) {
   if (command.kind == CommandKind::kScale) {
     absl::Status bounds = ResolveScaleBounds(config, given, &command);
     if (!bounds.ok()) return bounds;
+  }
+  if (command.kind == CommandKind::kPlot && (!config.out.has_value() || config.out->empty())) {
+    return UsageError("plot needs --out=FILE.svg");
   }
   if (command.kind == CommandKind::kSubmit && command.operand.empty() &&
       SetSpecFlagNames(config.spec).empty()) {

@@ -81,6 +81,7 @@ enum class CommandKind {
   kWorkers,
   kDrain,
   kCheckpoints,
+  kPlot,
 };
 
 enum class CheckpointsCommand { kList, kShow, kDelete, kExport };

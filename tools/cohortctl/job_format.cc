@@ -48,6 +48,18 @@ std::string DescribeData(const v1::DataConfig& data) {
   }
 }
 
+// "held-out shards GLOB" or "the last 10% of the data", with when and how much.
+std::string DescribeValidation(const v1::ValidationConfig& v) {
+  const std::string what =
+      v.pattern().empty()
+          ? absl::StrFormat("the last %g%% of the data", 100 * v.held_out_fraction())
+          : absl::StrCat("shards ", v.pattern());
+  const std::string when = v.interval_steps() > 0
+                               ? absl::StrCat("every ", v.interval_steps(), " steps and the last")
+                               : "after the last step";
+  return absl::StrCat(what, ", ", when, ", ", v.batches(), " batches");
+}
+
 // "1 step", "20 steps".
 std::string Count(int64_t n, absl::string_view singular, absl::string_view plural) {
   return absl::StrCat(n, " ", n == 1 ? singular : plural);
@@ -230,12 +242,24 @@ std::string FormatJobDetails(const v1::Job& job) {
                             progress.loss(), progress.tokens_per_second(), average,
                             progress.step_time_seconds()));
   }
+  if (!progress.validation().empty()) {
+    const v1::LossPoint& last = progress.validation(progress.validation_size() - 1);
+    std::string line = absl::StrFormat("loss %.4f at step %d", last.loss(), last.step());
+    if (progress.validation_size() > 1) {
+      const v1::LossPoint& before = progress.validation(progress.validation_size() - 2);
+      absl::StrAppendFormat(&line, " (%.4f at step %d)", before.loss(), before.step());
+    }
+    AddLine(&out, "Validation", line);
+  }
   AddLine(&out, "Device", spec.device_kind() == v1::DEVICE_KIND_GPU ? "GPU" : "CPU");
   AddLine(&out, "Model",
           absl::StrFormat("%d layers, %d heads, width %d, vocab %d, context %d",
                           spec.model().layers(), spec.model().heads(), spec.model().width(),
                           spec.model().vocab_size(), spec.model().context_length()));
   AddLine(&out, "Data", DescribeData(spec.data()));
+  if (spec.data().has_validation()) {
+    AddLine(&out, "Validation data", DescribeValidation(spec.data().validation()));
+  }
   AddLine(&out, "Optimizer",
           absl::StrCat("lr ", Number(spec.optimizer().learning_rate()), " -> ",
                        Number(spec.optimizer().min_learning_rate()), ", warmup ",

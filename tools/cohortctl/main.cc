@@ -4,7 +4,9 @@
 #include <sys/ioctl.h>
 #include <unistd.h>
 
+#include <cerrno>
 #include <cmath>
+#include <cstring>
 #include <cstdlib>
 #include <iostream>
 #include <string>
@@ -57,11 +59,71 @@ int TerminalWidth() {
   return 80;
 }
 
+// The command word: the first argument that is neither a flag nor the value
+// of a global flag given as a separate argument ("--coordinator HOST").
+// Its index, or args.size() when there is none.
+size_t CommandIndex(const std::vector<std::string>& args) {
+  for (size_t i = 0; i < args.size(); ++i) {
+    const std::string& arg = args[i];
+    if (arg.size() < 2 || arg[0] != '-') return i;
+    const std::string name = arg.substr(arg.find_first_not_of('-'));
+    if (name.find('=') != std::string::npos) continue;
+    const cohort::cohortctl::FlagDoc* doc = cohort::cohortctl::FindFlagDoc(name);
+    if (doc != nullptr && doc->kind == cohort::cohortctl::FlagKind::kValue) ++i;
+  }
+  return args.size();
+}
+
+// `cohortctl sample ...` runs cohort-sample from cohortctl's own directory
+// with the same arguments less the command word: generation needs the
+// model and its compute libraries, which cohortctl does not link. Returns
+// only when that program cannot be started.
+int ExecSample(const std::vector<std::string>& args, size_t command) {
+  char self[4096];
+  const ssize_t n = readlink("/proc/self/exe", self, sizeof(self) - 1);
+  std::string dir = ".";
+  if (n > 0) {
+    self[n] = '\0';
+    dir = std::string(self);
+    dir = dir.substr(0, dir.rfind('/'));
+  }
+  // The build tree keeps it in tools/sample/; an installation beside cohortctl.
+  std::string program;
+  for (const std::string& candidate :
+       {dir + "/cohort-sample", dir + "/sample/cohort-sample"}) {
+    if (access(candidate.c_str(), X_OK) == 0) {
+      program = candidate;
+      break;
+    }
+  }
+  if (program.empty()) {
+    std::cerr << "cohortctl: sample: cannot find the cohort-sample program in " << dir
+              << " (install it beside cohortctl; in a build tree: cmake --build BUILD "
+                 "--target cohort-sample)\n";
+    return cohort::cohortctl::kExitFailure;
+  }
+  std::vector<std::string> rest;
+  for (size_t i = 0; i < args.size(); ++i) {
+    if (i != command) rest.push_back(args[i]);
+  }
+  std::vector<char*> argv;
+  argv.push_back(program.data());
+  for (std::string& arg : rest) argv.push_back(arg.data());
+  argv.push_back(nullptr);
+  execv(program.c_str(), argv.data());
+  std::cerr << "cohortctl: sample: cannot run " << program << ": " << std::strerror(errno) << "\n";
+  return cohort::cohortctl::kExitFailure;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
   namespace ctl = cohort::cohortctl;
   const std::vector<std::string> args(argv + 1, argv + argc);
+  if (const size_t command = CommandIndex(args);
+      command < args.size() && args[command] == "sample") {
+    return ExecSample(args, command);
+  }
   // Scanning first (instead of absl::ParseCommandLine) lets unknown flags and
   // bad values exit with the usage status, and records which flags were given.
   absl::StatusOr<ctl::ScannedCommandLine> scanned = ctl::ScanCommandLine(args);

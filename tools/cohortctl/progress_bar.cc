@@ -57,9 +57,16 @@ std::string RenderProgressBar(const v1::Job& job, int width) {
   const double fraction = Fraction(job);
   // Fixed-width fields keep the bar from jumping as the numbers change.
   const int step_width = 2 * static_cast<int>(absl::StrCat(job.spec().steps()).size()) + 1;
+  // The newest validation loss, where the job has one, after the training loss.
+  const std::string validation =
+      job.progress().validation().empty()
+          ? ""
+          : absl::StrFormat(
+                "  val %7.4f",
+                job.progress().validation(job.progress().validation_size() - 1).loss());
   const std::string text = absl::StrFormat(
-      " %*s %3d%%  loss %7s  %5s tok/s  gen %d  %-13s", step_width, StepProgress(job),
-      static_cast<int>(std::floor(fraction * 100.0)), Loss(job),
+      " %*s %3d%%  loss %7s%s  %5s tok/s  gen %d  %-13s", step_width, StepProgress(job),
+      static_cast<int>(std::floor(fraction * 100.0)), Loss(job), validation,
       FormatRate(BarRate(job)), job.generation(), JobStateName(job.state()));
   const int limit = width - 1;  // writing the last column makes terminals wrap
   const int cells = std::min(kMaxBarCells, limit - static_cast<int>(text.size()) - 2);
@@ -127,6 +134,10 @@ std::string FormatEventLine(const v1::JobEvent& event) {
       time, JobEventKindName(event.kind()), job.job_id(), JobStateName(job.state()),
       job.generation(), StepProgress(job), Loss(job), job.progress().tokens_per_second(),
       MeshShape(job.mesh()), job.mesh().members_size());
+  if (!job.progress().validation().empty()) {
+    const v1::LossPoint& last = job.progress().validation(job.progress().validation_size() - 1);
+    absl::StrAppendFormat(&line, " val_loss=%.4f@%d", last.loss(), last.step());
+  }
   if (!job.message().empty()) {
     absl::StrAppend(
         &line, " message=\"",

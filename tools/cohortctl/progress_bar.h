@@ -52,7 +52,8 @@ std::string RedrawProgressBar(const v1::Job& job, int width,
 
 // One line (no line ending) per event for pipes and logs:
 //   2024-05-01T10:00:00Z PROGRESS job=j1 state=RUNNING gen=3 step=120/200
-//   loss=3.2104 tok/s=12345 mesh=2x2x1 workers=4 message="..."
+//   loss=3.2104 tok/s=12345 mesh=2x2x1 workers=4 val_loss=3.3012@100
+//   message="..."  (val_loss: the newest validation, where the job has one)
 // except RECOVERED events, which say how the new generation got its state:
 //   2024-05-01T10:00:00Z RECOVERED job=j1 generation 3: PEER at step 120,
 //   0 steps lost, 0.184 s from detection to running

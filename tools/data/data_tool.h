@@ -23,6 +23,11 @@ struct DataToolConfig {
   bool overwrite = false;
   // text: the input files, in order.
   std::vector<std::string> inputs;
+  // text: "byte" (one token per byte) or "gpt2" (GPT-2's BPE from
+  // vocab_path, its encoder.json, and merges_path, its vocab.bpe).
+  std::string tokenizer = "byte";
+  std::string vocab_path;
+  std::string merges_path;
   // synthetic: see MarkovSourceOptions; `tokens` counts train plus val.
   uint64_t seed = 1;
   int64_t tokens = 10'000'000;
@@ -35,7 +40,8 @@ struct DataToolConfig {
 };
 
 // Runs the command. Errors: InvalidArgument (message names the flag) for a
-// bad configuration; otherwise those of WriteTextShards / WriteSyntheticShards.
+// bad configuration or malformed --vocab / --merges files; otherwise those of
+// Gpt2Tokenizer::Load, WriteTextShards and WriteSyntheticShards.
 absl::Status RunDataTool(const DataToolConfig& config, std::ostream& out, std::ostream& err);
 
 }  // namespace cohort::datatool

@@ -2,6 +2,7 @@
 //
 //   cohort-data text --input a.txt,b.txt --output_dir data/text
 //       [--val_fraction 0.1] [--shard_tokens N] [--overwrite]
+//       [--tokenizer gpt2 --vocab encoder.json --merges vocab.bpe]
 //   cohort-data synthetic --seed 1 --tokens 10000000 --vocab_size 256
 //       --alphabet 16 --branching 4 --output_dir data/synth
 //
@@ -28,6 +29,16 @@ ABSL_FLAG(int64_t, shard_tokens, 100'000'000, "tokens per shard file, at most 2^
 ABSL_FLAG(bool, overwrite, false,
           "replace existing train_/val_ shards in --output_dir instead of refusing");
 ABSL_FLAG(std::string, input, "", "text: input files, comma-separated, read in order");
+ABSL_FLAG(std::string, tokenizer, "byte",
+          "text: 'byte' (one token per byte, vocab 256) or 'gpt2' (GPT-2's byte-level BPE "
+          "from --vocab and --merges; ids < 65536). gpt2 reads the inputs twice, streaming: a "
+          "first pass counts the tokens, so the val tail is exactly --val_fraction of them, the "
+          "second writes them. Text is encoded in chunks cut where no pre-token can span, so "
+          "the ids equal encoding it whole");
+ABSL_FLAG(std::string, vocab, "",
+          "text with --tokenizer gpt2: GPT-2's encoder.json (token -> id), at most 64 MiB");
+ABSL_FLAG(std::string, merges, "",
+          "text with --tokenizer gpt2: GPT-2's vocab.bpe (merges in rank order), at most 64 MiB");
 ABSL_FLAG(uint64_t, seed, 1, "synthetic: seed of the chain and its token streams");
 ABSL_FLAG(int64_t, tokens, 10'000'000, "synthetic: tokens to write, train plus val");
 ABSL_FLAG(int, vocab_size, 256, "synthetic: token ids are < vocab_size (<= 65536)");
@@ -50,6 +61,9 @@ int main(int argc, char** argv) {
       "Writes llm.c token shards (256 x int32 header, uint16 tokens).\n"
       "  cohort-data text --input FILE[,FILE...] --output_dir DIR [--val_fraction 0.1]\n"
       "      [--shard_tokens N]   byte tokenizer (vocab 256)\n"
+      "  cohort-data text --tokenizer gpt2 --vocab encoder.json --merges vocab.bpe\n"
+      "      --input FILE[,FILE...] --output_dir DIR   GPT-2's BPE; reads the inputs twice\n"
+      "      (counting, then writing) so --val_fraction cuts the tokens exactly\n"
       "  cohort-data synthetic --seed S --tokens N --vocab_size V --alphabet A\n"
       "      --branching K --output_dir DIR   order-1 or -2 Markov chain, prints its entropy floor");
   std::vector<char*> positional = absl::ParseCommandLine(argc, argv);
@@ -66,6 +80,9 @@ int main(int argc, char** argv) {
   config.shard_tokens = absl::GetFlag(FLAGS_shard_tokens);
   config.overwrite = absl::GetFlag(FLAGS_overwrite);
   config.inputs = absl::StrSplit(absl::GetFlag(FLAGS_input), ',', absl::SkipEmpty());
+  config.tokenizer = absl::GetFlag(FLAGS_tokenizer);
+  config.vocab_path = absl::GetFlag(FLAGS_vocab);
+  config.merges_path = absl::GetFlag(FLAGS_merges);
   config.seed = absl::GetFlag(FLAGS_seed);
   config.tokens = absl::GetFlag(FLAGS_tokens);
   config.vocab_size = absl::GetFlag(FLAGS_vocab_size);

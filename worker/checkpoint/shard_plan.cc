@@ -3,7 +3,9 @@
 #include <algorithm>
 
 #include "absl/strings/str_cat.h"
+#include "common/gpt2_hf_layout.h"
 #include "common/layout/mesh_layout.h"
+#include "worker/model/initial_weights.h"
 
 namespace cohort::checkpoint {
 namespace {
@@ -116,9 +118,9 @@ std::vector<LoadPiece> PlanLoad(const model::ParameterTable& table, ArenaRange o
 }
 
 std::string ModelFingerprint(const model::GptConfig& config) {
-  return absl::StrCat("layers=", config.layers, " heads=", config.heads, " width=", config.width,
-                      " vocab=", config.vocab_size, " padded_vocab=", config.PaddedVocab(),
-                      " context=", config.context_length);
+  // One spelling of the fingerprint, shared with cohortctl and the
+  // safetensors import (common/gpt2_hf_layout.h).
+  return FormatModelFingerprint(model::GptShapeOf(config));
 }
 
 }  // namespace cohort::checkpoint

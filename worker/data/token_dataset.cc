@@ -63,6 +63,38 @@ TokenDataset TokenDataset::FromTokens(std::vector<uint16_t> tokens, std::string_
   return FromMemory(std::move(shards), name);
 }
 
+absl::StatusOr<TokenDataset::Split> TokenDataset::HoldOutTail(TokenDataset whole,
+                                                              double fraction) {
+  if (!(fraction > 0.0 && fraction < 1.0)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("held-out fraction must be in (0, 1), got ", fraction));
+  }
+  const int64_t total = whole.total_tokens();
+  const int64_t held = static_cast<int64_t>(static_cast<double>(total) * fraction);
+  int64_t cut = total - held;  // first held-out token, in dataset order
+  auto owner = std::make_shared<const TokenDataset>(std::move(whole));
+  Split split;
+  split.kept.owner_ = owner;
+  split.held_out.owner_ = owner;
+  for (int i = 0; i < owner->num_shards(); ++i) {
+    const std::span<const uint16_t> view = owner->shard(i);
+    const int64_t size = static_cast<int64_t>(view.size());
+    const int64_t in_kept = std::clamp<int64_t>(cut, 0, size);
+    cut -= in_kept;
+    if (in_kept > 0) {
+      split.kept.views_.push_back(view.first(static_cast<size_t>(in_kept)));
+      split.kept.names_.push_back(owner->shard_name(i));
+    }
+    if (in_kept < size) {
+      split.held_out.views_.push_back(view.subspan(static_cast<size_t>(in_kept)));
+      split.held_out.names_.push_back(
+          in_kept == 0 ? owner->shard_name(i)
+                       : absl::StrCat(owner->shard_name(i), " from token ", in_kept));
+    }
+  }
+  return split;
+}
+
 int64_t TokenDataset::total_tokens() const {
   int64_t total = 0;
   for (const std::span<const uint16_t>& view : views_) total += static_cast<int64_t>(view.size());

@@ -37,6 +37,14 @@ class TokenDataset {
   // A single in-memory shard.
   static TokenDataset FromTokens(std::vector<uint16_t> tokens, std::string_view name = "memory");
 
+  // Holds out the tail of `whole`: the last floor(total * fraction) tokens in
+  // shard order (the cut may fall inside a shard) go to `held_out`, the rest
+  // to `kept`, so that a sampler over `kept` never reads a held-out token.
+  // Both share ownership of `whole`'s shards. InvalidArgument unless
+  // 0 < fraction < 1.
+  struct Split;
+  static absl::StatusOr<Split> HoldOutTail(TokenDataset whole, double fraction);
+
   TokenDataset(TokenDataset&&) noexcept = default;
   TokenDataset& operator=(TokenDataset&&) noexcept = default;
   TokenDataset(const TokenDataset&) = delete;
@@ -55,10 +63,17 @@ class TokenDataset {
  private:
   TokenDataset() = default;
 
+  // Set on the parts of a HoldOutTail: the dataset whose shards they view.
+  std::shared_ptr<const TokenDataset> owner_;
   std::vector<std::unique_ptr<TokenShard>> files_;
   std::vector<std::vector<uint16_t>> memory_;
   std::vector<std::span<const uint16_t>> views_;
   std::vector<std::string> names_;
+};
+
+struct TokenDataset::Split {
+  TokenDataset kept;
+  TokenDataset held_out;
 };
 
 }  // namespace cohort::data

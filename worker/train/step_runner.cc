@@ -308,6 +308,70 @@ absl::StatusOr<double> StepRunner::StepLoss() {
   return TreeSum(leaf_losses_.data(), static_cast<int>(leaf_losses_.size())) / micro_batches;
 }
 
+absl::StatusOr<double> StepRunner::Evaluate(const data::ValidationSampler& sampler,
+                                            const std::atomic<bool>* cancel) {
+  const int T = config_.model.context_length;
+  const int B = config_.micro_batch_size;
+  const int micro_batches = config_.micro_batches_per_step();
+  const int batches = sampler.options().batches;
+  if (sampler.options().global_batch_size != config_.global_batch_size ||
+      sampler.options().context_length != T) {
+    return absl::InvalidArgumentError("validation sampler: batch or context differs from the job's");
+  }
+  const size_t activation_bytes = static_cast<size_t>(B) * T * config_.model.width * sizeof(float);
+  const bool first = layout_.first_stage();
+  const bool last = layout_.last_stage();
+  RETURN_IF_ERROR(model_->set_tensor_group(options_.tensor_group));
+  model_->set_cancel(cancel);
+  // Batch b's micro-batch losses at [b * micro_batches, (b + 1) * micro_batches).
+  std::vector<double> losses(static_cast<size_t>(batches) * micro_batches, 0.0);
+  const absl::Status forwarded = [&]() -> absl::Status {
+    for (int b = 0; b < batches; ++b) {
+      for (int leaf = leaves_.begin; leaf < leaves_.end; ++leaf) {
+        if (cancel != nullptr && cancel->load(std::memory_order_relaxed)) {
+          return absl::AbortedError("validation cancelled");
+        }
+        if (first || last) {
+          RETURN_IF_ERROR(sampler.Fill(b, leaf * B, B, inputs_.data(), targets_.data()));
+        }
+        // Forward only: each stage receives, computes and sends on; nothing
+        // flows back, so plain sends cannot deadlock. Slot 0 is free between
+        // steps.
+        if (!first) {
+          RETURN_IF_ERROR(options_.pipeline_group->Recv(model_->StageInput(0, B, T).data,
+                                                        activation_bytes, layout_.stage - 1,
+                                                        kPipelineTag, options_.timeout));
+        }
+        ASSIGN_OR_RETURN(double loss,
+                         model_->ForwardStage(0, inputs_.data(), targets_.data(), B, T));
+        if (last) losses[static_cast<size_t>(b) * micro_batches + leaf] = loss;
+        if (!last) {
+          RETURN_IF_ERROR(options_.pipeline_group->Send(model_->StageOutput(0).data,
+                                                        activation_bytes, layout_.stage + 1,
+                                                        kPipelineTag, options_.timeout));
+        }
+      }
+    }
+    return absl::OkStatus();
+  }();
+  model_->set_cancel(nullptr);
+  RETURN_IF_ERROR(forwarded);
+  // Each entry is nonzero on one rank only (its data rank's last stage), so
+  // these sums are exact in any order; the tree then adds each batch.
+  RETURN_IF_ERROR(data_parallel_->SumInPlace(&losses));
+  if (options_.pipeline_group != nullptr && layout_.pp > 1) {
+    RETURN_IF_ERROR(options_.pipeline_group->AllReduce(losses.data(), losses.size(),
+                                                       comm::DataType::kFloat64,
+                                                       comm::ReduceOp::kSum, options_.timeout));
+  }
+  double total = 0.0;
+  for (int b = 0; b < batches; ++b) {
+    total += TreeSum(losses.data() + static_cast<size_t>(b) * micro_batches, micro_batches) /
+             micro_batches;
+  }
+  return total / batches;
+}
+
 absl::Status StepRunner::TieEmbedding(float* reduced) {
   const model::ParameterInfo& wte = model_->table()[model::kWte];
   float* own = reduced + wte.offset;

@@ -57,6 +57,7 @@
 #include "common/ids.h"
 #include "worker/comm/communicator.h"
 #include "worker/data/batch_sampler.h"
+#include "worker/data/validation_sampler.h"
 #include "worker/model/gpt_model.h"
 #include "worker/train/adamw.h"
 #include "worker/train/data_parallel.h"
@@ -126,6 +127,16 @@ class StepRunner {
   // next micro-batch pass or layer; it is checked only before the step's
   // end phase, so a cancelled step leaves the state as it was.
   absl::StatusOr<StepResult> Run(Step step, const std::atomic<bool>* cancel = nullptr);
+
+  // The mean loss of the model over `sampler`'s validation batches: each
+  // batch's micro-batches are split over the data group as a step's are and
+  // run forward through the pipeline (no backward, no update), and the
+  // per-micro-batch losses are added in the step's reduction tree, so the
+  // result has the same bits for any data-parallel degree and is the same
+  // on every rank. Errors: the sampler's, the model's and the groups' (as
+  // Run); Aborted once `*cancel` is true.
+  absl::StatusOr<double> Evaluate(const data::ValidationSampler& sampler,
+                                  const std::atomic<bool>* cancel = nullptr);
 
   // The state of a fresh start: zero moments, and the current buffers
   // (with the model's initial weights) hold step 0. Until this or a restore

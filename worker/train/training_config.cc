@@ -106,21 +106,72 @@ absl::StatusOr<TrainingConfig> TrainingConfigFromSpec(const v1::JobSpec& spec, i
     case v1::DataConfig::SOURCE_NOT_SET:
       return absl::InvalidArgumentError("data: no source: set data.synthetic or data.shards");
   }
+  if (d.has_validation()) {
+    const v1::ValidationConfig& v = d.validation();
+    if (v.pattern().empty() == (v.held_out_fraction() == 0)) {
+      return absl::InvalidArgumentError(
+          "data.validation: set exactly one of pattern and held_out_fraction");
+    }
+    if (!v.pattern().empty() && v.pattern() == config.data.pattern) {
+      return absl::InvalidArgumentError(
+          "data.validation.pattern: the same as data.shards.pattern (validation data must be "
+          "held out of training)");
+    }
+    if (v.held_out_fraction() != 0 &&
+        !(v.held_out_fraction() > 0 && v.held_out_fraction() <= kMaxHeldOutFraction)) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "data.validation.held_out_fraction: must be in (0, ", kMaxHeldOutFraction, "], got ",
+          v.held_out_fraction()));
+    }
+    if (v.interval_steps() < 0 || v.batches() < 0) {
+      return absl::InvalidArgumentError(
+          "data.validation: interval_steps and batches must be >= 0");
+    }
+    config.data.validation_pattern = v.pattern();
+    config.data.held_out_fraction = v.held_out_fraction();
+    config.validation_interval = v.interval_steps();
+    config.validation_batches = ValidationBatchesOf(v);
+  }
   return config;
 }
 
-absl::StatusOr<std::unique_ptr<data::TokenDataset>> LoadDataset(const DataSourceConfig& config) {
-  if (config.synthetic) {
-    absl::StatusOr<data::MarkovSource> source = data::MarkovSource::Create(config.markov);
-    if (!source.ok()) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("data.synthetic: ", source.status().message()));
+absl::StatusOr<Datasets> LoadDatasets(const DataSourceConfig& config) {
+  auto load_source = [&]() -> absl::StatusOr<data::TokenDataset> {
+    if (config.synthetic) {
+      absl::StatusOr<data::MarkovSource> source = data::MarkovSource::Create(config.markov);
+      if (!source.ok()) {
+        return absl::InvalidArgumentError(
+            absl::StrCat("data.synthetic: ", source.status().message()));
+      }
+      return data::TokenDataset::FromTokens(
+          source->Generate(config.synthetic_tokens, data::kTrainStream), "synthetic");
     }
-    return std::make_unique<data::TokenDataset>(data::TokenDataset::FromTokens(
-        source->Generate(config.synthetic_tokens, data::kTrainStream), "synthetic"));
+    return data::TokenDataset::OpenGlob(config.pattern);
+  };
+  ASSIGN_OR_RETURN(data::TokenDataset source, load_source());
+  Datasets datasets;
+  if (config.held_out_fraction > 0) {
+    absl::StatusOr<data::TokenDataset::Split> split =
+        data::TokenDataset::HoldOutTail(std::move(source), config.held_out_fraction);
+    if (!split.ok()) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("data.validation.held_out_fraction: ", split.status().message()));
+    }
+    datasets.train = std::make_shared<const data::TokenDataset>(std::move(split->kept));
+    datasets.validation = std::make_shared<const data::TokenDataset>(std::move(split->held_out));
+    return datasets;
   }
-  ASSIGN_OR_RETURN(data::TokenDataset dataset, data::TokenDataset::OpenGlob(config.pattern));
-  return std::make_unique<data::TokenDataset>(std::move(dataset));
+  datasets.train = std::make_shared<const data::TokenDataset>(std::move(source));
+  if (!config.validation_pattern.empty()) {
+    absl::StatusOr<data::TokenDataset> validation =
+        data::TokenDataset::OpenGlob(config.validation_pattern);
+    if (!validation.ok()) {
+      return absl::Status(validation.status().code(),
+                          absl::StrCat("data.validation.pattern: ", validation.status().message()));
+    }
+    datasets.validation = std::make_shared<const data::TokenDataset>(*std::move(validation));
+  }
+  return datasets;
 }
 
 }  // namespace cohort::train

@@ -27,6 +27,12 @@ struct DataSourceConfig {
   int64_t synthetic_tokens = 0;      // synthetic
   std::string pattern;               // shards: glob of llm.c .bin files
   uint64_t sample_seed = 0;          // the determinism contract's seed
+  // data.validation: held-out shards, or the tail fraction of the data
+  // above held out (at most one is set; neither: no validation data).
+  std::string validation_pattern;
+  double held_out_fraction = 0.0;
+
+  bool has_validation() const { return !validation_pattern.empty() || held_out_fraction > 0; }
 
   friend bool operator==(const DataSourceConfig&, const DataSourceConfig&) = default;
 };
@@ -47,7 +53,18 @@ struct TrainingConfig {
   // model.precision (unspecified: fp32, the CPU's).
   compute::Precision precision = compute::Precision::kFp32;
   DataSourceConfig data;
+  // data.validation: after every validation_interval-th step (0: none but
+  // the last) and after the last step, the mean loss over validation_batches
+  // fixed held-out batches (data/validation_sampler.h). Only with
+  // data.has_validation().
+  int64_t validation_interval = 0;
+  int validation_batches = 0;
 
+  // Whether the loop validates after `done` completed steps.
+  bool ValidatesAfter(int64_t done) const {
+    return data.has_validation() &&
+           (done == steps || (validation_interval > 0 && done % validation_interval == 0));
+  }
   int micro_batches_per_step() const { return global_batch_size / micro_batch_size; }
 };
 
@@ -59,11 +76,17 @@ struct TrainingConfig {
 // checked against the model by ModelLayout::Validate when the model is built.
 absl::StatusOr<TrainingConfig> TrainingConfigFromSpec(const v1::JobSpec& spec, int dp);
 
-// The tokens `config` trains on: the synthetic stream generated in memory
-// (identical on every worker), or the shards matching the pattern
-// (memory-mapped). Errors: InvalidArgument (bad synthetic options), the
-// shard errors of data/token_dataset.h (NotFound for no match, DataLoss for
-// a corrupt file).
-absl::StatusOr<std::unique_ptr<data::TokenDataset>> LoadDataset(const DataSourceConfig& config);
+// The tokens `config` trains on (`train`): the synthetic stream generated in
+// memory (identical on every worker), or the shards matching the pattern
+// (memory-mapped), less a held-out tail; and the validation tokens
+// (`validation`, null without validation data): that tail or the shards of
+// validation_pattern. Errors: InvalidArgument (bad synthetic options or
+// fraction), the shard errors of data/token_dataset.h (NotFound for no
+// match, DataLoss for a corrupt file), each naming the spec field.
+struct Datasets {
+  std::shared_ptr<const data::TokenDataset> train;
+  std::shared_ptr<const data::TokenDataset> validation;
+};
+absl::StatusOr<Datasets> LoadDatasets(const DataSourceConfig& config);
 
 }  // namespace cohort::train

@@ -63,8 +63,11 @@ absl::StatusOr<std::unique_ptr<TrainingSession>> TrainingSession::Create(
 
   if (reuse != nullptr && reuse->config_.data == config.data) {
     session->dataset_ = reuse->dataset_;
+    session->validation_dataset_ = reuse->validation_dataset_;
   } else {
-    ASSIGN_OR_RETURN(session->dataset_, LoadDataset(config.data));
+    ASSIGN_OR_RETURN(Datasets datasets, LoadDatasets(config.data));
+    session->dataset_ = std::move(datasets.train);
+    session->validation_dataset_ = std::move(datasets.validation);
   }
   if (reuse != nullptr && reuse->dataset_ == session->dataset_ &&
       reuse->config_.global_batch_size == config.global_batch_size &&
@@ -80,6 +83,24 @@ absl::StatusOr<std::unique_ptr<TrainingSession>> TrainingSession::Create(
     ASSIGN_OR_RETURN(data::BatchSampler created,
                      data::BatchSampler::Create(*session->dataset_, sampler));
     session->sampler_ = std::make_shared<data::BatchSampler>(std::move(created));
+  }
+  if (session->validation_dataset_ != nullptr) {
+    if (reuse != nullptr && reuse->validation_dataset_ == session->validation_dataset_ &&
+        reuse->config_.global_batch_size == config.global_batch_size &&
+        reuse->config_.model.context_length == config.model.context_length &&
+        reuse->config_.model.vocab_size == config.model.vocab_size &&
+        reuse->config_.validation_batches == config.validation_batches) {
+      session->validation_sampler_ = reuse->validation_sampler_;
+    } else {
+      data::ValidationSamplerOptions validation;
+      validation.context_length = config.model.context_length;
+      validation.global_batch_size = config.global_batch_size;
+      validation.batches = config.validation_batches;
+      validation.max_token_id = config.model.vocab_size - 1;
+      ASSIGN_OR_RETURN(data::ValidationSampler created,
+                       data::ValidationSampler::Create(*session->validation_dataset_, validation));
+      session->validation_sampler_ = std::make_shared<data::ValidationSampler>(std::move(created));
+    }
   }
 
   DataParallelOptions data_parallel;

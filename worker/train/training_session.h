@@ -20,7 +20,10 @@
 #include "common/ids.h"
 #include "worker/comm/communicator.h"
 #include "worker/compute/backend.h"
+#include "absl/strings/str_cat.h"
 #include "worker/data/batch_sampler.h"
+#include "worker/model/initial_weights.h"
+#include "worker/data/validation_sampler.h"
 #include "worker/data/token_dataset.h"
 #include "worker/model/gpt_model.h"
 #include "worker/model/model_layout.h"
@@ -79,7 +82,8 @@ class TrainingSession {
  public:
   // groups.data has dp ranks (the config's batch split over them); the
   // tensor and pipeline groups match `layout`. Errors: those of
-  // LoadDataset, BatchSampler::Create (e.g. token ids >= vocab),
+  // LoadDatasets, BatchSampler::Create (e.g. token ids >= vocab),
+  // ValidationSampler::Create (too little held-out data),
   // GptModel::Create and StepRunner::Create.
   static absl::StatusOr<std::unique_ptr<TrainingSession>> Create(
       const TrainingConfig& config, const model::ModelLayout& layout, const TrainingGroups& groups,
@@ -111,9 +115,32 @@ class TrainingSession {
     runner_->ResetOptimizerState();
   }
 
+  // The state of a fresh start from the weights in a safetensors file
+  // (checkpoint.init_from; either layout, model/initial_weights.h): this
+  // rank's shard of them and zero moments. Errors name the field, the file
+  // and the tensor (a shape or name that does not fit the model).
+  absl::Status InitializeFromFile(const std::string& path) {
+    absl::Status loaded =
+        model::LoadInitialWeights(path, config_.model, model_->table(), model_->params());
+    if (!loaded.ok()) {
+      return absl::Status(loaded.code(), absl::StrCat("checkpoint.init_from: ", loaded.message()));
+    }
+    runner_->ResetOptimizerState();
+    return absl::OkStatus();
+  }
+
   // See StepRunner::Run.
   absl::StatusOr<StepResult> RunStep(Step step, const std::atomic<bool>* cancel = nullptr) {
     return runner_->Run(step, cancel);
+  }
+
+  // The mean loss over the validation batches (StepRunner::Evaluate); the
+  // weights are untouched. FailedPrecondition without validation data.
+  absl::StatusOr<double> Validate(const std::atomic<bool>* cancel = nullptr) {
+    if (validation_sampler_ == nullptr) {
+      return absl::FailedPreconditionError("the job has no data.validation");
+    }
+    return runner_->Evaluate(*validation_sampler_, cancel);
   }
 
   // Whether this session trains on the model shard of options.reuse.
@@ -150,8 +177,11 @@ class TrainingSession {
   // (TrainingSessionOptions::reuse); the model before its backend goes.
   std::shared_ptr<compute::Backend> backend_;
   std::shared_ptr<model::GptModel> model_;
-  std::shared_ptr<data::TokenDataset> dataset_;
+  std::shared_ptr<const data::TokenDataset> dataset_;
   std::shared_ptr<data::BatchSampler> sampler_;
+  // Null without data.validation.
+  std::shared_ptr<const data::TokenDataset> validation_dataset_;
+  std::shared_ptr<data::ValidationSampler> validation_sampler_;
   bool reused_model_ = false;
   std::unique_ptr<DataParallel> data_parallel_;
   std::unique_ptr<StepRunner> runner_;

@@ -581,6 +581,69 @@ TEST_F(JobManagerTest, ProgressFromRankZeroIsPublished) {
   EXPECT_EQ(Get(job).progress().step(), 7);
 }
 
+TEST_F(JobManagerTest, RankZerosLossesAndValidationsFormAHistoryThatSurvivesARestart) {
+  Join("w0", "h", 0);
+  Join("w1", "h", 1);
+  v1::Job job = Submit(Spec(1, 2, 2));
+  job = Get(job);
+  ReportAll(job, v1::ASSIGNMENT_STATE_READY);
+  const std::string rank0 = job.mesh().members(0).worker_id();
+  const std::string rank1 = job.mesh().members(1).worker_id();
+  auto beat = [&](const std::string& worker, int64_t step, std::vector<int64_t> validated) {
+    v1::Heartbeat heartbeat;
+    heartbeat.set_job_id(job.job_id());
+    heartbeat.set_generation(job.generation());
+    heartbeat.mutable_progress()->set_step(step);
+    heartbeat.mutable_progress()->set_loss(10.0 - step);
+    for (int64_t s : validated) {
+      v1::LossPoint* p = heartbeat.mutable_progress()->add_validation();
+      p->set_step(s);
+      p->set_loss(20.0 - s);
+    }
+    Effects effects;
+    jobs_->OnProgress(WorkerId(worker), heartbeat, now_, &effects);
+    return effects;
+  };
+  beat(rank0, 1, {});
+  beat(rank1, 2, {2});  // not rank 0: ignored
+  beat(rank0, 2, {2});
+  beat(rank0, 2, {2});  // a repeat adds nothing
+  beat(rank0, 4, {2, 4});
+  // The last step's validation comes with a heartbeat of the same step.
+  Effects last = beat(rank0, 4, {2, 4, 5});
+  ASSERT_EQ(last.events.size(), 1u);
+  EXPECT_EQ(last.events[0].kind, v1::JOB_EVENT_KIND_PROGRESS);
+
+  auto check = [&](const v1::LossHistory& history) {
+    ASSERT_EQ(history.training_size(), 3);
+    EXPECT_EQ(history.training(2).step(), 4);
+    EXPECT_EQ(history.training(2).loss(), 6.0);
+    ASSERT_EQ(history.validation_size(), 3);
+    EXPECT_EQ(history.validation(0).step(), 2);
+    EXPECT_EQ(history.validation(2).step(), 5);
+    EXPECT_EQ(history.validation(2).loss(), 15.0);
+  };
+  absl::StatusOr<v1::LossHistory> history = jobs_->LossHistory(JobId(job.job_id()));
+  ASSERT_TRUE(history.ok()) << history.status();
+  check(*history);
+  // The job's progress shows the newest validations, and no history.
+  EXPECT_EQ(Get(job).progress().validation_size(), 3);
+  EXPECT_FALSE(Get(job).has_loss_history());
+  EXPECT_EQ(jobs_->LatestValidationLosses().at(job.job_id()), 15.0);
+  EXPECT_TRUE(absl::IsNotFound(jobs_->LossHistory(JobId("nope")).status()));
+
+  // Points alone are written by Tick, at most every kHistoryPersistInterval.
+  now_ += kHistoryPersistInterval;
+  Effects tick;
+  jobs_->Tick(now_, &tick);
+  Reset();
+  ASSERT_TRUE(jobs_->Restore(now_).ok());
+  history = jobs_->LossHistory(JobId(job.job_id()));
+  ASSERT_TRUE(history.ok()) << history.status();
+  check(*history);
+  EXPECT_FALSE(Get(job).has_loss_history()) << "restored into the history, not the job";
+}
+
 // dp 4 with ZeRO-1 and the default mirror on the next data rank.
 v1::JobSpec Zero1Spec(int min_workers, int max_workers, int optimizer_replicas = 0) {
   v1::JobSpec spec = Spec(1, min_workers, max_workers);

@@ -56,14 +56,6 @@ const train::AdamWOptions kAdamW{
     .beta1 = 0.9, .beta2 = 0.95, .eps = 1e-8, .weight_decay = 0.1, .num_threads = kThreads};
 constexpr double kGradClip = 1.0;
 
-// Debian's python3-torch lives under /usr/bin/python3, which a pyenv or venv
-// python3 earlier on $PATH would hide; $COHORT_PYTHON overrides both.
-std::string Python() {
-  if (const char* env = std::getenv("COHORT_PYTHON"); env != nullptr && *env != '\0') return env;
-  if (access("/usr/bin/python3", X_OK) == 0) return "/usr/bin/python3";
-  return "python3";
-}
-
 template <typename T>
 void WriteFile(const std::string& path, const std::vector<T>& data) {
   std::ofstream out(path, std::ios::binary);
@@ -162,10 +154,10 @@ TEST(GptTorchTest, ThreeTrainingStepsMatchPyTorch) {
 
   const std::string script = std::string(COHORT_SOURCE_DIR) + "/tests/reference/gpt_reference.py";
   absl::StatusOr<testing::CommandResult> run =
-      testing::RunCommand(Python(), {script, dir}, absl::Seconds(45));
-  ASSERT_TRUE(run.ok()) << run.status() << "\nNeeds " << Python()
+      testing::RunCommand(testing::PythonPath(), {script, dir}, absl::Seconds(45));
+  ASSERT_TRUE(run.ok()) << run.status() << "\nNeeds " << testing::PythonPath()
                         << " with torch: run `tools/dev deps` (installs python3-torch).";
-  ASSERT_NE(run->exit_code, 3) << "PyTorch is not importable by " << Python()
+  ASSERT_NE(run->exit_code, 3) << "PyTorch is not importable by " << testing::PythonPath()
                                << ": run `tools/dev deps` (installs python3-torch).\n"
                                << run->output;
   ASSERT_EQ(run->exit_code, 0) << run->output;

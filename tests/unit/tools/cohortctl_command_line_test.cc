@@ -190,7 +190,7 @@ TEST(ParseCommandTest, CheckpointsSubcommandsTheirOperandsAndFlags) {
   config = ConfigWithArgs({"checkpoints", "export", "j"});
   config.out = "x";
   config.format = "npz";
-  EXPECT_EQ(ParseCommand(config).status().message(), "--format must be safetensors, not \"npz\"");
+  EXPECT_EQ(ParseCommand(config).status().message(), "--format must be safetensors or hf-gpt2, not \"npz\"");
   config = ConfigWithArgs({"submit", "f.yaml"});
   config.out = "x";
   EXPECT_EQ(ParseCommand(config).status().message(), "submit does not take --out");

@@ -74,9 +74,15 @@ class FakeGroup : public comm::Communicator {
 class TrainingLoopTest : public ::testing::Test {
  protected:
   // A session of the small test model; data parallel over `group` when set.
-  std::unique_ptr<train::TrainingSession> NewSession(int64_t steps, FakeGroup* group = nullptr) {
+  std::unique_ptr<train::TrainingSession> NewSession(int64_t steps, FakeGroup* group = nullptr,
+                                                     int validation_interval = -1) {
     v1::JobSpec spec = testing::SmallJobSpec("loop", 1, 1, 2);
     spec.set_steps(steps);
+    if (validation_interval >= 0) {
+      spec.mutable_data()->mutable_validation()->set_held_out_fraction(0.1);
+      spec.mutable_data()->mutable_validation()->set_interval_steps(validation_interval);
+      spec.mutable_data()->mutable_validation()->set_batches(1);
+    }
     absl::StatusOr<train::TrainingConfig> config =
         train::TrainingConfigFromSpec(spec, group == nullptr ? 1 : 2);
     EXPECT_TRUE(config.ok()) << config.status();
@@ -185,6 +191,61 @@ TEST_F(TrainingLoopTest, ACheckpointFollowsEveryIntervalAndTheLastStep) {
   // The loop waits for the last upload before it reports completion.
   EXPECT_THAT(client.steps(), ElementsAre(2, 4, 5));
   EXPECT_EQ(writer.uploads_ok(), 3);
+}
+
+TEST_F(TrainingLoopTest, ValidationFollowsEveryIntervalTheLastStepAndAResumeWhereOneWasDue) {
+  std::unique_ptr<train::TrainingSession> session = NewSession(5, nullptr, 2);
+  ASSERT_NE(session, nullptr);
+  std::vector<int64_t> validated;
+  std::vector<double> losses;
+  TrainingLoopHooks hooks = Recording();
+  hooks.on_validation = [&](Step done, double loss, absl::Duration) {
+    validated.push_back(done.value());
+    losses.push_back(loss);
+  };
+  const std::string log_path = ::testing::TempDir() + "/training_loop_validation.log";
+  std::FILE* log = std::fopen(log_path.c_str(), "w");
+  ASSERT_NE(log, nullptr);
+  TrainingLoopInput input = Input(session.get(), 0, 5);
+  input.loss_log = log;
+  EXPECT_EQ(RunTrainingLoop(input, hooks).end, TrainingLoopEnd::kCompleted);
+  std::fclose(log);
+  EXPECT_THAT(validated, ElementsAre(2, 4, 5));
+  EXPECT_GT(losses[0], losses[2]) << "the model learns between validations";
+  std::ifstream lines(log_path);
+  std::string line;
+  int validation_lines = 0;
+  while (std::getline(lines, line)) {
+    validation_lines += line.find("job loop-1 generation 3 validation ") == 0;
+  }
+  EXPECT_EQ(validation_lines, 3);
+
+  // A generation that resumes at step 4 (where a validation was due)
+  // validates first; one at step 3 does not.
+  validated.clear();
+  std::unique_ptr<train::TrainingSession> resumed = NewSession(5, nullptr, 2);
+  EXPECT_EQ(RunTrainingLoop(Input(resumed.get(), 4, 5), hooks).end, TrainingLoopEnd::kCompleted);
+  EXPECT_THAT(validated, ElementsAre(4, 5));
+  validated.clear();
+  EXPECT_EQ(RunTrainingLoop(Input(resumed.get(), 3, 5), hooks).end, TrainingLoopEnd::kCompleted);
+  EXPECT_THAT(validated, ElementsAre(4, 5));
+}
+
+TEST_F(TrainingLoopTest, AValidationThatLosesAPeerEndsTheLoopWithTheStepsState) {
+  FakeGroup group;
+  std::unique_ptr<train::TrainingSession> session = NewSession(4, &group, 2);
+  ASSERT_NE(session, nullptr);
+  TrainingLoopHooks hooks = Recording();
+  hooks.on_step = [&](Step done, const train::StepResult&, absl::Duration) {
+    if (done == Step(2)) group.fail = true;  // the validation after step 2 fails
+  };
+  bool validated = false;
+  hooks.on_validation = [&](Step, double, absl::Duration) { validated = true; };
+  const TrainingLoopOutcome outcome = RunTrainingLoop(Input(session.get(), 0, 4), hooks);
+  EXPECT_EQ(outcome.end, TrainingLoopEnd::kPeerLost);
+  EXPECT_FALSE(validated);
+  EXPECT_EQ(outcome.steps_done, 2);
+  EXPECT_EQ(outcome.newest_state, 2) << "the step's state is kept for the next generation";
 }
 
 TEST_F(TrainingLoopTest, StopEndsTheLoopBetweenSteps) {

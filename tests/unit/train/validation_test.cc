@@ -1,0 +1,216 @@
+// Validation (StepRunner::Evaluate through TrainingSession::Validate): the
+// validation loss is the mean over the fixed held-out batches of each
+// batch's tree of micro-batch losses, it leaves the training state alone,
+// and every layout computes the same bits: data-parallel degrees with even
+// and uneven splits, a pipeline, both, and tensor parallelism against a
+// tolerance (its matmuls split the sums, so bits may differ).
+
+#include <cmath>
+#include <cstring>
+#include <memory>
+#include <thread>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "gtest/gtest.h"
+#include "tests/testing/thread_comms.h"
+#include "tests/testing/training_configs.h"
+#include "worker/data/validation_sampler.h"
+#include "worker/model/model_layout.h"
+#include "worker/train/reduction_tree.h"
+#include "worker/train/training_session.h"
+
+namespace cohort::train {
+namespace {
+
+constexpr int kBatches = 3;
+
+// 6 micro-batches of 2 sequences per step; the tail 20% of the synthetic
+// corpus held out.
+TrainingConfig ValidatedConfig() {
+  TrainingConfig config = testing::SmallTrainingConfig(12, 2, 4);
+  config.data.held_out_fraction = 0.2;
+  config.validation_interval = 2;
+  config.validation_batches = kBatches;
+  return config;
+}
+
+std::unique_ptr<TrainingSession> SingleProcess(const TrainingConfig& config) {
+  TrainingSessionOptions options;
+  options.num_threads = 1;
+  absl::StatusOr<std::unique_ptr<TrainingSession>> session =
+      TrainingSession::Create(config, model::ModelLayout{}, {}, options);
+  EXPECT_TRUE(session.ok()) << session.status();
+  return session.ok() ? *std::move(session) : nullptr;
+}
+
+TEST(ValidationTest, TheLossIsTheMeanOfEachBatchsTreeOfMicroBatchLosses) {
+  const TrainingConfig config = ValidatedConfig();
+  std::unique_ptr<TrainingSession> session = SingleProcess(config);
+  ASSERT_NE(session, nullptr);
+  // The reference: the same held-out windows forwarded one micro-batch at a
+  // time by the same model.
+  absl::StatusOr<Datasets> datasets = LoadDatasets(config.data);
+  ASSERT_TRUE(datasets.ok()) << datasets.status();
+  ASSERT_NE(datasets->validation, nullptr);
+  absl::StatusOr<data::ValidationSampler> sampler = data::ValidationSampler::Create(
+      *datasets->validation, {.context_length = config.model.context_length,
+                              .global_batch_size = config.global_batch_size,
+                              .batches = kBatches});
+  ASSERT_TRUE(sampler.ok()) << sampler.status();
+  const int B = config.micro_batch_size, T = config.model.context_length;
+  const int m = config.micro_batches_per_step();
+  std::vector<int32_t> inputs(B * T), targets(B * T);
+  double expected = 0;
+  for (int b = 0; b < kBatches; ++b) {
+    std::vector<double> losses;
+    for (int i = 0; i < m; ++i) {
+      ASSERT_TRUE(sampler->Fill(b, i * B, B, inputs.data(), targets.data()).ok());
+      absl::StatusOr<double> loss =
+          session->model().ForwardStage(0, inputs.data(), targets.data(), B, T);
+      ASSERT_TRUE(loss.ok()) << loss.status();
+      losses.push_back(*loss);
+    }
+    expected += TreeSum(losses.data(), m) / m;
+  }
+  expected /= kBatches;
+  absl::StatusOr<double> validation = session->Validate();
+  ASSERT_TRUE(validation.ok()) << validation.status();
+  EXPECT_EQ(*validation, expected);
+  // An untrained model over 64 tokens: about ln(64).
+  EXPECT_NEAR(*validation, std::log(64.0), 0.5);
+}
+
+TEST(ValidationTest, ValidatingLeavesTheTrainingRunAsItWas) {
+  const TrainingConfig config = ValidatedConfig();
+  std::unique_ptr<TrainingSession> plain = SingleProcess(config);
+  std::unique_ptr<TrainingSession> validated = SingleProcess(config);
+  ASSERT_NE(plain, nullptr);
+  ASSERT_NE(validated, nullptr);
+  const size_t n = plain->model().num_params();
+  for (int s = 0; s < 3; ++s) {
+    absl::StatusOr<double> before = validated->Validate();
+    ASSERT_TRUE(before.ok()) << before.status();
+    ASSERT_EQ(std::memcmp(plain->model().params(), validated->model().params(), n * 4), 0);
+    absl::StatusOr<StepResult> a = plain->RunStep(Step(s));
+    absl::StatusOr<StepResult> b = validated->RunStep(Step(s));
+    ASSERT_TRUE(a.ok() && b.ok());
+    EXPECT_EQ(a->loss, b->loss) << "step " << s;
+    absl::StatusOr<double> again = validated->Validate();
+    ASSERT_TRUE(again.ok());
+    EXPECT_NE(*again, *before) << "validation after step " << s << " sees the trained weights";
+  }
+  EXPECT_EQ(std::memcmp(plain->model().params(), validated->model().params(), n * 4), 0);
+}
+
+TEST(ValidationTest, TheValidationDataIsNeverTrainedOn) {
+  const TrainingConfig config = ValidatedConfig();
+  absl::StatusOr<Datasets> datasets = LoadDatasets(config.data);
+  ASSERT_TRUE(datasets.ok()) << datasets.status();
+  TrainingConfig whole = config;
+  whole.data.held_out_fraction = 0;
+  absl::StatusOr<Datasets> all = LoadDatasets(whole.data);
+  ASSERT_TRUE(all.ok());
+  EXPECT_EQ(all->validation, nullptr);
+  EXPECT_EQ(datasets->train->total_tokens() + datasets->validation->total_tokens(),
+            all->train->total_tokens());
+  EXPECT_EQ(datasets->validation->total_tokens(), config.data.synthetic_tokens / 5);
+  // The training set ends where the held-out tail begins.
+  const std::span<const uint16_t> corpus = all->train->shard(0);
+  const std::span<const uint16_t> kept = datasets->train->shard(0);
+  const std::span<const uint16_t> held = datasets->validation->shard(0);
+  EXPECT_TRUE(std::equal(kept.begin(), kept.end(), corpus.begin()));
+  EXPECT_TRUE(std::equal(held.begin(), held.end(), corpus.begin() + kept.size()));
+}
+
+struct Layout {
+  int dp = 1;
+  int tp = 1;
+  int pp = 1;
+};
+
+// Validate on every rank of `layout` (threads over in-process groups);
+// returns each rank's result.
+std::vector<double> ValidateIn(const TrainingConfig& config, Layout layout) {
+  const int world = layout.dp * layout.tp * layout.pp;
+  // Megatron ranks: rank = (p * dp + d) * tp + t.
+  auto rank_of = [&](int d, int t, int p) { return (p * layout.dp + d) * layout.tp + t; };
+  std::vector<std::shared_ptr<testing::ThreadGroup>> data(layout.tp * layout.pp),
+      tensor(layout.dp * layout.pp), pipeline(layout.dp * layout.tp);
+  for (auto& g : data) g = std::make_shared<testing::ThreadGroup>(layout.dp);
+  for (auto& g : tensor) g = std::make_shared<testing::ThreadGroup>(layout.tp);
+  for (auto& g : pipeline) g = std::make_shared<testing::ThreadGroup>(layout.pp);
+  std::vector<double> results(static_cast<size_t>(world), -1);
+  std::vector<std::thread> threads;
+  for (int p = 0; p < layout.pp; ++p) {
+    for (int d = 0; d < layout.dp; ++d) {
+      for (int t = 0; t < layout.tp; ++t) {
+        threads.emplace_back([&, d, t, p] {
+          testing::ThreadCommunicator data_comm(data[p * layout.tp + t], d);
+          testing::ThreadCommunicator tensor_comm(tensor[p * layout.dp + d], t);
+          testing::ThreadCommunicator pipeline_comm(pipeline[d * layout.tp + t], p);
+          TrainingGroups groups;
+          groups.data = layout.dp > 1 ? &data_comm : nullptr;
+          groups.tensor = layout.tp > 1 ? &tensor_comm : nullptr;
+          groups.pipeline = layout.pp > 1 ? &pipeline_comm : nullptr;
+          TrainingSessionOptions options;
+          options.num_threads = 1;
+          options.collective_timeout = absl::Seconds(30);
+          const model::ModelLayout model_layout{
+              .tp = layout.tp, .tp_rank = t, .pp = layout.pp, .stage = p};
+          absl::StatusOr<std::unique_ptr<TrainingSession>> session =
+              TrainingSession::Create(config, model_layout, groups, options);
+          ASSERT_TRUE(session.ok()) << session.status();
+          absl::StatusOr<double> loss = (*session)->Validate();
+          ASSERT_TRUE(loss.ok()) << loss.status();
+          results[static_cast<size_t>(rank_of(d, t, p))] = *loss;
+        });
+      }
+    }
+  }
+  for (std::thread& thread : threads) thread.join();
+  return results;
+}
+
+TEST(ValidationTest, EveryDataAndPipelineLayoutComputesTheSameBits) {
+  const TrainingConfig config = ValidatedConfig();
+  std::unique_ptr<TrainingSession> single = SingleProcess(config);
+  ASSERT_NE(single, nullptr);
+  absl::StatusOr<double> reference = single->Validate();
+  ASSERT_TRUE(reference.ok()) << reference.status();
+  // dp 4 splits the 6 micro-batches 2, 2, 1, 1.
+  for (const Layout layout : {Layout{.dp = 2}, Layout{.dp = 4}, Layout{.pp = 2},
+                              Layout{.dp = 3, .pp = 2}}) {
+    SCOPED_TRACE(absl::StrCat("dp ", layout.dp, " pp ", layout.pp));
+    for (const double loss : ValidateIn(config, layout)) EXPECT_EQ(loss, *reference);
+  }
+}
+
+TEST(ValidationTest, TensorParallelRanksAgreeWithTheSingleProcessWithinRounding) {
+  const TrainingConfig config = ValidatedConfig();
+  std::unique_ptr<TrainingSession> single = SingleProcess(config);
+  ASSERT_NE(single, nullptr);
+  absl::StatusOr<double> reference = single->Validate();
+  ASSERT_TRUE(reference.ok());
+  const std::vector<double> losses = ValidateIn(config, Layout{.dp = 2, .tp = 2});
+  for (const double loss : losses) {
+    EXPECT_EQ(loss, losses[0]) << "every rank reports the same loss";
+    EXPECT_NEAR(loss, *reference, 1e-5 * *reference);
+  }
+}
+
+TEST(ValidationTest, TooLittleHeldOutDataIsRefusedNamingTheField) {
+  TrainingConfig config = ValidatedConfig();
+  config.validation_batches = 1000;
+  TrainingSessionOptions options;
+  options.num_threads = 1;
+  absl::StatusOr<std::unique_ptr<TrainingSession>> session =
+      TrainingSession::Create(config, model::ModelLayout{}, {}, options);
+  ASSERT_FALSE(session.ok());
+  EXPECT_EQ(session.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(session.status().message().find("data.validation"), std::string::npos)
+      << session.status();
+}
+
+}  // namespace
+}  // namespace cohort::train
