@@ -15,6 +15,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "common/json_reader.h"
 #include "common/safe_text.h"
 #include "common/status_macros.h"
 
@@ -25,230 +26,18 @@ namespace {
 // a half-precision tensor needs no second copy of it.
 constexpr size_t kStagingBytes = size_t{1} << 20;
 
-// Nesting accepted in values the reader skips (unknown keys): the header's
-// own structure is two objects deep.
-constexpr int kMaxSkipDepth = 32;
-
 static_assert(std::endian::native == std::endian::little,
               "safetensors data is little-endian; reading it on this host needs byte swaps");
 
-// A recursive-descent reader of the JSON the header is: one object of
-// objects, strings and arrays of non-negative integers. Every error is
-// DataLoss naming the file and the byte of the header where it was found.
-class JsonCursor {
- public:
-  JsonCursor(absl::string_view text, absl::string_view file) : text_(text), file_(file) {}
-
-  absl::Status Error(absl::string_view what) const {
-    return absl::DataLossError(absl::StrCat("safetensors file ", file_, ": header ", what,
-                                            " at byte ", pos_, " of ", text_.size()));
-  }
-
-  void SkipSpace() {
-    while (pos_ < text_.size() && (text_[pos_] == ' ' || text_[pos_] == '\t' ||
-                                   text_[pos_] == '\n' || text_[pos_] == '\r')) {
-      ++pos_;
-    }
-  }
-  bool AtEnd() const { return pos_ >= text_.size(); }
-  char Peek() const { return AtEnd() ? '\0' : text_[pos_]; }
-
-  absl::Status Expect(char c) {
-    SkipSpace();
-    if (Peek() != c) return Error(absl::StrCat("expects '", std::string(1, c), "'"));
-    ++pos_;
-    return absl::OkStatus();
-  }
-
-  // Consumes `c` (after spaces) when it is next.
-  bool Consume(char c) {
-    SkipSpace();
-    if (Peek() != c) return false;
-    ++pos_;
-    return true;
-  }
-
-  absl::Status String(std::string* out) {
-    RETURN_IF_ERROR(Expect('"'));
-    out->clear();
-    while (true) {
-      if (AtEnd()) return Error("ends inside a string");
-      const unsigned char c = static_cast<unsigned char>(text_[pos_++]);
-      if (c == '"') return absl::OkStatus();
-      if (c < 0x20) return Error("has a control character in a string");
-      if (c != '\\') {
-        out->push_back(static_cast<char>(c));
-        continue;
-      }
-      if (AtEnd()) return Error("ends inside a string");
-      const char e = text_[pos_++];
-      switch (e) {
-        case '"':
-        case '\\':
-        case '/':
-          out->push_back(e);
-          break;
-        case 'b':
-          out->push_back('\b');
-          break;
-        case 'f':
-          out->push_back('\f');
-          break;
-        case 'n':
-          out->push_back('\n');
-          break;
-        case 'r':
-          out->push_back('\r');
-          break;
-        case 't':
-          out->push_back('\t');
-          break;
-        case 'u': {
-          uint32_t code = 0;
-          RETURN_IF_ERROR(Hex4(&code));
-          if (code >= 0xD800 && code <= 0xDBFF) {
-            // A high surrogate must be followed by an escaped low one.
-            uint32_t low = 0;
-            if (text_.substr(pos_, 2) != "\\u") return Error("has an unpaired surrogate");
-            pos_ += 2;
-            RETURN_IF_ERROR(Hex4(&low));
-            if (low < 0xDC00 || low > 0xDFFF) return Error("has an unpaired surrogate");
-            code = 0x10000 + ((code - 0xD800) << 10) + (low - 0xDC00);
-          } else if (code >= 0xDC00 && code <= 0xDFFF) {
-            return Error("has an unpaired surrogate");
-          }
-          AppendUtf8(code, out);
-          break;
-        }
-        default:
-          return Error("has an invalid escape in a string");
-      }
-    }
-  }
-
-  // A non-negative integer without sign, fraction or exponent.
-  absl::Status Unsigned(uint64_t* out) {
-    SkipSpace();
-    const size_t begin = pos_;
-    uint64_t value = 0;
-    while (!AtEnd() && Peek() >= '0' && Peek() <= '9') {
-      const uint64_t digit = static_cast<uint64_t>(Peek() - '0');
-      if (value > (UINT64_MAX - digit) / 10) return Error("has an integer too large");
-      value = value * 10 + digit;
-      ++pos_;
-    }
-    if (pos_ == begin) return Error("expects a non-negative integer");
-    if (pos_ - begin > 1 && text_[begin] == '0') return Error("has an integer with a leading 0");
-    if (Peek() == '.' || Peek() == 'e' || Peek() == 'E') {
-      return Error("expects an integer, not a fraction");
-    }
-    *out = value;
-    return absl::OkStatus();
-  }
-
-  // [n, n, ...] of non-negative integers.
-  absl::Status UnsignedArray(std::vector<uint64_t>* out) {
-    RETURN_IF_ERROR(Expect('['));
-    out->clear();
-    if (Consume(']')) return absl::OkStatus();
-    do {
-      uint64_t v = 0;
-      RETURN_IF_ERROR(Unsigned(&v));
-      out->push_back(v);
-    } while (Consume(','));
-    return Expect(']');
-  }
-
-  // {"key": value, ...}: calls on_member(key) with the cursor before each
-  // value, which it must consume.
-  absl::Status Object(const std::function<absl::Status(const std::string&)>& on_member) {
-    RETURN_IF_ERROR(Expect('{'));
-    if (Consume('}')) return absl::OkStatus();
-    std::string key;
-    do {
-      RETURN_IF_ERROR(String(&key));
-      RETURN_IF_ERROR(Expect(':'));
-      RETURN_IF_ERROR(on_member(key));
-    } while (Consume(','));
-    return Expect('}');
-  }
-
-  // Any value, discarded.
-  absl::Status SkipValue(int depth = 0) {
-    if (depth > kMaxSkipDepth) return Error("nests too deep");
-    SkipSpace();
-    const char c = Peek();
-    if (c == '"') {
-      std::string ignored;
-      return String(&ignored);
-    }
-    if (c == '{') {
-      return Object([&](const std::string&) { return SkipValue(depth + 1); });
-    }
-    if (c == '[') {
-      ++pos_;
-      if (Consume(']')) return absl::OkStatus();
-      do {
-        RETURN_IF_ERROR(SkipValue(depth + 1));
-      } while (Consume(','));
-      return Expect(']');
-    }
-    for (absl::string_view word : {"true", "false", "null"}) {
-      if (text_.substr(pos_, word.size()) == word) {
-        pos_ += word.size();
-        return absl::OkStatus();
-      }
-    }
-    // A number: the characters JSON numbers are made of.
-    const size_t begin = pos_;
-    while (!AtEnd() && std::strchr("0123456789+-.eE", Peek()) != nullptr) ++pos_;
-    if (pos_ == begin) return Error("expects a value");
-    return absl::OkStatus();
-  }
-
- private:
-  absl::Status Hex4(uint32_t* out) {
-    if (pos_ + 4 > text_.size()) return Error("ends inside a \\u escape");
-    uint32_t v = 0;
-    for (int i = 0; i < 4; ++i) {
-      const char h = text_[pos_++];
-      v <<= 4;
-      if (h >= '0' && h <= '9') {
-        v |= static_cast<uint32_t>(h - '0');
-      } else if (h >= 'a' && h <= 'f') {
-        v |= static_cast<uint32_t>(h - 'a' + 10);
-      } else if (h >= 'A' && h <= 'F') {
-        v |= static_cast<uint32_t>(h - 'A' + 10);
-      } else {
-        return Error("has an invalid \\u escape");
-      }
-    }
-    *out = v;
-    return absl::OkStatus();
-  }
-
-  static void AppendUtf8(uint32_t code, std::string* out) {
-    if (code < 0x80) {
-      out->push_back(static_cast<char>(code));
-    } else if (code < 0x800) {
-      out->push_back(static_cast<char>(0xC0 | (code >> 6)));
-      out->push_back(static_cast<char>(0x80 | (code & 0x3F)));
-    } else if (code < 0x10000) {
-      out->push_back(static_cast<char>(0xE0 | (code >> 12)));
-      out->push_back(static_cast<char>(0x80 | ((code >> 6) & 0x3F)));
-      out->push_back(static_cast<char>(0x80 | (code & 0x3F)));
-    } else {
-      out->push_back(static_cast<char>(0xF0 | (code >> 18)));
-      out->push_back(static_cast<char>(0x80 | ((code >> 12) & 0x3F)));
-      out->push_back(static_cast<char>(0x80 | ((code >> 6) & 0x3F)));
-      out->push_back(static_cast<char>(0x80 | (code & 0x3F)));
-    }
-  }
-
-  absl::string_view text_;
-  absl::string_view file_;
-  size_t pos_ = 0;
-};
+// A reader of the JSON the header is: one object of objects, strings and
+// arrays of non-negative integers. Every error is DataLoss naming the file
+// and the byte of the header where it was found.
+JsonReader HeaderReader(absl::string_view header, absl::string_view file) {
+  return JsonReader(header, [file](const JsonReader& json, absl::string_view reason) {
+    return absl::DataLossError(absl::StrCat("safetensors file ", file, ": header, byte ",
+                                            json.pos(), " of ", json.size(), ": ", reason));
+  });
+}
 
 absl::Status TensorError(absl::string_view file, absl::string_view tensor, absl::string_view what) {
   return absl::DataLossError(
@@ -257,7 +46,7 @@ absl::Status TensorError(absl::string_view file, absl::string_view tensor, absl:
 
 // One tensor's entry: {"dtype": .., "shape": [..], "data_offsets": [b, e]}
 // (other keys skipped), checked against the data section.
-absl::Status ParseEntry(JsonCursor& json, uint64_t data_bytes, uint64_t data_start,
+absl::Status ParseEntry(JsonReader& json, uint64_t data_bytes, uint64_t data_start,
                         absl::string_view file, SafetensorsEntry* entry) {
   bool has_dtype = false, has_shape = false, has_offsets = false;
   std::vector<uint64_t> shape, offsets;
@@ -373,20 +162,20 @@ int SafetensorsDTypeSize(absl::string_view dtype) {
 absl::StatusOr<SafetensorsHeader> ParseSafetensorsHeader(absl::string_view header,
                                                          uint64_t data_bytes,
                                                          absl::string_view file) {
-  JsonCursor json(header, file);
+  JsonReader json = HeaderReader(header, file);
   SafetensorsHeader out;
   bool has_metadata = false;
   const uint64_t data_start = 8 + header.size();
   std::map<std::string, size_t, std::less<>> seen;
   RETURN_IF_ERROR(json.Object([&](const std::string& key) -> absl::Status {
     if (key == "__metadata__") {
-      if (has_metadata) return json.Error("has two __metadata__ objects");
+      if (has_metadata) return json.Error("two __metadata__ objects");
       has_metadata = true;
       return json.Object([&](const std::string& name) -> absl::Status {
         std::string value;
         RETURN_IF_ERROR(json.String(&value));
         if (!out.metadata.emplace(name, std::move(value)).second) {
-          return json.Error(absl::StrCat("has metadata key ", Quoted(name), " twice"));
+          return json.Error(absl::StrCat("metadata key ", Quoted(name), " twice"));
         }
         return absl::OkStatus();
       });
@@ -401,7 +190,7 @@ absl::StatusOr<SafetensorsHeader> ParseSafetensorsHeader(absl::string_view heade
     return absl::OkStatus();
   }));
   json.SkipSpace();
-  if (!json.AtEnd()) return json.Error("has bytes after its object");
+  if (!json.AtEnd()) return json.Error("bytes after its object");
 
   std::stable_sort(out.tensors.begin(), out.tensors.end(),
                    [](const SafetensorsEntry& a, const SafetensorsEntry& b) {

@@ -31,7 +31,9 @@ try:
     import torch
     import torch.nn.functional as F
 except ImportError as error:  # the C++ test turns this into a failure
-    print(f"gpt_reference.py: cannot import torch/numpy ({error}); "
+    # Named after the script that was run: sample_reference.py and
+    # hf_gpt2_reference.py import this module for its torch check.
+    print(f"{os.path.basename(sys.argv[0])}: cannot import torch/numpy ({error}); "
           "run `tools/dev deps` to install python3-torch", file=sys.stderr)
     sys.exit(3)
 

@@ -6,7 +6,8 @@ The model mirrors transformers' GPT2LMHeadModel (Conv1D weights stored
 (in, out), c_attn's outputs split into q, k, v blocks with the heads
 contiguous in each, tanh GELU ("gelu_new"), LayerNorm eps 1e-5, the LM head
 tied to transformer.wte) without importing transformers: only the standard
-library, numpy and torch (Debian's python3-torch, torch 1.13 API).
+library, numpy and torch (Debian's python3-torch, torch 1.13 API); the
+config reader is gpt_reference.py's, beside this script.
 
 Usage: hf_gpt2_reference.py DIR, where DIR holds
 
@@ -37,25 +38,14 @@ import os
 import struct
 import sys
 
-try:
-    import numpy as np
-    import torch
-    import torch.nn.functional as F
-    from torch import nn
-except ImportError as error:  # the C++ test turns this into a failure
-    print(f"hf_gpt2_reference.py: cannot import torch/numpy ({error}); "
-          "run `tools/dev deps` to install python3-torch", file=sys.stderr)
-    sys.exit(3)
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+# Exits 3 when torch or numpy is missing.
+from gpt_reference import read_config  # noqa: E402
 
-
-def read_config(path):
-    config = {}
-    with open(path) as f:
-        for line in f:
-            if line.strip():
-                key, value = line.split()
-                config[key] = int(value)
-    return config
+import numpy as np  # noqa: E402
+import torch  # noqa: E402
+import torch.nn.functional as F  # noqa: E402
+from torch import nn  # noqa: E402
 
 
 class Conv1D(nn.Module):

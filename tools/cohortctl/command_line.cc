@@ -6,6 +6,7 @@
 #include <vector>
 
 #include "absl/status/status.h"
+#include "absl/strings/ascii.h"
 #include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
@@ -15,6 +16,7 @@
 #include "absl/time/time.h"
 #include "common/flag_checks.h"
 #include "common/job_spec_defaults.h"
+#include "common/tls_credentials.h"
 #include "tools/cohortctl/spec_builder.h"
 #include "tools/cohortctl/spec_fields.h"
 
@@ -529,6 +531,21 @@ absl::StatusOr<Command> ParseCommand(const CtlConfig& config) {
     return UsageError("submit needs a FILE or spec flags (e.g. cohortctl submit --name=demo)");
   }
   return command;
+}
+
+absl::StatusOr<std::string> ResolveBearerToken(const std::optional<std::string>& flag,
+                                               const char* file_env, const char* token_env) {
+  std::string token_file = flag.value_or("");
+  if (!flag.has_value() && file_env != nullptr) token_file = file_env;
+  if (!token_file.empty()) {
+    absl::StatusOr<std::string> token = ReadSecretFile("--token_file", token_file);
+    if (!token.ok()) return UsageError(token.status().message());
+    std::string stripped(absl::StripAsciiWhitespace(*token));
+    if (stripped.empty()) return UsageError(absl::StrCat("--token_file ", token_file, ": is empty"));
+    return stripped;
+  }
+  if (token_env == nullptr) return std::string();
+  return std::string(absl::StripAsciiWhitespace(token_env));
 }
 
 absl::StatusOr<std::string> ResolveCoordinatorAddress(const std::optional<std::string>& flag,

@@ -107,6 +107,14 @@ absl::StatusOr<Command> ParseCommand(const CtlConfig& config);
 // variable COHORT_COORDINATOR's value (`env`, may be null or empty), else
 // localhost:7070. InvalidArgument unless it is HOST:PORT with a port from 1
 // to 65535 (naming where the value came from).
+// The bearer token sent with every request (cohortctl and cohort-sample
+// alike): the contents of --token_file (`flag`) when given, else of
+// $COHORT_TOKEN_FILE (`file_env`), else $COHORT_TOKEN (`token_env`), each
+// stripped of surrounding whitespace; "" when none is set. InvalidArgument
+// (a usage error) for a file that cannot be read or holds only whitespace.
+absl::StatusOr<std::string> ResolveBearerToken(const std::optional<std::string>& flag,
+                                               const char* file_env, const char* token_env);
+
 absl::StatusOr<std::string> ResolveCoordinatorAddress(const std::optional<std::string>& flag,
                                                       const char* env);
 

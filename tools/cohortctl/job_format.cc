@@ -258,7 +258,7 @@ std::string FormatJobDetails(const v1::Job& job) {
                           spec.model().vocab_size(), spec.model().context_length()));
   AddLine(&out, "Data", DescribeData(spec.data()));
   if (spec.data().has_validation()) {
-    AddLine(&out, "Validation data", DescribeValidation(spec.data().validation()));
+    AddLine(&out, "Held out", DescribeValidation(spec.data().validation()));
   }
   AddLine(&out, "Optimizer",
           absl::StrCat("lr ", Number(spec.optimizer().learning_rate()), " -> ",

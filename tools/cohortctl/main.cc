@@ -176,19 +176,11 @@ int main(int argc, char** argv) {
   config.tls.cert = absl::GetFlag(FLAGS_tls_cert);
   config.tls.key = absl::GetFlag(FLAGS_tls_key);
   config.tls.server_name = absl::GetFlag(FLAGS_tls_server_name);
-  if (const std::string token_file = flag_or_env("token_file", FLAGS_token_file,
-                                                 "COHORT_TOKEN_FILE");
-      !token_file.empty()) {
-    absl::StatusOr<std::string> token = cohort::ReadSecretFile("--token_file", token_file);
-    if (!token.ok()) return ctl::ReportUsageError(token.status().message(), std::cerr);
-    config.token = std::string(absl::StripAsciiWhitespace(*token));
-    if (config.token.empty()) {
-      return ctl::ReportUsageError(absl::StrCat("--token_file ", token_file, ": is empty"),
-                                   std::cerr);
-    }
-  } else if (const char* token = std::getenv("COHORT_TOKEN"); token != nullptr) {
-    config.token = std::string(absl::StripAsciiWhitespace(token));
-  }
+  absl::StatusOr<std::string> token = ctl::ResolveBearerToken(
+      set("token_file") ? std::optional(absl::GetFlag(FLAGS_token_file)) : std::nullopt,
+      std::getenv("COHORT_TOKEN_FILE"), std::getenv("COHORT_TOKEN"));
+  if (!token.ok()) return ctl::ReportUsageError(token.status().message(), std::cerr);
+  config.token = *token;
   config.all = absl::GetFlag(FLAGS_all);
   config.validate_only = absl::GetFlag(FLAGS_validate_only);
   if (set("out")) config.out = absl::GetFlag(FLAGS_out);

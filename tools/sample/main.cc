@@ -230,18 +230,11 @@ int main(int argc, char** argv) {
   config.connection.tls.cert = absl::GetFlag(FLAGS_tls_cert);
   config.connection.tls.key = absl::GetFlag(FLAGS_tls_key);
   config.connection.tls.server_name = absl::GetFlag(FLAGS_tls_server_name);
-  if (const std::string token_file =
-          flag_or_env("token_file", FLAGS_token_file, "COHORT_TOKEN_FILE");
-      !token_file.empty()) {
-    absl::StatusOr<std::string> token = cohort::ReadSecretFile("--token_file", token_file);
-    if (!token.ok()) return UsageError(std::string(token.status().message()));
-    config.connection.token = std::string(absl::StripAsciiWhitespace(*token));
-    if (config.connection.token.empty()) {
-      return UsageError(absl::StrCat("--token_file ", token_file, ": is empty"));
-    }
-  } else if (const char* token = std::getenv("COHORT_TOKEN"); token != nullptr) {
-    config.connection.token = std::string(absl::StripAsciiWhitespace(token));
-  }
+  absl::StatusOr<std::string> token = ctl::ResolveBearerToken(
+      set("token_file") ? std::optional(absl::GetFlag(FLAGS_token_file)) : std::nullopt,
+      std::getenv("COHORT_TOKEN_FILE"), std::getenv("COHORT_TOKEN"));
+  if (!token.ok()) return UsageError(std::string(token.status().message()));
+  config.connection.token = *token;
   config.stdout_is_terminal = isatty(STDOUT_FILENO) == 1;
   return sample::RunSampleTool(config, std::cout, std::cerr);
 }

@@ -15,6 +15,7 @@
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_split.h"
 #include "absl/synchronization/mutex.h"
+#include "common/json_reader.h"
 #include "worker/data/gpt2_pretokenizer.h"
 
 namespace cohort::data {
@@ -101,24 +102,6 @@ int32_t NextCodePoint(absl::string_view s, size_t* i) {
   return c;
 }
 
-void AppendUtf8(uint32_t c, std::string* out) {
-  if (c < 0x80) {
-    out->push_back(static_cast<char>(c));
-  } else if (c < 0x800) {
-    out->push_back(static_cast<char>(0xC0 | (c >> 6)));
-    out->push_back(static_cast<char>(0x80 | (c & 0x3F)));
-  } else if (c < 0x10000) {
-    out->push_back(static_cast<char>(0xE0 | (c >> 12)));
-    out->push_back(static_cast<char>(0x80 | ((c >> 6) & 0x3F)));
-    out->push_back(static_cast<char>(0x80 | (c & 0x3F)));
-  } else {
-    out->push_back(static_cast<char>(0xF0 | (c >> 18)));
-    out->push_back(static_cast<char>(0x80 | ((c >> 12) & 0x3F)));
-    out->push_back(static_cast<char>(0x80 | ((c >> 6) & 0x3F)));
-    out->push_back(static_cast<char>(0x80 | (c & 0x3F)));
-  }
-}
-
 // The bytes a token string spells in the byte alphabet, or an error naming
 // the first character outside it.
 absl::StatusOr<std::string> TokenBytes(absl::string_view token) {
@@ -146,146 +129,52 @@ struct VocabEntry {
   int line;
 };
 
-// encoder.json: one JSON object of string -> non-negative integer. JSON's
-// string escapes (\" \\ \/ \b \f \n \r \t \uXXXX with surrogate pairs) are
-// decoded; other values are refused.
+// encoder.json: one JSON object of string -> non-negative integer, its
+// strings decoded by JsonReader; other values are refused. Errors name the
+// file and the line.
 class EncoderJsonParser {
  public:
-  EncoderJsonParser(absl::string_view text, absl::string_view name) : text_(text), name_(name) {}
+  EncoderJsonParser(absl::string_view text, absl::string_view name)
+      : json_(text, [name](const JsonReader& json, absl::string_view reason) {
+          return absl::InvalidArgumentError(
+              absl::StrCat(name, " line ", json.line(), ": ", reason));
+        }) {}
 
   absl::Status Parse(std::vector<VocabEntry>* entries) {
-    SkipWhitespace();
-    if (!Consume('{')) return Error("expected a JSON object of token -> id, starting with '{'");
-    SkipWhitespace();
-    if (!Consume('}')) {
+    if (!json_.Consume('{')) {
+      return json_.Error("expected a JSON object of token -> id, starting with '{'");
+    }
+    if (!json_.Consume('}')) {
       while (true) {
+        json_.SkipSpace();
         if (entries->size() > static_cast<size_t>(kMaxId)) {
-          return Error("more than 65536 entries (ids must fit in uint16)");
+          return json_.Error("more than 65536 entries (ids must fit in uint16)");
         }
         const int entry = static_cast<int>(entries->size()) + 1;
-        if (!Consume('"')) {
-          return Error(absl::StrCat("entry ", entry, ": expected a token in double quotes"));
+        if (json_.Peek() != '"') {
+          return json_.Error(absl::StrCat("entry ", entry, ": expected a token in double quotes"));
         }
-        VocabEntry e{.token = "", .id = 0, .line = line_};
-        if (absl::Status s = ParseStringBody(&e.token); !s.ok()) return s;
-        SkipWhitespace();
-        if (!Consume(':')) {
-          return Error(absl::StrCat("entry ", entry, " ", Quote(e.token), ": expected ':'"));
+        VocabEntry e{.token = "", .id = 0, .line = json_.line()};
+        if (absl::Status s = json_.String(&e.token); !s.ok()) return s;
+        if (!json_.Consume(':')) {
+          return json_.Error(absl::StrCat("entry ", entry, " ", Quote(e.token), ": expected ':'"));
         }
-        SkipWhitespace();
         if (absl::Status s = ParseId(e.token, &e.id); !s.ok()) return s;
         entries->push_back(std::move(e));
-        SkipWhitespace();
-        if (Consume('}')) break;
-        if (!Consume(',')) {
-          return Error(absl::StrCat("expected ',' or '}' after entry ", entry));
+        if (json_.Consume('}')) break;
+        if (!json_.Consume(',')) {
+          return json_.Error(absl::StrCat("expected ',' or '}' after entry ", entry));
         }
-        SkipWhitespace();
       }
     }
-    SkipWhitespace();
-    if (pos_ != text_.size()) return Error("unexpected text after the object");
+    json_.SkipSpace();
+    if (!json_.AtEnd()) return json_.Error("unexpected text after the object");
     return absl::OkStatus();
   }
 
  private:
-  absl::Status Error(absl::string_view what) const {
-    return absl::InvalidArgumentError(absl::StrCat(name_, " line ", line_, ": ", what));
-  }
-  bool Consume(char c) {
-    if (pos_ >= text_.size() || text_[pos_] != c) return false;
-    ++pos_;
-    return true;
-  }
-  void SkipWhitespace() {
-    for (; pos_ < text_.size(); ++pos_) {
-      const char c = text_[pos_];
-      if (c == '\n') {
-        ++line_;
-      } else if (c != ' ' && c != '\t' && c != '\r') {
-        break;
-      }
-    }
-  }
-  bool Hex4(uint32_t* value) {
-    if (pos_ + 4 > text_.size()) return false;
-    *value = 0;
-    for (int k = 0; k < 4; ++k) {
-      const char c = text_[pos_ + k];
-      const int digit = c >= '0' && c <= '9'   ? c - '0'
-                        : c >= 'a' && c <= 'f' ? c - 'a' + 10
-                        : c >= 'A' && c <= 'F' ? c - 'A' + 10
-                                               : -1;
-      if (digit < 0) return false;
-      *value = *value * 16 + static_cast<uint32_t>(digit);
-    }
-    pos_ += 4;
-    return true;
-  }
-  // After the opening quote, through the closing one.
-  absl::Status ParseStringBody(std::string* out) {
-    while (true) {
-      if (pos_ >= text_.size()) return Error("unterminated string");
-      const char c = text_[pos_++];
-      if (c == '"') return absl::OkStatus();
-      if (static_cast<unsigned char>(c) < 0x20) {
-        return Error(absl::StrFormat("control character 0x%02x in a string (JSON escapes it)",
-                                     static_cast<unsigned char>(c)));
-      }
-      if (c != '\\') {
-        out->push_back(c);
-        continue;
-      }
-      if (pos_ >= text_.size()) return Error("unterminated string");
-      const char escape = text_[pos_++];
-      switch (escape) {
-        case '"':
-        case '\\':
-        case '/':
-          out->push_back(escape);
-          break;
-        case 'b':
-          out->push_back('\b');
-          break;
-        case 'f':
-          out->push_back('\f');
-          break;
-        case 'n':
-          out->push_back('\n');
-          break;
-        case 'r':
-          out->push_back('\r');
-          break;
-        case 't':
-          out->push_back('\t');
-          break;
-        case 'u': {
-          uint32_t c1 = 0, c2 = 0;
-          if (!Hex4(&c1)) return Error("\\u needs four hex digits");
-          if (c1 >= 0xDC00 && c1 <= 0xDFFF) {
-            return Error(absl::StrFormat("unpaired low surrogate \\u%04X", c1));
-          }
-          if (c1 >= 0xD800 && c1 <= 0xDBFF) {
-            if (!Consume('\\') || !Consume('u') || !Hex4(&c2) || c2 < 0xDC00 || c2 > 0xDFFF) {
-              return Error(absl::StrFormat("high surrogate \\u%04X without a low one", c1));
-            }
-            c1 = 0x10000 + ((c1 - 0xD800) << 10) + (c2 - 0xDC00);
-          }
-          AppendUtf8(c1, out);
-          break;
-        }
-        default:
-          return Error(absl::StrCat("unknown escape \\", std::string(1, escape)));
-      }
-    }
-  }
   absl::Status ParseId(const std::string& token, int64_t* id) {
-    const size_t start = pos_;
-    while (pos_ < text_.size() && std::strchr("+-.0123456789eE", text_[pos_]) != nullptr &&
-           text_[pos_] != '\0') {
-      ++pos_;
-    }
-    const absl::string_view number = text_.substr(start, pos_ - start);
+    const absl::string_view number = json_.NumberText();
     bool ok = !number.empty() && number.size() <= 5 && (number == "0" || number[0] != '0');
     int64_t value = 0;
     for (size_t k = 0; ok && k < number.size(); ++k) {
@@ -293,18 +182,15 @@ class EncoderJsonParser {
       value = value * 10 + (number[k] - '0');
     }
     if (!ok || value > kMaxId) {
-      return Error(absl::StrCat("token ", Quote(token), ": id ",
-                                number.empty() ? "(missing)" : Quote(number),
-                                " is not an integer in [0, 65535] (shard tokens are uint16)"));
+      return json_.Error(absl::StrCat(
+          "token ", Quote(token), ": id ", number.empty() ? "(missing)" : Quote(number),
+          " is not an integer in [0, 65535] (shard tokens are uint16)"));
     }
     *id = value;
     return absl::OkStatus();
   }
 
-  absl::string_view text_;
-  absl::string_view name_;
-  size_t pos_ = 0;
-  int line_ = 1;
+  JsonReader json_;
 };
 
 // A whole file, refusing one over kMaxGpt2FileBytes.

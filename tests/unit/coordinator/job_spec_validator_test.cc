@@ -363,8 +363,53 @@ INSTANTIATE_TEST_SUITE_P(
                 "checkpoint.resume_from_step: must be >= 0"},
         BadCase{"ResumeFromBadJobId",
                 [](v1::JobSpec& s) { s.mutable_checkpoint()->set_resume_from_job("Base/1"); },
-                "checkpoint.resume_from_job: \"Base/1\" is not a job id"}),
+                "checkpoint.resume_from_job: \"Base/1\" is not a job id"},
+        BadCase{"ValidationWithoutData",
+                [](v1::JobSpec& s) { s.mutable_data()->mutable_validation()->set_batches(2); },
+                "data.validation: set exactly one of pattern (held-out shards) and "
+                "held_out_fraction"},
+        BadCase{"ValidationWithBothSources",
+                [](v1::JobSpec& s) {
+                  s.mutable_data()->mutable_validation()->set_pattern("/d/val_*.bin");
+                  s.mutable_data()->mutable_validation()->set_held_out_fraction(0.1);
+                },
+                "data.validation: set exactly one"},
+        BadCase{"HeldOutFractionTooLarge",
+                [](v1::JobSpec& s) {
+                  s.mutable_data()->mutable_validation()->set_held_out_fraction(0.75);
+                },
+                "data.validation.held_out_fraction: must be in (0, 0.5], got 0.75"},
+        BadCase{"NegativeValidationInterval",
+                [](v1::JobSpec& s) {
+                  s.mutable_data()->mutable_validation()->set_held_out_fraction(0.1);
+                  s.mutable_data()->mutable_validation()->set_interval_steps(-1);
+                },
+                "data.validation.interval_steps: must be >= 0"},
+        BadCase{"TooManyValidationBatches",
+                [](v1::JobSpec& s) {
+                  s.mutable_data()->mutable_validation()->set_held_out_fraction(0.1);
+                  s.mutable_data()->mutable_validation()->set_batches(10001);
+                },
+                "data.validation.batches: must be in [0, 10000]"},
+        BadCase{"InitFromWithResume",
+                [](v1::JobSpec& s) {
+                  s.mutable_checkpoint()->set_init_from("/m/gpt2.safetensors");
+                  s.mutable_checkpoint()->set_resume_from_job("base-1");
+                },
+                "checkpoint.init_from: is set with checkpoint.resume_from_job"},
+        BadCase{"InitFromWithAControlCharacter",
+                [](v1::JobSpec& s) { s.mutable_checkpoint()->set_init_from("a\nb"); },
+                "checkpoint.init_from: "}),
     [](const ::testing::TestParamInfo<BadCase>& info) { return info.param.name; });
+
+TEST(JobSpecValidatorTest, ValidationBatchesDefaultToFour) {
+  v1::JobSpec spec = ValidSpec();
+  spec.mutable_data()->mutable_validation()->set_held_out_fraction(0.1);
+  absl::StatusOr<v1::JobSpec> normalized = NormalizeJobSpec(spec);
+  ASSERT_TRUE(normalized.ok()) << normalized.status();
+  EXPECT_EQ(normalized->data().validation().batches(), 4);
+  EXPECT_EQ(normalized->data().validation().interval_steps(), 0);
+}
 
 TEST(JobSpecValidatorTest, UnknownFieldsAreNotStored) {
   v1::JobSpec spec = ValidSpec();

@@ -4,16 +4,16 @@
 #include "tools/data/data_tool.h"
 
 #include <filesystem>
-#include <fstream>
 #include <sstream>
 #include <string>
 #include <vector>
 
-#include "common/log.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "tests/testing/files.h"
 #include "tests/testing/paths.h"
 #include "tests/testing/subprocess.h"
+#include "tests/testing/token_shards.h"
 #include "worker/data/byte_tokenizer.h"
 #include "worker/data/markov_source.h"
 #include "worker/data/token_dataset.h"
@@ -23,28 +23,12 @@ namespace {
 
 using ::testing::HasSubstr;
 
-void WriteFile(const std::string& path, const std::string& text) {
-  std::ofstream out(path, std::ios::binary | std::ios::trunc);
-  out << text;
-}
-
-// All tokens of the shards matching `pattern`, in order.
-std::vector<uint16_t> ReadAll(const std::string& pattern) {
-  absl::StatusOr<data::TokenDataset> dataset = data::TokenDataset::OpenGlob(pattern);
-  CHECK(dataset.ok()) << dataset.status();
-  std::vector<uint16_t> tokens;
-  for (int i = 0; i < dataset->num_shards(); ++i) {
-    tokens.insert(tokens.end(), dataset->shard(i).begin(), dataset->shard(i).end());
-  }
-  return tokens;
-}
-
 std::string TwoFileCorpus(const std::string& dir, std::vector<std::string>* inputs) {
   std::string a, b;
   for (int i = 0; i < 300; ++i) a += "line " + std::to_string(i) + " of the first file\n";
   for (int i = 0; i < 200; ++i) b += "zweite Datei, Zeile " + std::to_string(i) + " \xc3\xa4\n";
-  WriteFile(dir + "/a.txt", a);
-  WriteFile(dir + "/b.txt", b);
+  testing::WriteFile(dir + "/a.txt", a);
+  testing::WriteFile(dir + "/b.txt", b);
   *inputs = {dir + "/a.txt", dir + "/b.txt"};
   return a + b;
 }
@@ -63,8 +47,10 @@ TEST(DataToolTest, TextShardsDecodeBackToTheInput) {
 
   const int64_t total = static_cast<int64_t>(corpus.size());
   const int64_t val = std::llround(0.1 * static_cast<double>(total));
-  const std::vector<uint16_t> train_tokens = ReadAll(config.output_dir + "/train_*.bin");
-  const std::vector<uint16_t> val_tokens = ReadAll(config.output_dir + "/val_*.bin");
+  const std::vector<uint16_t> train_tokens =
+      testing::ReadShardTokens(config.output_dir + "/train_*.bin");
+  const std::vector<uint16_t> val_tokens =
+      testing::ReadShardTokens(config.output_dir + "/val_*.bin");
   EXPECT_EQ(static_cast<int64_t>(train_tokens.size()), total - val);
   EXPECT_EQ(static_cast<int64_t>(val_tokens.size()), val);
   std::vector<uint16_t> all = train_tokens;
@@ -123,8 +109,10 @@ TEST(DataToolTest, SyntheticShardsEqualTheInProcessSource) {
   absl::StatusOr<data::MarkovSource> source = data::MarkovSource::Create(
       {.seed = 99, .vocab_size = 512, .alphabet_size = 12, .branching = 3});
   ASSERT_TRUE(source.ok());
-  EXPECT_EQ(ReadAll(dir + "/train_*.bin"), source->Generate(40'000, data::kTrainStream));
-  EXPECT_EQ(ReadAll(dir + "/val_*.bin"), source->Generate(10'000, data::kValStream));
+  EXPECT_EQ(testing::ReadShardTokens(dir + "/train_*.bin"),
+            source->Generate(40'000, data::kTrainStream));
+  EXPECT_EQ(testing::ReadShardTokens(dir + "/val_*.bin"),
+            source->Generate(10'000, data::kValStream));
   EXPECT_EQ(data::TokenDataset::OpenGlob(dir + "/train_*.bin")->num_shards(), 2);
 }
 
@@ -201,8 +189,8 @@ TEST_F(DataBinaryTest, TextCommandWritesDecodableShards) {
                           absl::Seconds(60));
   ASSERT_TRUE(result.ok()) << result.status();
   ASSERT_EQ(result->exit_code, 0) << result->output;
-  std::vector<uint16_t> all = ReadAll(dir + "/out/train_*.bin");
-  const std::vector<uint16_t> val = ReadAll(dir + "/out/val_*.bin");
+  std::vector<uint16_t> all = testing::ReadShardTokens(dir + "/out/train_*.bin");
+  const std::vector<uint16_t> val = testing::ReadShardTokens(dir + "/out/val_*.bin");
   EXPECT_EQ(static_cast<int64_t>(val.size()),
             std::llround(0.25 * static_cast<double>(corpus.size())));
   all.insert(all.end(), val.begin(), val.end());
@@ -219,7 +207,7 @@ TEST_F(DataBinaryTest, SyntheticCommandPrintsTheFloor) {
   ASSERT_TRUE(result.ok()) << result.status();
   ASSERT_EQ(result->exit_code, 0) << result->output;
   EXPECT_THAT(result->output, HasSubstr("entropy floor: 1.386294 nats/token"));
-  EXPECT_EQ(ReadAll(dir + "/train_*.bin").size(), 9000u);
+  EXPECT_EQ(testing::ReadShardTokens(dir + "/train_*.bin").size(), 9000u);
 }
 
 TEST_F(DataBinaryTest, BadFlagExitsTwoNamingTheFlag) {

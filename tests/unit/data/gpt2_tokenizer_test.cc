@@ -29,6 +29,8 @@
 #include "common/log.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "tests/testing/files.h"
+#include "tests/testing/gpt2_byte_alphabet.h"
 #include "tests/testing/paths.h"
 #include "tests/testing/subprocess.h"
 #include "worker/data/gpt2_pretokenizer.h"
@@ -39,36 +41,9 @@ namespace {
 using ::testing::ElementsAre;
 using ::testing::HasSubstr;
 
-void WriteFile(const std::string& path, const std::string& text) {
-  std::ofstream out(path, std::ios::binary | std::ios::trunc);
-  out << text;
-  ASSERT_TRUE(out.good()) << path;
-}
-
-// GPT-2's byte alphabet, spelled out again here so the files the test
-// writes do not depend on the code under test.
-std::string ByteChar(unsigned char b) {
-  const auto printable = [](int c) {
-    return (c >= 0x21 && c <= 0x7E) || (c >= 0xA1 && c <= 0xAC) || c >= 0xAE;
-  };
-  int code_point = b;
-  if (!printable(b)) {
-    code_point = 0x100;
-    for (int c = 0; c < b; ++c) code_point += printable(c) ? 0 : 1;
-  }
-  std::string utf8;
-  if (code_point < 0x80) {
-    utf8.push_back(static_cast<char>(code_point));
-  } else {
-    utf8.push_back(static_cast<char>(0xC0 | (code_point >> 6)));
-    utf8.push_back(static_cast<char>(0x80 | (code_point & 0x3F)));
-  }
-  return utf8;
-}
-
 std::string Spell(const std::string& bytes) {
   std::string out;
-  for (const char c : bytes) out += ByteChar(static_cast<unsigned char>(c));
+  for (const char c : bytes) out += testing::Gpt2ByteChar(static_cast<unsigned char>(c));
   return out;
 }
 
@@ -415,8 +390,8 @@ TEST(Gpt2TokenizerTest, MalformedFilesNameLineAndReason) {
 TEST(Gpt2TokenizerTest, LoadChecksTheFiles) {
   const std::string dir = testing::MakeTempDir("gpt2");
   const VocabFiles files = SmallVocab({{"a", "b"}});
-  WriteFile(dir + "/encoder.json", files.encoder_json);
-  WriteFile(dir + "/vocab.bpe", files.merges);
+  testing::WriteFile(dir + "/encoder.json", files.encoder_json);
+  testing::WriteFile(dir + "/vocab.bpe", files.merges);
   absl::StatusOr<Gpt2Tokenizer> tokenizer =
       Gpt2Tokenizer::Load(dir + "/encoder.json", dir + "/vocab.bpe");
   ASSERT_TRUE(tokenizer.ok()) << tokenizer.status();
@@ -428,7 +403,7 @@ TEST(Gpt2TokenizerTest, LoadChecksTheFiles) {
   EXPECT_THAT(missing.status().message(), HasSubstr(dir + "/nope.json does not exist"));
 
   // Named by path in the errors of their contents.
-  WriteFile(dir + "/bad.bpe", "a\n");
+  testing::WriteFile(dir + "/bad.bpe", "a\n");
   EXPECT_THAT(Gpt2Tokenizer::Load(dir + "/encoder.json", dir + "/bad.bpe").status().message(),
               HasSubstr(dir + "/bad.bpe line 1: expected two tokens"));
 
@@ -552,8 +527,8 @@ TEST(Gpt2TokenizerTest, EqualsThePythonReference) {
   const std::string dir = testing::MakeTempDir("gpt2ref");
   const VocabFiles files = LearnVocab(SampleCorpus(), 300);
   ASSERT_GT(files.ids.size(), 256u + 250u) << "the sample should yield about 300 merges";
-  WriteFile(dir + "/encoder.json", files.encoder_json);
-  WriteFile(dir + "/vocab.bpe", files.merges);
+  testing::WriteFile(dir + "/encoder.json", files.encoder_json);
+  testing::WriteFile(dir + "/vocab.bpe", files.merges);
   absl::StatusOr<Gpt2Tokenizer> tokenizer =
       Gpt2Tokenizer::Load(dir + "/encoder.json", dir + "/vocab.bpe");
   ASSERT_TRUE(tokenizer.ok()) << tokenizer.status();
@@ -565,7 +540,7 @@ TEST(Gpt2TokenizerTest, EqualsThePythonReference) {
       dir + "/encoder.json", dir + "/vocab.bpe", dir + "/ids.txt"};
   for (size_t i = 0; i < texts.size(); ++i) {
     args.push_back(absl::StrFormat("%s/text_%03d.txt", dir, i));
-    WriteFile(args.back(), texts[i]);
+    testing::WriteFile(args.back(), texts[i]);
   }
   absl::StatusOr<testing::CommandResult> run =
       testing::RunCommand(testing::PythonPath(), args, absl::Seconds(60));

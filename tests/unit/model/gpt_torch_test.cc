@@ -27,10 +27,10 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
-#include "absl/time/time.h"
 #include "gtest/gtest.h"
+#include "tests/testing/files.h"
 #include "tests/testing/paths.h"
-#include "tests/testing/subprocess.h"
+#include "tests/testing/torch_reference.h"
 #include "worker/compute/cpu_backend.h"
 #include "worker/model/gpt_model.h"
 #include "worker/model/parameter_init.h"
@@ -55,23 +55,6 @@ const train::LrScheduleOptions kSchedule{
 const train::AdamWOptions kAdamW{
     .beta1 = 0.9, .beta2 = 0.95, .eps = 1e-8, .weight_decay = 0.1, .num_threads = kThreads};
 constexpr double kGradClip = 1.0;
-
-template <typename T>
-void WriteFile(const std::string& path, const std::vector<T>& data) {
-  std::ofstream out(path, std::ios::binary);
-  out.write(reinterpret_cast<const char*>(data.data()), data.size() * sizeof(T));
-  ASSERT_TRUE(out.good()) << path;
-}
-
-template <typename T>
-std::vector<T> ReadFile(const std::string& path, size_t count) {
-  std::ifstream in(path, std::ios::binary);
-  std::vector<T> data(count);
-  in.read(reinterpret_cast<char*>(data.data()), count * sizeof(T));
-  EXPECT_TRUE(in.good()) << path;
-  EXPECT_EQ(in.peek(), EOF) << path << " is longer than " << count << " elements";
-  return data;
-}
 
 double RelativeError(const float* actual, const float* expected, size_t n) {
   double diff = 0.0, norm = 0.0;
@@ -149,24 +132,19 @@ TEST(GptTorchTest, ThreeTrainingStepsMatchPyTorch) {
         << kThreads << "\n";
     ASSERT_TRUE(cfg.good());
   }
-  WriteFile(dir + "/params.bin", std::vector<float>(model.params(), model.params() + n));
-  WriteFile(dir + "/tokens.bin", tokens);
+  testing::WriteBinaryFile(dir + "/params.bin",
+                           std::vector<float>(model.params(), model.params() + n));
+  testing::WriteBinaryFile(dir + "/tokens.bin", tokens);
 
-  const std::string script = std::string(COHORT_SOURCE_DIR) + "/tests/reference/gpt_reference.py";
-  absl::StatusOr<testing::CommandResult> run =
-      testing::RunCommand(testing::PythonPath(), {script, dir}, absl::Seconds(45));
-  ASSERT_TRUE(run.ok()) << run.status() << "\nNeeds " << testing::PythonPath()
-                        << " with torch: run `tools/dev deps` (installs python3-torch).";
-  ASSERT_NE(run->exit_code, 3) << "PyTorch is not importable by " << testing::PythonPath()
-                               << ": run `tools/dev deps` (installs python3-torch).\n"
-                               << run->output;
-  ASSERT_EQ(run->exit_code, 0) << run->output;
+  const absl::Status reference = testing::RunTorchReference("gpt_reference.py", dir);
+  ASSERT_TRUE(reference.ok()) << reference.message();
 
-  const auto ref_logits = ReadFile<float>(dir + "/ref_logits.bin", size_t{kB} * kT * Vp);
-  const auto ref_grads = ReadFile<float>(dir + "/ref_grads.bin", n);
-  const auto ref_params = ReadFile<float>(dir + "/ref_params.bin", n);
-  const auto ref_losses = ReadFile<double>(dir + "/ref_losses.bin", kSteps);
-  const auto ref_norms = ReadFile<double>(dir + "/ref_norms.bin", kSteps);
+  const auto ref_logits =
+      testing::ReadBinaryFile<float>(dir + "/ref_logits.bin", size_t{kB} * kT * Vp);
+  const auto ref_grads = testing::ReadBinaryFile<float>(dir + "/ref_grads.bin", n);
+  const auto ref_params = testing::ReadBinaryFile<float>(dir + "/ref_params.bin", n);
+  const auto ref_losses = testing::ReadBinaryFile<double>(dir + "/ref_losses.bin", kSteps);
+  const auto ref_norms = testing::ReadBinaryFile<double>(dir + "/ref_norms.bin", kSteps);
 
   // The same steps in C++.
   const std::vector<train::DecayRange> ranges = train::WeightDecayRanges(table, 0, n);

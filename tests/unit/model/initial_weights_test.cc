@@ -33,8 +33,9 @@
 #include "common/safetensors_reader.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "tests/testing/files.h"
 #include "tests/testing/paths.h"
-#include "tests/testing/subprocess.h"
+#include "tests/testing/torch_reference.h"
 #include "tools/cohortctl/checkpoint_export.h"
 #include "worker/checkpoint/shard_plan.h"
 #include "worker/compute/cpu_backend.h"
@@ -51,16 +52,6 @@ constexpr int kB = 2, kT = 16, kThreads = 2;
 // vocab 100 pads to 128 rows: the padding rows must come out zero.
 GptConfig TinyConfig() {
   return GptConfig{.layers = 2, .heads = 4, .width = 64, .vocab_size = 100, .context_length = 32};
-}
-
-template <typename T>
-std::vector<T> ReadFile(const std::string& path, size_t count) {
-  std::ifstream in(path, std::ios::binary);
-  std::vector<T> data(count);
-  in.read(reinterpret_cast<char*>(data.data()), static_cast<std::streamsize>(count * sizeof(T)));
-  EXPECT_TRUE(in.good()) << path;
-  EXPECT_EQ(in.peek(), EOF) << path << " is longer than " << count << " elements";
-  return data;
 }
 
 double RelativeError(const std::vector<float>& actual, const std::vector<float>& expected) {
@@ -168,25 +159,9 @@ class InitialWeightsTest : public ::testing::Test {
     tokens_ = new std::vector<int32_t>(2 * kB * kT);
     std::mt19937_64 rng(11);
     for (int32_t& t : *tokens_) t = static_cast<int32_t>(rng() % config.vocab_size);
-    std::ofstream(*dir_ + "/tokens.bin", std::ios::binary)
-        .write(reinterpret_cast<const char*>(tokens_->data()),
-               static_cast<std::streamsize>(tokens_->size() * sizeof(int32_t)));
-    const std::string script =
-        std::string(COHORT_SOURCE_DIR) + "/tests/reference/hf_gpt2_reference.py";
-    absl::StatusOr<testing::CommandResult> run =
-        testing::RunCommand(testing::PythonPath(), {script, *dir_}, absl::Seconds(45));
-    reference_error_ = new std::string;
-    if (!run.ok()) {
-      *reference_error_ =
-          absl::StrCat(run.status().ToString(), "\nNeeds ", testing::PythonPath(),
-                       " with torch: run `tools/dev deps` (installs python3-torch).");
-    } else if (run->exit_code == 3) {
-      *reference_error_ =
-          absl::StrCat("PyTorch is not importable by ", testing::PythonPath(),
-                       ": run `tools/dev deps` (installs python3-torch).\n", run->output);
-    } else if (run->exit_code != 0) {
-      *reference_error_ = run->output;
-    }
+    testing::WriteBinaryFile(*dir_ + "/tokens.bin", *tokens_);
+    const absl::Status reference = testing::RunTorchReference("hf_gpt2_reference.py", *dir_);
+    reference_error_ = new std::string(reference.message());
   }
 
   void SetUp() override { ASSERT_TRUE(reference_error_->empty()) << *reference_error_; }
@@ -238,8 +213,8 @@ TEST_F(InitialWeightsTest, LogitsAndLossMatchPyTorch) {
   for (int n = 0; n < kB * kT; ++n) {
     logits.insert(logits.end(), padded.begin() + n * Vp, padded.begin() + n * Vp + V);
   }
-  const auto ref_logits = ReadFile<float>(File("ref_logits.bin"), logits.size());
-  const auto ref_loss = ReadFile<double>(File("ref_loss.bin"), 1);
+  const auto ref_logits = testing::ReadBinaryFile<float>(File("ref_logits.bin"), logits.size());
+  const auto ref_loss = testing::ReadBinaryFile<double>(File("ref_loss.bin"), 1);
   const double logits_error = RelativeError(logits, ref_logits);
   EXPECT_LE(logits_error, kTolerance);
   EXPECT_LE(std::abs(*loss - ref_loss[0]), kTolerance * ref_loss[0])

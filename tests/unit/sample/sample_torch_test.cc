@@ -22,10 +22,10 @@
 #include <string>
 #include <vector>
 
-#include "absl/time/time.h"
 #include "gtest/gtest.h"
+#include "tests/testing/files.h"
 #include "tests/testing/paths.h"
-#include "tests/testing/subprocess.h"
+#include "tests/testing/torch_reference.h"
 #include "tools/sample/sampler.h"
 #include "worker/compute/cpu_backend.h"
 #include "worker/model/gpt_model.h"
@@ -42,23 +42,6 @@ constexpr double kGapMargin = 10.0;
 constexpr int kTokens = 40, kThreads = 2;
 // Weight matrices this many times GPT-2's initial scale (see PerturbParameters).
 constexpr float kMatrixScale = 10.0f;
-
-template <typename T>
-void WriteFile(const std::string& path, const std::vector<T>& data) {
-  std::ofstream out(path, std::ios::binary);
-  out.write(reinterpret_cast<const char*>(data.data()), data.size() * sizeof(T));
-  ASSERT_TRUE(out.good()) << path;
-}
-
-template <typename T>
-std::vector<T> ReadFile(const std::string& path, size_t count) {
-  std::ifstream in(path, std::ios::binary);
-  std::vector<T> data(count);
-  in.read(reinterpret_cast<char*>(data.data()), count * sizeof(T));
-  EXPECT_TRUE(in.good()) << path;
-  EXPECT_EQ(in.peek(), EOF) << path << " is longer than " << count << " elements";
-  return data;
-}
 
 // Biases and LayerNorms away from their constant initialisation, so that
 // mixing them up would change the logits; and the blocks' matrices far
@@ -103,22 +86,14 @@ TEST(SampleTorchTest, GreedyGenerationMatchesPyTorch) {
         << "\npadded_vocab " << Vp << "\ntokens " << kTokens << "\n";
     ASSERT_TRUE(cfg.good());
   }
-  WriteFile(dir + "/params.bin",
-            std::vector<float>(model.params(), model.params() + model.num_params()));
-  WriteFile(dir + "/prompt.bin", prompt);
-  const std::string script =
-      std::string(COHORT_SOURCE_DIR) + "/tests/reference/sample_reference.py";
-  absl::StatusOr<testing::CommandResult> run =
-      testing::RunCommand(testing::PythonPath(), {script, dir}, absl::Seconds(45));
-  ASSERT_TRUE(run.ok()) << run.status() << "\nNeeds " << testing::PythonPath()
-                        << " with torch: run `tools/dev deps` (installs python3-torch).";
-  ASSERT_NE(run->exit_code, 3) << "PyTorch is not importable by " << testing::PythonPath()
-                               << ": run `tools/dev deps` (installs python3-torch).\n"
-                               << run->output;
-  ASSERT_EQ(run->exit_code, 0) << run->output;
-  const auto ref_tokens = ReadFile<int32_t>(dir + "/ref_tokens.bin", kTokens);
-  const auto ref_logits = ReadFile<float>(dir + "/ref_logits.bin", Vp);
-  const auto ref_gaps = ReadFile<double>(dir + "/ref_gaps.bin", kTokens);
+  testing::WriteBinaryFile(dir + "/params.bin",
+                           std::vector<float>(model.params(), model.params() + model.num_params()));
+  testing::WriteBinaryFile(dir + "/prompt.bin", prompt);
+  const absl::Status reference = testing::RunTorchReference("sample_reference.py", dir);
+  ASSERT_TRUE(reference.ok()) << reference.message();
+  const auto ref_tokens = testing::ReadBinaryFile<int32_t>(dir + "/ref_tokens.bin", kTokens);
+  const auto ref_logits = testing::ReadBinaryFile<float>(dir + "/ref_logits.bin", Vp);
+  const auto ref_gaps = testing::ReadBinaryFile<double>(dir + "/ref_gaps.bin", kTokens);
   const double smallest_gap = *std::min_element(ref_gaps.begin(), ref_gaps.end());
 
   // Step 0's logits: the prompt's forward pass, last position, all Vp.

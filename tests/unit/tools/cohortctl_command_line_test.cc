@@ -150,6 +150,20 @@ TEST(ParseCommandTest, FlagsMustBelongToTheCommand) {
   EXPECT_FALSE(ParseCommand(config).ok());
 }
 
+TEST(ParseCommandTest, PlotTakesAJobAndNeedsOut) {
+  EXPECT_EQ(ParseCommand(ConfigWithArgs({"plot", "j1"})).status().message(),
+            "plot needs --out=FILE.svg");
+  EXPECT_EQ(ParseCommand(ConfigWithArgs({"plot"})).status().message(), "plot needs a JOB operand");
+  CtlConfig config = ConfigWithArgs({"plot", "j1"});
+  config.out = "loss.svg";
+  absl::StatusOr<Command> command = ParseCommand(config);
+  ASSERT_TRUE(command.ok()) << command.status();
+  EXPECT_EQ(command->kind, CommandKind::kPlot);
+  EXPECT_EQ(command->operand, "j1");
+  config.all = true;
+  EXPECT_EQ(ParseCommand(config).status().message(), "plot does not take --all");
+}
+
 TEST(ParseCommandTest, CheckpointsSubcommandsTheirOperandsAndFlags) {
   absl::StatusOr<Command> list = ParseCommand(ConfigWithArgs({"checkpoints", "list", "j-1"}));
   ASSERT_TRUE(list.ok()) << list.status();

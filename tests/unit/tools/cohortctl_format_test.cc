@@ -145,6 +145,35 @@ TEST(JobFormatTest, JobDetailsShowSpecProgressAndMesh) {
                                  "3     w3      host-b  cpu:1   1     1       0\n"));
 }
 
+TEST(JobFormatTest, JobDetailsShowTheValidationDataAndTheNewestResults) {
+  v1::Job job = RunningJob();
+  EXPECT_THAT(FormatJobDetails(job), Not(HasSubstr("Validation")));
+  v1::ValidationConfig* validation = job.mutable_spec()->mutable_data()->mutable_validation();
+  validation->set_pattern("/data/val_*.bin");
+  validation->set_interval_steps(50);
+  validation->set_batches(4);
+  for (const auto& [step, loss] : {std::pair{50, 3.5}, std::pair{100, 3.25}}) {
+    v1::LossPoint* p = job.mutable_progress()->add_validation();
+    p->set_step(step);
+    p->set_loss(loss);
+  }
+  const std::string details = FormatJobDetails(job);
+  EXPECT_THAT(details, HasSubstr("Held out:    shards /data/val_*.bin, every 50 steps and "
+                                 "the last, 4 batches\n"));
+  EXPECT_THAT(details, HasSubstr("Validation:  loss 3.2500 at step 100 (3.5000 at step 50)\n"));
+  validation->clear_pattern();
+  validation->set_held_out_fraction(0.1);
+  validation->set_interval_steps(0);
+  EXPECT_THAT(FormatJobDetails(job),
+              HasSubstr("the last 10% of the data, after the last step, 4 batches\n"));
+  // The bar and the event line show the newest.
+  EXPECT_THAT(RenderProgressBar(job, 140), HasSubstr("loss  3.2105  val  3.2500  12.3k tok/s"));
+  v1::JobEvent event;
+  event.set_kind(v1::JOB_EVENT_KIND_PROGRESS);
+  *event.mutable_job() = job;
+  EXPECT_THAT(FormatEventLine(event), HasSubstr(" val_loss=3.2500@100"));
+}
+
 TEST(JobFormatTest, PendingJobHasNoMeshTable) {
   v1::Job job = RunningJob();
   job.clear_mesh();

@@ -4,7 +4,6 @@
 
 #include <cmath>
 #include <filesystem>
-#include <fstream>
 #include <sstream>
 #include <string>
 #include <utility>
@@ -16,49 +15,19 @@
 #include "common/log.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "tests/testing/files.h"
+#include "tests/testing/gpt2_byte_alphabet.h"
 #include "tests/testing/paths.h"
 #include "tests/testing/subprocess.h"
+#include "tests/testing/token_shards.h"
 #include "tools/data/data_tool.h"
 #include "tools/data/text_shards.h"
 #include "worker/data/gpt2_tokenizer.h"
-#include "worker/data/token_dataset.h"
 
 namespace cohort::datatool {
 namespace {
 
 using ::testing::HasSubstr;
-
-void WriteFile(const std::string& path, const std::string& text) {
-  std::ofstream out(path, std::ios::binary | std::ios::trunc);
-  out << text;
-  ASSERT_TRUE(out.good()) << path;
-}
-
-std::vector<uint16_t> ReadAll(const std::string& pattern) {
-  absl::StatusOr<data::TokenDataset> dataset = data::TokenDataset::OpenGlob(pattern);
-  CHECK(dataset.ok()) << dataset.status();
-  std::vector<uint16_t> tokens;
-  for (int i = 0; i < dataset->num_shards(); ++i) {
-    tokens.insert(tokens.end(), dataset->shard(i).begin(), dataset->shard(i).end());
-  }
-  return tokens;
-}
-
-// A byte in GPT-2's token alphabet (printable Latin-1 as itself, the other
-// bytes in order from U+0100), UTF-8.
-std::string ByteChar(int b) {
-  const auto printable = [](int c) {
-    return (c >= 0x21 && c <= 0x7E) || (c >= 0xA1 && c <= 0xAC) || c >= 0xAE;
-  };
-  int code_point = b;
-  if (!printable(b)) {
-    code_point = 0x100;
-    for (int c = 0; c < b; ++c) code_point += printable(c) ? 0 : 1;
-  }
-  if (code_point < 0x80) return std::string(1, static_cast<char>(code_point));
-  return {static_cast<char>(0xC0 | (code_point >> 6)),
-          static_cast<char>(0x80 | (code_point & 0x3F))};
-}
 
 // A small GPT-2 style vocabulary: the 256 bytes and merges for common
 // English pieces ("Ġ" is the space). Writes encoder.json and vocab.bpe into
@@ -72,7 +41,7 @@ void WriteVocab(const std::string& dir) {
   std::vector<std::string> entries;
   int id = 0;
   for (int b = 0; b < 256; ++b) {
-    std::string token = ByteChar(b);
+    std::string token = testing::Gpt2ByteChar(b);
     if (token == "\"" || token == "\\") token = "\\" + token;
     entries.push_back(absl::StrCat("\"", token, "\": ", id++));
   }
@@ -82,8 +51,8 @@ void WriteVocab(const std::string& dir) {
     absl::StrAppend(&merges_file, a, " ", b, "\n");
   }
   entries.push_back(absl::StrCat("\"<|endoftext|>\": ", id++));
-  WriteFile(dir + "/encoder.json", absl::StrCat("{", absl::StrJoin(entries, ", "), "}"));
-  WriteFile(dir + "/vocab.bpe", merges_file);
+  testing::WriteFile(dir + "/encoder.json", absl::StrCat("{", absl::StrJoin(entries, ", "), "}"));
+  testing::WriteFile(dir + "/vocab.bpe", merges_file);
 }
 
 data::Gpt2Tokenizer LoadVocab(const std::string& dir) {
@@ -104,8 +73,8 @@ std::string TwoFileCorpus(const std::string& dir, std::vector<std::string>* inpu
     absl::StrAppend(&b, "zweite Datei, Zeile ", i, " \xc3\xa4\xc3\xa4 \xe6\x97\xa5\xe6\x9c\xac",
                     i % 50 == 0 ? "\xff" : "", " they'll\t\n");
   }
-  WriteFile(dir + "/a.txt", a);
-  WriteFile(dir + "/b.txt", b);
+  testing::WriteFile(dir + "/a.txt", a);
+  testing::WriteFile(dir + "/b.txt", b);
   *inputs = {dir + "/a.txt", dir + "/b.txt"};
   return a + b;
 }
@@ -137,8 +106,8 @@ TEST(DataToolGpt2Test, ChunkedShardsEqualEncodingTheWholeText) {
     ASSERT_FALSE(counted.empty());
     EXPECT_EQ(counted.back(), static_cast<int64_t>(corpus.size()));
 
-    std::vector<uint16_t> all = ReadAll(options.output_dir + "/train_*.bin");
-    const std::vector<uint16_t> val = ReadAll(options.output_dir + "/val_*.bin");
+    std::vector<uint16_t> all = testing::ReadShardTokens(options.output_dir + "/train_*.bin");
+    const std::vector<uint16_t> val = testing::ReadShardTokens(options.output_dir + "/val_*.bin");
     const int64_t total = static_cast<int64_t>(expected.size());
     EXPECT_EQ(static_cast<int64_t>(val.size()), std::llround(0.2 * static_cast<double>(total)));
     EXPECT_EQ(summary->split.train.tokens + summary->split.val->tokens, total);
@@ -156,7 +125,7 @@ TEST(DataToolGpt2Test, TextWithoutSafeCutsIsCutAnywayAndStaysLossless) {
   std::string corpus = "start ";
   for (int i = 0; i < 2500; ++i) corpus += i % 3 == 0 ? "\xc3\xa4" : "x";
   corpus += " end\n";
-  WriteFile(dir + "/long.txt", corpus);
+  testing::WriteFile(dir + "/long.txt", corpus);
   TextShardsOptions options{.inputs = {dir + "/long.txt"},
                             .output_dir = dir + "/out",
                             .val_fraction = 0.0,
@@ -168,7 +137,7 @@ TEST(DataToolGpt2Test, TextWithoutSafeCutsIsCutAnywayAndStaysLossless) {
   EXPECT_GT(summary->forced_cuts, 0);
   EXPECT_FALSE(summary->split.val.has_value());
   // Lossless whatever the cut.
-  EXPECT_EQ(*tokenizer.Decode(ReadAll(dir + "/out/train_*.bin")), corpus);
+  EXPECT_EQ(*tokenizer.Decode(testing::ReadShardTokens(dir + "/out/train_*.bin")), corpus);
 }
 
 TEST(DataToolGpt2Test, RunDataToolPrintsTheTokenizer) {
@@ -231,7 +200,7 @@ TEST(DataToolGpt2Test, BadTokenizerFlagsNameTheFlag) {
   };
   const std::string dir = testing::MakeTempDir("datagpt2");
   WriteVocab(dir);
-  WriteFile(dir + "/in.txt", "some text");
+  testing::WriteFile(dir + "/in.txt", "some text");
   for (const Case& c : cases) {
     DataToolConfig config;
     config.command = "text";
@@ -266,8 +235,8 @@ TEST(DataToolGpt2Test, BinaryWritesGpt2Shards) {
   ASSERT_TRUE(result.ok()) << result.status();
   ASSERT_EQ(result->exit_code, 0) << result->output;
   EXPECT_THAT(result->output, HasSubstr("gpt2 tokenizer: vocab 281"));
-  std::vector<uint16_t> all = ReadAll(dir + "/out/train_*.bin");
-  const std::vector<uint16_t> val = ReadAll(dir + "/out/val_*.bin");
+  std::vector<uint16_t> all = testing::ReadShardTokens(dir + "/out/train_*.bin");
+  const std::vector<uint16_t> val = testing::ReadShardTokens(dir + "/out/val_*.bin");
   all.insert(all.end(), val.begin(), val.end());
   EXPECT_EQ(all, *LoadVocab(dir).Encode(corpus));
 
