@@ -551,11 +551,15 @@ absl::Status JobManager::OnAssignmentStatus(const WorkerId& worker,
       // The final step's progress, which the last heartbeat may not carry.
       if (status.has_progress() && status.progress().step() > entry->job.progress().step()) {
         *entry->job.mutable_progress() = status.progress();
-        if (!entry->job.mesh().members().empty() &&
-            entry->job.mesh().members(0).worker_id() == worker.value()) {
-          AddLossPoint(entry->history.mutable_training(), status.progress().step(),
-                       status.progress().loss());
-        }
+      }
+      // Rank 0's final step joins the curve whichever member's report came
+      // first (a loss of 0 is a progress without a step: nothing to add).
+      if (status.has_progress() && status.progress().loss() != 0 &&
+          !entry->job.mesh().members().empty() &&
+          entry->job.mesh().members(0).worker_id() == worker.value()) {
+        AddLossPoint(entry->history.mutable_training(), status.progress().step(),
+                     status.progress().loss());
+        entry->history_dirty = true;
       }
       if (status.has_progress()) RecordValidations(*entry, status.progress());
       entry->reached_step = std::max(entry->reached_step, status.progress().step());

@@ -644,6 +644,40 @@ TEST_F(JobManagerTest, RankZerosLossesAndValidationsFormAHistoryThatSurvivesARes
   EXPECT_FALSE(Get(job).has_loss_history()) << "restored into the history, not the job";
 }
 
+TEST_F(JobManagerTest, TheFinalStepJoinsTheHistoryWhicheverMemberCompletesFirst) {
+  Join("w0", "h", 0);
+  Join("w1", "h", 1);
+  v1::Job job = Submit(Spec(1, 2, 2));
+  job = Get(job);
+  ReportAll(job, v1::ASSIGNMENT_STATE_READY);
+  const std::string rank0 = job.mesh().members(0).worker_id();
+  const std::string rank1 = job.mesh().members(1).worker_id();
+  auto complete = [&](const std::string& worker) {
+    v1::AssignmentStatus status;
+    status.set_job_id(job.job_id());
+    status.set_generation(job.generation());
+    status.set_state(v1::ASSIGNMENT_STATE_COMPLETED);
+    status.mutable_progress()->set_step(job.spec().steps());
+    status.mutable_progress()->set_loss(1.25);
+    v1::LossPoint* validation = status.mutable_progress()->add_validation();
+    validation->set_step(job.spec().steps());
+    validation->set_loss(1.5);
+    Effects effects;
+    return jobs_->OnAssignmentStatus(WorkerId(worker), status, now_, &effects);
+  };
+  // The last heartbeat came before the last step; rank 1 reports first.
+  ASSERT_TRUE(complete(rank1).ok());
+  ASSERT_TRUE(complete(rank0).ok());
+  EXPECT_EQ(Get(job).state(), v1::JOB_STATE_COMPLETED);
+  absl::StatusOr<v1::LossHistory> history = jobs_->LossHistory(JobId(job.job_id()));
+  ASSERT_TRUE(history.ok());
+  ASSERT_EQ(history->training_size(), 1);
+  EXPECT_EQ(history->training(0).step(), job.spec().steps());
+  EXPECT_EQ(history->training(0).loss(), 1.25);
+  ASSERT_EQ(history->validation_size(), 1);
+  EXPECT_EQ(history->validation(0).loss(), 1.5);
+}
+
 // dp 4 with ZeRO-1 and the default mirror on the next data rank.
 v1::JobSpec Zero1Spec(int min_workers, int max_workers, int optimizer_replicas = 0) {
   v1::JobSpec spec = Spec(1, min_workers, max_workers);
