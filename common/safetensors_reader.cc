@@ -180,6 +180,8 @@ absl::StatusOr<SafetensorsHeader> ParseSafetensorsHeader(absl::string_view heade
         return absl::OkStatus();
       });
     }
+    // No writer names a tensor "", and no reader could ask for it.
+    if (key.empty()) return json.Error("a tensor with an empty name");
     if (!seen.emplace(key, out.tensors.size()).second) {
       return TensorError(file, key, "appears twice in the header");
     }

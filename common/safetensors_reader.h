@@ -55,7 +55,7 @@ struct SafetensorsHeader {
 // header) is `data_bytes` long; file_offset is set as if the header were
 // `header.size()` bytes after the 8-byte length. `file` names the file in
 // errors. DataLoss for malformed JSON, a missing or mistyped field, an
-// unknown dtype, a duplicate name, or offsets outside the data, not matching
+// unknown dtype, an empty or duplicate name, or offsets outside the data, not matching
 // the shape or overlapping another tensor's.
 absl::StatusOr<SafetensorsHeader> ParseSafetensorsHeader(absl::string_view header,
                                                          uint64_t data_bytes,

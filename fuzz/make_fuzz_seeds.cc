@@ -416,6 +416,55 @@ void ShardSeeds(const fs::path& out) {
   write("shard-short", {1, 2, 3}, 16);
 }
 
+// ---- weights_file_fuzzer ----
+
+void WeightsFileSeeds(const fs::path& out) {
+  // A header of two tensors over 2 x 64 data bytes (the first byte of the
+  // record sets the data size in units of 64).
+  std::string header;
+  AppendRecord(0,
+               std::string("\x02") +
+                   R"({"__metadata__":{"format":"pt"},"wte.weight":{"dtype":"F32","shape":[4,4],)"
+                   R"("data_offsets":[0,64]},"ln_f.bias":{"dtype":"BF16","shape":[4],)"
+                   R"("data_offsets":[64,72]}})",
+               &header);
+  WriteFile(out / "safetensors-header", header);
+  // A vocabulary of the 256 byte tokens (GPT-2's printable stand-ins) and
+  // three merges, then text through it.
+  std::string encoder = "{";
+  int id = 0;
+  auto add = [&](const std::string& token) {
+    absl::StrAppend(&encoder, id == 0 ? "" : ",", "\"", token, "\":", id);
+    ++id;
+  };
+  // GPT-2's byte alphabet: printable Latin-1 bytes stand for themselves,
+  // the others map to U+0100 upwards in byte order.
+  int next = 256;
+  for (int b = 0; b < 256; ++b) {
+    const bool printable = (b >= '!' && b <= '~') || (b >= 0xA1 && b <= 0xAC) || b >= 0xAE;
+    const int code = printable ? b : next++;
+    std::string utf8;
+    if (code < 0x80) {
+      utf8 = std::string(1, static_cast<char>(code));
+    } else {
+      utf8 += static_cast<char>(0xC0 | (code >> 6));
+      utf8 += static_cast<char>(0x80 | (code & 0x3F));
+    }
+    if (utf8 == "\"" || utf8 == "\\") utf8 = "\\" + utf8;
+    add(utf8);
+  }
+  add("th");
+  add("the");
+  add("\u0120the");
+  encoder += "}";
+  const std::string merges = "#version: 0.2\nt h\nth e\n\u0120 the\n";
+  std::string tokenizer;
+  AppendRecord(1, encoder, &tokenizer);
+  AppendRecord(2, merges, &tokenizer);
+  AppendRecord(3, "the theory of the other thing, isn't it? 42 na\xc3\xafve \xe6\x97\xa5  \n", &tokenizer);
+  WriteFile(out / "gpt2-vocabulary-and-text", tokenizer);
+}
+
 // ---- peer_input_fuzzer ----
 
 void PeerInputSeeds(const fs::path& out) {
@@ -443,7 +492,7 @@ int main(int argc, char** argv) {
   fs::create_directories(argv[2]);
   for (const char* target : {"job_spec_fuzzer", "coordinator_rpc_fuzzer",
                              "checkpoint_manifest_fuzzer", "token_shard_fuzzer",
-                             "peer_input_fuzzer"}) {
+                             "peer_input_fuzzer", "weights_file_fuzzer"}) {
     fs::create_directories(out / target);
   }
   cohort::fuzz::JobSpecSeeds(out / "job_spec_fuzzer");
@@ -455,5 +504,6 @@ int main(int argc, char** argv) {
   cohort::fuzz::ManifestSeeds(out / "checkpoint_manifest_fuzzer");
   cohort::fuzz::ShardSeeds(out / "token_shard_fuzzer");
   cohort::fuzz::PeerInputSeeds(out / "peer_input_fuzzer");
+  cohort::fuzz::WeightsFileSeeds(out / "weights_file_fuzzer");
   return 0;
 }

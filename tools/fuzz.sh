@@ -25,13 +25,14 @@ ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 BUILD_DIR="${COHORT_FUZZ_BUILD_DIR:-$ROOT/build/fuzz}"
 JOBS="${COHORT_JOBS:-$(nproc)}"
 ALL_TARGETS=(job_spec_fuzzer coordinator_rpc_fuzzer checkpoint_manifest_fuzzer token_shard_fuzzer
-             peer_input_fuzzer)
+             peer_input_fuzzer weights_file_fuzzer)
 
 PACKAGES=(
   cmake ninja-build ccache pkg-config
   clang-19 libfuzzer-19-dev libclang-rt-19-dev
   libgrpc++-dev protobuf-compiler-grpc libprotobuf-dev protobuf-compiler
   libabsl-dev librocksdb-dev prometheus-cpp-dev libyaml-cpp-dev libssl-dev libgtest-dev libgmock-dev
+  libicu-dev
 )
 
 log() { printf '\033[1m==> %s\033[0m\n' "$*" >&2; }

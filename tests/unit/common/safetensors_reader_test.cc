@@ -237,6 +237,7 @@ TEST(SafetensorsReaderTest, MalformedJsonIsDataLoss) {
       R"({"__metadata__":{"a":1}})",
       R"({"__metadata__":{"a":"1","a":"2"}})",
       R"({"__metadata__":{},"__metadata__":{}})",
+      R"({"":{"dtype":"F32","shape":[4],"data_offsets":[0,16]}})",  // weights_file_fuzzer
       absl::StrCat(R"({"w":{"dtype":"F32","shape":[4],"data_offsets":[0,16],"x":)", deep, "}}"),
   };
   for (const std::string& header : cases) {
