@@ -207,7 +207,12 @@ absl::StatusOr<GptShape> ParseModelFingerprint(absl::string_view fingerprint) {
         absl::StrCat("model fingerprint ", Quoted(fingerprint, 200), ": ", what));
   };
   bool seen[std::size(keys)] = {};
-  for (absl::string_view word : absl::StrSplit(fingerprint, ' ', absl::SkipEmpty())) {
+  // Single spaces between fields, as written: an empty field is an error
+  // (an empty text has no fields, and says which is missing).
+  const std::vector<absl::string_view> words =
+      fingerprint.empty() ? std::vector<absl::string_view>{}
+                          : std::vector<absl::string_view>(absl::StrSplit(fingerprint, ' '));
+  for (absl::string_view word : words) {
     const size_t eq = word.find('=');
     const absl::string_view key = word.substr(0, eq);
     size_t k = 0;
@@ -219,7 +224,8 @@ absl::StatusOr<GptShape> ParseModelFingerprint(absl::string_view fingerprint) {
     seen[k] = true;
     int value = 0;
     if (!absl::SimpleAtoi(word.substr(eq + 1), &value) || value <= 0) {
-      return error(absl::StrCat(key, " must be a positive integer"));
+      return error(absl::StrCat(key, " must be a positive integer, not ",
+                                Quoted(word.substr(eq + 1), 40)));
     }
     *keys[k].second = value;
   }

@@ -58,9 +58,10 @@ struct GptShape {
 // Cohort export's "model" metadata): worker/checkpoint's ModelFingerprint,
 // "layers=4 heads=4 width=128 vocab=512 padded_vocab=512 context=64".
 std::string FormatModelFingerprint(const GptShape& shape);
-// Its inverse. InvalidArgument naming the key that is missing, repeated,
-// unknown or not a positive integer, or a shape that cannot be (heads not
-// dividing width, padded_vocab below vocab).
+// Its inverse: each key once, in any order, single spaces. InvalidArgument
+// naming the key (or field) that is missing, repeated, unknown or not a
+// positive integer, or a shape that cannot be (heads not dividing width,
+// padded_vocab below vocab).
 absl::StatusOr<GptShape> ParseModelFingerprint(absl::string_view fingerprint);
 
 // Cohort's parameter tensors, in ParameterTable order.

@@ -561,7 +561,10 @@ absl::Status JobManager::OnAssignmentStatus(const WorkerId& worker,
                      status.progress().loss());
         entry->history_dirty = true;
       }
-      if (status.has_progress()) RecordValidations(*entry, status.progress());
+      if (status.has_progress()) {
+        RecordValidations(*entry, status.progress());
+        ShowValidations(*entry);
+      }
       entry->reached_step = std::max(entry->reached_step, status.progress().step());
       if (static_cast<int>(entry->completed.size()) == entry->job.mesh().members_size()) {
         Finish(*entry, v1::JOB_STATE_COMPLETED, "", now, effects);
@@ -623,7 +626,10 @@ void JobManager::OnProgress(const WorkerId& worker, const v1::Heartbeat& heartbe
   const bool validated = RecordValidations(*entry, heartbeat.progress());
   if (heartbeat.progress().step() == entry->job.progress().step()) {
     // The last step's validation comes after the step.
-    if (validated) Emit(*entry, v1::JOB_EVENT_KIND_PROGRESS, effects);
+    if (validated) {
+      ShowValidations(*entry);
+      Emit(*entry, v1::JOB_EVENT_KIND_PROGRESS, effects);
+    }
     return;
   }
   entry->stall.ObserveStepTime(heartbeat.progress().step_time_seconds());
@@ -792,7 +798,6 @@ absl::StatusOr<Generation> JobManager::CurrentGeneration(const JobId& id) const 
 bool JobManager::RecordValidations(JobEntry& entry, const v1::Progress& progress) {
   if (!MergeNewerPoints(entry.history.mutable_validation(), progress.validation())) return false;
   entry.history_dirty = true;
-  ShowValidations(entry);
   return true;
 }
 

@@ -467,6 +467,7 @@ class JobManager {
   void SetMessage(JobEntry& entry, const std::string& message, absl::Time now);
   void Persist(JobEntry& entry);
   // Adds the validations in `progress` that the history lacks; true if any.
+  // The job's progress shows them once the caller calls ShowValidations.
   bool RecordValidations(JobEntry& entry, const v1::Progress& progress);
   // Copies the newest validations of the history into the job's progress.
   void ShowValidations(JobEntry& entry);

@@ -1,18 +1,16 @@
 #include "tools/sample/checkpoint_weights.h"
 
-#include <array>
 #include <map>
 #include <string>
 #include <vector>
 
 #include "absl/strings/match.h"
-#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
-#include "absl/strings/str_split.h"
 #include "common/status_macros.h"
 #include "worker/checkpoint/checkpoint_loader.h"
 #include "worker/checkpoint/shard_plan.h"
+#include "worker/model/initial_weights.h"
 
 namespace cohort::sample {
 namespace {
@@ -32,44 +30,12 @@ std::string ShapeText(const std::vector<int64_t>& shape) {
 }  // namespace
 
 absl::StatusOr<model::GptConfig> ParseModelFingerprint(absl::string_view fingerprint) {
-  model::GptConfig config;
-  // Each key and the field it sets; ModelFingerprint writes all of them.
-  const std::array<std::pair<absl::string_view, int*>, 6> fields = {{
-      {"layers", &config.layers},
-      {"heads", &config.heads},
-      {"width", &config.width},
-      {"vocab", &config.vocab_size},
-      {"padded_vocab", &config.padded_vocab},
-      {"context", &config.context_length},
-  }};
-  auto error = [&](const std::string& reason) {
+  ASSIGN_OR_RETURN(const GptShape shape, cohort::ParseModelFingerprint(fingerprint));
+  model::GptConfig config = model::GptConfigOf(shape);
+  if (absl::Status valid = config.Validate(); !valid.ok()) {
     return absl::InvalidArgumentError(
-        absl::StrCat("model fingerprint \"", fingerprint, "\": ", reason));
-  };
-  std::map<absl::string_view, bool> seen;
-  for (absl::string_view part : absl::StrSplit(fingerprint, ' ')) {
-    const size_t equals = part.find('=');
-    if (equals == absl::string_view::npos) {
-      return error(absl::StrCat("\"", part, "\" is not KEY=VALUE"));
-    }
-    const absl::string_view key = part.substr(0, equals);
-    const absl::string_view value = part.substr(equals + 1);
-    int* field = nullptr;
-    for (const auto& [name, target] : fields) {
-      if (name == key) field = target;
-    }
-    if (field == nullptr) return error(absl::StrCat("unknown key \"", key, "\""));
-    if (seen[key]) return error(absl::StrCat(key, " is given twice"));
-    seen[key] = true;
-    if (!absl::SimpleAtoi(value, field) || *field <= 0) {
-      return error(absl::StrCat(key, " must be a positive integer, not \"", value, "\""));
-    }
+        absl::StrCat("model fingerprint \"", fingerprint, "\": ", valid.message()));
   }
-  for (const auto& [name, target] : fields) {
-    if (!seen[name]) return error(absl::StrCat("no ", name, "="));
-  }
-  if (absl::Status valid = config.Validate(); !valid.ok())
-    return error(std::string(valid.message()));
   return config;
 }
 

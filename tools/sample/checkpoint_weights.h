@@ -27,10 +27,9 @@
 namespace cohort::sample {
 
 // The config of a fingerprint as ModelFingerprint writes it: "layers=L
-// heads=H width=C vocab=V padded_vocab=Vp context=T", each key once, in any
-// order, single spaces, positive decimal values. InvalidArgument naming the
-// key (or the part) that is missing, repeated, unknown or not a positive
-// integer, or the GptConfig field the values make invalid.
+// heads=H width=C vocab=V padded_vocab=Vp context=T", parsed by
+// cohort::ParseModelFingerprint (common/gpt2_hf_layout.h, whose errors it
+// returns) and checked as a GptConfig (InvalidArgument naming the field).
 absl::StatusOr<model::GptConfig> ParseModelFingerprint(absl::string_view fingerprint);
 
 // The config of the model `manifest` holds. FailedPrecondition when it has

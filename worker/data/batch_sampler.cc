@@ -13,23 +13,6 @@ namespace {
 // Separates sampler keys from any other use of the same seed.
 constexpr uint64_t kSamplerSalt = 0x73616d706c6572ULL;  // "sampler"
 
-// Finds the first token above max_token_id; OK if there is none.
-absl::Status CheckTokenIds(const TokenDataset& dataset, int max_token_id) {
-  for (int i = 0; i < dataset.num_shards(); ++i) {
-    const std::span<const uint16_t> tokens = dataset.shard(i);
-    const auto bad = std::find_if(tokens.begin(), tokens.end(), [&](uint16_t token) {
-      return static_cast<int>(token) > max_token_id;
-    });
-    if (bad != tokens.end()) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("token shard ", dataset.shard_name(i), ": token ", bad - tokens.begin(),
-                       " has id ", *bad, ", larger than the model's largest id ", max_token_id,
-                       " (is the data tokenized for a bigger vocabulary?)"));
-    }
-  }
-  return absl::OkStatus();
-}
-
 }  // namespace
 
 absl::StatusOr<BatchSampler> BatchSampler::Create(const TokenDataset& dataset,
@@ -64,7 +47,9 @@ absl::StatusOr<BatchSampler> BatchSampler::Create(const TokenDataset& dataset,
                                          ", has ", longest, ")")));
   }
   if (options.max_token_id >= 0) {
-    if (absl::Status s = CheckTokenIds(dataset, options.max_token_id); !s.ok()) return s;
+    if (absl::Status s = dataset.CheckTokenIds(options.max_token_id, "token shard"); !s.ok()) {
+      return s;
+    }
   }
   return BatchSampler(&dataset, options, std::move(window_starts));
 }

@@ -101,6 +101,22 @@ int64_t TokenDataset::total_tokens() const {
   return total;
 }
 
+absl::Status TokenDataset::CheckTokenIds(int max_token_id, absl::string_view kind) const {
+  for (int i = 0; i < num_shards(); ++i) {
+    const std::span<const uint16_t> tokens = shard(i);
+    const auto bad = std::find_if(tokens.begin(), tokens.end(), [&](uint16_t token) {
+      return static_cast<int>(token) > max_token_id;
+    });
+    if (bad != tokens.end()) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(kind, " ", shard_name(i), ": token ", bad - tokens.begin(), " has id ", *bad,
+                       ", larger than the model's largest id ", max_token_id,
+                       " (is the data tokenized for a bigger vocabulary?)"));
+    }
+  }
+  return absl::OkStatus();
+}
+
 uint16_t TokenDataset::MaxTokenId() const {
   uint16_t max_id = 0;
   for (const std::span<const uint16_t>& view : views_) {

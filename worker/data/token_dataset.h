@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
 #include "worker/data/token_shard.h"
 
 namespace cohort::data {
@@ -59,6 +60,10 @@ class TokenDataset {
   // The largest token id in the whole dataset (0 when it is empty). Scans
   // every token: O(total_tokens).
   uint16_t MaxTokenId() const;
+  // OK when no token id exceeds `max_token_id`; else InvalidArgument naming
+  // the first offender: "<kind> <shard name>: token <i> has id <id>, larger
+  // than the model's largest id <max> (...)". O(total_tokens).
+  absl::Status CheckTokenIds(int max_token_id, absl::string_view kind) const;
 
  private:
   TokenDataset() = default;

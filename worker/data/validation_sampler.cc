@@ -4,6 +4,7 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
+#include "common/status_macros.h"
 
 namespace cohort::data {
 
@@ -35,17 +36,7 @@ absl::StatusOr<ValidationSampler> ValidationSampler::Create(const TokenDataset& 
         "; lower data.validation.batches or hold out more data"));
   }
   if (options.max_token_id >= 0) {
-    for (int i = 0; i < dataset.num_shards(); ++i) {
-      const std::span<const uint16_t> tokens = dataset.shard(i);
-      const auto bad = std::find_if(tokens.begin(), tokens.end(), [&](uint16_t token) {
-        return static_cast<int>(token) > options.max_token_id;
-      });
-      if (bad != tokens.end()) {
-        return absl::InvalidArgumentError(absl::StrCat(
-            "validation shard ", dataset.shard_name(i), ": token ", bad - tokens.begin(),
-            " has id ", *bad, ", larger than the model's largest id ", options.max_token_id));
-      }
-    }
+    RETURN_IF_ERROR(dataset.CheckTokenIds(options.max_token_id, "validation shard"));
   }
   return ValidationSampler(&dataset, options, std::move(window_starts));
 }

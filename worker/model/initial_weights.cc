@@ -111,6 +111,15 @@ GptShape GptShapeOf(const GptConfig& config) {
                   .context_length = config.context_length};
 }
 
+GptConfig GptConfigOf(const GptShape& shape) {
+  return GptConfig{.layers = shape.layers,
+                   .heads = shape.heads,
+                   .width = shape.width,
+                   .vocab_size = shape.vocab_size,
+                   .context_length = shape.context_length,
+                   .padded_vocab = shape.padded_vocab};
+}
+
 absl::Status LoadInitialWeights(const std::string& path, const GptConfig& config,
                                 const ParameterTable& table, float* params) {
   RETURN_IF_ERROR(config.Validate());

@@ -28,6 +28,8 @@ namespace cohort::model {
 
 // `config`'s shape as common/ code describes it (the padded vocab resolved).
 GptShape GptShapeOf(const GptConfig& config);
+// And back (padded_vocab explicit).
+GptConfig GptConfigOf(const GptShape& shape);
 
 // Fills params[0 .. table.num_params()) (host memory) with this rank's shard
 // of the weights in `path`. `table` must be a ParameterTable of `config`.

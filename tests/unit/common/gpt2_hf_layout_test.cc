@@ -150,6 +150,7 @@ TEST(Gpt2HfLayoutTest, FingerprintRoundTripsAndRejectsWhatItCannotRead) {
            {"layers=2 heads=3 width=8 vocab=10 padded_vocab=16 context=6", "heads must divide"},
            {"layers=2 heads=2 width=8 vocab=10 padded_vocab=8 context=6", "padded_vocab is below"},
            {"", "layers is missing"},
+           {"layers=2  heads=2 width=8 vocab=10 padded_vocab=16 context=6", "unknown field \"\""},
        }) {
     const absl::StatusOr<GptShape> s = ParseModelFingerprint(bad);
     EXPECT_TRUE(absl::IsInvalidArgument(s.status())) << bad;

@@ -145,6 +145,8 @@ class JobManagerTest : public ::testing::Test {
     return jobs_->OnAssignmentStatus(WorkerId(worker), status, now_, effects);
   }
 
+  v1::Job TwoRanksReady();
+
   void Heartbeat(const std::string& worker, const v1::Job& job, int64_t step, bool waiting,
                  Effects* effects) {
     v1::Heartbeat heartbeat;
@@ -581,12 +583,17 @@ TEST_F(JobManagerTest, ProgressFromRankZeroIsPublished) {
   EXPECT_EQ(Get(job).progress().step(), 7);
 }
 
-TEST_F(JobManagerTest, RankZerosLossesAndValidationsFormAHistoryThatSurvivesARestart) {
+// A dp 2 job on two workers, both READY.
+v1::Job JobManagerTest::TwoRanksReady() {
   Join("w0", "h", 0);
   Join("w1", "h", 1);
-  v1::Job job = Submit(Spec(1, 2, 2));
-  job = Get(job);
+  const v1::Job job = Get(Submit(Spec(1, 2, 2)));
   ReportAll(job, v1::ASSIGNMENT_STATE_READY);
+  return job;
+}
+
+TEST_F(JobManagerTest, RankZerosLossesAndValidationsFormAHistoryThatSurvivesARestart) {
+  const v1::Job job = TwoRanksReady();
   const std::string rank0 = job.mesh().members(0).worker_id();
   const std::string rank1 = job.mesh().members(1).worker_id();
   auto beat = [&](const std::string& worker, int64_t step, std::vector<int64_t> validated) {
@@ -645,11 +652,7 @@ TEST_F(JobManagerTest, RankZerosLossesAndValidationsFormAHistoryThatSurvivesARes
 }
 
 TEST_F(JobManagerTest, TheFinalStepJoinsTheHistoryWhicheverMemberCompletesFirst) {
-  Join("w0", "h", 0);
-  Join("w1", "h", 1);
-  v1::Job job = Submit(Spec(1, 2, 2));
-  job = Get(job);
-  ReportAll(job, v1::ASSIGNMENT_STATE_READY);
+  const v1::Job job = TwoRanksReady();
   const std::string rank0 = job.mesh().members(0).worker_id();
   const std::string rank1 = job.mesh().members(1).worker_id();
   auto complete = [&](const std::string& worker) {

@@ -287,11 +287,11 @@ TEST(ParseModelFingerprintTest, NamesWhatIsWrong) {
   const std::string good = "layers=1 heads=2 width=8 vocab=10 padded_vocab=16 context=4";
   ASSERT_TRUE(ParseModelFingerprint(good).ok());
   const std::vector<std::pair<std::string, std::string>> cases = {
-      {"", "is not KEY=VALUE"},
-      {"layers=1 heads=2 width=8 vocab=10 padded_vocab=16", "no context="},
-      {good + " layers=2", "layers is given twice"},
-      {good + " dropout=0", "unknown key \"dropout\""},
-      {"layers=1  heads=2 width=8 vocab=10 padded_vocab=16 context=4", "\"\" is not KEY=VALUE"},
+      {"", "layers is missing"},
+      {"layers=1 heads=2 width=8 vocab=10 padded_vocab=16", "context is missing"},
+      {good + " layers=2", "layers appears twice"},
+      {good + " dropout=0", "unknown field \"dropout=0\""},
+      {"layers=1  heads=2 width=8 vocab=10 padded_vocab=16 context=4", "unknown field \"\""},
       {"layers=0 heads=2 width=8 vocab=10 padded_vocab=16 context=4",
        "layers must be a positive integer, not \"0\""},
       {"layers=1 heads=2 width=8 vocab=1e3 padded_vocab=16 context=4",
