@@ -78,9 +78,10 @@ ABSL_FLAG(std::string, ucx_net_devices, "auto",
           "\"all\" (UCX's choice), or UCX's own list (e.g. \"eth0\" or \"mlx5_0:1\"). "
           "$UCX_NET_DEVICES, when set, wins.");
 ABSL_FLAG(std::string, collectives, "auto",
-          "How a data-parallel group that spans hosts runs its all-reduces: \"hierarchical\" "
-          "(reduce within each host over shared memory, across hosts between lanes, share within "
-          "the host), \"flat\" (one ring over the group, host by host) or \"auto\" "
+          "How a data-parallel group that spans hosts runs its collectives (gradients, ZeRO-1 "
+          "shards, weights): \"hierarchical\" (reduce within each host over shared memory, "
+          "across hosts between lanes, share within the host), \"flat\" (one ring or pairwise "
+          "exchange over the group, host by host) or \"auto\" "
           "(hierarchical when every host holds the same number, two or more, of the group's "
           "ranks; else flat). \"hierarchical\" fails a generation whose hosts do not allow it.");
 ABSL_FLAG(std::string, log_level, "",

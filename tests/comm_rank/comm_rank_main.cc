@@ -21,6 +21,9 @@ ABSL_FLAG(int64_t, timeout_ms, 30000, "timeout of every communicator call");
 ABSL_FLAG(int, iterations, 1000, "allreduces in the kill loop");
 ABSL_FLAG(std::string, algorithm, "flat",
           "collectives of the \"collectives\" scenario: flat | hierarchical | auto");
+ABSL_FLAG(int, stride, 2,
+          "the \"strided\" ordered reduce-scatter folds ranks r, r + stride, ... first (the "
+          "host-by-host order when rank r runs on host r % stride)");
 
 int main(int argc, char** argv) {
   absl::ParseCommandLine(argc, argv);
@@ -35,6 +38,11 @@ int main(int argc, char** argv) {
   config.timeout_ms = absl::GetFlag(FLAGS_timeout_ms);
   config.iterations = absl::GetFlag(FLAGS_iterations);
   config.algorithm = absl::GetFlag(FLAGS_algorithm);
+  config.stride = absl::GetFlag(FLAGS_stride);
+  if (config.stride < 1) {
+    std::fprintf(stderr, "--stride must be at least 1\n");
+    return cohort::comm_rank::kSetupFailed;
+  }
   cohort::log::SetProcessTag("rank " + std::to_string(config.rank));
   if (config.kv_target.empty() && config.size > 1) {
     std::fprintf(stderr, "--kv is required for --size > 1\n");

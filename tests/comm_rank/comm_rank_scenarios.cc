@@ -4,7 +4,10 @@
 #include <cmath>
 #include <cstdio>
 #include <cstring>
+#include <algorithm>
 #include <memory>
+#include <string>
+#include <utility>
 #include <vector>
 
 #include "absl/status/statusor.h"
@@ -253,6 +256,86 @@ class Checker {
     return kOk;
   }
 
+  // A float sum in the order `merges` fixes, bitwise against that order
+  // applied here (order "adjacent" folds neighbours first, "strided" folds
+  // ranks `stride` apart first: the host-by-host order when rank r runs on
+  // host r % stride). Logs whether the transport ran it or left it to the
+  // caller (Unimplemented, which the caller then does point to point).
+  int ReduceScatterOrdered(size_t count, const std::string& order, uint64_t salt) {
+    const std::string what = absl::StrCat("ordered reduce-scatter ", order, " n=", count);
+    const int n = c_.size;
+    std::vector<std::pair<int, int>> merges;
+    if (order == "adjacent") {
+      for (int step = 1; step < n; step *= 2) {
+        for (int i = 0; i + step < n; i += 2 * step) merges.emplace_back(i, i + step);
+      }
+    } else {
+      const int stride = c_.stride;
+      for (int p = 0; p < stride && p < n; ++p) {
+        for (int i = p + stride; i < n; i += stride) merges.emplace_back(p, i);
+      }
+      for (int p = 1; p < stride && p < n; ++p) merges.emplace_back(0, p);
+    }
+    const size_t block = (count + static_cast<size_t>(n) - 1) / static_cast<size_t>(n);
+    std::vector<float> input(count);
+    for (size_t i = 0; i < count; ++i) input[i] = Uniform(c_, c_.rank, salt, i);
+    const size_t begin = std::min(count, block * static_cast<size_t>(c_.rank));
+    const size_t end = std::min(count, begin + block);
+    std::vector<float> output(end - begin, NAN);
+    const absl::Status status = comm_->ReduceScatterOrdered(input.data(), count, block,
+                                                            output.data(), merges, timeout_);
+    if (absl::IsUnimplemented(status)) {
+      std::fprintf(stderr, "rank %d: %s: left to the caller\n", c_.rank, what.c_str());
+      return kOk;
+    }
+    RUN_OR_FAIL(status, what);
+    std::vector<float> value(static_cast<size_t>(n));
+    for (size_t i = begin; i < end; ++i) {
+      for (int r = 0; r < n; ++r) value[r] = Uniform(c_, r, salt, i);
+      for (const auto& [into, from] : merges) value[into] += value[from];
+      if (std::memcmp(&output[i - begin], &value[0], sizeof(float)) != 0) {
+        return Mismatch(absl::StrCat(what, " element ", i, ": got ", output[i - begin], " want ",
+                                     value[0], " (bits differ)"));
+      }
+    }
+    std::fprintf(stderr, "rank %d: %s: exact\n", c_.rank, what.c_str());
+    return kOk;
+  }
+
+  // Ranges of uneven lengths (rank r's is count + 5 r floats, a gap of 3
+  // after each), gathered in place.
+  int AllGatherRanges(size_t count, uint64_t salt) {
+    const std::string what = absl::StrCat("allgather ranges n=", count);
+    std::vector<comm::ByteRange> ranges;
+    size_t at = 0;
+    for (int r = 0; r < c_.size; ++r) {
+      const size_t floats = count + 5 * static_cast<size_t>(r);
+      ranges.push_back({at * sizeof(float), (at + floats) * sizeof(float)});
+      at += floats + 3;
+    }
+    std::vector<float> data(at, -1.0f);
+    const comm::ByteRange& own = ranges[c_.rank];
+    for (size_t i = 0; i < own.size() / sizeof(float); ++i) {
+      data[own.begin / sizeof(float) + i] = Uniform(c_, c_.rank, salt, i);
+    }
+    RUN_OR_FAIL(comm_->AllGatherRanges(data.data(), ranges, /*tag=*/7, timeout_), what);
+    size_t next = 0;
+    for (int r = 0; r < c_.size; ++r) {
+      const size_t first = ranges[r].begin / sizeof(float);
+      const size_t last = ranges[r].end / sizeof(float);
+      for (size_t i = next; i < first; ++i) {
+        if (data[i] != -1.0f) return Mismatch(absl::StrCat(what, " gap element ", i, " written"));
+      }
+      for (size_t i = first; i < last; ++i) {
+        if (data[i] != Uniform(c_, r, salt, i - first)) {
+          return Mismatch(absl::StrCat(what, " rank ", r, " element ", i - first));
+        }
+      }
+      next = last;
+    }
+    return kOk;
+  }
+
   int Broadcast(size_t count, uint64_t salt) {
     const int root = static_cast<int>(count % static_cast<size_t>(c_.size));
     const std::string what = absl::StrCat("broadcast n=", count, " root=", root);
@@ -273,6 +356,31 @@ class Checker {
   const absl::Duration timeout_;
 };
 
+// For --algorithm other than flat: a HierarchicalCommunicator (or the flat
+// one it falls back to) over the session's context in `*out`, its choice
+// logged. False, with the reason logged, when it cannot be made.
+bool ChooseAlgorithm(const RankConfig& config, Session* session,
+                     std::unique_ptr<Communicator>* out) {
+  if (config.algorithm == "flat") return true;
+  absl::StatusOr<comm::CollectiveAlgorithm> algorithm =
+      comm::ParseCollectiveAlgorithm(config.algorithm);
+  if (!algorithm.ok()) {
+    Fail(algorithm.status(), "--algorithm");
+    return false;
+  }
+  absl::StatusOr<std::unique_ptr<Communicator>> made = comm::HierarchicalCommunicator::Create(
+      session->context.get(), comm::UcxCommunicatorOptions{.comm_id = 2}, 3, 4, *algorithm);
+  if (!made.ok()) {
+    Fail(made.status(), "hierarchical communicator");
+    return false;
+  }
+  *out = std::move(*made);
+  const auto* split = dynamic_cast<const comm::HierarchicalCommunicator*>(out->get());
+  std::fprintf(stderr, "rank %d: %s collectives over %d hosts\n", config.rank,
+               split != nullptr ? "hierarchical" : "flat", split != nullptr ? split->hosts() : 1);
+  return true;
+}
+
 }  // namespace
 
 int RunCollectives(const RankConfig& config) {
@@ -284,27 +392,9 @@ int RunCollectives(const RankConfig& config) {
   std::fprintf(stderr, "rank %d: ring position %d\n", config.rank, session->world->ring_position());
   // The checks run on the world, or on a hierarchical communicator over it
   // (its own ids; the world still carries the checker's hash exchanges).
-  Communicator* checked = session->world.get();
   std::unique_ptr<Communicator> hierarchical;
-  if (config.algorithm != "flat") {
-    absl::StatusOr<comm::CollectiveAlgorithm> algorithm =
-        comm::ParseCollectiveAlgorithm(config.algorithm);
-    if (!algorithm.ok()) {
-      Fail(algorithm.status(), "--algorithm");
-      return kSetupFailed;
-    }
-    absl::StatusOr<std::unique_ptr<Communicator>> made = comm::HierarchicalCommunicator::Create(
-        session->context.get(), comm::UcxCommunicatorOptions{.comm_id = 2}, 3, 4, *algorithm);
-    if (!made.ok()) {
-      Fail(made.status(), "hierarchical communicator");
-      return kSetupFailed;
-    }
-    hierarchical = std::move(*made);
-    checked = hierarchical.get();
-    const auto* split = dynamic_cast<const comm::HierarchicalCommunicator*>(checked);
-    std::fprintf(stderr, "rank %d: %s collectives over %d hosts\n", config.rank,
-                 split != nullptr ? "hierarchical" : "flat", split != nullptr ? split->hosts() : 1);
-  }
+  if (!ChooseAlgorithm(config, &*session, &hierarchical)) return kSetupFailed;
+  Communicator* checked = hierarchical != nullptr ? hierarchical.get() : session->world.get();
   Checker check(config, checked);
   const size_t kMedium = (size_t{1} << 20) + 3;
   std::vector<size_t> sizes = {0, 1, 7, 1023};
@@ -325,6 +415,9 @@ int RunCollectives(const RankConfig& config) {
     CHECK_STEP(check.AllReduceInt<uint8_t>(count, DataType::kUInt8, ReduceOp::kSum, ++salt));
     CHECK_STEP(check.ReduceScatter(count, ++salt));
     CHECK_STEP(check.AllGather(count, ++salt));
+    CHECK_STEP(check.ReduceScatterOrdered(count, "adjacent", ++salt));
+    CHECK_STEP(check.ReduceScatterOrdered(count, "strided", ++salt));
+    CHECK_STEP(check.AllGatherRanges(count, ++salt));
     CHECK_STEP(check.Broadcast(count, ++salt));
   }
   RUN_OR_FAIL(session->world->Barrier(absl::Milliseconds(config.timeout_ms)), "barrier");
@@ -458,17 +551,19 @@ int RunKillLoop(const RankConfig& config) {
     Fail(session.status(), "setup");
     return kSetupFailed;
   }
+  std::unique_ptr<Communicator> hierarchical;
+  if (!ChooseAlgorithm(config, &*session, &hierarchical)) return kSetupFailed;
+  Communicator* group = hierarchical != nullptr ? hierarchical.get() : session->world.get();
   std::vector<float> data(config.max_elements, 1.0f);
   const absl::Duration timeout = absl::Milliseconds(config.timeout_ms);
   for (int i = 0; i < config.iterations; ++i) {
     const absl::Time start = absl::Now();
     absl::Status status =
-        session->world->AllReduce(data.data(), data.size(), DataType::kFloat32, ReduceOp::kSum,
-                                  timeout);
+        group->AllReduce(data.data(), data.size(), DataType::kFloat32, ReduceOp::kSum, timeout);
     if (!status.ok()) {
       std::fprintf(stderr, "ERROR_AFTER_MS %.1f\n", absl::ToDoubleMilliseconds(absl::Now() - start));
       // Later calls fail at once with the same error.
-      absl::Status again = session->world->Barrier(timeout);
+      absl::Status again = group->Barrier(timeout);
       if (again.code() != status.code()) return Mismatch("later call: " + again.ToString());
       return Fail(status, absl::StrCat("allreduce ", i));
     }

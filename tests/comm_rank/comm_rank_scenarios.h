@@ -34,6 +34,9 @@ struct RankConfig {
   int iterations = 1000;
   // "collectives": flat, hierarchical or auto (comm::ParseCollectiveAlgorithm).
   std::string algorithm = "flat";
+  // The "strided" ordered reduce-scatter first folds ranks p, p + stride,
+  // p + 2 stride, ... into p, then 1, 2, ... stride - 1 into 0.
+  int stride = 2;
 };
 
 // allreduce (float32 sum/max, bf16, fp16, int32, int64, uint8), reduce_scatter,

@@ -1,5 +1,10 @@
 #include "worker/comm/communicator.h"
 
+#include <algorithm>
+
+#include "absl/strings/str_cat.h"
+#include "absl/time/clock.h"
+
 namespace cohort::comm {
 
 size_t DataTypeSize(DataType type) {
@@ -26,6 +31,30 @@ const char* DataTypeName(DataType type) {
     case DataType::kUInt8: return "uint8";
   }
   return "unknown";
+}
+
+absl::Status Communicator::AllGatherRanges(void* data, const std::vector<ByteRange>& ranges,
+                                           uint32_t tag, absl::Duration timeout) {
+  const int n = size();
+  if (ranges.size() != static_cast<size_t>(n)) {
+    return absl::InvalidArgumentError(absl::StrCat("AllGatherRanges: ", ranges.size(),
+                                                   " ranges for ", n, " ranks"));
+  }
+  if (n == 1) return absl::OkStatus();
+  // One deadline for all rounds: the call, not each round, is bounded.
+  const absl::Time deadline = absl::Now() + timeout;
+  auto* bytes = static_cast<uint8_t*>(data);
+  const int me = rank();
+  for (int s = 1; s < n; ++s) {
+    const int to = (me + s) % n;
+    const int from = (me - s + n) % n;
+    const absl::Status status =
+        SendRecv(bytes + ranges[me].begin, ranges[me].size(), to, bytes + ranges[from].begin,
+                 ranges[from].size(), from, tag,
+                 std::max(deadline - absl::Now(), absl::ZeroDuration()));
+    if (!status.ok()) return status;
+  }
+  return absl::OkStatus();
 }
 
 }  // namespace cohort::comm

@@ -32,6 +32,13 @@
 
 namespace cohort::comm {
 
+// Bytes [begin, end) of a buffer.
+struct ByteRange {
+  size_t begin = 0;
+  size_t end = 0;
+  size_t size() const { return end - begin; }
+};
+
 enum class DataType { kFloat32, kFloat64, kBFloat16, kFloat16, kInt32, kInt64, kUInt8 };
 enum class ReduceOp { kSum, kMax };
 
@@ -94,6 +101,15 @@ class Communicator {
                                             absl::Duration timeout) {
     return absl::UnimplementedError("ReduceScatterOrdered: no transport-specific path");
   }
+
+  // An all-gather in place of byte ranges of any length: rank r's bytes
+  // [ranges[r].begin, ranges[r].end) of `data` reach every rank's `data` at
+  // the same offsets (disjoint ranges, size() of them; empty ones allowed).
+  // Messages travel on `tag` (point-to-point tags of this communicator).
+  // The default exchanges directly with every peer (size() - 1 rounds of
+  // SendRecv); a communicator that knows a cheaper route overrides it.
+  virtual absl::Status AllGatherRanges(void* data, const std::vector<ByteRange>& ranges,
+                                       uint32_t tag, absl::Duration timeout);
 
   // Makes every in-flight and later call return Aborted (with `reason` in its
   // message) promptly. Idempotent.

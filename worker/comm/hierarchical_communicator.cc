@@ -2,15 +2,24 @@
 
 #include <algorithm>
 #include <cstring>
+#include <thread>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
+#include "absl/synchronization/mutex.h"
 #include "absl/time/clock.h"
 #include "common/layout/mesh_layout.h"
 #include "common/log.h"
 #include "common/status_macros.h"
 
 namespace cohort::comm {
+namespace {
+
+// The lane's and the local group's own tag for ordered exchanges (both
+// communicators are private to this one).
+constexpr uint32_t kOrderedTag = 1;
+
+}  // namespace
 
 std::optional<HostSplit> SplitByHost(const std::vector<std::string>& host_of_group_rank,
                                      int index) {
@@ -68,40 +77,359 @@ absl::StatusOr<std::unique_ptr<Communicator>> HierarchicalCommunicator::Create(
   ASSIGN_OR_RETURN(std::unique_ptr<UcxCommunicator> lane,
                    UcxCommunicator::Create(context, {.comm_id = lane_id,
                                                      .group = to_world(split->lane)}));
-  LOG(INFO) << "communicator " << whole->comm_id() << ": hierarchical all-reduces over "
+  LOG(INFO) << "communicator " << whole->comm_id() << ": hierarchical collectives over "
             << lane->size() << " hosts x " << local->size() << " ranks";
-  return std::unique_ptr<Communicator>(
-      new HierarchicalCommunicator(std::move(whole), std::move(local), std::move(lane)));
+  return std::unique_ptr<Communicator>(new HierarchicalCommunicator(
+      std::move(whole), std::move(local), std::move(lane), layout::RanksByHost(hosts)));
 }
 
-absl::Status HierarchicalCommunicator::AllReduce(void* data, size_t count, DataType type,
+HierarchicalCommunicator::HierarchicalCommunicator(std::unique_ptr<UcxCommunicator> flat,
+                                                   std::unique_ptr<UcxCommunicator> local,
+                                                   std::unique_ptr<UcxCommunicator> lane,
+                                                   std::vector<std::vector<int>> hosts)
+    : flat_(std::move(flat)),
+      local_(std::move(local)),
+      lane_(std::move(lane)),
+      hosts_(std::move(hosts)),
+      host_(lane_->rank()),
+      local_index_(local_->rank()) {}
+
+absl::Status HierarchicalCommunicator::RunAllReduce(void* data, size_t count, DataType type,
                                                  ReduceOp op, absl::Duration timeout) {
   const size_t element = DataTypeSize(type);
   if (count * element < kHierarchicalMinBytes) {
     return flat_->AllReduce(data, count, type, op, timeout);
   }
-  const absl::Time deadline = absl::Now() + timeout;
-  auto left = [&] { return std::max(deadline - absl::Now(), absl::ZeroDuration()); };
+  const Deadline left(timeout);
+  // Chunks of a whole number of local blocks (the last one may fall short
+  // and is padded), kPipelineChunkBytes or so each.
   const size_t locals = static_cast<size_t>(local_->size());
-  const size_t per_rank = (count + locals - 1) / locals;
-  // The local reduce-scatter cuts locals equal blocks: pad when they do not
-  // divide the count (the padding is reduced too, and dropped).
-  auto* buffer = static_cast<uint8_t*>(data);
-  if (per_rank * locals != count) {
-    padded_.resize(per_rank * locals * element);
-    std::memcpy(padded_.data(), data, count * element);
-    std::memset(padded_.data() + count * element, 0, (per_rank * locals - count) * element);
-    buffer = padded_.data();
+  const size_t chunk = std::max<size_t>(1, kPipelineChunkBytes / element / locals) * locals;
+  struct Piece {
+    size_t begin, count, per_rank, slice;  // elements
+  };
+  std::vector<Piece> pieces;
+  size_t slice_elements = 0;
+  for (size_t begin = 0; begin < count; begin += chunk) {
+    const size_t n = std::min(chunk, count - begin);
+    const size_t per_rank = (n + locals - 1) / locals;
+    pieces.push_back({begin, n, per_rank, slice_elements});
+    slice_elements += per_rank;
   }
-  slice_.resize(per_rank * element);
-  RETURN_IF_ERROR(local_->ReduceScatter(buffer, slice_.data(), per_rank, type, op, left()));
-  RETURN_IF_ERROR(lane_->AllReduce(slice_.data(), per_rank, type, op, left()));
-  RETURN_IF_ERROR(local_->AllGather(slice_.data(), buffer, per_rank, type, left()));
-  if (buffer != data) std::memcpy(data, buffer, count * element);
+  slice_.resize(slice_elements * element);
+  auto* bytes = static_cast<uint8_t*>(data);
+  // The local blocks of piece i: in place, or a padded copy when they do
+  // not divide its count (the padding is reduced too, and dropped).
+  auto blocks = [&](const Piece& piece) -> uint8_t* {
+    if (piece.per_rank * locals == piece.count) return bytes + piece.begin * element;
+    return padded_.data();
+  };
+  const Piece& last = pieces.back();
+  if (last.per_rank * locals != last.count) {
+    padded_.resize(last.per_rank * locals * element);
+    std::memcpy(padded_.data(), bytes + last.begin * element, last.count * element);
+    std::memset(padded_.data() + last.count * element, 0,
+                (last.per_rank * locals - last.count) * element);
+  }
+  auto slice_of = [&](const Piece& piece) { return slice_.data() + piece.slice * element; };
+
+  // This thread runs the local group (reduce-scatter of piece i + 1, then
+  // all-gather of piece i), a second one the lane (all-reduce of piece i):
+  // the link carries one piece while shared memory reduces the next. Both
+  // sub-communicators run one call at a time; an error in either aborts the
+  // other, so neither waits out its deadline.
+  absl::Mutex mu;
+  size_t reduced = 0, exchanged = 0;  // pieces done by each side
+  absl::Status local_status, lane_status;
+  std::thread lane_thread([&] {
+    for (size_t i = 0; i < pieces.size(); ++i) {
+      {
+        absl::MutexLock lock(&mu);
+        auto ready = [&] { return reduced > i || !local_status.ok(); };
+        mu.Await(absl::Condition(&ready));
+        if (!local_status.ok()) return;
+      }
+      absl::Status status =
+          lane_->AllReduce(slice_of(pieces[i]), pieces[i].per_rank, type, op, left());
+      absl::MutexLock lock(&mu);
+      if (!status.ok()) {
+        lane_status = status;
+        local_->Abort(status);
+        return;
+      }
+      exchanged = i + 1;
+    }
+  });
+  auto reduce_scatter = [&](size_t i) {
+    absl::Status status = local_->ReduceScatter(blocks(pieces[i]), slice_of(pieces[i]),
+                                                pieces[i].per_rank, type, op, left());
+    absl::MutexLock lock(&mu);
+    if (status.ok()) {
+      reduced = i + 1;
+    } else if (local_status.ok()) {
+      local_status = status;
+      lane_->Abort(status);
+    }
+    return status.ok();
+  };
+  bool ok = reduce_scatter(0);
+  for (size_t i = 0; ok && i < pieces.size(); ++i) {
+    if (i + 1 < pieces.size() && !reduce_scatter(i + 1)) break;
+    {
+      absl::MutexLock lock(&mu);
+      auto ready = [&] { return exchanged > i || !lane_status.ok(); };
+      mu.Await(absl::Condition(&ready));
+      if (!lane_status.ok()) break;
+    }
+    absl::Status status = local_->AllGather(slice_of(pieces[i]), blocks(pieces[i]),
+                                            pieces[i].per_rank, type, left());
+    if (!status.ok()) {
+      absl::MutexLock lock(&mu);
+      if (local_status.ok()) local_status = status;
+      lane_->Abort(status);
+      break;
+    }
+  }
+  lane_thread.join();
+  // The first failure is the cause; the other side's is the abort it made.
+  if (!lane_status.ok() && (local_status.ok() || absl::IsAborted(local_status))) {
+    return lane_status;
+  }
+  RETURN_IF_ERROR(local_status);
+  if (last.per_rank * locals != last.count) {
+    std::memcpy(bytes + last.begin * element, padded_.data(), last.count * element);
+  }
   return absl::OkStatus();
 }
 
+absl::Status HierarchicalCommunicator::RunReduceScatter(const void* input, void* output,
+                                                     size_t count_per_rank, DataType type,
+                                                     ReduceOp op, absl::Duration timeout) {
+  const size_t block = count_per_rank * DataTypeSize(type);
+  const size_t n = static_cast<size_t>(size());
+  if (block * n < kHierarchicalMinBytes || input == nullptr) {
+    return flat_->ReduceScatter(input, output, count_per_rank, type, op, timeout);
+  }
+  const Deadline left(timeout);
+  const size_t hosts = hosts_.size();
+  staged_.resize(block * n);
+  ToLanes(static_cast<const uint8_t*>(input), block * n, block, staged_.data());
+  slice_.resize(block * hosts);
+  RETURN_IF_ERROR(
+      local_->ReduceScatter(staged_.data(), slice_.data(), count_per_rank * hosts, type, op, left()));
+  // The lane's blocks are in host order: lane rank h's is GroupRank(h, l),
+  // so this rank's is its own group block.
+  return lane_->ReduceScatter(slice_.data(), output, count_per_rank, type, op, left());
+}
+
+absl::Status HierarchicalCommunicator::RunAllGather(const void* input, void* output,
+                                                 size_t count_per_rank, DataType type,
+                                                 absl::Duration timeout) {
+  const size_t block = count_per_rank * DataTypeSize(type);
+  const size_t n = static_cast<size_t>(size());
+  if (block * n < kHierarchicalMinBytes || input == nullptr || output == nullptr) {
+    return flat_->AllGather(input, output, count_per_rank, type, timeout);
+  }
+  const Deadline left(timeout);
+  const size_t hosts = hosts_.size();
+  // The lane gathers read `input` before anything is written to `output`
+  // (which `input` may alias).
+  slice_.resize(block * hosts);
+  RETURN_IF_ERROR(lane_->AllGather(input, slice_.data(), count_per_rank, type, left()));
+  staged_.resize(block * n);
+  RETURN_IF_ERROR(
+      local_->AllGather(slice_.data(), staged_.data(), count_per_rank * hosts, type, left()));
+  FromLanes(staged_.data(), block, block * n, static_cast<uint8_t*>(output));
+  return absl::OkStatus();
+}
+
+std::optional<HierarchicalCommunicator::OrderedSplit> HierarchicalCommunicator::SplitMerges(
+    const std::vector<std::pair<int, int>>& merges) const {
+  const size_t n = static_cast<size_t>(size());
+  std::vector<int> host_of(n), local_of(n);
+  for (size_t h = 0; h < hosts_.size(); ++h) {
+    for (size_t l = 0; l < hosts_[h].size(); ++l) {
+      host_of[hosts_[h][l]] = static_cast<int>(h);
+      local_of[hosts_[h][l]] = static_cast<int>(l);
+    }
+  }
+  // A merge within a host may run before the merges across hosts only when
+  // no merge across hosts has touched its ranks yet; those then combine the
+  // hosts' first ranks, into which every host folded.
+  std::vector<bool> crossed(n, false);
+  OrderedSplit split;
+  for (const auto& [into, from] : merges) {
+    if (host_of[into] == host_of[from]) {
+      if (crossed[into] || crossed[from] || local_of[from] == 0) return std::nullopt;
+      if (host_of[into] == host_) split.local.emplace_back(local_of[into], local_of[from]);
+    } else {
+      if (local_of[into] != 0 || local_of[from] != 0) return std::nullopt;
+      crossed[into] = crossed[from] = true;
+      split.hosts.emplace_back(host_of[into], host_of[from]);
+    }
+  }
+  return split;
+}
+
+absl::StatusOr<const float*> HierarchicalCommunicator::ExchangeOrdered(
+    UcxCommunicator* group, const float* input, size_t piece,
+    const std::vector<std::pair<int, int>>& merges, const Deadline& left) {
+  const int m = group->size();
+  const int me = group->rank();
+  const size_t bytes = piece * sizeof(float);
+  pieces_.resize(bytes * static_cast<size_t>(m));
+  auto* pieces = reinterpret_cast<float*>(pieces_.data());
+  std::memcpy(pieces + piece * static_cast<size_t>(me), input + piece * static_cast<size_t>(me),
+              bytes);
+  for (int k = 1; k < m; ++k) {
+    const int to = (me + k) % m;
+    const int from = (me - k + m) % m;
+    RETURN_IF_ERROR(group->SendRecv(input + piece * static_cast<size_t>(to), bytes, to,
+                                    pieces + piece * static_cast<size_t>(from), bytes, from,
+                                    kOrderedTag, left()));
+  }
+  for (const auto& [into, from] : merges) {
+    float* sum = pieces + piece * static_cast<size_t>(into);
+    const float* add = pieces + piece * static_cast<size_t>(from);
+    for (size_t i = 0; i < piece; ++i) sum[i] += add[i];
+  }
+  return pieces;
+}
+
+absl::Status HierarchicalCommunicator::RunReduceScatterOrdered(
+    const float* input, size_t count, size_t block, float* output,
+    const std::vector<std::pair<int, int>>& merges, absl::Duration timeout) {
+  const size_t n = static_cast<size_t>(size());
+  std::optional<OrderedSplit> split;
+  if (count * sizeof(float) >= kHierarchicalMinBytes && input != nullptr && block * n >= count) {
+    for (const auto& [into, from] : merges) {
+      if (into < 0 || into >= size() || from < 0 || from >= size() || into == from) {
+        return absl::InvalidArgumentError(absl::StrCat("ReduceScatterOrdered: merge (", into,
+                                                       ", ", from, ") out of range for ", size(),
+                                                       " ranks"));
+      }
+    }
+    split = SplitMerges(merges);
+    if (!ordered_logged_) {
+      // Once per communicator: which way the data group's gradients go
+      // explains its step time.
+      ordered_logged_ = true;
+      LOG(INFO) << "communicator " << flat_->comm_id() << ": ordered reduce-scatters "
+                << (split.has_value() ? "fold host by host (hierarchical)"
+                                      : "do not fold host by host: flat, point to point");
+    }
+  }
+  // The flat group checks the arguments and keeps any other order (its
+  // point-to-point fallback when it has no shared memory across the hosts).
+  if (!split.has_value()) {
+    return flat_->ReduceScatterOrdered(input, count, block, output, merges, timeout);
+  }
+  const Deadline left(timeout);
+  const size_t hosts = hosts_.size();
+  const size_t block_bytes = block * sizeof(float);
+  staged_.resize(block_bytes * n);
+  ToLanes(reinterpret_cast<const uint8_t*>(input), count * sizeof(float), block_bytes,
+          staged_.data());
+  const auto* staged = reinterpret_cast<const float*>(staged_.data());
+  slice_.resize(block_bytes * hosts);
+  auto* slice = reinterpret_cast<float*>(slice_.data());
+  const absl::Status local = local_->ReduceScatterOrdered(staged, block * n, block * hosts, slice,
+                                                          split->local, left());
+  if (absl::IsUnimplemented(local)) {
+    // No shared memory on this host (UCX_TLS set): the same order, point to
+    // point.
+    ASSIGN_OR_RETURN(const float* folded,
+                     ExchangeOrdered(local_.get(), staged, block * hosts, split->local, left));
+    std::memcpy(slice, folded, block_bytes * hosts);
+  } else {
+    RETURN_IF_ERROR(local);
+  }
+  ASSIGN_OR_RETURN(const float* root, ExchangeOrdered(lane_.get(), slice, block, split->hosts, left));
+  const size_t begin = std::min(count, block * static_cast<size_t>(rank()));
+  const size_t end = std::min(count, begin + block);
+  std::memcpy(output, root, (end - begin) * sizeof(float));
+  return absl::OkStatus();
+}
+
+absl::Status HierarchicalCommunicator::RunAllGatherRanges(void* data,
+                                                       const std::vector<ByteRange>& ranges,
+                                                       uint32_t tag, absl::Duration timeout) {
+  size_t total = 0;
+  for (const ByteRange& range : ranges) total += range.size();
+  if (ranges.size() != static_cast<size_t>(size()) || total < kHierarchicalMinBytes) {
+    return Communicator::AllGatherRanges(data, ranges, tag, timeout);  // on the flat group
+  }
+  const Deadline left(timeout);
+  auto* bytes = static_cast<uint8_t*>(data);
+  const int hosts = static_cast<int>(hosts_.size());
+  const int locals = local_->size();
+  // Across hosts, each lane moves its members' ranges...
+  const ByteRange mine = ranges[rank()];
+  for (int k = 1; k < hosts; ++k) {
+    const int to = (host_ + k) % hosts;
+    const int from = (host_ - k + hosts) % hosts;
+    const ByteRange theirs = ranges[GroupRank(from, local_index_)];
+    RETURN_IF_ERROR(lane_->SendRecv(bytes + mine.begin, mine.size(), to, bytes + theirs.begin,
+                                    theirs.size(), from, tag, left()));
+  }
+  // ...then each host shares what its lanes brought.
+  for (int k = 1; k < locals; ++k) {
+    const int to = (local_index_ + k) % locals;
+    const int from = (local_index_ - k + locals) % locals;
+    for (int h = 0; h < hosts; ++h) {
+      const ByteRange out = ranges[GroupRank(h, local_index_)];
+      const ByteRange in = ranges[GroupRank(h, from)];
+      RETURN_IF_ERROR(local_->SendRecv(bytes + out.begin, out.size(), to, bytes + in.begin,
+                                       in.size(), from, tag, left()));
+    }
+  }
+  return absl::OkStatus();
+}
+
+void HierarchicalCommunicator::ToLanes(const uint8_t* grouped, size_t valid_bytes,
+                                       size_t block_bytes, uint8_t* lanes) const {
+  const size_t hosts = hosts_.size();
+  for (size_t h = 0; h < hosts; ++h) {
+    for (size_t l = 0; l < hosts_[h].size(); ++l) {
+      const size_t at = static_cast<size_t>(hosts_[h][l]) * block_bytes;
+      const size_t real = std::min(block_bytes, valid_bytes - std::min(valid_bytes, at));
+      uint8_t* to = lanes + (l * hosts + h) * block_bytes;
+      if (real > 0) std::memcpy(to, grouped + at, real);
+      if (real < block_bytes) std::memset(to + real, 0, block_bytes - real);
+    }
+  }
+}
+
+void HierarchicalCommunicator::FromLanes(const uint8_t* lanes, size_t block_bytes,
+                                         size_t valid_bytes, uint8_t* grouped) const {
+  const size_t hosts = hosts_.size();
+  for (size_t h = 0; h < hosts; ++h) {
+    for (size_t l = 0; l < hosts_[h].size(); ++l) {
+      const size_t at = static_cast<size_t>(hosts_[h][l]) * block_bytes;
+      const size_t real = std::min(block_bytes, valid_bytes - std::min(valid_bytes, at));
+      if (real > 0) std::memcpy(grouped + at, lanes + (l * hosts + h) * block_bytes, real);
+    }
+  }
+}
+
+void HierarchicalCommunicator::Fail(const absl::Status& status) {
+  {
+    absl::MutexLock lock(&failure_mu_);
+    if (failure_.ok()) failure_ = status;
+  }
+  flat_->Abort(status);
+  local_->Abort(status);
+  lane_->Abort(status);
+}
+
 void HierarchicalCommunicator::Abort(const absl::Status& reason) {
+  {
+    // What an aborted UcxCommunicator answers.
+    absl::MutexLock lock(&failure_mu_);
+    if (failure_.ok()) {
+      failure_ = absl::AbortedError(absl::StrCat("communicator aborted: ", reason.ToString()));
+    }
+  }
   flat_->Abort(reason);
   local_->Abort(reason);
   lane_->Abort(reason);

@@ -2,35 +2,61 @@
 // HierarchicalCommunicator: a group spanning hosts, as three UCX
 // communicators on one context: the whole group (flat), this host's members
 // (local: shared memory when UCX_TLS is unset) and this rank's lane (the
-// members with the same local index on every host). A large AllReduce is
+// members with the same local index on every host). With H hosts of L ranks
+// each (n = H L), large collectives go
 //
-//   local reduce-scatter -> lane all-reduce of this rank's slice -> local all-gather
+//   AllReduce:            local reduce-scatter -> lane all-reduce -> local all-gather,
+//                         in pieces, the lane's transfer of one overlapping the
+//                         local phases of its neighbours (a thread per call)
+//   ReduceScatter:        local reduce-scatter -> lane reduce-scatter
+//   ReduceScatterOrdered: local ordered reduce-scatter -> lane ordered exchange
+//   AllGather:            lane all-gather -> local all-gather
+//   AllGatherRanges:      lane exchange -> local exchange
 //
-// so each host sends 2 (H-1)/H of the buffer across its link, H hosts, in L
-// lanes at once, where the flat ring (n = H L ranks, host by host) sends
-// 2 (n-1)/n: 1.5x less for 2 hosts of 2 ranks. Every rank gets the same bits:
-// the local reduce-scatter reduces each block in rank order on its owner, the
-// lane ring gives its members identical bits, the all-gather copies. Every
-// other call, and all-reduces below kHierarchicalMinBytes (latency-bound),
-// goes to the flat group.
+// so each host sends (H-1)/H of the buffer per pass across its link, in L
+// lanes at once, where the flat ring (host by host) sends (n-1)/n per rank
+// crossing (1.5x less for 2 hosts of 2 ranks) and a flat pairwise exchange
+// sends L (n-L)/n (2x less for 2 x 2). For the local phases the group's
+// blocks are restaged lane by lane (local rank l's share is the blocks of
+// lane l's members, hosts in order), one memory copy per pass.
 //
-// Thread-safety: as UcxCommunicator (Abort from any thread).
+// Every rank gets the same bits: the local reduce-scatter reduces each block
+// in rank order on its owner, the lane ring gives its members identical
+// bits, the gathers copy. ReduceScatterOrdered keeps the caller's order of
+// additions exactly: it runs hierarchically only when the merges first fold
+// each host's ranks into its first rank (merges within a host, none after a
+// merge across hosts that touches them) and then fold those across hosts;
+// any other order goes to the flat group, which exchanges point to point.
+// Calls below kHierarchicalMinBytes (latency-bound) and every other call go
+// to the flat group.
+//
+// Thread-safety: as UcxCommunicator (Abort from any thread); a large
+// all-reduce runs its lane on a thread of its own while the caller runs the
+// local group.
 
+#include <algorithm>
 #include <cstdint>
 #include <memory>
 #include <optional>
 #include <string>
 #include <vector>
 
+#include "absl/base/thread_annotations.h"
 #include "absl/status/statusor.h"
+#include "absl/synchronization/mutex.h"
+#include "absl/time/clock.h"
+#include "absl/time/time.h"
 #include "worker/comm/communicator.h"
 #include "worker/comm/ucx_communicator.h"
 #include "worker/comm/ucx_context.h"
 
 namespace cohort::comm {
 
-// All-reduces of fewer bytes take the flat group.
+// Collectives of fewer bytes take the flat group.
 inline constexpr size_t kHierarchicalMinBytes = 256 * 1024;
+// A large all-reduce runs in pieces of about this size, the lane carrying
+// one across the hosts while shared memory reduces the next.
+inline constexpr size_t kPipelineChunkBytes = 4 << 20;
 
 // Where a group rank sits in a group split by host.
 struct HostSplit {
@@ -68,52 +94,141 @@ class HierarchicalCommunicator : public Communicator {
   int size() const override { return flat_->size(); }
   int hosts() const { return lane_->size(); }
 
+  // After any failure but InvalidArgument every later call fails the same
+  // way, and the sub-groups are aborted (the other thread of a pipelined
+  // all-reduce, and any call a failure left half done).
   absl::Status AllReduce(void* data, size_t count, DataType type, ReduceOp op,
-                         absl::Duration timeout) override;
+                         absl::Duration timeout) override {
+    return Guarded([&] { return RunAllReduce(data, count, type, op, timeout); });
+  }
   absl::Status ReduceScatter(const void* input, void* output, size_t count_per_rank,
                              DataType type, ReduceOp op, absl::Duration timeout) override {
-    return flat_->ReduceScatter(input, output, count_per_rank, type, op, timeout);
+    return Guarded(
+        [&] { return RunReduceScatter(input, output, count_per_rank, type, op, timeout); });
   }
   absl::Status ReduceScatterOrdered(const float* input, size_t count, size_t block, float* output,
                                     const std::vector<std::pair<int, int>>& merges,
                                     absl::Duration timeout) override {
-    return flat_->ReduceScatterOrdered(input, count, block, output, merges, timeout);
+    return Guarded(
+        [&] { return RunReduceScatterOrdered(input, count, block, output, merges, timeout); });
   }
   absl::Status AllGather(const void* input, void* output, size_t count_per_rank, DataType type,
                          absl::Duration timeout) override {
-    return flat_->AllGather(input, output, count_per_rank, type, timeout);
+    return Guarded([&] { return RunAllGather(input, output, count_per_rank, type, timeout); });
+  }
+  absl::Status AllGatherRanges(void* data, const std::vector<ByteRange>& ranges, uint32_t tag,
+                               absl::Duration timeout) override {
+    return Guarded([&] { return RunAllGatherRanges(data, ranges, tag, timeout); });
   }
   absl::Status Broadcast(void* data, size_t count, DataType type, int root,
                          absl::Duration timeout) override {
-    return flat_->Broadcast(data, count, type, root, timeout);
+    return Guarded([&] { return flat_->Broadcast(data, count, type, root, timeout); });
   }
   absl::Status Send(const void* data, size_t bytes, int peer, uint32_t tag,
                     absl::Duration timeout) override {
-    return flat_->Send(data, bytes, peer, tag, timeout);
+    return Guarded([&] { return flat_->Send(data, bytes, peer, tag, timeout); });
   }
   absl::Status Recv(void* data, size_t bytes, int peer, uint32_t tag,
                     absl::Duration timeout) override {
-    return flat_->Recv(data, bytes, peer, tag, timeout);
+    return Guarded([&] { return flat_->Recv(data, bytes, peer, tag, timeout); });
   }
   absl::Status SendRecv(const void* send_data, size_t send_bytes, int send_peer, void* recv_data,
                         size_t recv_bytes, int recv_peer, uint32_t tag,
                         absl::Duration timeout) override {
-    return flat_->SendRecv(send_data, send_bytes, send_peer, recv_data, recv_bytes, recv_peer, tag,
-                           timeout);
+    return Guarded([&] {
+      return flat_->SendRecv(send_data, send_bytes, send_peer, recv_data, recv_bytes, recv_peer,
+                             tag, timeout);
+    });
   }
-  absl::Status Barrier(absl::Duration timeout) override { return flat_->Barrier(timeout); }
+  absl::Status Barrier(absl::Duration timeout) override {
+    return Guarded([&] { return flat_->Barrier(timeout); });
+  }
   void Abort(const absl::Status& reason) override;
 
  private:
   HierarchicalCommunicator(std::unique_ptr<UcxCommunicator> flat,
                            std::unique_ptr<UcxCommunicator> local,
-                           std::unique_ptr<UcxCommunicator> lane)
-      : flat_(std::move(flat)), local_(std::move(local)), lane_(std::move(lane)) {}
+                           std::unique_ptr<UcxCommunicator> lane,
+                           std::vector<std::vector<int>> hosts);
+
+  absl::Status RunAllReduce(void* data, size_t count, DataType type, ReduceOp op,
+                            absl::Duration timeout);
+  absl::Status RunReduceScatter(const void* input, void* output, size_t count_per_rank,
+                                DataType type, ReduceOp op, absl::Duration timeout);
+  absl::Status RunReduceScatterOrdered(const float* input, size_t count, size_t block,
+                                       float* output,
+                                       const std::vector<std::pair<int, int>>& merges,
+                                       absl::Duration timeout);
+  absl::Status RunAllGather(const void* input, void* output, size_t count_per_rank,
+                            DataType type, absl::Duration timeout);
+  absl::Status RunAllGatherRanges(void* data, const std::vector<ByteRange>& ranges, uint32_t tag,
+                                  absl::Duration timeout);
+
+  // Runs `call` unless an earlier one failed (then: that failure); records
+  // a failure (not InvalidArgument, not Unimplemented) and aborts the
+  // sub-groups with it.
+  template <typename Call>
+  absl::Status Guarded(Call&& call) {
+    if (absl::Status failed = failure(); !failed.ok()) return failed;
+    absl::Status status = call();
+    if (!status.ok() && !absl::IsInvalidArgument(status) && !absl::IsUnimplemented(status)) {
+      Fail(status);
+    }
+    return status;
+  }
+  absl::Status failure() const ABSL_LOCKS_EXCLUDED(failure_mu_) {
+    absl::MutexLock lock(&failure_mu_);
+    return failure_;
+  }
+  // Keeps the first failure and aborts every sub-group with it.
+  void Fail(const absl::Status& status) ABSL_LOCKS_EXCLUDED(failure_mu_);
+
+  // The time left until a call's deadline.
+  class Deadline {
+   public:
+    explicit Deadline(absl::Duration timeout) : at_(absl::Now() + timeout) {}
+    absl::Duration operator()() const {
+      return std::max(at_ - absl::Now(), absl::ZeroDuration());
+    }
+
+   private:
+    const absl::Time at_;
+  };
+
+  // The group rank of local rank `local` on host `host`.
+  int GroupRank(int host, int local) const { return hosts_[host][local]; }
+  // Copies the group's n blocks of `block_bytes` between group-rank order
+  // (`grouped`, of which the first `valid_bytes` are real) and lane order
+  // (`lanes`: the block of GroupRank(h, l) at l H + h; n whole blocks, zero
+  // past the real bytes).
+  void ToLanes(const uint8_t* grouped, size_t valid_bytes, size_t block_bytes,
+               uint8_t* lanes) const;
+  void FromLanes(const uint8_t* lanes, size_t block_bytes, size_t valid_bytes,
+                 uint8_t* grouped) const;
+  // The merges split into this host's (local ranks) and the hosts' (lane
+  // ranks), or nullopt when they do not fold host by host (see above).
+  struct OrderedSplit {
+    std::vector<std::pair<int, int>> local, hosts;
+  };
+  std::optional<OrderedSplit> SplitMerges(const std::vector<std::pair<int, int>>& merges) const;
+  // An ordered reduce-scatter by direct exchange: `input` holds group's
+  // size() pieces of `piece` floats; returns this rank's piece folded by
+  // `merges` (in pieces_, valid until the next call).
+  absl::StatusOr<const float*> ExchangeOrdered(UcxCommunicator* group, const float* input,
+                                               size_t piece,
+                                               const std::vector<std::pair<int, int>>& merges,
+                                               const Deadline& left);
 
   std::unique_ptr<UcxCommunicator> flat_, local_, lane_;
-  // Reused across calls: the padded buffer (when the count does not divide
-  // by the local size) and this rank's slice.
-  std::vector<uint8_t> padded_, slice_;
+  std::vector<std::vector<int>> hosts_;  // group ranks by host (layout::RanksByHost)
+  int host_ = 0;                         // this rank's host index
+  int local_index_ = 0;                  // this rank's index on its host
+  // Reused across calls: a padded or lane-ordered copy of the buffer, this
+  // rank's lane share, and the lane peers' pieces of an ordered reduction.
+  std::vector<uint8_t> padded_, staged_, slice_, pieces_;
+  bool ordered_logged_ = false;
+  mutable absl::Mutex failure_mu_;
+  absl::Status failure_ ABSL_GUARDED_BY(failure_mu_);
 };
 
 }  // namespace cohort::comm

@@ -97,6 +97,13 @@ class TrackedCommunicator : public Communicator {
                 count_per_rank * DataTypeSize(type) * static_cast<size_t>(size()));
     return inner_->AllGather(input, output, count_per_rank, type, timeout);
   }
+  absl::Status AllGatherRanges(void* data, const std::vector<ByteRange>& ranges, uint32_t tag,
+                               absl::Duration timeout) override {
+    size_t bytes = 0;
+    for (const ByteRange& range : ranges) bytes += range.size();
+    Scope scope(this, Collective::kAllGather, bytes);
+    return inner_->AllGatherRanges(data, ranges, tag, timeout);
+  }
   absl::Status Broadcast(void* data, size_t count, DataType type, int root,
                          absl::Duration timeout) override {
     Scope scope(this, Collective::kBroadcast, count * DataTypeSize(type));

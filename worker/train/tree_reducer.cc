@@ -104,18 +104,12 @@ absl::Status TreeReducer::GatherRange(comm::Communicator* group,
                                       size_t begin, size_t end, float* data,
                                       absl::Duration timeout) {
   if (group == nullptr || group->size() == 1) return absl::OkStatus();
-  const int dp = group->size();
-  const int rank = group->rank();
-  const layout::ShardRange own = Clip(owners[rank], begin, end);
-  for (int s = 1; s < dp; ++s) {
-    const int to = (rank + s) % dp;
-    const int from = (rank - s + dp) % dp;
-    const layout::ShardRange theirs = Clip(owners[from], begin, end);
-    RETURN_IF_ERROR(group->SendRecv(data + own.begin, own.size() * sizeof(float), to,
-                                    data + theirs.begin, theirs.size() * sizeof(float), from,
-                                    kTreeTag, timeout));
+  std::vector<comm::ByteRange> ranges;
+  for (const layout::ShardRange& owned : owners) {
+    const layout::ShardRange clipped = Clip(owned, begin, end);
+    ranges.push_back({clipped.begin * sizeof(float), clipped.end * sizeof(float)});
   }
-  return absl::OkStatus();
+  return group->AllGatherRanges(data, ranges, kTreeTag, timeout);
 }
 
 }  // namespace cohort::train
