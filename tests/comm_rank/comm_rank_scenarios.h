@@ -26,7 +26,8 @@ struct RankConfig {
   int rank = 0;
   int size = 1;
   uint64_t seed = 1;
-  // Largest float32 element count used by "collectives" (64 MiB = 16 Mi).
+  // Largest float32 element count used by "collectives" (64 MiB = 16 Mi);
+  // below 1 Mi + 3 it is also the medium size.
   size_t max_elements = size_t{16} << 20;
   // Timeout of every communicator call.
   int64_t timeout_ms = 30000;

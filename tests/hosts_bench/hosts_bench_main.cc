@@ -8,12 +8,15 @@
 //   cohort-bench-hosts [--rate_gbit 10] [--sizes_mib 1,16,64,256] [--reps 3]
 //
 // Prints the median bus bandwidth of each over the repetitions, the share of
-// the shaped link each reaches, and the ratios the issue's goals name.
+// the shaped link each reaches, and the ratios the issue's goals name; then
+// (--gradients, the default) the data group's gradient reduction of a
+// deterministic step, flat against hierarchical, timed the same way.
 
 #include <algorithm>
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
+#include <iterator>
 #include <map>
 #include <memory>
 #include <sstream>
@@ -26,6 +29,7 @@
 #include "absl/flags/usage.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "absl/strings/str_replace.h"
 #include "common/status_macros.h"
 #include "tests/testing/netns_hosts.h"
 #include "tests/testing/testing.h"
@@ -38,6 +42,9 @@ ABSL_FLAG(int, reps, 3, "repetitions (each runs flat, hierarchical and gloo in t
 ABSL_FLAG(double, budget_seconds, 1.0, "approximate timing per size and run");
 ABSL_FLAG(std::string, python, "/usr/bin/python3", "python with torch (gloo)");
 ABSL_FLAG(std::string, gloo_script, "", "tools/bench/gloo_allreduce.py (default: in the source tree)");
+ABSL_FLAG(bool, gradients, true,
+          "also time the data group's gradient reduction (deterministic: ordered reduce-scatter "
+          "in the tree's order, then the gather), flat against hierarchical");
 
 namespace cohort::testing {
 namespace {
@@ -45,7 +52,19 @@ namespace {
 constexpr int kHosts = 2;
 constexpr int kRanksPerHost = 2;
 constexpr int kRanks = kHosts * kRanksPerHost;
-const char* const kKinds[] = {"flat", "hierarchical", "gloo"};
+// What one run measures: an all-reduce (Cohort flat or hierarchical, or
+// gloo), or the data group's gradient reduction (the ordered reduce-scatter
+// and gather of a deterministic step; --gradients).
+struct Kind {
+  const char* name;
+  const char* algorithm;   // Cohort's --algorithm; "" for gloo
+  const char* collective;  // cohort-bench-collectives --collective
+};
+const Kind kAllReduceKinds[] = {{"flat", "flat", "allreduce"},
+                                {"hierarchical", "hierarchical", "allreduce"},
+                                {"gloo", "", "allreduce"}};
+const Kind kGradientKinds[] = {{"flat gradients", "flat", "gradients"},
+                               {"hierarchical gradients", "hierarchical", "gradients"}};
 
 int Fail(const std::string& message) {
   std::fprintf(stderr, "cohort-bench-hosts: %s\n", message.c_str());
@@ -53,9 +72,9 @@ int Fail(const std::string& message) {
 }
 
 // One run of `kind` over the four ranks (host = rank / 2); its rows.
-absl::StatusOr<std::vector<bench::BenchRow>> RunOnce(NetnsHosts& hosts, const std::string& kind,
+absl::StatusOr<std::vector<bench::BenchRow>> RunOnce(NetnsHosts& hosts, const Kind& kind,
                                                      const std::string& dir, int rep) {
-  const std::string tag = absl::StrCat(kind, "-", rep);
+  const std::string tag = absl::StrCat(absl::StrReplaceAll(kind.name, {{" ", "-"}}), "-", rep);
   const std::string csv = absl::StrCat(dir, "/", tag, ".csv");
   const std::string kv_dir = absl::StrCat(dir, "/kv-", tag);
   std::filesystem::create_directories(kv_dir);
@@ -67,7 +86,7 @@ absl::StatusOr<std::vector<bench::BenchRow>> RunOnce(NetnsHosts& hosts, const st
   for (int r = 0; r < kRanks; ++r) {
     Subprocess::Options options;
     const int host = r / kRanksPerHost;
-    if (kind == "gloo") {
+    if (std::string(kind.algorithm).empty()) {
       std::tie(options.binary, options.args) = hosts.Command(
           host, absl::GetFlag(FLAGS_python),
           {script, "--rank", absl::StrCat(r), "--world", absl::StrCat(kRanks), "--init",
@@ -77,8 +96,9 @@ absl::StatusOr<std::vector<bench::BenchRow>> RunOnce(NetnsHosts& hosts, const st
       std::tie(options.binary, options.args) = hosts.Command(
           host, BinaryPath("tools/cohort-bench-collectives"),
           {absl::StrCat("--rank=", r), absl::StrCat("--ranks=", kRanks), "--kv_dir=" + kv_dir,
-           "--algorithm=" + kind, "--sizes_mib=" + sizes, "--budget_seconds=" + budget,
-           "--csv=" + csv});
+           absl::StrCat("--algorithm=", kind.algorithm),
+           absl::StrCat("--collective=", kind.collective), "--sizes_mib=" + sizes,
+           "--budget_seconds=" + budget, "--csv=" + csv});
     }
     // gloo binds the interface its host name resolves to (loopback here)
     // unless told: each namespace's link is eth0.
@@ -133,13 +153,17 @@ int Run() {
   const std::string dir = MakeTempDir("bench-hosts");
   // kind -> bytes -> busbw and algbw per repetition.
   std::map<std::string, std::map<size_t, std::vector<std::pair<double, double>>>> runs;
+  std::vector<Kind> kinds(std::begin(kAllReduceKinds), std::end(kAllReduceKinds));
+  if (absl::GetFlag(FLAGS_gradients)) {
+    kinds.insert(kinds.end(), std::begin(kGradientKinds), std::end(kGradientKinds));
+  }
   for (int rep = 0; rep < absl::GetFlag(FLAGS_reps); ++rep) {
-    for (const char* kind : kKinds) {
-      std::fprintf(stderr, "repetition %d: %s\n", rep + 1, kind);
+    for (const Kind& kind : kinds) {
+      std::fprintf(stderr, "repetition %d: %s\n", rep + 1, kind.name);
       absl::StatusOr<std::vector<bench::BenchRow>> rows = RunOnce(hosts, kind, dir, rep);
       if (!rows.ok()) return Fail(std::string(rows.status().message()));
       for (const bench::BenchRow& row : *rows) {
-        runs[kind][row.bytes].push_back({row.busbw_gbs, row.algbw_gbs});
+        runs[kind.name][row.bytes].push_back({row.busbw_gbs, row.algbw_gbs});
       }
     }
   }
@@ -159,13 +183,13 @@ int Run() {
               "| gloo link share | hier./flat | hier./gloo |\n|---|---|---|---|---|---|---|---|---|\n");
   for (const auto& [bytes, flat_runs] : runs["flat"]) {
     std::map<std::string, std::pair<double, double>> m;  // kind -> (busbw, link share)
-    for (const char* kind : kKinds) {
+    for (const Kind& kind : kAllReduceKinds) {
       std::vector<double> bus, share;
-      for (const auto& [busbw, algbw] : runs[kind][bytes]) {
+      for (const auto& [busbw, algbw] : runs[kind.name][bytes]) {
         bus.push_back(busbw);
-        share.push_back(across(kind, busbw, algbw) / link_gbs);
+        share.push_back(across(kind.name, busbw, algbw) / link_gbs);
       }
-      m[kind] = {Median(bus), Median(share)};
+      m[kind.name] = {Median(bus), Median(share)};
     }
     // The hierarchical bus bandwidth on the flat scale: time ratios.
     const double hier_vs_flat = m["hierarchical"].first / m["flat"].first;
@@ -176,6 +200,26 @@ int Run() {
                 hier_vs_gloo);
   }
   std::printf("\ngoals (64-256 MiB): hierarchical >= 1.4x the flat ring and >= 2x gloo\n");
+  if (absl::GetFlag(FLAGS_gradients)) {
+    // Flat, the ordered reduce-scatter is a pairwise exchange (L (n-L)/n of
+    // the buffer across each host's link) and the gather a ring up to
+    // kSmallGradientFloats ((n-1)/n), pairwise above; hierarchical, both
+    // cross in the lanes ((H-1)/H each).
+    std::printf("\ngradient reduction of a deterministic step (ordered reduce-scatter in the "
+                "tree's order, then the gather; ZeRO-1 off), median of %d repetitions\n"
+                "busbw = size / time x 2(n-1)/n (GB/s), as for an all-reduce\n\n"
+                "| size | flat busbw | hier. busbw | hier./flat |\n|---|---|---|---|\n",
+                absl::GetFlag(FLAGS_reps));
+    for (const auto& [bytes, flat_runs] : runs["flat gradients"]) {
+      std::vector<double> flat, hier;
+      for (const auto& [busbw, algbw] : flat_runs) flat.push_back(busbw);
+      for (const auto& [busbw, algbw] : runs["hierarchical gradients"][bytes]) {
+        hier.push_back(busbw);
+      }
+      std::printf("| %zu MiB | %.3f | %.3f | %.2fx |\n", bytes >> 20, Median(flat), Median(hier),
+                  Median(hier) / Median(flat));
+    }
+  }
   std::printf("logs and CSVs: %s\n", dir.c_str());
   return 0;
 }

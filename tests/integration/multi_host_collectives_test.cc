@@ -141,11 +141,11 @@ TEST(MultiHostCollectivesTest, HierarchicalCollectivesOverAlternatingRanksMatchT
               static_cast<double>(link_bytes) / 1e6);
 }
 
-TEST(MultiHostCollectivesTest, AKilledRankFailsThePipelinedHierarchicalAllReduceOnEverySurvivor) {
-  // 64 MiB all-reduces in 4 MiB pieces, the lanes' transfers on a thread of
-  // their own: a kill must end every survivor's call within its timeout
-  // (Unavailable from the peer's loss, or the abort its own other half made
-  // once that half failed), and every later call must fail the same way.
+TEST(MultiHostCollectivesTest, AKilledRankFailsTheHierarchicalAllReduceOnEverySurvivor) {
+  // 64 MiB all-reduces through the local groups and the lanes: a kill must
+  // end every survivor's call within its timeout (Unavailable from the
+  // peer's loss, or a wait on a peer that is itself failing), and every
+  // later call must fail the same way.
   const absl::Duration call_timeout = absl::Seconds(5);
   AlternatingRanks ranks;
   ranks.Start("kill", {"--algorithm=hierarchical",
@@ -176,12 +176,14 @@ TEST(MultiHostCollectivesTest, ThreeHostsOfTwoRanksRunEveryCollectiveHierarchica
   // 6 ranks, rank r on host r % 3: lanes of three members (two exchange
   // rounds, a three-way fold of the hosts' ordered partial sums), the
   // restaging of 6 blocks lane by lane, and ranges gathered over 3 hosts.
-  // Sizes up to 1 Mi + 3 floats (4 MiB: one all-reduce piece plus a padded
-  // one), to bound the test's time with 6 processes on the machine.
+  // Sizes up to 196613 floats (768 KiB and an odd count, above the
+  // hierarchical threshold), so that 6 processes on a busy 2-core machine
+  // finish well within the calls' timeouts.
   constexpr int kHosts = 3, kSix = 6;
+  constexpr size_t kCount = 196613;
   AlternatingRanks ranks;
   ranks.Start("collectives",
-              {"--algorithm=hierarchical", absl::StrCat("--max_elements=", kLargeCount)}, kHosts,
+              {"--algorithm=hierarchical", absl::StrCat("--max_elements=", kCount)}, kHosts,
               kSix);
   if (IsSkipped() || HasFatalFailure()) return;
   for (int r = 0; r < kSix; ++r) {
@@ -191,8 +193,8 @@ TEST(MultiHostCollectivesTest, ThreeHostsOfTwoRanksRunEveryCollectiveHierarchica
     EXPECT_NE(log.find(absl::StrCat("rank ", r, ": hierarchical collectives over 3 hosts")),
               std::string::npos)
         << "rank " << r << ":\n" << log;
-    EXPECT_NE(log.find(absl::StrCat("rank ", r, ": ordered reduce-scatter strided n=",
-                                    kLargeCount, ": exact")),
+    EXPECT_NE(log.find(absl::StrCat("rank ", r, ": ordered reduce-scatter strided n=", kCount,
+                                    ": exact")),
               std::string::npos)
         << "rank " << r << ":\n" << log;
   }

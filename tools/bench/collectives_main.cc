@@ -13,6 +13,7 @@
 
 #include <cstdio>
 #include <cstdlib>
+#include <memory>
 #include <fstream>
 #include <sstream>
 #include <string>
@@ -30,9 +31,12 @@
 #include "worker/comm/hierarchical_communicator.h"
 #include "worker/comm/ucx_communicator.h"
 #include "worker/comm/ucx_context.h"
+#include "worker/train/data_parallel.h"
 
 ABSL_FLAG(int, ranks, 2, "number of rank processes to start");
-ABSL_FLAG(std::string, collective, "allreduce", "allreduce, reduce_scatter or allgather");
+ABSL_FLAG(std::string, collective, "allreduce",
+          "allreduce, reduce_scatter, allgather or gradients (the data group's deterministic "
+          "gradient reduction as a training step runs it: ordered reduce-scatter and gather)");
 ABSL_FLAG(int64_t, min_bytes, 8, "smallest buffer size in bytes (powers of two up to max)");
 ABSL_FLAG(int64_t, max_bytes, int64_t{256} << 20, "largest buffer size in bytes");
 ABSL_FLAG(double, budget_seconds, 0.25, "approximate time spent timing each size");
@@ -86,9 +90,11 @@ int Compare(const std::vector<std::string>& files) {
 }
 
 // Seconds per operation over `iterations`, as seen by the slowest rank.
+// `gradients`: the data group's reduction (kGradients only).
 absl::StatusOr<double> TimeOperation(cohort::comm::Communicator& comm, Collective collective,
                                      std::vector<float>& buffer, std::vector<float>& output,
-                                     size_t count, int iterations) {
+                                     size_t count, int iterations,
+                                     cohort::train::DataParallel* gradients) {
   using cohort::comm::DataType;
   using cohort::comm::ReduceOp;
   absl::Status barrier = comm.Barrier(kTimeout);
@@ -108,6 +114,9 @@ absl::StatusOr<double> TimeOperation(cohort::comm::Communicator& comm, Collectiv
       case Collective::kAllGather:
         status = comm.AllGather(buffer.data(), output.data(), per_rank, DataType::kFloat32,
                                 kTimeout);
+        break;
+      case Collective::kGradients:
+        status = gradients->ReduceGradientTree({buffer.data()}, {}).status();
         break;
     }
     if (!status.ok()) return status;
@@ -149,20 +158,31 @@ int RunRank(int rank, int ranks, Collective collective) {
   std::vector<cohort::bench::BenchRow> rows;
   for (size_t bytes : sizes) {
     // reduce_scatter and allgather need a whole element per rank.
-    const size_t unit = collective == Collective::kAllReduce ? 1 : ranks;
+    const size_t unit =
+        collective == Collective::kAllReduce || collective == Collective::kGradients ? 1 : ranks;
     const size_t count = std::max(bytes / sizeof(float) / unit, size_t{1}) * unit;
     std::vector<float> buffer(count, 1.0f);
     std::vector<float> output(count, 0.0f);
+    // One micro-batch per rank: each rank's gradient is one node of the
+    // reduction tree, as in a step of dp = ranks over as many micro-batches.
+    std::unique_ptr<cohort::train::DataParallel> gradients;
+    if (collective == Collective::kGradients) {
+      gradients = std::make_unique<cohort::train::DataParallel>(
+          comm->get(), count,
+          cohort::train::DataParallelOptions{
+              .zero1 = false, .timeout = kTimeout, .deterministic = true, .micro_batches = ranks});
+    }
     for (int warm = 0; warm < 2; ++warm) {
-      auto t = TimeOperation(**comm, collective, buffer, output, count, 1);
+      auto t = TimeOperation(**comm, collective, buffer, output, count, 1, gradients.get());
       if (!t.ok()) return Fail(absl::StrCat("rank ", rank, ": ", t.status().ToString()));
     }
-    auto estimate = TimeOperation(**comm, collective, buffer, output, count, 1);
+    auto estimate = TimeOperation(**comm, collective, buffer, output, count, 1, gradients.get());
     if (!estimate.ok()) return Fail(estimate.status().ToString());
     // Every rank reaches the same estimate (it is the slowest rank's time).
     const int iterations =
         cohort::bench::IterationsFor(*estimate, absl::GetFlag(FLAGS_budget_seconds));
-    auto seconds = TimeOperation(**comm, collective, buffer, output, count, iterations);
+    auto seconds =
+        TimeOperation(**comm, collective, buffer, output, count, iterations, gradients.get());
     if (!seconds.ok()) return Fail(seconds.status().ToString());
     rows.push_back(cohort::bench::MakeRow(collective, ranks, count * sizeof(float), *seconds));
     if (rank == 0) {

@@ -33,6 +33,8 @@ bool ParseCollective(const std::string& name, Collective* out) {
     *out = Collective::kReduceScatter;
   } else if (name == "allgather") {
     *out = Collective::kAllGather;
+  } else if (name == "gradients") {
+    *out = Collective::kGradients;
   } else {
     return false;
   }
@@ -44,6 +46,7 @@ const char* CollectiveName(Collective collective) {
     case Collective::kAllReduce: return "allreduce";
     case Collective::kReduceScatter: return "reduce_scatter";
     case Collective::kAllGather: return "allgather";
+    case Collective::kGradients: return "gradients";
   }
   return "unknown";
 }
@@ -51,7 +54,9 @@ const char* CollectiveName(Collective collective) {
 double BusBandwidthFactor(Collective collective, int ranks) {
   if (ranks <= 1) return 0;
   const double n = ranks;
-  return collective == Collective::kAllReduce ? 2 * (n - 1) / n : (n - 1) / n;
+  const bool two_passes =
+      collective == Collective::kAllReduce || collective == Collective::kGradients;
+  return two_passes ? 2 * (n - 1) / n : (n - 1) / n;
 }
 
 BenchRow MakeRow(Collective collective, int ranks, size_t bytes, double seconds) {

@@ -16,7 +16,11 @@
 
 namespace cohort::bench {
 
-enum class Collective { kAllReduce, kReduceScatter, kAllGather };
+// kGradients: the data group's deterministic gradient reduction as a
+// training step runs it (train::DataParallel::ReduceGradientTree, one
+// micro-batch per rank, ZeRO-1 off): the ordered reduce-scatter in the
+// reduction tree's order, then the gather. Counted like an all-reduce.
+enum class Collective { kAllReduce, kReduceScatter, kAllGather, kGradients };
 
 // "allreduce", "reduce_scatter", "allgather"; false for anything else.
 bool ParseCollective(const std::string& name, Collective* out);

@@ -5,9 +5,7 @@
 // members with the same local index on every host). With H hosts of L ranks
 // each (n = H L), large collectives go
 //
-//   AllReduce:            local reduce-scatter -> lane all-reduce -> local all-gather,
-//                         in pieces, the lane's transfer of one overlapping the
-//                         local phases of its neighbours (a thread per call)
+//   AllReduce:            local reduce-scatter -> lane all-reduce -> local all-gather
 //   ReduceScatter:        local reduce-scatter -> lane reduce-scatter
 //   ReduceScatterOrdered: local ordered reduce-scatter -> lane ordered exchange
 //   AllGather:            lane all-gather -> local all-gather
@@ -30,9 +28,13 @@
 // Calls below kHierarchicalMinBytes (latency-bound) and every other call go
 // to the flat group.
 //
-// Thread-safety: as UcxCommunicator (Abort from any thread); a large
-// all-reduce runs its lane on a thread of its own while the caller runs the
-// local group.
+// The phases run one after another on the calling thread: overlapping the
+// lane with the local group from a second thread (a tried design: 1.5x the
+// flat ring on link-bound 2 Gbit/s links, against 1.3x) hung once with the
+// lane's messages unmatched in UCX, both threads progressing one UCX worker;
+// a lane on a worker of its own is the way to try it again.
+//
+// Thread-safety: as UcxCommunicator (Abort from any thread).
 
 #include <algorithm>
 #include <cstdint>
@@ -54,9 +56,6 @@ namespace cohort::comm {
 
 // Collectives of fewer bytes take the flat group.
 inline constexpr size_t kHierarchicalMinBytes = 256 * 1024;
-// A large all-reduce runs in pieces of about this size, the lane carrying
-// one across the hosts while shared memory reduces the next.
-inline constexpr size_t kPipelineChunkBytes = 4 << 20;
 
 // Where a group rank sits in a group split by host.
 struct HostSplit {
@@ -94,9 +93,8 @@ class HierarchicalCommunicator : public Communicator {
   int size() const override { return flat_->size(); }
   int hosts() const { return lane_->size(); }
 
-  // After any failure but InvalidArgument every later call fails the same
-  // way, and the sub-groups are aborted (the other thread of a pipelined
-  // all-reduce, and any call a failure left half done).
+  // After any failure but InvalidArgument (or Unimplemented) every later
+  // call fails the same way: each sub-group is aborted with it.
   absl::Status AllReduce(void* data, size_t count, DataType type, ReduceOp op,
                          absl::Duration timeout) override {
     return Guarded([&] { return RunAllReduce(data, count, type, op, timeout); });
