@@ -49,7 +49,6 @@ absl::StatusOr<std::unique_ptr<CoordinatorServer>> CoordinatorServer::Start(
   server->metrics_ = std::make_unique<CoordinatorMetrics>(registry);
   server->gate_ = std::make_unique<CallGate>(server->authorizer_.get(), server->streams_.get(),
                                              server->metrics_.get());
-  ASSIGN_OR_RETURN(server->metrics_server_, MetricsServer::Create(config.metrics_address, registry));
   ASSIGN_OR_RETURN(server->checkpoint_store_,
                    RocksDbCheckpointStore::Open(config.data_dir + "/checkpoints"));
   RocksDbCheckpointStore* checkpoint_store = server->checkpoint_store_.get();
@@ -147,6 +146,9 @@ absl::StatusOr<std::unique_ptr<CoordinatorServer>> CoordinatorServer::Start(
         "cannot listen for gRPC on ", config.listen_address,
         " (is the port in use, e.g. by another coordinator, or the address not this host's?)"));
   }
+  // The metrics endpoint binds after gRPC: with `--metrics_address HOST:0`
+  // its free port could otherwise be the very port --listen names.
+  ASSIGN_OR_RETURN(server->metrics_server_, MetricsServer::Create(config.metrics_address, registry));
   server->address_ =
       absl::StrCat(config.listen_address.substr(0, config.listen_address.rfind(':')), ":", port);
   server->server_->GetHealthCheckService()->SetServingStatus(true);
