@@ -1,8 +1,10 @@
 #pragma once
 // Running a PyTorch reference (tests/reference/*.py) that a test compares
-// against. Header-only: the script is found through COHORT_SOURCE_DIR,
+// against, and the comparison. Header-only: the script is found through COHORT_SOURCE_DIR,
 // which every test binary defines.
 
+#include <cmath>
+#include <cstddef>
 #include <string>
 
 #include "absl/status/status.h"
@@ -38,6 +40,19 @@ inline absl::Status RunTorchReference(absl::string_view script, const std::strin
         absl::StrCat(script, " exited with ", run->exit_code, ":\n", run->output));
   }
   return absl::OkStatus();
+}
+
+// How a result compares with its reference: ||actual - expected|| /
+// ||expected|| over n floats (Frobenius, in double), or the absolute norm
+// of the difference where `expected` is zero.
+inline double RelativeError(const float* actual, const float* expected, size_t n) {
+  double diff = 0.0, norm = 0.0;
+  for (size_t i = 0; i < n; ++i) {
+    const double d = static_cast<double>(actual[i]) - expected[i];
+    diff += d * d;
+    norm += static_cast<double>(expected[i]) * expected[i];
+  }
+  return norm == 0.0 ? std::sqrt(diff) : std::sqrt(diff / norm);
 }
 
 }  // namespace cohort::testing

@@ -212,16 +212,18 @@ std::vector<std::string> WrapWords(absl::string_view text, size_t width) {
 
 absl::Status UsageError(absl::string_view message) { return absl::InvalidArgumentError(message); }
 
-}  // namespace
-
-absl::Span<const FlagDoc> FlagDocs() { return kFlags; }
-
-const FlagDoc* FindFlagDoc(absl::string_view name) {
-  for (const FlagDoc& flag : kFlags) {
+const FlagDoc* FindIn(absl::Span<const FlagDoc> flags, absl::string_view name) {
+  for (const FlagDoc& flag : flags) {
     if (name == flag.name) return &flag;
   }
   return nullptr;
 }
+
+}  // namespace
+
+absl::Span<const FlagDoc> FlagDocs() { return kFlags; }
+
+const FlagDoc* FindFlagDoc(absl::string_view name) { return FindIn(kFlags, name); }
 
 std::string FlagHelp(const FlagDoc& flag) {
   if (flag.spec_field == nullptr) return flag.help;
@@ -256,6 +258,11 @@ std::string UsageText() {
 }
 
 absl::StatusOr<ScannedCommandLine> ScanCommandLine(const std::vector<std::string>& args) {
+  return ScanCommandLine(args, kFlags);
+}
+
+absl::StatusOr<ScannedCommandLine> ScanCommandLine(const std::vector<std::string>& args,
+                                                   absl::Span<const FlagDoc> flags) {
   ScannedCommandLine scanned;
   for (size_t i = 0; i < args.size(); ++i) {
     const std::string& arg = args[i];
@@ -277,9 +284,9 @@ absl::StatusOr<ScannedCommandLine> ScanCommandLine(const std::vector<std::string
       scanned.help = true;
       continue;
     }
-    const FlagDoc* flag = FindFlagDoc(name);
+    const FlagDoc* flag = FindIn(flags, name);
     if (flag == nullptr && !has_value && absl::StartsWith(name, "no")) {
-      const FlagDoc* negated = FindFlagDoc(name.substr(2));
+      const FlagDoc* negated = FindIn(flags, name.substr(2));
       if (negated != nullptr && negated->kind == FlagKind::kBool) {
         scanned.flags.emplace_back(negated->name, "false");
         continue;

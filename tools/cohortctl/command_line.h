@@ -68,6 +68,9 @@ struct ScannedCommandLine {
 // InvalidArgument (a usage error) for an unknown flag or a missing value;
 // values are not checked here.
 absl::StatusOr<ScannedCommandLine> ScanCommandLine(const std::vector<std::string>& args);
+// The same over another tool's flags (cohort-sample's).
+absl::StatusOr<ScannedCommandLine> ScanCommandLine(const std::vector<std::string>& args,
+                                                   absl::Span<const FlagDoc> flags);
 
 enum class CommandKind {
   kHelp,

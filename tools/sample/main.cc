@@ -30,7 +30,7 @@
 #include "tools/cohortctl/command_line.h"
 #include "tools/sample/sample_tool.h"
 
-// Documented in kFlags below, which --help prints; only flags given on the
+// Documented in Flags() below, which --help prints; only flags given on the
 // command line are read, so the defaults here are placeholders.
 ABSL_FLAG(std::string, prompt, "", "see cohort-sample --help");
 ABSL_FLAG(int32_t, tokens, 0, "see cohort-sample --help");
@@ -53,44 +53,47 @@ namespace {
 namespace ctl = cohort::cohortctl;
 namespace sample = cohort::sample;
 
-struct FlagDoc {
-  const char* name;
-  const char* value_name;
-  const char* help;
-};
-
-constexpr std::array<FlagDoc, 15> kFlags = {{
-    {"prompt", "TEXT", "the text to continue (required; printed before the continuation)"},
-    {"tokens", "N", "tokens to generate, 1 to 1000000 (required)"},
-    {"temperature", "T",
+// cohort-sample's own flags; the connection flags are cohortctl's (Flags()).
+constexpr ctl::FlagKind kValue = ctl::FlagKind::kValue;
+constexpr std::array<ctl::FlagDoc, 9> kOwnFlags = {{
+    {"prompt", kValue, "TEXT", "",
+     "the text to continue (required; printed before the continuation)", nullptr},
+    {"tokens", kValue, "N", "", "tokens to generate, 1 to 1000000 (required)", nullptr},
+    {"temperature", kValue, "T", "",
      "0: greedy (the most likely token); else sample from softmax(logits / T), "
-     "T at most 100 (default: 1)"},
-    {"top_k", "K",
+     "T at most 100 (default: 1)",
+     nullptr},
+    {"top_k", kValue, "K", "",
      "sample among the K most likely tokens; 0: all (default: 0). At most the "
-     "tokenizer's vocabulary"},
-    {"seed", "S", "seed of the sampling; a seed gives the same text every run (default: 1)"},
-    {"tokenizer", "byte|gpt2",
+     "tokenizer's vocabulary",
+     nullptr},
+    {"seed", kValue, "S", "",
+     "seed of the sampling; a seed gives the same text every run (default: 1)", nullptr},
+    {"tokenizer", kValue, "byte|gpt2", "",
      "byte: one token per byte (vocabulary 256); gpt2: GPT-2's BPE from --vocab "
-     "and --merges (default: byte). Must be the one the job trained with"},
-    {"vocab", "FILE", "gpt2: GPT-2's encoder.json"},
-    {"merges", "FILE", "gpt2: GPT-2's vocab.bpe"},
-    {"coordinator", "HOST:PORT",
-     "coordinator gRPC address (default: $COHORT_COORDINATOR, else localhost:7070)"},
-    {"timeout", "SECONDS",
+     "and --merges (default: byte). Must be the one the job trained with",
+     nullptr},
+    {"vocab", kValue, "FILE", "", "gpt2: GPT-2's encoder.json", nullptr},
+    {"merges", kValue, "FILE", "", "gpt2: GPT-2's vocab.bpe", nullptr},
+    {"timeout", kValue, "SECONDS", "",
      "deadline of the manifest request; the weights' download gets at least an hour "
-     "(default: 10)"},
-    {"tls_ca", "FILE",
-     "PEM bundle that signed the coordinator's certificate; set: connect with TLS "
-     "(default: $COHORT_TLS_CA, else plaintext)"},
-    {"tls_cert", "FILE", "PEM client certificate, if the cluster wants one (needs --tls_ca)"},
-    {"tls_key", "FILE", "PEM private key of --tls_cert"},
-    {"tls_server_name", "NAME",
-     "name the coordinator's certificate must carry when it differs from the host "
-     "of --coordinator"},
-    {"token_file", "FILE",
-     "file holding the bearer token sent with every request (needs TLS) (default: "
-     "$COHORT_TOKEN_FILE; the token itself may be given in $COHORT_TOKEN)"},
+     "(default: 10)",
+     nullptr},
 }};
+
+// Every flag cohort-sample accepts, in help order: its own, then the
+// connection flags as cohortctl declares them.
+const std::vector<ctl::FlagDoc>& Flags() {
+  static const std::vector<ctl::FlagDoc>* const flags = [] {
+    auto* all = new std::vector<ctl::FlagDoc>(kOwnFlags.begin(), kOwnFlags.end());
+    for (const char* name :
+         {"coordinator", "tls_ca", "tls_cert", "tls_key", "tls_server_name", "token_file"}) {
+      all->push_back(*ctl::FindFlagDoc(name));
+    }
+    return all;
+  }();
+  return *flags;
+}
 
 std::string UsageText() {
   std::string text =
@@ -101,7 +104,7 @@ std::string UsageText() {
       "prompt followed by the generated text (and a newline on a terminal); stderr\n"
       "the model loaded and, every 2 s, progress. Each token runs the model over the\n"
       "last context_length tokens (OMP_NUM_THREADS threads).\n\nFlags:\n";
-  for (const FlagDoc& flag : kFlags) {
+  for (const ctl::FlagDoc& flag : Flags()) {
     absl::StrAppend(&text, "  --", flag.name, "=", flag.value_name, "\n      ", flag.help, "\n");
   }
   absl::StrAppend(&text, "  --help\n      print this text (also: -h)\n\n",
@@ -115,49 +118,28 @@ int UsageError(const std::string& message) {
   return ctl::kExitUsage;
 }
 
-bool Documented(const std::string& name) {
-  for (const FlagDoc& flag : kFlags) {
-    if (name == flag.name) return true;
-  }
-  return false;
-}
-
 }  // namespace
 
 int main(int argc, char** argv) {
-  // The flags are scanned here rather than by absl::ParseCommandLine so that
-  // a bad flag exits with the usage status (64) as cohortctl's do: flags
-  // anywhere among the operands, --name=value or --name value, "--" ends them.
-  std::vector<std::string> positional;
+  // The flags are scanned as cohortctl's are (ScanCommandLine) rather than by
+  // absl::ParseCommandLine, so that a bad flag exits with the usage status
+  // (64): flags anywhere among the operands, --name=value or --name value,
+  // "--" ends them.
+  absl::StatusOr<ctl::ScannedCommandLine> scanned =
+      ctl::ScanCommandLine(std::vector<std::string>(argv + 1, argv + argc), Flags());
+  if (!scanned.ok()) return UsageError(std::string(scanned.status().message()));
+  if (scanned->help) {
+    std::cout << UsageText();
+    return ctl::kExitOk;
+  }
+  const std::vector<std::string>& positional = scanned->positional;
   absl::flat_hash_set<std::string> given;
-  for (int i = 1; i < argc; ++i) {
-    const std::string arg = argv[i];
-    if (arg == "--") {
-      positional.insert(positional.end(), argv + i + 1, argv + argc);
-      break;
-    }
-    if (arg.size() < 2 || arg[0] != '-') {
-      positional.push_back(arg);
-      continue;
-    }
-    std::string name = arg.substr(arg[1] == '-' ? 2 : 1);
-    std::optional<std::string> value;
-    if (const size_t equals = name.find('='); equals != std::string::npos) {
-      value = name.substr(equals + 1);
-      name.resize(equals);
-    }
-    if (name == "help" || name == "h") {
-      std::cout << UsageText();
-      return ctl::kExitOk;
-    }
-    absl::CommandLineFlag* flag = Documented(name) ? absl::FindCommandLineFlag(name) : nullptr;
-    if (flag == nullptr) return UsageError(absl::StrCat("unknown flag ", arg));
-    if (!value.has_value()) {
-      if (i + 1 == argc) return UsageError(absl::StrCat("--", name, " needs a value"));
-      value = argv[++i];
-    }
+  for (const auto& [name, value] : scanned->flags) {
+    absl::CommandLineFlag* flag = absl::FindCommandLineFlag(name);
     std::string error;
-    if (!flag->ParseFrom(*value, &error)) return UsageError(error);
+    if (flag == nullptr || !flag->ParseFrom(value, &error)) {
+      return UsageError(absl::StrCat("--", name, ": ", error));
+    }
     given.insert(name);
   }
   auto set = [&given](const char* name) { return given.contains(name); };

@@ -56,15 +56,7 @@ const train::AdamWOptions kAdamW{
     .beta1 = 0.9, .beta2 = 0.95, .eps = 1e-8, .weight_decay = 0.1, .num_threads = kThreads};
 constexpr double kGradClip = 1.0;
 
-double RelativeError(const float* actual, const float* expected, size_t n) {
-  double diff = 0.0, norm = 0.0;
-  for (size_t i = 0; i < n; ++i) {
-    const double d = static_cast<double>(actual[i]) - expected[i];
-    diff += d * d;
-    norm += static_cast<double>(expected[i]) * expected[i];
-  }
-  return norm == 0.0 ? std::sqrt(diff) : std::sqrt(diff / norm);
-}
+using testing::RelativeError;
 
 // GPT-2 init with zero biases and unit LayerNorm weights would hide mixed-up
 // biases or LayerNorm parameters; give them all random values.

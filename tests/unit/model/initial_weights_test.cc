@@ -54,16 +54,6 @@ GptConfig TinyConfig() {
   return GptConfig{.layers = 2, .heads = 4, .width = 64, .vocab_size = 100, .context_length = 32};
 }
 
-double RelativeError(const std::vector<float>& actual, const std::vector<float>& expected) {
-  double diff = 0.0, norm = 0.0;
-  for (size_t i = 0; i < expected.size(); ++i) {
-    const double d = static_cast<double>(actual[i]) - expected[i];
-    diff += d * d;
-    norm += static_cast<double>(expected[i]) * expected[i];
-  }
-  return std::sqrt(diff / norm);
-}
-
 bool BitwiseEqual(const float* a, const float* b, size_t n) {
   return std::memcmp(a, b, n * sizeof(float)) == 0;
 }
@@ -215,7 +205,9 @@ TEST_F(InitialWeightsTest, LogitsAndLossMatchPyTorch) {
   }
   const auto ref_logits = testing::ReadBinaryFile<float>(File("ref_logits.bin"), logits.size());
   const auto ref_loss = testing::ReadBinaryFile<double>(File("ref_loss.bin"), 1);
-  const double logits_error = RelativeError(logits, ref_logits);
+  ASSERT_EQ(ref_logits.size(), logits.size());
+  const double logits_error =
+      testing::RelativeError(logits.data(), ref_logits.data(), logits.size());
   EXPECT_LE(logits_error, kTolerance);
   EXPECT_LE(std::abs(*loss - ref_loss[0]), kTolerance * ref_loss[0])
       << *loss << " vs torch " << ref_loss[0];
