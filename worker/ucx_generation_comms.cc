@@ -90,9 +90,9 @@ absl::StatusOr<std::unique_ptr<GenerationComms>> CreateUcxGenerationComms(
   if (request.mesh_groups) {
     ASSIGN_OR_RETURN(comm::MeshGroups groups,
                      comm::ComputeMeshGroups(assignment.mesh, assignment.coordinates));
-    ASSIGN_OR_RETURN(comms->communicators_,
-                     train::CreateMeshCommunicators(comms->context_.get(), groups,
-                                                    data_algorithm));
+    ASSIGN_OR_RETURN(
+        comms->communicators_,
+        train::CreateMeshCommunicators(comms->context_.get(), context, groups, data_algorithm));
   }
   if (request.world) {
     comm::UcxCommunicatorOptions world;

@@ -78,6 +78,7 @@ int Mismatch(const std::string& what) {
 
 struct Session {
   std::unique_ptr<comm::KvClient> kv;
+  comm::UcxContextOptions options;  // how `context` was made (kv: the one above)
   std::unique_ptr<UcxContext> context;
   std::unique_ptr<UcxCommunicator> world;
 };
@@ -88,7 +89,7 @@ absl::StatusOr<Session> Connect(const RankConfig& c, uint64_t generation) {
     session.kv = comm::NewCoordinatorKvClient(CoordinatorTarget::Insecure(c.kv_target),
                                               comm::KvScopeRef{c.job, generation});
   }
-  comm::UcxContextOptions options;
+  comm::UcxContextOptions& options = session.options;
   options.rank = c.rank;
   options.size = c.size;
   options.kv = session.kv.get();
@@ -369,7 +370,8 @@ bool ChooseAlgorithm(const RankConfig& config, Session* session,
     return false;
   }
   absl::StatusOr<std::unique_ptr<Communicator>> made = comm::HierarchicalCommunicator::Create(
-      session->context.get(), comm::UcxCommunicatorOptions{.comm_id = 2}, 3, 4, *algorithm);
+      session->context.get(), comm::UcxCommunicatorOptions{.comm_id = 2}, 3, 4, *algorithm,
+      session->options);
   if (!made.ok()) {
     Fail(made.status(), "hierarchical communicator");
     return false;

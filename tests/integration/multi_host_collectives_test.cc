@@ -175,12 +175,13 @@ TEST(MultiHostCollectivesTest, AKilledRankFailsTheHierarchicalAllReduceOnEverySu
 TEST(MultiHostCollectivesTest, ThreeHostsOfTwoRanksRunEveryCollectiveHierarchically) {
   // 6 ranks, rank r on host r % 3: lanes of three members (two exchange
   // rounds, a three-way fold of the hosts' ordered partial sums), the
-  // restaging of 6 blocks lane by lane, and ranges gathered over 3 hosts.
-  // Sizes up to 196613 floats (768 KiB and an odd count, above the
-  // hierarchical threshold), so that 6 processes on a busy 2-core machine
-  // finish well within the calls' timeouts.
+  // restaging of 6 blocks lane by lane, ranges gathered over 3 hosts, and
+  // pipelined all-reduces of two pieces (the second a few elements, padded)
+  // over lanes of three. Sizes up to 1 Mi + 3 elements (4 MiB of floats,
+  // 8 MiB of int64: 1-2 s unloaded), so that 6 processes on a busy 2-core
+  // machine finish well within the calls' 30 s timeouts.
   constexpr int kHosts = 3, kSix = 6;
-  constexpr size_t kCount = 196613;
+  constexpr size_t kCount = (size_t{1} << 20) + 3;
   AlternatingRanks ranks;
   ranks.Start("collectives",
               {"--algorithm=hierarchical", absl::StrCat("--max_elements=", kCount)}, kHosts,

@@ -110,7 +110,7 @@ absl::Status Connect(int rank, int size, const cohort::comm::MeshGroups& groups,
   auto created = cohort::comm::UcxContext::Create(options);
   if (!created.ok()) return created.status();
   comms.context = std::move(*created);
-  auto mesh = cohort::train::CreateMeshCommunicators(comms.context.get(), groups);
+  auto mesh = cohort::train::CreateMeshCommunicators(comms.context.get(), options, groups);
   if (!mesh.ok()) return mesh.status();
   comms.mesh = std::move(*mesh);
   return absl::OkStatus();

@@ -140,7 +140,7 @@ int RunRank(int rank, int ranks, Collective collective) {
   auto algorithm = cohort::comm::ParseCollectiveAlgorithm(absl::GetFlag(FLAGS_algorithm));
   if (!algorithm.ok()) return Fail(std::string(algorithm.status().message()));
   auto comm = cohort::comm::HierarchicalCommunicator::Create(
-      context->get(), {.comm_id = 1, .group = {}}, 2, 3, *algorithm);
+      context->get(), {.comm_id = 1, .group = {}}, 2, 3, *algorithm, context_options);
   if (!comm.ok()) return Fail(absl::StrCat("rank ", rank, ": ", comm.status().ToString()));
   std::vector<size_t> sizes = cohort::bench::PowerOfTwoSizes(absl::GetFlag(FLAGS_min_bytes),
                                                             absl::GetFlag(FLAGS_max_bytes));

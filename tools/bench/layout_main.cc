@@ -174,7 +174,7 @@ int RunRank(int rank, const Layout& l) {
     options.size = l.world();
     options.kv = kv.get();
     auto created = comm::UcxContext::Create(options);
-    auto built = created.ok() ? train::CreateMeshCommunicators(created->get(), *groups)
+    auto built = created.ok() ? train::CreateMeshCommunicators(created->get(), options, *groups)
                               : absl::StatusOr<train::MeshCommunicators>(created.status());
     if (!built.ok()) {
       LOG(ERROR) << built.status();

@@ -9,6 +9,7 @@
 #include "common/layout/mesh_layout.h"
 #include "common/log.h"
 #include "common/status_macros.h"
+#include "worker/comm/failed_peer.h"
 
 namespace cohort::comm {
 namespace {
@@ -49,7 +50,7 @@ absl::StatusOr<CollectiveAlgorithm> ParseCollectiveAlgorithm(const std::string& 
 
 absl::StatusOr<std::unique_ptr<Communicator>> HierarchicalCommunicator::Create(
     UcxContext* context, UcxCommunicatorOptions flat, uint16_t local_id, uint16_t lane_id,
-    CollectiveAlgorithm algorithm) {
+    CollectiveAlgorithm algorithm, const UcxContextOptions& bootstrap) {
   ASSIGN_OR_RETURN(std::unique_ptr<UcxCommunicator> whole,
                    UcxCommunicator::Create(context, std::move(flat)));
   if (algorithm == CollectiveAlgorithm::kFlat) return std::unique_ptr<Communicator>(std::move(whole));
@@ -72,21 +73,42 @@ absl::StatusOr<std::unique_ptr<Communicator>> HierarchicalCommunicator::Create(
   ASSIGN_OR_RETURN(std::unique_ptr<UcxCommunicator> local,
                    UcxCommunicator::Create(context, {.comm_id = local_id,
                                                      .group = to_world(split->local)}));
+  std::vector<std::vector<int>> by_host = layout::RanksByHost(hosts);
+  // The lane's members, hosts in order, as ranks 0..H-1 of a context of
+  // their own: its UCP worker is progressed only by the thread running the
+  // lane.
+  const auto self = std::find(split->lane.begin(), split->lane.end(), whole->rank());
+  UcxContextOptions options = bootstrap;
+  options.rank = static_cast<int>(self - split->lane.begin());
+  options.size = static_cast<int>(split->lane.size());
+  options.key_prefix =
+      absl::StrCat(bootstrap.key_prefix, "lane/", lane_id, "/", local->rank(), "/");
+  absl::StatusOr<std::unique_ptr<UcxContext>> lane_context = UcxContext::Create(options);
+  if (!lane_context.ok()) {
+    absl::Status status(lane_context.status().code(),
+                        absl::StrCat("lane context: ", lane_context.status().message()));
+    const std::optional<int> peer = FailedPeer(lane_context.status());
+    if (!peer.has_value() || *peer >= options.size) return status;
+    return WithFailedPeer(status, whole->world_rank(split->lane[static_cast<size_t>(*peer)]));
+  }
   ASSIGN_OR_RETURN(std::unique_ptr<UcxCommunicator> lane,
-                   UcxCommunicator::Create(context, {.comm_id = lane_id,
-                                                     .group = to_world(split->lane)}));
+                   UcxCommunicator::Create(lane_context->get(), {.comm_id = lane_id}));
   LOG(INFO) << "communicator " << whole->comm_id() << ": hierarchical collectives over "
-            << lane->size() << " hosts x " << local->size() << " ranks";
-  return std::unique_ptr<Communicator>(new HierarchicalCommunicator(
-      std::move(whole), std::move(local), std::move(lane), layout::RanksByHost(hosts)));
+            << lane->size() << " hosts x " << local->size()
+            << " ranks, the lanes on UCP workers of their own";
+  return std::unique_ptr<Communicator>(
+      new HierarchicalCommunicator(std::move(whole), std::move(local), std::move(*lane_context),
+                                   std::move(lane), std::move(by_host)));
 }
 
 HierarchicalCommunicator::HierarchicalCommunicator(std::unique_ptr<UcxCommunicator> flat,
                                                    std::unique_ptr<UcxCommunicator> local,
+                                                   std::unique_ptr<UcxContext> lane_context,
                                                    std::unique_ptr<UcxCommunicator> lane,
                                                    std::vector<std::vector<int>> hosts)
     : flat_(std::move(flat)),
       local_(std::move(local)),
+      lane_context_(std::move(lane_context)),
       lane_(std::move(lane)),
       hosts_(std::move(hosts)),
       host_(lane_->rank()),
@@ -97,6 +119,9 @@ absl::Status HierarchicalCommunicator::RunAllReduce(void* data, size_t count, Da
   const size_t element = DataTypeSize(type);
   if (count * element < kHierarchicalMinBytes) {
     return flat_->AllReduce(data, count, type, op, timeout);
+  }
+  if (count * element > kPipelineChunkBytes) {
+    return RunPipelinedAllReduce(data, count, type, op, timeout);
   }
   const Deadline left(timeout);
   const size_t locals = static_cast<size_t>(local_->size());
@@ -112,7 +137,7 @@ absl::Status HierarchicalCommunicator::RunAllReduce(void* data, size_t count, Da
   }
   slice_.resize(per_rank * element);
   RETURN_IF_ERROR(local_->ReduceScatter(buffer, slice_.data(), per_rank, type, op, left()));
-  RETURN_IF_ERROR(lane_->AllReduce(slice_.data(), per_rank, type, op, left()));
+  RETURN_IF_ERROR(LaneError(lane_->AllReduce(slice_.data(), per_rank, type, op, left())));
   RETURN_IF_ERROR(local_->AllGather(slice_.data(), buffer, per_rank, type, left()));
   if (buffer != data) std::memcpy(data, buffer, count * element);
   return absl::OkStatus();
@@ -135,7 +160,7 @@ absl::Status HierarchicalCommunicator::RunReduceScatter(const void* input, void*
       local_->ReduceScatter(staged_.data(), slice_.data(), count_per_rank * hosts, type, op, left()));
   // The lane's blocks are in host order: lane rank h's is GroupRank(h, l),
   // so this rank's is its own group block.
-  return lane_->ReduceScatter(slice_.data(), output, count_per_rank, type, op, left());
+  return LaneError(lane_->ReduceScatter(slice_.data(), output, count_per_rank, type, op, left()));
 }
 
 absl::Status HierarchicalCommunicator::RunAllGather(const void* input, void* output,
@@ -151,7 +176,7 @@ absl::Status HierarchicalCommunicator::RunAllGather(const void* input, void* out
   // The lane gathers read `input` before anything is written to `output`
   // (which `input` may alias).
   slice_.resize(block * hosts);
-  RETURN_IF_ERROR(lane_->AllGather(input, slice_.data(), count_per_rank, type, left()));
+  RETURN_IF_ERROR(LaneError(lane_->AllGather(input, slice_.data(), count_per_rank, type, left())));
   staged_.resize(block * n);
   RETURN_IF_ERROR(
       local_->AllGather(slice_.data(), staged_.data(), count_per_rank * hosts, type, left()));
@@ -260,10 +285,12 @@ absl::Status HierarchicalCommunicator::RunReduceScatterOrdered(
   } else {
     RETURN_IF_ERROR(local);
   }
-  ASSIGN_OR_RETURN(const float* root, ExchangeOrdered(lane_.get(), slice, block, split->hosts, left));
+  absl::StatusOr<const float*> root =
+      ExchangeOrdered(lane_.get(), slice, block, split->hosts, left);
+  if (!root.ok()) return LaneError(root.status());
   const size_t begin = std::min(count, block * static_cast<size_t>(rank()));
   const size_t end = std::min(count, begin + block);
-  std::memcpy(output, root, (end - begin) * sizeof(float));
+  std::memcpy(output, *root, (end - begin) * sizeof(float));
   return absl::OkStatus();
 }
 
@@ -285,8 +312,9 @@ absl::Status HierarchicalCommunicator::RunAllGatherRanges(void* data,
     const int to = (host_ + k) % hosts;
     const int from = (host_ - k + hosts) % hosts;
     const ByteRange theirs = ranges[GroupRank(from, local_index_)];
-    RETURN_IF_ERROR(lane_->SendRecv(bytes + mine.begin, mine.size(), to, bytes + theirs.begin,
-                                    theirs.size(), from, tag, left()));
+    RETURN_IF_ERROR(
+        LaneError(lane_->SendRecv(bytes + mine.begin, mine.size(), to, bytes + theirs.begin,
+                                  theirs.size(), from, tag, left())));
   }
   // ...then each host shares what its lanes brought.
   for (int k = 1; k < locals; ++k) {
@@ -326,6 +354,13 @@ void HierarchicalCommunicator::FromLanes(const uint8_t* lanes, size_t block_byte
       if (real > 0) std::memcpy(grouped + at, lanes + (l * hosts + h) * block_bytes, real);
     }
   }
+}
+
+absl::Status HierarchicalCommunicator::LaneError(absl::Status status) const {
+  const std::optional<int> peer = FailedPeer(status);
+  if (!peer.has_value() || *peer >= static_cast<int>(hosts_.size())) return status;
+  const int world = flat_->world_rank(GroupRank(*peer, local_index_));
+  return WithFailedPeer(absl::Status(status.code(), status.message()), world);
 }
 
 void HierarchicalCommunicator::Fail(const absl::Status& status) {

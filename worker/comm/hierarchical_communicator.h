@@ -28,11 +28,14 @@
 // Calls below kHierarchicalMinBytes (latency-bound) and every other call go
 // to the flat group.
 //
-// The phases run one after another on the calling thread: overlapping the
-// lane with the local group from a second thread (a tried design: 1.5x the
-// flat ring on link-bound 2 Gbit/s links, against 1.3x) hung once with the
-// lane's messages unmatched in UCX, both threads progressing one UCX worker;
-// a lane on a worker of its own is the way to try it again.
+// The lane runs on a UCP worker of its own: a second UcxContext over the
+// lane's members, bootstrapped like the caller's. A large all-reduce
+// pipelines: it runs in pieces of kPipelineChunkBytes, a second thread
+// carrying piece i across the hosts while this one reduces piece i + 1 in
+// shared memory (1.5x the flat ring on link-bound 2 Gbit/s links, against
+// 1.3x with the phases in turn). Each UCP worker is progressed by one thread
+// at a time: the design tried first, both threads progressing the caller's
+// one worker, hung once with the lane's messages unmatched in UCX.
 //
 // Thread-safety: as UcxCommunicator (Abort from any thread).
 
@@ -56,6 +59,10 @@ namespace cohort::comm {
 
 // Collectives of fewer bytes take the flat group.
 inline constexpr size_t kHierarchicalMinBytes = 256 * 1024;
+// A larger all-reduce runs in pieces of about this size (a multiple of the
+// host's rank count), the lane carrying one across the hosts while shared
+// memory reduces the next.
+inline constexpr size_t kPipelineChunkBytes = 4 << 20;
 
 // Where a group rank sits in a group split by host.
 struct HostSplit {
@@ -83,11 +90,18 @@ class HierarchicalCommunicator : public Communicator {
   // sub-groups' communicator ids (distinct from every other live id of the
   // context, equal on all members). Returns the flat communicator alone
   // when `algorithm` is kFlat, or kAuto and the hosts do not allow a split
-  // (InvalidArgument for kHierarchical then). Errors: UcxCommunicator's.
+  // (InvalidArgument for kHierarchical then). `bootstrap` is how `context`
+  // was made (its kv, key prefix, timeouts, cancellation and network
+  // devices; rank and size are ignored): the lane's context is made the same
+  // way, its keys under "<key_prefix>lane/<lane_id>/<local index>/", by
+  // every member of the group at once. Errors: UcxCommunicator's, and
+  // UcxContext::Create's for the lane's context (its failed peer named as a
+  // rank of `context`).
   static absl::StatusOr<std::unique_ptr<Communicator>> Create(UcxContext* context,
                                                               UcxCommunicatorOptions flat,
                                                               uint16_t local_id, uint16_t lane_id,
-                                                              CollectiveAlgorithm algorithm);
+                                                              CollectiveAlgorithm algorithm,
+                                                              const UcxContextOptions& bootstrap);
 
   int rank() const override { return flat_->rank(); }
   int size() const override { return flat_->size(); }
@@ -146,11 +160,19 @@ class HierarchicalCommunicator : public Communicator {
  private:
   HierarchicalCommunicator(std::unique_ptr<UcxCommunicator> flat,
                            std::unique_ptr<UcxCommunicator> local,
+                           std::unique_ptr<UcxContext> lane_context,
                            std::unique_ptr<UcxCommunicator> lane,
                            std::vector<std::vector<int>> hosts);
 
   absl::Status RunAllReduce(void* data, size_t count, DataType type, ReduceOp op,
                             absl::Duration timeout);
+  // RunAllReduce in pieces, the lane on a second thread
+  // (hierarchical_pipeline.cc).
+  absl::Status RunPipelinedAllReduce(void* data, size_t count, DataType type, ReduceOp op,
+                                     absl::Duration timeout);
+  // A lane error with its failed peer (a rank of the lane's context) named
+  // as a rank of the caller's context.
+  absl::Status LaneError(absl::Status status) const;
   absl::Status RunReduceScatter(const void* input, void* output, size_t count_per_rank,
                                 DataType type, ReduceOp op, absl::Duration timeout);
   absl::Status RunReduceScatterOrdered(const float* input, size_t count, size_t block,
@@ -217,7 +239,10 @@ class HierarchicalCommunicator : public Communicator {
                                                const std::vector<std::pair<int, int>>& merges,
                                                const Deadline& left);
 
-  std::unique_ptr<UcxCommunicator> flat_, local_, lane_;
+  std::unique_ptr<UcxCommunicator> flat_, local_;
+  // The lane's own context; declared before the lane, which it outlives.
+  std::unique_ptr<UcxContext> lane_context_;
+  std::unique_ptr<UcxCommunicator> lane_;
   std::vector<std::vector<int>> hosts_;  // group ranks by host (layout::RanksByHost)
   int host_ = 0;                         // this rank's host index
   int local_index_ = 0;                  // this rank's index on its host

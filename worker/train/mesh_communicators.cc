@@ -17,18 +17,17 @@ void MeshCommunicators::Abort(const absl::Status& reason) {
 }
 
 absl::StatusOr<MeshCommunicators> CreateMeshCommunicators(
-    comm::UcxContext* context, const comm::MeshGroups& groups,
-    comm::CollectiveAlgorithm data_algorithm) {
+    comm::UcxContext* context, const comm::UcxContextOptions& bootstrap,
+    const comm::MeshGroups& groups, comm::CollectiveAlgorithm data_algorithm) {
   MeshCommunicators out;
   if (groups.data.size() > 1) {
     const int index = groups.data.communicator_id & (comm::kMaxGroupsPerAxis - 1);
-    ASSIGN_OR_RETURN(out.data, comm::HierarchicalCommunicator::Create(
-                                   context,
-                                   {.comm_id = groups.data.communicator_id,
-                                    .group = groups.data.ranks},
-                                   comm::MeshCommunicatorId(comm::MeshAxis::kDataLocal, index),
-                                   comm::MeshCommunicatorId(comm::MeshAxis::kDataLane, index),
-                                   data_algorithm));
+    ASSIGN_OR_RETURN(
+        out.data,
+        comm::HierarchicalCommunicator::Create(
+            context, {.comm_id = groups.data.communicator_id, .group = groups.data.ranks},
+            comm::MeshCommunicatorId(comm::MeshAxis::kDataLocal, index),
+            comm::MeshCommunicatorId(comm::MeshAxis::kDataLane, index), data_algorithm, bootstrap));
   }
   for (auto [group, slot] : {std::pair{&groups.tensor, &out.tensor},
                              std::pair{&groups.pipeline, &out.pipeline}}) {

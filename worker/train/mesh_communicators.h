@@ -32,11 +32,13 @@ struct MeshCommunicators {
   void Abort(const absl::Status& reason);
 };
 
-// The communicators of `groups` on `context` (which must outlive them); the
-// data group's collectives by `data_algorithm`. Errors:
-// HierarchicalCommunicator::Create's.
+// The communicators of `groups` on `context` (which must outlive them),
+// made with `bootstrap` (which a data group spanning hosts uses again for its
+// lanes' contexts); the data group's collectives by `data_algorithm`.
+// Errors: HierarchicalCommunicator::Create's.
 absl::StatusOr<MeshCommunicators> CreateMeshCommunicators(
-    comm::UcxContext* context, const comm::MeshGroups& groups,
+    comm::UcxContext* context, const comm::UcxContextOptions& bootstrap,
+    const comm::MeshGroups& groups,
     comm::CollectiveAlgorithm data_algorithm = comm::CollectiveAlgorithm::kAuto);
 
 // The ModelLayout of the member at `self` in `mesh`.
