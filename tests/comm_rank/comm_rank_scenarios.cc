@@ -299,6 +299,14 @@ class Checker {
                                      value[0], " (bits differ)"));
       }
     }
+    // In place: the output is this rank's own block of the input (as the
+    // data-parallel gradient reduction calls it).
+    RUN_OR_FAIL(comm_->ReduceScatterOrdered(input.data(), count, block, input.data() + begin,
+                                            merges, timeout_),
+                what + " in place");
+    if (std::memcmp(input.data() + begin, output.data(), output.size() * sizeof(float)) != 0) {
+      return Mismatch(what + " in place: other bits than into a separate output");
+    }
     std::fprintf(stderr, "rank %d: %s: exact\n", c_.rank, what.c_str());
     return kOk;
   }

@@ -38,6 +38,9 @@
 ABSL_FLAG(double, rate_gbit, 10, "each host's link rate, Gbit/s (tc tbf both ways)");
 ABSL_FLAG(std::vector<std::string>, sizes_mib, std::vector<std::string>({"1", "16", "64", "256"}),
           "all-reduce sizes, MiB");
+ABSL_FLAG(int64_t, piece_kib, 4096,
+          "Cohort's hierarchical pipeline piece in KiB (cohort-bench-collectives --piece_kib); "
+          "0: the phases in turn");
 ABSL_FLAG(int, reps, 3, "repetitions (each runs flat, hierarchical and gloo in turn)");
 ABSL_FLAG(double, budget_seconds, 1.0, "approximate timing per size and run");
 ABSL_FLAG(std::string, python, "/usr/bin/python3", "python with torch (gloo)");
@@ -93,12 +96,13 @@ absl::StatusOr<std::vector<bench::BenchRow>> RunOnce(NetnsHosts& hosts, const Ki
            absl::StrCat("tcp://", hosts.address(0), ":29500"), "--sizes_mib", sizes,
            "--budget_seconds", budget, "--csv", csv});
     } else {
-      std::tie(options.binary, options.args) = hosts.Command(
-          host, BinaryPath("tools/cohort-bench-collectives"),
-          {absl::StrCat("--rank=", r), absl::StrCat("--ranks=", kRanks), "--kv_dir=" + kv_dir,
-           absl::StrCat("--algorithm=", kind.algorithm),
-           absl::StrCat("--collective=", kind.collective), "--sizes_mib=" + sizes,
-           "--budget_seconds=" + budget, "--csv=" + csv});
+      std::tie(options.binary, options.args) =
+          hosts.Command(host, BinaryPath("tools/cohort-bench-collectives"),
+                        {absl::StrCat("--rank=", r), absl::StrCat("--ranks=", kRanks),
+                         "--kv_dir=" + kv_dir, absl::StrCat("--algorithm=", kind.algorithm),
+                         absl::StrCat("--collective=", kind.collective), "--sizes_mib=" + sizes,
+                         "--budget_seconds=" + budget, "--csv=" + csv,
+                         absl::StrCat("--piece_kib=", absl::GetFlag(FLAGS_piece_kib))});
     }
     // gloo binds the interface its host name resolves to (loopback here)
     // unless told: each namespace's link is eth0.

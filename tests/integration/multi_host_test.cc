@@ -429,20 +429,27 @@ TEST_F(MultiHostTest, AHostOnA100MbitLinkSlowsEveryRankAndTheJobCompletes) {
       job, [&](const v1::Job& j) { return Finished(j) || j.progress().step() >= limited_at + 4; },
       absl::Seconds(120), "steps on the slow link");
   const std::map<std::string, double> slow = step_seconds();
-  // A step's ring (reduce-scatter and all-gather of the fp32 gradients)
-  // carries 2 (n-1)/n of them over each of its edges, and two edges cross
-  // host 2's link, one each way: the link alone takes at least this long.
+  // The data group is hierarchical (2 hosts x 2 ranks): a step's ordered
+  // reduce-scatter of the fp32 gradients sends half of each lane's slice
+  // across, and ZeRO-1's gather of the updated weights the other half, so
+  // host 2's link carries the gradients' size each way per step: the link
+  // alone takes at least this long, and every rank waits for it.
   absl::StatusOr<train::TrainingConfig> config = train::TrainingConfigFromSpec(spec, 1);
   ASSERT_TRUE(config.ok()) << config.status();
   const double gradient_bytes =
       4.0 * static_cast<double>(model::ParameterTable(config->model).num_params());
-  const double floor_seconds = 2.0 * 3 / 4 * gradient_bytes * 8 / static_cast<double>(kRate);
+  const double floor_seconds = gradient_bytes * 8 / static_cast<double>(kRate);
   ASSERT_EQ(slow.size(), 4u);
   for (const auto& [worker, seconds] : slow) {
     EXPECT_GE(seconds, 0.8 * floor_seconds)
         << worker << ": " << seconds << " s per step on the slow link (before: " << before.at(worker)
         << " s)";
-    EXPECT_GT(seconds, 2 * before.at(worker)) << worker;
+    // The link's time comes on top of the step's compute (the reduction
+    // follows the backward pass): a margin of half of it, not a ratio, so
+    // that a busy machine's slower compute before the limit does not hide it.
+    EXPECT_GT(seconds, before.at(worker) + 0.5 * floor_seconds)
+        << worker << ": " << seconds << " s per step on the slow link, " << before.at(worker)
+        << " s before it";
   }
   const v1::Job done = cluster.WaitForJob(job, Finished, absl::Seconds(240), "the job to end");
   ASSERT_EQ(done.state(), v1::JOB_STATE_COMPLETED) << done.message();

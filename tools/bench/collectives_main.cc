@@ -51,6 +51,8 @@ ABSL_FLAG(std::vector<std::string>, compare, {},
           "OURS.csv,THEIRS.csv: print the comparison of two CSV files and exit");
 ABSL_FLAG(std::string, compare_names, "cohort,openmpi", "names of the two compared tables");
 // Internal: set by the parent for each rank process.
+ABSL_FLAG(int64_t, piece_kib, cohort::comm::kPipelineChunkBytes >> 10,
+          "hierarchical: the pipeline's piece size in KiB; 0 runs the phases in turn");
 ABSL_FLAG(int, rank, -1, "internal: this process's rank (set by the parent)");
 ABSL_FLAG(std::string, kv_dir, "", "internal: bootstrap directory (set by the parent)");
 
@@ -140,7 +142,8 @@ int RunRank(int rank, int ranks, Collective collective) {
   auto algorithm = cohort::comm::ParseCollectiveAlgorithm(absl::GetFlag(FLAGS_algorithm));
   if (!algorithm.ok()) return Fail(std::string(algorithm.status().message()));
   auto comm = cohort::comm::HierarchicalCommunicator::Create(
-      context->get(), {.comm_id = 1, .group = {}}, 2, 3, *algorithm, context_options);
+      context->get(), {.comm_id = 1, .group = {}}, 2, 3, *algorithm, context_options,
+      static_cast<size_t>(std::max<int64_t>(0, absl::GetFlag(FLAGS_piece_kib))) << 10);
   if (!comm.ok()) return Fail(absl::StrCat("rank ", rank, ": ", comm.status().ToString()));
   std::vector<size_t> sizes = cohort::bench::PowerOfTwoSizes(absl::GetFlag(FLAGS_min_bytes),
                                                             absl::GetFlag(FLAGS_max_bytes));

@@ -88,7 +88,8 @@ class Communicator {
   // whose bits must not depend on the transport (the deterministic
   // reduction, worker/train/reduction_tree.h). `input` holds `count` floats
   // cut into size() blocks of `block` (the last ones may be short or empty);
-  // rank r gets its block's reduction in `output` (the block's length). Per
+  // rank r gets its block's reduction in `output` (the block's length),
+  // which may be rank r's own block of `input` (in place). Per
   // element: value[q] = rank q's input; then value[into] += value[from] for
   // each (into, from) of `merges`, in order; the result is value[0]. Float
   // addition is commutative, so each merge has one possible result and the

@@ -50,7 +50,7 @@ absl::StatusOr<CollectiveAlgorithm> ParseCollectiveAlgorithm(const std::string& 
 
 absl::StatusOr<std::unique_ptr<Communicator>> HierarchicalCommunicator::Create(
     UcxContext* context, UcxCommunicatorOptions flat, uint16_t local_id, uint16_t lane_id,
-    CollectiveAlgorithm algorithm, const UcxContextOptions& bootstrap) {
+    CollectiveAlgorithm algorithm, const UcxContextOptions& bootstrap, size_t piece_bytes) {
   ASSIGN_OR_RETURN(std::unique_ptr<UcxCommunicator> whole,
                    UcxCommunicator::Create(context, std::move(flat)));
   if (algorithm == CollectiveAlgorithm::kFlat) return std::unique_ptr<Communicator>(std::move(whole));
@@ -98,50 +98,23 @@ absl::StatusOr<std::unique_ptr<Communicator>> HierarchicalCommunicator::Create(
             << " ranks, the lanes on UCP workers of their own";
   return std::unique_ptr<Communicator>(
       new HierarchicalCommunicator(std::move(whole), std::move(local), std::move(*lane_context),
-                                   std::move(lane), std::move(by_host)));
+                                   std::move(lane), std::move(by_host), piece_bytes));
 }
 
 HierarchicalCommunicator::HierarchicalCommunicator(std::unique_ptr<UcxCommunicator> flat,
                                                    std::unique_ptr<UcxCommunicator> local,
                                                    std::unique_ptr<UcxContext> lane_context,
                                                    std::unique_ptr<UcxCommunicator> lane,
-                                                   std::vector<std::vector<int>> hosts)
+                                                   std::vector<std::vector<int>> hosts,
+                                                   size_t piece_bytes)
     : flat_(std::move(flat)),
       local_(std::move(local)),
       lane_context_(std::move(lane_context)),
       lane_(std::move(lane)),
       hosts_(std::move(hosts)),
       host_(lane_->rank()),
-      local_index_(local_->rank()) {}
-
-absl::Status HierarchicalCommunicator::RunAllReduce(void* data, size_t count, DataType type,
-                                                    ReduceOp op, absl::Duration timeout) {
-  const size_t element = DataTypeSize(type);
-  if (count * element < kHierarchicalMinBytes) {
-    return flat_->AllReduce(data, count, type, op, timeout);
-  }
-  if (count * element > kPipelineChunkBytes) {
-    return RunPipelinedAllReduce(data, count, type, op, timeout);
-  }
-  const Deadline left(timeout);
-  const size_t locals = static_cast<size_t>(local_->size());
-  const size_t per_rank = (count + locals - 1) / locals;
-  // The local reduce-scatter cuts locals equal blocks: pad when they do not
-  // divide the count (the padding is reduced too, and dropped).
-  auto* buffer = static_cast<uint8_t*>(data);
-  if (per_rank * locals != count) {
-    padded_.resize(per_rank * locals * element);
-    std::memcpy(padded_.data(), data, count * element);
-    std::memset(padded_.data() + count * element, 0, (per_rank * locals - count) * element);
-    buffer = padded_.data();
-  }
-  slice_.resize(per_rank * element);
-  RETURN_IF_ERROR(local_->ReduceScatter(buffer, slice_.data(), per_rank, type, op, left()));
-  RETURN_IF_ERROR(LaneError(lane_->AllReduce(slice_.data(), per_rank, type, op, left())));
-  RETURN_IF_ERROR(local_->AllGather(slice_.data(), buffer, per_rank, type, left()));
-  if (buffer != data) std::memcpy(data, buffer, count * element);
-  return absl::OkStatus();
-}
+      local_index_(local_->rank()),
+      piece_bytes_(piece_bytes) {}
 
 absl::Status HierarchicalCommunicator::RunReduceScatter(const void* input, void* output,
                                                      size_t count_per_rank, DataType type,
@@ -154,7 +127,7 @@ absl::Status HierarchicalCommunicator::RunReduceScatter(const void* input, void*
   const Deadline left(timeout);
   const size_t hosts = hosts_.size();
   staged_.resize(block * n);
-  ToLanes(static_cast<const uint8_t*>(input), block * n, block, staged_.data());
+  ToLanes(static_cast<const uint8_t*>(input), block * n, block, 0, block, staged_.data());
   slice_.resize(block * hosts);
   RETURN_IF_ERROR(
       local_->ReduceScatter(staged_.data(), slice_.data(), count_per_rank * hosts, type, op, left()));
@@ -214,12 +187,13 @@ std::optional<HierarchicalCommunicator::OrderedSplit> HierarchicalCommunicator::
 
 absl::StatusOr<const float*> HierarchicalCommunicator::ExchangeOrdered(
     UcxCommunicator* group, const float* input, size_t piece,
-    const std::vector<std::pair<int, int>>& merges, const Deadline& left) {
+    const std::vector<std::pair<int, int>>& merges, const Deadline& left,
+    std::vector<uint8_t>* scratch) {
   const int m = group->size();
   const int me = group->rank();
   const size_t bytes = piece * sizeof(float);
-  pieces_.resize(bytes * static_cast<size_t>(m));
-  auto* pieces = reinterpret_cast<float*>(pieces_.data());
+  scratch->resize(bytes * static_cast<size_t>(m));
+  auto* pieces = reinterpret_cast<float*>(scratch->data());
   std::memcpy(pieces + piece * static_cast<size_t>(me), input + piece * static_cast<size_t>(me),
               bytes);
   for (int k = 1; k < m; ++k) {
@@ -265,81 +239,20 @@ absl::Status HierarchicalCommunicator::RunReduceScatterOrdered(
   if (!split.has_value()) {
     return flat_->ReduceScatterOrdered(input, count, block, output, merges, timeout);
   }
-  const Deadline left(timeout);
-  const size_t hosts = hosts_.size();
-  const size_t block_bytes = block * sizeof(float);
-  staged_.resize(block_bytes * n);
-  ToLanes(reinterpret_cast<const uint8_t*>(input), count * sizeof(float), block_bytes,
-          staged_.data());
-  const auto* staged = reinterpret_cast<const float*>(staged_.data());
-  slice_.resize(block_bytes * hosts);
-  auto* slice = reinterpret_cast<float*>(slice_.data());
-  const absl::Status local = local_->ReduceScatterOrdered(staged, block * n, block * hosts, slice,
-                                                          split->local, left());
-  if (absl::IsUnimplemented(local)) {
-    // No shared memory on this host (UCX_TLS set): the same order, point to
-    // point.
-    ASSIGN_OR_RETURN(const float* folded,
-                     ExchangeOrdered(local_.get(), staged, block * hosts, split->local, left));
-    std::memcpy(slice, folded, block_bytes * hosts);
-  } else {
-    RETURN_IF_ERROR(local);
-  }
-  absl::StatusOr<const float*> root =
-      ExchangeOrdered(lane_.get(), slice, block, split->hosts, left);
-  if (!root.ok()) return LaneError(root.status());
-  const size_t begin = std::min(count, block * static_cast<size_t>(rank()));
-  const size_t end = std::min(count, begin + block);
-  std::memcpy(output, *root, (end - begin) * sizeof(float));
-  return absl::OkStatus();
-}
-
-absl::Status HierarchicalCommunicator::RunAllGatherRanges(void* data,
-                                                       const std::vector<ByteRange>& ranges,
-                                                       uint32_t tag, absl::Duration timeout) {
-  size_t total = 0;
-  for (const ByteRange& range : ranges) total += range.size();
-  if (ranges.size() != static_cast<size_t>(size()) || total < kHierarchicalMinBytes) {
-    return Communicator::AllGatherRanges(data, ranges, tag, timeout);  // on the flat group
-  }
-  const Deadline left(timeout);
-  auto* bytes = static_cast<uint8_t*>(data);
-  const int hosts = static_cast<int>(hosts_.size());
-  const int locals = local_->size();
-  // Across hosts, each lane moves its members' ranges...
-  const ByteRange mine = ranges[rank()];
-  for (int k = 1; k < hosts; ++k) {
-    const int to = (host_ + k) % hosts;
-    const int from = (host_ - k + hosts) % hosts;
-    const ByteRange theirs = ranges[GroupRank(from, local_index_)];
-    RETURN_IF_ERROR(
-        LaneError(lane_->SendRecv(bytes + mine.begin, mine.size(), to, bytes + theirs.begin,
-                                  theirs.size(), from, tag, left())));
-  }
-  // ...then each host shares what its lanes brought.
-  for (int k = 1; k < locals; ++k) {
-    const int to = (local_index_ + k) % locals;
-    const int from = (local_index_ - k + locals) % locals;
-    for (int h = 0; h < hosts; ++h) {
-      const ByteRange out = ranges[GroupRank(h, local_index_)];
-      const ByteRange in = ranges[GroupRank(h, from)];
-      RETURN_IF_ERROR(local_->SendRecv(bytes + out.begin, out.size(), to, bytes + in.begin,
-                                       in.size(), from, tag, left()));
-    }
-  }
-  return absl::OkStatus();
+  return RunOrderedPieces(input, count, block, output, *split, timeout);
 }
 
 void HierarchicalCommunicator::ToLanes(const uint8_t* grouped, size_t valid_bytes,
-                                       size_t block_bytes, uint8_t* lanes) const {
+                                       size_t block_bytes, size_t offset_bytes, size_t piece_bytes,
+                                       uint8_t* lanes) const {
   const size_t hosts = hosts_.size();
   for (size_t h = 0; h < hosts; ++h) {
     for (size_t l = 0; l < hosts_[h].size(); ++l) {
-      const size_t at = static_cast<size_t>(hosts_[h][l]) * block_bytes;
-      const size_t real = std::min(block_bytes, valid_bytes - std::min(valid_bytes, at));
-      uint8_t* to = lanes + (l * hosts + h) * block_bytes;
+      const size_t at = static_cast<size_t>(hosts_[h][l]) * block_bytes + offset_bytes;
+      const size_t real = std::min(piece_bytes, valid_bytes - std::min(valid_bytes, at));
+      uint8_t* to = lanes + (l * hosts + h) * piece_bytes;
       if (real > 0) std::memcpy(to, grouped + at, real);
-      if (real < block_bytes) std::memset(to + real, 0, block_bytes - real);
+      if (real < piece_bytes) std::memset(to + real, 0, piece_bytes - real);
     }
   }
 }

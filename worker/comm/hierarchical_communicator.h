@@ -29,13 +29,14 @@
 // to the flat group.
 //
 // The lane runs on a UCP worker of its own: a second UcxContext over the
-// lane's members, bootstrapped like the caller's. A large all-reduce
-// pipelines: it runs in pieces of kPipelineChunkBytes, a second thread
-// carrying piece i across the hosts while this one reduces piece i + 1 in
-// shared memory (1.5x the flat ring on link-bound 2 Gbit/s links, against
-// 1.3x with the phases in turn). Each UCP worker is progressed by one thread
-// at a time: the design tried first, both threads progressing the caller's
-// one worker, hung once with the lane's messages unmatched in UCX.
+// lane's members, bootstrapped like the caller's. A large all-reduce,
+// ordered reduce-scatter or range gather pipelines: it runs in pieces of about
+// kPipelineChunkBytes, a second thread carrying piece i across the hosts
+// while this one reduces piece i + 1 in shared memory (the all-reduce: 1.5x
+// the flat ring on link-bound 2 Gbit/s links, against 1.3x with the phases
+// in turn). Each UCP worker is progressed by one thread at a time: the
+// design tried first, both threads progressing the caller's one worker,
+// hung once with the lane's messages unmatched in UCX.
 //
 // Thread-safety: as UcxCommunicator (Abort from any thread).
 
@@ -47,6 +48,7 @@
 #include <vector>
 
 #include "absl/base/thread_annotations.h"
+#include "absl/functional/function_ref.h"
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/clock.h"
@@ -59,9 +61,9 @@ namespace cohort::comm {
 
 // Collectives of fewer bytes take the flat group.
 inline constexpr size_t kHierarchicalMinBytes = 256 * 1024;
-// A larger all-reduce runs in pieces of about this size (a multiple of the
-// host's rank count), the lane carrying one across the hosts while shared
-// memory reduces the next.
+// A larger all-reduce, ordered reduce-scatter or range gather runs in pieces
+// of about this size, the lane carrying one across the hosts while shared memory
+// reduces the next.
 inline constexpr size_t kPipelineChunkBytes = 4 << 20;
 
 // Where a group rank sits in a group split by host.
@@ -96,12 +98,13 @@ class HierarchicalCommunicator : public Communicator {
   // way, its keys under "<key_prefix>lane/<lane_id>/<local index>/", by
   // every member of the group at once. Errors: UcxCommunicator's, and
   // UcxContext::Create's for the lane's context (its failed peer named as a
-  // rank of `context`).
-  static absl::StatusOr<std::unique_ptr<Communicator>> Create(UcxContext* context,
-                                                              UcxCommunicatorOptions flat,
-                                                              uint16_t local_id, uint16_t lane_id,
-                                                              CollectiveAlgorithm algorithm,
-                                                              const UcxContextOptions& bootstrap);
+  // rank of `context`). `piece_bytes`: the pipeline's piece size; 0 runs
+  // the phases in turn (one piece: for hosts with fewer cores than ranks,
+  // where the lane's thread only competes for them).
+  static absl::StatusOr<std::unique_ptr<Communicator>> Create(
+      UcxContext* context, UcxCommunicatorOptions flat, uint16_t local_id, uint16_t lane_id,
+      CollectiveAlgorithm algorithm, const UcxContextOptions& bootstrap,
+      size_t piece_bytes = kPipelineChunkBytes);
 
   int rank() const override { return flat_->rank(); }
   int size() const override { return flat_->size(); }
@@ -162,14 +165,18 @@ class HierarchicalCommunicator : public Communicator {
                            std::unique_ptr<UcxCommunicator> local,
                            std::unique_ptr<UcxContext> lane_context,
                            std::unique_ptr<UcxCommunicator> lane,
-                           std::vector<std::vector<int>> hosts);
+                           std::vector<std::vector<int>> hosts, size_t piece_bytes);
 
   absl::Status RunAllReduce(void* data, size_t count, DataType type, ReduceOp op,
                             absl::Duration timeout);
-  // RunAllReduce in pieces, the lane on a second thread
-  // (hierarchical_pipeline.cc).
-  absl::Status RunPipelinedAllReduce(void* data, size_t count, DataType type, ReduceOp op,
-                                     absl::Duration timeout);
+  // Runs `pieces` pieces through `local`, `lane` and `after` in that order
+  // each, `local` and `after` on this thread, `lane` on a second one (for
+  // more than one piece), piece i + 1's `local` while piece i is on the
+  // lane (hierarchical_pipeline.cc). The first failure aborts the other
+  // side and is returned.
+  absl::Status RunPieces(size_t pieces, absl::FunctionRef<absl::Status(size_t)> local,
+                         absl::FunctionRef<absl::Status(size_t)> lane,
+                         absl::FunctionRef<absl::Status(size_t)> after);
   // A lane error with its failed peer (a rank of the lane's context) named
   // as a rank of the caller's context.
   absl::Status LaneError(absl::Status status) const;
@@ -203,6 +210,16 @@ class HierarchicalCommunicator : public Communicator {
   // Keeps the first failure and aborts every sub-group with it.
   void Fail(const absl::Status& status) ABSL_LOCKS_EXCLUDED(failure_mu_);
 
+  // The merges split into this host's (local ranks) and the hosts' (lane
+  // ranks), or nullopt when they do not fold host by host (see above).
+  struct OrderedSplit {
+    std::vector<std::pair<int, int>> local, hosts;
+  };
+  // RunReduceScatterOrdered once the merges split: pieces of every block,
+  // each folded on this host and then across the hosts.
+  absl::Status RunOrderedPieces(const float* input, size_t count, size_t block, float* output,
+                                const OrderedSplit& split, absl::Duration timeout);
+
   // The time left until a call's deadline.
   class Deadline {
    public:
@@ -220,24 +237,20 @@ class HierarchicalCommunicator : public Communicator {
   // Copies the group's n blocks of `block_bytes` between group-rank order
   // (`grouped`, of which the first `valid_bytes` are real) and lane order
   // (`lanes`: the block of GroupRank(h, l) at l H + h; n whole blocks, zero
-  // past the real bytes).
-  void ToLanes(const uint8_t* grouped, size_t valid_bytes, size_t block_bytes,
-               uint8_t* lanes) const;
+  // past the real bytes). ToLanes copies `piece_bytes` from `offset_bytes`
+  // into each block (pieces of `piece_bytes` in `lanes`).
+  void ToLanes(const uint8_t* grouped, size_t valid_bytes, size_t block_bytes, size_t offset_bytes,
+               size_t piece_bytes, uint8_t* lanes) const;
   void FromLanes(const uint8_t* lanes, size_t block_bytes, size_t valid_bytes,
                  uint8_t* grouped) const;
-  // The merges split into this host's (local ranks) and the hosts' (lane
-  // ranks), or nullopt when they do not fold host by host (see above).
-  struct OrderedSplit {
-    std::vector<std::pair<int, int>> local, hosts;
-  };
   std::optional<OrderedSplit> SplitMerges(const std::vector<std::pair<int, int>>& merges) const;
   // An ordered reduce-scatter by direct exchange: `input` holds group's
   // size() pieces of `piece` floats; returns this rank's piece folded by
-  // `merges` (in pieces_, valid until the next call).
+  // `merges` (in `scratch`, valid until its next use).
   absl::StatusOr<const float*> ExchangeOrdered(UcxCommunicator* group, const float* input,
                                                size_t piece,
                                                const std::vector<std::pair<int, int>>& merges,
-                                               const Deadline& left);
+                                               const Deadline& left, std::vector<uint8_t>* scratch);
 
   std::unique_ptr<UcxCommunicator> flat_, local_;
   // The lane's own context; declared before the lane, which it outlives.
@@ -246,9 +259,11 @@ class HierarchicalCommunicator : public Communicator {
   std::vector<std::vector<int>> hosts_;  // group ranks by host (layout::RanksByHost)
   int host_ = 0;                         // this rank's host index
   int local_index_ = 0;                  // this rank's index on its host
+  const size_t piece_bytes_;             // 0: one piece (no pipeline)
   // Reused across calls: a padded or lane-ordered copy of the buffer, this
   // rank's lane share, and the lane peers' pieces of an ordered reduction.
-  std::vector<uint8_t> padded_, staged_, slice_, pieces_;
+  // `lane_pieces_` is the lane thread's own.
+  std::vector<uint8_t> padded_, staged_, slice_, pieces_, lane_pieces_;
   bool ordered_logged_ = false;
   mutable absl::Mutex failure_mu_;
   absl::Status failure_ ABSL_GUARDED_BY(failure_mu_);
