@@ -254,6 +254,16 @@ class Checker {
         }
       }
     }
+    // In place: the input is this rank's own block of the output (as ZeRO-1
+    // gathers its updated shards).
+    std::vector<float> gathered(output.size(), NAN);
+    float* own = gathered.data() + static_cast<size_t>(c_.rank) * per_rank;
+    std::copy(input.begin(), input.end(), own);
+    RUN_OR_FAIL(comm_->AllGather(own, gathered.data(), per_rank, DataType::kFloat32, timeout_),
+                what + " in place");
+    if (std::memcmp(gathered.data(), output.data(), output.size() * sizeof(float)) != 0) {
+      return Mismatch(what + " in place: other bits than into a separate output");
+    }
     return kOk;
   }
 

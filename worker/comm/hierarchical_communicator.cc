@@ -116,47 +116,6 @@ HierarchicalCommunicator::HierarchicalCommunicator(std::unique_ptr<UcxCommunicat
       local_index_(local_->rank()),
       piece_bytes_(piece_bytes) {}
 
-absl::Status HierarchicalCommunicator::RunReduceScatter(const void* input, void* output,
-                                                     size_t count_per_rank, DataType type,
-                                                     ReduceOp op, absl::Duration timeout) {
-  const size_t block = count_per_rank * DataTypeSize(type);
-  const size_t n = static_cast<size_t>(size());
-  if (block * n < kHierarchicalMinBytes || input == nullptr) {
-    return flat_->ReduceScatter(input, output, count_per_rank, type, op, timeout);
-  }
-  const Deadline left(timeout);
-  const size_t hosts = hosts_.size();
-  staged_.resize(block * n);
-  ToLanes(static_cast<const uint8_t*>(input), block * n, block, 0, block, staged_.data());
-  slice_.resize(block * hosts);
-  RETURN_IF_ERROR(
-      local_->ReduceScatter(staged_.data(), slice_.data(), count_per_rank * hosts, type, op, left()));
-  // The lane's blocks are in host order: lane rank h's is GroupRank(h, l),
-  // so this rank's is its own group block.
-  return LaneError(lane_->ReduceScatter(slice_.data(), output, count_per_rank, type, op, left()));
-}
-
-absl::Status HierarchicalCommunicator::RunAllGather(const void* input, void* output,
-                                                 size_t count_per_rank, DataType type,
-                                                 absl::Duration timeout) {
-  const size_t block = count_per_rank * DataTypeSize(type);
-  const size_t n = static_cast<size_t>(size());
-  if (block * n < kHierarchicalMinBytes || input == nullptr || output == nullptr) {
-    return flat_->AllGather(input, output, count_per_rank, type, timeout);
-  }
-  const Deadline left(timeout);
-  const size_t hosts = hosts_.size();
-  // The lane gathers read `input` before anything is written to `output`
-  // (which `input` may alias).
-  slice_.resize(block * hosts);
-  RETURN_IF_ERROR(LaneError(lane_->AllGather(input, slice_.data(), count_per_rank, type, left())));
-  staged_.resize(block * n);
-  RETURN_IF_ERROR(
-      local_->AllGather(slice_.data(), staged_.data(), count_per_rank * hosts, type, left()));
-  FromLanes(staged_.data(), block, block * n, static_cast<uint8_t*>(output));
-  return absl::OkStatus();
-}
-
 std::optional<HierarchicalCommunicator::OrderedSplit> HierarchicalCommunicator::SplitMerges(
     const std::vector<std::pair<int, int>>& merges) const {
   const size_t n = static_cast<size_t>(size());
@@ -258,13 +217,14 @@ void HierarchicalCommunicator::ToLanes(const uint8_t* grouped, size_t valid_byte
 }
 
 void HierarchicalCommunicator::FromLanes(const uint8_t* lanes, size_t block_bytes,
+                                         size_t offset_bytes, size_t piece_bytes,
                                          size_t valid_bytes, uint8_t* grouped) const {
   const size_t hosts = hosts_.size();
   for (size_t h = 0; h < hosts; ++h) {
     for (size_t l = 0; l < hosts_[h].size(); ++l) {
-      const size_t at = static_cast<size_t>(hosts_[h][l]) * block_bytes;
-      const size_t real = std::min(block_bytes, valid_bytes - std::min(valid_bytes, at));
-      if (real > 0) std::memcpy(grouped + at, lanes + (l * hosts + h) * block_bytes, real);
+      const size_t at = static_cast<size_t>(hosts_[h][l]) * block_bytes + offset_bytes;
+      const size_t real = std::min(piece_bytes, valid_bytes - std::min(valid_bytes, at));
+      if (real > 0) std::memcpy(grouped + at, lanes + (l * hosts + h) * piece_bytes, real);
     }
   }
 }

@@ -29,8 +29,8 @@
 // to the flat group.
 //
 // The lane runs on a UCP worker of its own: a second UcxContext over the
-// lane's members, bootstrapped like the caller's. A large all-reduce,
-// ordered reduce-scatter or range gather pipelines: it runs in pieces of about
+// lane's members, bootstrapped like the caller's. Every large collective
+// above pipelines: it runs in pieces of about
 // kPipelineChunkBytes, a second thread carrying piece i across the hosts
 // while this one reduces piece i + 1 in shared memory (the all-reduce: 1.5x
 // the flat ring on link-bound 2 Gbit/s links, against 1.3x with the phases
@@ -61,9 +61,8 @@ namespace cohort::comm {
 
 // Collectives of fewer bytes take the flat group.
 inline constexpr size_t kHierarchicalMinBytes = 256 * 1024;
-// A larger all-reduce, ordered reduce-scatter or range gather runs in pieces
-// of about this size, the lane carrying one across the hosts while shared memory
-// reduces the next.
+// A larger hierarchical collective runs in pieces of about this size, the lane carrying one across
+// the hosts while shared memory reduces the next.
 inline constexpr size_t kPipelineChunkBytes = 4 << 20;
 
 // Where a group rank sits in a group split by host.
@@ -215,6 +214,21 @@ class HierarchicalCommunicator : public Communicator {
   struct OrderedSplit {
     std::vector<std::pair<int, int>> local, hosts;
   };
+  // Every rank's block of `per_block` elements cut in pieces of `sub`
+  // elements (about piece_bytes_ of the group's buffer; the whole block when
+  // piece_bytes_ is 0): piece p is elements [p sub, p sub + length(p)) of
+  // each block.
+  struct BlockPieces {
+    size_t per_block, sub, count;
+    size_t length(size_t p) const { return std::min(sub, per_block - p * sub); }
+  };
+  // The pieces of blocks of `per_block` elements of `element` bytes; sizes
+  // staged_ for one piece of every block and slice_ for this rank's lane
+  // share of every piece (hosts() pieces each: piece p's at LaneShare).
+  BlockPieces CutBlocks(size_t per_block, size_t element);
+  uint8_t* LaneShare(const BlockPieces& pieces, size_t p, size_t element) {
+    return slice_.data() + hosts_.size() * p * pieces.sub * element;
+  }
   // RunReduceScatterOrdered once the merges split: pieces of every block,
   // each folded on this host and then across the hosts.
   absl::Status RunOrderedPieces(const float* input, size_t count, size_t block, float* output,
@@ -234,15 +248,15 @@ class HierarchicalCommunicator : public Communicator {
 
   // The group rank of local rank `local` on host `host`.
   int GroupRank(int host, int local) const { return hosts_[host][local]; }
-  // Copies the group's n blocks of `block_bytes` between group-rank order
-  // (`grouped`, of which the first `valid_bytes` are real) and lane order
-  // (`lanes`: the block of GroupRank(h, l) at l H + h; n whole blocks, zero
-  // past the real bytes). ToLanes copies `piece_bytes` from `offset_bytes`
-  // into each block (pieces of `piece_bytes` in `lanes`).
+  // Copy one piece of each of the group's n blocks of `block_bytes`
+  // (bytes [offset_bytes, offset_bytes + piece_bytes) of each) between
+  // group-rank order (`grouped`, of which the first `valid_bytes` are real)
+  // and lane order (`lanes`: the piece of GroupRank(h, l) at l H + h, n
+  // whole pieces; ToLanes zeroes past the real bytes).
   void ToLanes(const uint8_t* grouped, size_t valid_bytes, size_t block_bytes, size_t offset_bytes,
                size_t piece_bytes, uint8_t* lanes) const;
-  void FromLanes(const uint8_t* lanes, size_t block_bytes, size_t valid_bytes,
-                 uint8_t* grouped) const;
+  void FromLanes(const uint8_t* lanes, size_t block_bytes, size_t offset_bytes, size_t piece_bytes,
+                 size_t valid_bytes, uint8_t* grouped) const;
   std::optional<OrderedSplit> SplitMerges(const std::vector<std::pair<int, int>>& merges) const;
   // An ordered reduce-scatter by direct exchange: `input` holds group's
   // size() pieces of `piece` floats; returns this rank's piece folded by

@@ -1,6 +1,5 @@
-// HierarchicalCommunicator's collectives in pieces: the all-reduce, the
-// ordered reduce-scatter and the range gather, the local group and the lane
-// (each on a UCP worker of its own) working on different pieces at once.
+// HierarchicalCommunicator's collectives in pieces, the local group and the
+// lane (each on a UCP worker of its own) working on different pieces at once.
 
 #include <algorithm>
 #include <cstring>
@@ -84,6 +83,18 @@ absl::Status HierarchicalCommunicator::RunPieces(size_t pieces,
   return local_status;
 }
 
+HierarchicalCommunicator::BlockPieces HierarchicalCommunicator::CutBlocks(size_t per_block,
+                                                                          size_t element) {
+  const size_t n = static_cast<size_t>(size());
+  BlockPieces pieces;
+  pieces.per_block = per_block;
+  pieces.sub = piece_bytes_ == 0 ? per_block : std::max<size_t>(1, piece_bytes_ / element / n);
+  pieces.count = (per_block + pieces.sub - 1) / pieces.sub;
+  staged_.resize(n * std::min(pieces.sub, per_block) * element);
+  slice_.resize(hosts_.size() * per_block * element);
+  return pieces;
+}
+
 absl::Status HierarchicalCommunicator::RunAllReduce(void* data, size_t count, DataType type,
                                                     ReduceOp op, absl::Duration timeout) {
   const size_t element = DataTypeSize(type);
@@ -156,20 +167,17 @@ absl::Status HierarchicalCommunicator::RunOrderedPieces(const float* input, size
   // so each piece folds in the list's order on its own. The host's ranks
   // fold it (shared memory), then the lane exchanges the hosts' partial sums
   // and folds them.
-  const size_t sub =
-      piece_bytes_ == 0 ? block : std::max<size_t>(1, piece_bytes_ / sizeof(float) / n);
-  const size_t pieces = (block + sub - 1) / sub;
-  auto length = [&](size_t p) { return std::min(sub, block - p * sub); };
-  staged_.resize(n * std::min(sub, block) * sizeof(float));
-  slice_.resize(hosts * block * sizeof(float));
+  const BlockPieces pieces = CutBlocks(block, sizeof(float));
+  const size_t sub = pieces.sub;
+  auto length = [&](size_t p) { return pieces.length(p); };
   auto slice_of = [&](size_t p) {
-    return reinterpret_cast<float*>(slice_.data()) + hosts * p * sub;
+    return reinterpret_cast<float*>(LaneShare(pieces, p, sizeof(float)));
   };
   // This rank's block within the caller's buffer: where the output ends.
   const size_t own = std::min(count, block * static_cast<size_t>(rank()));
   const size_t own_end = std::min(count, own + block);
   return RunPieces(
-      pieces,
+      pieces.count,
       [&](size_t p) -> absl::Status {
         const size_t m = length(p);
         ToLanes(reinterpret_cast<const uint8_t*>(input), count * sizeof(float),
@@ -253,6 +261,72 @@ absl::Status HierarchicalCommunicator::RunAllGatherRanges(void* data,
                                              in.size(), from, tag, left()));
           }
         }
+        return absl::OkStatus();
+      });
+}
+
+absl::Status HierarchicalCommunicator::RunReduceScatter(const void* input, void* output,
+                                                        size_t count_per_rank, DataType type,
+                                                        ReduceOp op, absl::Duration timeout) {
+  const size_t element = DataTypeSize(type);
+  const size_t block = count_per_rank * element;
+  const size_t n = static_cast<size_t>(size());
+  if (block * n < kHierarchicalMinBytes || input == nullptr) {
+    return flat_->ReduceScatter(input, output, count_per_rank, type, op, timeout);
+  }
+  const Deadline left(timeout);
+  const size_t hosts = hosts_.size();
+  // Piece p is elements [p sub, p sub + m) of every rank's block: restaged
+  // lane by lane, reduced on this host (this rank's share: those of its
+  // lane's members), then across the hosts by the lane, whose blocks are in
+  // host order (lane rank h's is GroupRank(h, l): this rank's is its own).
+  const BlockPieces pieces = CutBlocks(count_per_rank, element);
+  return RunPieces(
+      pieces.count,
+      [&](size_t p) {
+        const size_t m = pieces.length(p);
+        ToLanes(static_cast<const uint8_t*>(input), block * n, block, p * pieces.sub * element,
+                m * element, staged_.data());
+        return local_->ReduceScatter(staged_.data(), LaneShare(pieces, p, element), m * hosts, type,
+                                     op, left());
+      },
+      [&](size_t p) {
+        return LaneError(lane_->ReduceScatter(
+            LaneShare(pieces, p, element), static_cast<uint8_t*>(output) + p * pieces.sub * element,
+            pieces.length(p), type, op, left()));
+      },
+      [](size_t) { return absl::OkStatus(); });
+}
+
+absl::Status HierarchicalCommunicator::RunAllGather(const void* input, void* output,
+                                                    size_t count_per_rank, DataType type,
+                                                    absl::Duration timeout) {
+  const size_t element = DataTypeSize(type);
+  const size_t block = count_per_rank * element;
+  const size_t n = static_cast<size_t>(size());
+  if (block * n < kHierarchicalMinBytes || input == nullptr || output == nullptr) {
+    return flat_->AllGather(input, output, count_per_rank, type, timeout);
+  }
+  const Deadline left(timeout);
+  const size_t hosts = hosts_.size();
+  // Piece p is elements [p sub, p sub + m) of every rank's block: gathered
+  // across the hosts by the lane, then on this host, then put in place.
+  // `input` may be this rank's block of `output`: piece p is written only
+  // after the lane read it, and the lane reads other pieces meanwhile.
+  const BlockPieces pieces = CutBlocks(count_per_rank, element);
+  return RunPieces(
+      pieces.count, [](size_t) { return absl::OkStatus(); },
+      [&](size_t p) {
+        return LaneError(
+            lane_->AllGather(static_cast<const uint8_t*>(input) + p * pieces.sub * element,
+                             LaneShare(pieces, p, element), pieces.length(p), type, left()));
+      },
+      [&](size_t p) -> absl::Status {
+        const size_t m = pieces.length(p);
+        RETURN_IF_ERROR(local_->AllGather(LaneShare(pieces, p, element), staged_.data(), m * hosts,
+                                          type, left()));
+        FromLanes(staged_.data(), block, p * pieces.sub * element, m * element, block * n,
+                  static_cast<uint8_t*>(output));
         return absl::OkStatus();
       });
 }
