@@ -30,11 +30,10 @@
 //
 // The lane runs on a UCP worker of its own: a second UcxContext over the
 // lane's members, bootstrapped like the caller's. Every large collective
-// above pipelines: it runs in pieces of about
-// kPipelineChunkBytes, a second thread carrying piece i across the hosts
-// while this one reduces piece i + 1 in shared memory (the all-reduce: 1.5x
-// the flat ring on link-bound 2 Gbit/s links, against 1.3x with the phases
-// in turn). Each UCP worker is progressed by one thread at a time: the
+// above pipelines: it runs in pieces of about kPipelineChunkBytes, a second
+// thread carrying piece i across the hosts while this one works on piece
+// i + 1 in shared memory (the all-reduce: 1.5x the flat ring on link-bound
+// 2 Gbit/s links, against 1.3x with the phases in turn). Each UCP worker is progressed by one thread at a time: the
 // design tried first, both threads progressing the caller's one worker,
 // hung once with the lane's messages unmatched in UCX.
 //
@@ -61,8 +60,8 @@ namespace cohort::comm {
 
 // Collectives of fewer bytes take the flat group.
 inline constexpr size_t kHierarchicalMinBytes = 256 * 1024;
-// A larger hierarchical collective runs in pieces of about this size, the lane carrying one across
-// the hosts while shared memory reduces the next.
+// A larger hierarchical collective runs in pieces of about this size, the
+// lane carrying one across the hosts while shared memory works on the next.
 inline constexpr size_t kPipelineChunkBytes = 4 << 20;
 
 // Where a group rank sits in a group split by host.
