@@ -4,6 +4,7 @@
 #include <cstring>
 #include <utility>
 
+#include "absl/functional/function_ref.h"
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
 #include "common/layout/mesh_layout.h"
@@ -17,6 +18,17 @@ namespace {
 // The lane's and the local group's own tag for ordered exchanges (both
 // communicators are private to this one).
 constexpr uint32_t kOrderedTag = 1;
+
+// `status` (message and code of `reported`) with the failed peer that
+// `reported` names, a rank of a lane's context (host h, of `hosts`), named
+// instead as the caller's context rank `world_rank_of_host(h)`; without
+// such a peer, `status` as it is.
+absl::Status NameLanePeer(absl::Status status, const absl::Status& reported, int hosts,
+                          absl::FunctionRef<int(int)> world_rank_of_host) {
+  const std::optional<int> peer = FailedPeer(reported);
+  if (!peer.has_value() || *peer >= hosts) return status;
+  return WithFailedPeer(absl::Status(status.code(), status.message()), world_rank_of_host(*peer));
+}
 
 }  // namespace
 
@@ -85,11 +97,11 @@ absl::StatusOr<std::unique_ptr<Communicator>> HierarchicalCommunicator::Create(
       absl::StrCat(bootstrap.key_prefix, "lane/", lane_id, "/", local->rank(), "/");
   absl::StatusOr<std::unique_ptr<UcxContext>> lane_context = UcxContext::Create(options);
   if (!lane_context.ok()) {
-    absl::Status status(lane_context.status().code(),
-                        absl::StrCat("lane context: ", lane_context.status().message()));
-    const std::optional<int> peer = FailedPeer(lane_context.status());
-    if (!peer.has_value() || *peer >= options.size) return status;
-    return WithFailedPeer(status, whole->world_rank(split->lane[static_cast<size_t>(*peer)]));
+    const absl::Status& failed = lane_context.status();
+    return NameLanePeer(
+        absl::Status(failed.code(), absl::StrCat("lane context: ", failed.message())), failed,
+        options.size,
+        [&](int h) { return whole->world_rank(split->lane[static_cast<size_t>(h)]); });
   }
   ASSIGN_OR_RETURN(std::unique_ptr<UcxCommunicator> lane,
                    UcxCommunicator::Create(lane_context->get(), {.comm_id = lane_id}));
@@ -230,10 +242,8 @@ void HierarchicalCommunicator::FromLanes(const uint8_t* lanes, size_t block_byte
 }
 
 absl::Status HierarchicalCommunicator::LaneError(absl::Status status) const {
-  const std::optional<int> peer = FailedPeer(status);
-  if (!peer.has_value() || *peer >= static_cast<int>(hosts_.size())) return status;
-  const int world = flat_->world_rank(GroupRank(*peer, local_index_));
-  return WithFailedPeer(absl::Status(status.code(), status.message()), world);
+  return NameLanePeer(status, status, static_cast<int>(hosts_.size()),
+                      [&](int h) { return flat_->world_rank(GroupRank(h, local_index_)); });
 }
 
 void HierarchicalCommunicator::Fail(const absl::Status& status) {

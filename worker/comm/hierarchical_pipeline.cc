@@ -169,7 +169,6 @@ absl::Status HierarchicalCommunicator::RunOrderedPieces(const float* input, size
   // and folds them.
   const BlockPieces pieces = CutBlocks(block, sizeof(float));
   const size_t sub = pieces.sub;
-  auto length = [&](size_t p) { return pieces.length(p); };
   auto slice_of = [&](size_t p) {
     return reinterpret_cast<float*>(LaneShare(pieces, p, sizeof(float)));
   };
@@ -179,7 +178,7 @@ absl::Status HierarchicalCommunicator::RunOrderedPieces(const float* input, size
   return RunPieces(
       pieces.count,
       [&](size_t p) -> absl::Status {
-        const size_t m = length(p);
+        const size_t m = pieces.length(p);
         ToLanes(reinterpret_cast<const uint8_t*>(input), count * sizeof(float),
                 block * sizeof(float), p * sub * sizeof(float), m * sizeof(float), staged_.data());
         const auto* staged = reinterpret_cast<const float*>(staged_.data());
@@ -194,7 +193,7 @@ absl::Status HierarchicalCommunicator::RunOrderedPieces(const float* input, size
         return absl::OkStatus();
       },
       [&](size_t p) -> absl::Status {
-        const size_t m = length(p);
+        const size_t m = pieces.length(p);
         absl::StatusOr<const float*> root =
             ExchangeOrdered(lane_.get(), slice_of(p), m, split.hosts, left, &lane_pieces_);
         if (!root.ok()) return LaneError(root.status());
