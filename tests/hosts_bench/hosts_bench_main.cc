@@ -146,6 +146,14 @@ double Median(std::vector<double> v) {
 }
 
 int Run() {
+  // Checked here rather than by each rank (cohort-bench-collectives), so
+  // that a bad value fails before any namespace is made.
+  if (const int64_t kib = absl::GetFlag(FLAGS_piece_kib); kib < 0 || kib > (int64_t{1} << 20)) {
+    return Fail(
+        absl::StrCat("--piece_kib must be between 0 (the phases in turn) and 1048576 "
+                     "(1 GiB), got ",
+                     kib));
+  }
   absl::StatusOr<std::unique_ptr<NetnsHosts>> made = NetnsHosts::Create(kHosts);
   if (!made.ok()) return Fail(std::string(made.status().message()));
   NetnsHosts& hosts = **made;

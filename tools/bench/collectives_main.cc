@@ -61,6 +61,9 @@ namespace {
 using cohort::bench::Collective;
 constexpr absl::Duration kTimeout = absl::Seconds(120);
 
+// --piece_kib's bound: a piece of 1 GiB is one piece at any size benchmarked.
+constexpr int64_t kMaxPieceKib = int64_t{1} << 20;
+
 int Fail(const std::string& message) {
   std::fprintf(stderr, "cohort-bench-collectives: %s\n", message.c_str());
   return 1;
@@ -143,7 +146,7 @@ int RunRank(int rank, int ranks, Collective collective) {
   if (!algorithm.ok()) return Fail(std::string(algorithm.status().message()));
   auto comm = cohort::comm::HierarchicalCommunicator::Create(
       context->get(), {.comm_id = 1, .group = {}}, 2, 3, *algorithm, context_options,
-      static_cast<size_t>(std::max<int64_t>(0, absl::GetFlag(FLAGS_piece_kib))) << 10);
+      static_cast<size_t>(absl::GetFlag(FLAGS_piece_kib)) << 10);
   if (!comm.ok()) return Fail(absl::StrCat("rank ", rank, ": ", comm.status().ToString()));
   std::vector<size_t> sizes = cohort::bench::PowerOfTwoSizes(absl::GetFlag(FLAGS_min_bytes),
                                                             absl::GetFlag(FLAGS_max_bytes));
@@ -257,6 +260,10 @@ int main(int argc, char** argv) {
   }
   const int ranks = absl::GetFlag(FLAGS_ranks);
   if (ranks < 1 || ranks > 64) return Fail("--ranks must be between 1 and 64");
+  if (const int64_t kib = absl::GetFlag(FLAGS_piece_kib); kib < 0 || kib > kMaxPieceKib) {
+    return Fail(absl::StrCat("--piece_kib must be between 0 (the phases in turn) and ",
+                             kMaxPieceKib, " (1 GiB), got ", kib));
+  }
   const int rank = absl::GetFlag(FLAGS_rank);
   if (rank >= 0) return RunRank(rank, ranks, collective);
   return RunParent(ranks, argv, argc);
