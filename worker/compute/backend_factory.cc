@@ -2,6 +2,9 @@
 
 #include "absl/strings/str_cat.h"
 #include "worker/compute/cpu_backend.h"
+#if COHORT_HAVE_CUDA
+#include "worker/compute/cuda_backend.h"
+#endif
 
 namespace cohort::compute {
 
@@ -28,7 +31,14 @@ absl::StatusOr<std::unique_ptr<Backend>> CreateBackend(const BackendOptions& opt
       }
       return std::make_unique<CpuBackend>(CpuBackendOptions{.num_threads = options.num_threads});
     case BackendKind::kCuda:
-      return absl::UnimplementedError("the CUDA compute backend is not built yet; use the CPU");
+#if COHORT_HAVE_CUDA
+      return CreateCudaBackend(CudaBackendOptions{.device_index = options.device_index,
+                                                  .precision = options.precision,
+                                                  .arena_bytes = options.arena_bytes});
+#else
+      return absl::UnimplementedError(
+          "this build has no CUDA backend (nvcc was not found when it was configured)");
+#endif
   }
   return absl::InvalidArgumentError("unknown backend kind");
 }

@@ -20,11 +20,17 @@ struct BackendOptions {
   // CPU: OpenMP and OpenBLAS threads; 0 = omp_get_max_threads(). >= 0.
   int num_threads = 0;
   Precision precision = Precision::kFp32;
+  // CUDA: the device index (>= 0), and the device memory reserved up front
+  // for the backend's buffers (0: allocated on demand; cuda_backend.h).
+  int device_index = 0;
+  size_t arena_bytes = 0;
 };
 
 // A new backend owned by the caller. InvalidArgument for a negative thread
 // count or a precision the kind does not compute in (the CPU: fp32 only);
-// Unimplemented for a kind this build does not provide (CUDA, for now).
+// Unimplemented for a kind this build does not provide (CUDA where nvcc was
+// missing) or a precision not built yet (bf16); the CUDA backend's own
+// errors otherwise (cuda_backend.h: FailedPrecondition without a device).
 absl::StatusOr<std::unique_ptr<Backend>> CreateBackend(const BackendOptions& options);
 
 }  // namespace cohort::compute

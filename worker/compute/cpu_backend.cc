@@ -11,6 +11,7 @@
 #include "absl/strings/str_cat.h"
 #include "common/log.h"
 #include "worker/compute/cpu_kernels.h"
+#include "worker/compute/span_checks.h"
 
 namespace cohort::compute {
 namespace {
@@ -19,34 +20,7 @@ constexpr size_t kAlignment = 64;
 // Buffers from this size up are mapped directly (see Allocate).
 constexpr size_t kMappedBytes = size_t{1} << 20;
 
-// The host pointer behind `span`, after checking that it holds at least
-// `min_numel` fp32 elements: an undersized view is a programmer error that
-// would otherwise read or write out of bounds.
-float* F32(TensorSpan span, size_t min_numel, const char* what) {
-  CHECK(span.dtype == DType::kFloat32) << what << ": want float32, got " << DTypeName(span.dtype);
-  CHECK(span.data != nullptr) << what << ": empty span";
-  CHECK(span.numel >= min_numel) << what << ": " << span.numel << " elements, need " << min_numel;
-  return static_cast<float*>(span.data);
-}
-
-// Like F32 for optional arguments: nullptr for an empty span.
-float* OptionalF32(TensorSpan span, size_t min_numel, const char* what) {
-  return span.empty() ? nullptr : F32(span, min_numel, what);
-}
-
-const int32_t* I32(TensorSpan span, size_t min_numel, const char* what) {
-  CHECK(span.dtype == DType::kInt32) << what << ": want int32, got " << DTypeName(span.dtype);
-  CHECK(span.data != nullptr) << what << ": empty span";
-  CHECK(span.numel >= min_numel) << what << ": " << span.numel << " elements, need " << min_numel;
-  return static_cast<const int32_t*>(span.data);
-}
-
 size_t Mul(size_t a, size_t b) { return a * b; }
-
-// A vocab shard: rows (or logit columns) [vocab_start, vocab_start + Vs).
-void CheckShard(int vocab_start, int Vs) {
-  CHECK(vocab_start >= 0 && Vs > 0) << "vocab shard: vocab_start=" << vocab_start << " Vs=" << Vs;
-}
 
 }  // namespace
 
@@ -123,36 +97,39 @@ void CpuBackend::EncoderBackward(TensorSpan dwte, TensorSpan dwpe, TensorSpan do
 void CpuBackend::LayerNormForward(TensorSpan out, TensorSpan mean, TensorSpan rstd, TensorSpan inp,
                                   TensorSpan weight, TensorSpan bias, int N, int C) {
   const size_t nc = Mul(N, C);
-  cpu::LayerNormForward(F32(out, nc, "ln out"), F32(mean, N, "ln mean"), F32(rstd, N, "ln rstd"),
-                        F32(inp, nc, "ln inp"), F32(weight, C, "ln weight"),
-                        F32(bias, C, "ln bias"), N, C, threads_);
+  cpu::LayerNormForward(CheckedF32(out, nc, "ln out"), CheckedF32(mean, N, "ln mean"),
+                        CheckedF32(rstd, N, "ln rstd"), CheckedF32(inp, nc, "ln inp"),
+                        CheckedF32(weight, C, "ln weight"), CheckedF32(bias, C, "ln bias"), N, C,
+                        threads_);
 }
 
 void CpuBackend::LayerNormBackward(TensorSpan dinp, TensorSpan dweight, TensorSpan dbias,
                                    TensorSpan dout, TensorSpan inp, TensorSpan weight,
                                    TensorSpan mean, TensorSpan rstd, int N, int C) {
   const size_t nc = Mul(N, C);
-  cpu::LayerNormBackward(F32(dinp, nc, "ln dinp"), F32(dweight, C, "ln dweight"),
-                         F32(dbias, C, "ln dbias"), F32(dout, nc, "ln dout"),
-                         F32(inp, nc, "ln inp"), F32(weight, C, "ln weight"),
-                         F32(mean, N, "ln mean"), F32(rstd, N, "ln rstd"), N, C, threads_);
+  cpu::LayerNormBackward(CheckedF32(dinp, nc, "ln dinp"), CheckedF32(dweight, C, "ln dweight"),
+                         CheckedF32(dbias, C, "ln dbias"), CheckedF32(dout, nc, "ln dout"),
+                         CheckedF32(inp, nc, "ln inp"), CheckedF32(weight, C, "ln weight"),
+                         CheckedF32(mean, N, "ln mean"), CheckedF32(rstd, N, "ln rstd"), N, C,
+                         threads_);
 }
 
 void CpuBackend::MatmulForward(TensorSpan out, TensorSpan inp, TensorSpan weight, TensorSpan bias,
                                int N, int C, int OC) {
-  cpu::MatmulForward(F32(out, Mul(N, OC), "matmul out"), F32(inp, Mul(N, C), "matmul inp"),
-                     F32(weight, Mul(OC, C), "matmul weight"), OptionalF32(bias, OC, "bias"), N, C,
-                     OC, threads_);
+  cpu::MatmulForward(CheckedF32(out, Mul(N, OC), "matmul out"),
+                     CheckedF32(inp, Mul(N, C), "matmul inp"),
+                     CheckedF32(weight, Mul(OC, C), "matmul weight"), OptionalF32(bias, OC, "bias"),
+                     N, C, OC, threads_);
 }
 
 void CpuBackend::MatmulBackward(TensorSpan dinp, TensorSpan dweight, TensorSpan dbias,
                                 TensorSpan dout, TensorSpan inp, TensorSpan weight, int N, int C,
                                 int OC) {
-  cpu::MatmulBackward(OptionalF32(dinp, Mul(N, C), "matmul dinp"),
-                      F32(dweight, Mul(OC, C), "matmul dweight"),
-                      OptionalF32(dbias, OC, "matmul dbias"), F32(dout, Mul(N, OC), "matmul dout"),
-                      F32(inp, Mul(N, C), "matmul inp"), F32(weight, Mul(OC, C), "matmul weight"),
-                      N, C, OC, threads_);
+  cpu::MatmulBackward(
+      OptionalF32(dinp, Mul(N, C), "matmul dinp"),
+      CheckedF32(dweight, Mul(OC, C), "matmul dweight"), OptionalF32(dbias, OC, "matmul dbias"),
+      CheckedF32(dout, Mul(N, OC), "matmul dout"), CheckedF32(inp, Mul(N, C), "matmul inp"),
+      CheckedF32(weight, Mul(OC, C), "matmul weight"), N, C, OC, threads_);
 }
 
 size_t CpuBackend::AttentionStateNumel(int B, int T, int NH) const {
@@ -163,9 +140,9 @@ void CpuBackend::AttentionForward(TensorSpan out, TensorSpan state, TensorSpan q
                                   int C, int NH) {
   CHECK(NH > 0 && C % NH == 0) << "C=" << C << " not divisible by NH=" << NH;
   const size_t bt = Mul(B, T);
-  cpu::AttentionForward(F32(out, bt * C, "attention out"),
-                        F32(state, AttentionStateNumel(B, T, NH), "attention state"),
-                        F32(qkv, bt * 3 * C, "qkv"), B, T, C, NH, threads_);
+  cpu::AttentionForward(CheckedF32(out, bt * C, "attention out"),
+                        CheckedF32(state, AttentionStateNumel(B, T, NH), "attention state"),
+                        CheckedF32(qkv, bt * 3 * C, "qkv"), B, T, C, NH, threads_);
 }
 
 void CpuBackend::AttentionBackward(TensorSpan dqkv, TensorSpan dout, TensorSpan qkv,
@@ -174,37 +151,39 @@ void CpuBackend::AttentionBackward(TensorSpan dqkv, TensorSpan dout, TensorSpan 
   const size_t bt = Mul(B, T);
   const size_t scratch = Mul(threads_, Mul(T, T));
   if (attention_scratch_.size() < scratch) attention_scratch_.resize(scratch);
-  cpu::AttentionBackward(F32(dqkv, bt * 3 * C, "dqkv"), F32(dout, bt * C, "attention dout"),
-                         F32(qkv, bt * 3 * C, "qkv"),
-                         F32(state, AttentionStateNumel(B, T, NH), "attention state"),
+  cpu::AttentionBackward(CheckedF32(dqkv, bt * 3 * C, "dqkv"),
+                         CheckedF32(dout, bt * C, "attention dout"),
+                         CheckedF32(qkv, bt * 3 * C, "qkv"),
+                         CheckedF32(state, AttentionStateNumel(B, T, NH), "attention state"),
                          attention_scratch_.data(), B, T, C, NH, threads_);
 }
 
 void CpuBackend::GeluForward(TensorSpan out, TensorSpan inp, size_t n) {
-  cpu::GeluForward(F32(out, n, "gelu out"), F32(inp, n, "gelu inp"), n, threads_);
+  cpu::GeluForward(CheckedF32(out, n, "gelu out"), CheckedF32(inp, n, "gelu inp"), n, threads_);
 }
 
 void CpuBackend::GeluBackward(TensorSpan dinp, TensorSpan inp, TensorSpan dout, size_t n) {
-  cpu::GeluBackward(F32(dinp, n, "gelu dinp"), F32(inp, n, "gelu inp"), F32(dout, n, "gelu dout"),
-                    n, threads_);
+  cpu::GeluBackward(CheckedF32(dinp, n, "gelu dinp"), CheckedF32(inp, n, "gelu inp"),
+                    CheckedF32(dout, n, "gelu dout"), n, threads_);
 }
 
 void CpuBackend::ResidualForward(TensorSpan out, TensorSpan inp1, TensorSpan inp2, size_t n) {
-  cpu::ResidualForward(F32(out, n, "residual out"), F32(inp1, n, "residual inp1"),
-                       F32(inp2, n, "residual inp2"), n, threads_);
+  cpu::ResidualForward(CheckedF32(out, n, "residual out"), CheckedF32(inp1, n, "residual inp1"),
+                       CheckedF32(inp2, n, "residual inp2"), n, threads_);
 }
 
 void CpuBackend::ResidualBackward(TensorSpan dinp1, TensorSpan dinp2, TensorSpan dout, size_t n) {
-  cpu::ResidualBackward(F32(dinp1, n, "residual dinp1"), F32(dinp2, n, "residual dinp2"),
-                        F32(dout, n, "residual dout"), n, threads_);
+  cpu::ResidualBackward(CheckedF32(dinp1, n, "residual dinp1"),
+                        CheckedF32(dinp2, n, "residual dinp2"),
+                        CheckedF32(dout, n, "residual dout"), n, threads_);
 }
 
 void CpuBackend::CrossEntropyForward(TensorSpan losses, TensorSpan lse, TensorSpan logits,
                                      TensorSpan targets, int N, int V, int Vp) {
   CHECK(V > 0 && V <= Vp) << "V=" << V << " Vp=" << Vp;
-  cpu::CrossEntropyForward(F32(losses, N, "losses"), F32(lse, N, "lse"),
-                           F32(logits, Mul(N, Vp), "logits"), I32(targets, N, "targets"), N, V, Vp,
-                           threads_);
+  cpu::CrossEntropyForward(CheckedF32(losses, N, "losses"), CheckedF32(lse, N, "lse"),
+                           CheckedF32(logits, Mul(N, Vp), "logits"),
+                           CheckedI32(targets, N, "targets"), N, V, Vp, threads_);
 }
 
 void CpuBackend::CrossEntropyBackward(TensorSpan dlogits, TensorSpan logits, TensorSpan lse,
@@ -216,56 +195,60 @@ void CpuBackend::CrossEntropyBackward(TensorSpan dlogits, TensorSpan logits, Ten
 
 void CpuBackend::EncoderForwardShard(TensorSpan out, TensorSpan inp, TensorSpan wte, TensorSpan wpe,
                                      int vocab_start, int Vs, int B, int T, int C) {
-  CheckShard(vocab_start, Vs);
+  CheckVocabShard(vocab_start, Vs);
   const size_t bt = Mul(B, T);
-  cpu::EncoderForwardShard(F32(out, bt * C, "encoder out"), I32(inp, bt, "encoder inp"),
-                           F32(wte, Mul(Vs, C), "wte"), OptionalF32(wpe, Mul(T, C), "wpe"),
-                           vocab_start, Vs, B, T, C, threads_);
+  cpu::EncoderForwardShard(CheckedF32(out, bt * C, "encoder out"),
+                           CheckedI32(inp, bt, "encoder inp"), CheckedF32(wte, Mul(Vs, C), "wte"),
+                           OptionalF32(wpe, Mul(T, C), "wpe"), vocab_start, Vs, B, T, C, threads_);
 }
 
 void CpuBackend::EncoderBackwardShard(TensorSpan dwte, TensorSpan dwpe, TensorSpan dout,
                                       TensorSpan inp, int vocab_start, int Vs, int B, int T,
                                       int C) {
-  CheckShard(vocab_start, Vs);
+  CheckVocabShard(vocab_start, Vs);
   const size_t bt = Mul(B, T);
-  cpu::EncoderBackwardShard(F32(dwte, Mul(Vs, C), "dwte"), OptionalF32(dwpe, Mul(T, C), "dwpe"),
-                            F32(dout, bt * C, "encoder dout"), I32(inp, bt, "encoder inp"),
-                            vocab_start, Vs, B, T, C, threads_);
+  cpu::EncoderBackwardShard(CheckedF32(dwte, Mul(Vs, C), "dwte"),
+                            OptionalF32(dwpe, Mul(T, C), "dwpe"),
+                            CheckedF32(dout, bt * C, "encoder dout"),
+                            CheckedI32(inp, bt, "encoder inp"), vocab_start, Vs, B, T, C, threads_);
 }
 
 void CpuBackend::CrossEntropyShardMax(TensorSpan row_max, TensorSpan logits, int N, int V, int Vs,
                                       int vocab_start) {
-  CheckShard(vocab_start, Vs);
+  CheckVocabShard(vocab_start, Vs);
   CHECK(V > 0) << "V=" << V;
-  cpu::CrossEntropyShardMax(F32(row_max, N, "row_max"), F32(logits, Mul(N, Vs), "logits"), N, V, Vs,
-                            vocab_start, threads_);
+  cpu::CrossEntropyShardMax(CheckedF32(row_max, N, "row_max"),
+                            CheckedF32(logits, Mul(N, Vs), "logits"), N, V, Vs, vocab_start,
+                            threads_);
 }
 
 void CpuBackend::CrossEntropyShardSums(TensorSpan sums, TensorSpan logits, TensorSpan row_max,
                                        TensorSpan targets, int N, int V, int Vs, int vocab_start) {
-  CheckShard(vocab_start, Vs);
+  CheckVocabShard(vocab_start, Vs);
   CHECK(V > 0) << "V=" << V;
-  cpu::CrossEntropyShardSums(F32(sums, Mul(2, N), "sums"), F32(logits, Mul(N, Vs), "logits"),
-                             F32(row_max, N, "row_max"), I32(targets, N, "targets"), N, V, Vs,
-                             vocab_start, threads_);
+  cpu::CrossEntropyShardSums(CheckedF32(sums, Mul(2, N), "sums"),
+                             CheckedF32(logits, Mul(N, Vs), "logits"),
+                             CheckedF32(row_max, N, "row_max"), CheckedI32(targets, N, "targets"),
+                             N, V, Vs, vocab_start, threads_);
 }
 
 void CpuBackend::CrossEntropyShardFinish(TensorSpan losses, TensorSpan lse, TensorSpan row_max,
                                          TensorSpan sums, int N) {
-  cpu::CrossEntropyShardFinish(F32(losses, N, "losses"), F32(lse, N, "lse"),
-                               F32(row_max, N, "row_max"), F32(sums, Mul(2, N), "sums"), N,
-                               threads_);
+  cpu::CrossEntropyShardFinish(CheckedF32(losses, N, "losses"), CheckedF32(lse, N, "lse"),
+                               CheckedF32(row_max, N, "row_max"),
+                               CheckedF32(sums, Mul(2, N), "sums"), N, threads_);
 }
 
 void CpuBackend::CrossEntropyShardBackward(TensorSpan dlogits, TensorSpan logits, TensorSpan lse,
                                            TensorSpan targets, TensorSpan dlosses, int N, int V,
                                            int Vs, int vocab_start) {
-  CheckShard(vocab_start, Vs);
+  CheckVocabShard(vocab_start, Vs);
   CHECK(V > 0) << "V=" << V;
   CHECK(dlogits.data != logits.data) << "dlogits may not alias logits";
   cpu::CrossEntropyShardBackward(
-      F32(dlogits, Mul(N, Vs), "dlogits"), F32(logits, Mul(N, Vs), "logits"), F32(lse, N, "lse"),
-      I32(targets, N, "targets"), F32(dlosses, N, "dlosses"), N, V, Vs, vocab_start, threads_);
+      CheckedF32(dlogits, Mul(N, Vs), "dlogits"), CheckedF32(logits, Mul(N, Vs), "logits"),
+      CheckedF32(lse, N, "lse"), CheckedI32(targets, N, "targets"),
+      CheckedF32(dlosses, N, "dlosses"), N, V, Vs, vocab_start, threads_);
 }
 
 }  // namespace cohort::compute

@@ -91,11 +91,16 @@ class GptModel {
   const ParameterTable& table() const { return table_; }
   size_t num_params() const { return table_.num_params(); }
 
-  // The flat arenas (num_params() fp32 elements each, ParameterTable layout).
+  // The flat arenas (num_params() fp32 elements each, ParameterTable layout);
+  // device pointers on a GPU backend.
   float* params() { return static_cast<float*>(params_.data()); }
   const float* params() const { return static_cast<const float*>(params_.data()); }
   float* grads() { return static_cast<float*>(grads_.data()); }
   const float* grads() const { return static_cast<const float*>(grads_.data()); }
+  // The same arenas as backend spans: what CopyToHost and CopyFromHost take
+  // on a backend whose memory the host cannot read (a GPU).
+  compute::TensorSpan params_span() const { return params_.span(); }
+  compute::TensorSpan grads_span() const { return grads_.span(); }
   // One tensor of either arena, or one layer's slice of a per-layer tensor.
   compute::TensorSpan param(ParamId id) const;
   compute::TensorSpan grad(ParamId id) const;

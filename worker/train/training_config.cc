@@ -19,8 +19,9 @@ double OrDefault(double value, double fallback) { return value == 0.0 ? fallback
 absl::StatusOr<TrainingConfig> TrainingConfigFromSpec(const v1::JobSpec& spec, int dp) {
   if (spec.device_kind() == v1::DEVICE_KIND_GPU) {
     return absl::UnimplementedError(
-        "device_kind: GPU training is not implemented yet (CUDA backend lands with a later "
-        "release); submit the job with device_kind DEVICE_KIND_CPU");
+        "device_kind: GPU training is not implemented yet (the CUDA compute backend runs the "
+        "model's layers, but the training step's gradient reduction and optimizer still work "
+        "in host memory); submit the job with device_kind DEVICE_KIND_CPU");
   }
   // The CPU backend computes in fp32 (unspecified: a spec from before the
   // field, or one built by hand).

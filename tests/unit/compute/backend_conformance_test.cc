@@ -2,10 +2,22 @@
 // only (Allocate, CopyFromHost, the op, CopyToHost), against the float64
 // references of reference_kernels.h, on awkward sizes: T not a multiple of
 // 32, an odd head size, a vocabulary padded to Vp. Parametrized over the
-// backends this build can make; a backend the build or the machine lacks
-// (CUDA without a device) skips with the reason. Tolerance: fp32 within 1e-5
-// relative (Frobenius) of the float64 result.
+// backends and precisions this build can make; a backend the build or the
+// machine lacks (CUDA without a device) skips with the reason.
+//
+// Tolerances, relative (Frobenius) to the float64 result:
+// - fp32: 1e-5 for every op.
+// - tf32 (the CUDA backend's matmuls and attention products on tensor
+//   cores): TF32 keeps 10 explicit mantissa bits, so each operand of a
+//   product is rounded by up to 2^-11 (4.9e-4) relative and a product of two
+//   by up to about 1e-3; over the random-sign sums here the rounding errors
+//   partly cancel, for an expected Frobenius error near 5e-4. The bound is
+//   2e-3: four times that, and still far below the O(1) error of a wrong
+//   transpose or a missing term. The other ops stay fp32 (1e-5).
 
+#include <algorithm>
+#include <cmath>
+#include <cstring>
 #include <memory>
 #include <string>
 #include <vector>
@@ -26,25 +38,37 @@ using ref::Vec;
 constexpr int B = 2, T = 37, C = 75, NH = 3, V = 101, Vp = 112, OC = 83;
 constexpr int N = B * T;
 constexpr double kFp32Tolerance = 1e-5;
+constexpr double kTf32Tolerance = 2e-3;
 
-std::string KindName(const ::testing::TestParamInfo<BackendKind>& info) {
-  return info.param == BackendKind::kCpu ? "Cpu" : "Cuda";
+struct BackendCase {
+  BackendKind kind;
+  Precision precision;
+};
+
+std::string CaseName(const ::testing::TestParamInfo<BackendCase>& info) {
+  if (info.param.kind == BackendKind::kCpu) return "Cpu";
+  return info.param.precision == Precision::kTf32 ? "CudaTf32" : "CudaFp32";
 }
 
-class BackendConformanceTest : public ::testing::TestWithParam<BackendKind> {
+class BackendConformanceTest : public ::testing::TestWithParam<BackendCase> {
  protected:
   void SetUp() override {
     BackendOptions options;
-    options.kind = GetParam();
+    options.kind = GetParam().kind;
+    options.precision = GetParam().precision;
     options.num_threads = 1;
     absl::StatusOr<std::unique_ptr<Backend>> backend = CreateBackend(options);
     if (!backend.ok()) {
-      GTEST_SKIP() << "no " << KindName({GetParam(), 0}) << " backend here: "
-                   << backend.status();
+      GTEST_SKIP() << "no " << CaseName({GetParam(), 0}) << " backend here: " << backend.status();
     }
     backend_ = *std::move(backend);
     ASSERT_EQ(backend_->activation_dtype(), DType::kFloat32)
         << "the bf16 bounds of a mixed-precision backend are not stated yet";
+  }
+
+  // The bound for ops whose work is matrix products (Matmul, attention).
+  double ProductTolerance() const {
+    return GetParam().precision == Precision::kTf32 ? kTf32Tolerance : kFp32Tolerance;
   }
 
   // Backend memory holding `host`.
@@ -129,9 +153,9 @@ TEST_P(BackendConformanceTest, Matmul) {
                            bias = RandomFloats(OC, 11), dout = RandomFloats(size_t{N} * OC, 12);
   Buffer x_b = Upload(x), w_b = Upload(w), bias_b = Upload(bias), out = Zeros(size_t{N} * OC);
   backend_->MatmulForward(out.span(), x_b.span(), w_b.span(), bias_b.span(), N, C, OC);
-  EXPECT_LT(RelativeError(Download(out),
-                          ref::Matmul(ToDouble(x), ToDouble(w), ToDouble(bias), N, C, OC)),
-            kFp32Tolerance);
+  EXPECT_LT(
+      RelativeError(Download(out), ref::Matmul(ToDouble(x), ToDouble(w), ToDouble(bias), N, C, OC)),
+      ProductTolerance());
   Buffer dout_b = Upload(dout), dx = Zeros(x.size()), dw = Zeros(w.size()), db = Zeros(OC);
   backend_->MatmulBackward(dx.span(), dw.span(), db.span(), dout_b.span(), x_b.span(), w_b.span(),
                            N, C, OC);
@@ -145,9 +169,9 @@ TEST_P(BackendConformanceTest, Matmul) {
         dw_ref[static_cast<size_t>(o) * C + c] += d * x[static_cast<size_t>(n) * C + c];
       }
     }
-  EXPECT_LT(RelativeError(Download(dx), dx_ref), kFp32Tolerance);
-  EXPECT_LT(RelativeError(Download(dw), dw_ref), kFp32Tolerance);
-  EXPECT_LT(RelativeError(Download(db), db_ref), kFp32Tolerance);
+  EXPECT_LT(RelativeError(Download(dx), dx_ref), ProductTolerance());
+  EXPECT_LT(RelativeError(Download(dw), dw_ref), ProductTolerance());
+  EXPECT_LT(RelativeError(Download(db), db_ref), kFp32Tolerance);  // a column sum, not a product
 }
 
 TEST_P(BackendConformanceTest, CausalAttention) {
@@ -157,12 +181,12 @@ TEST_P(BackendConformanceTest, CausalAttention) {
   Buffer state = Zeros(backend_->AttentionStateNumel(B, T, NH));
   backend_->AttentionForward(out.span(), state.span(), qkv_b.span(), B, T, C, NH);
   EXPECT_LT(RelativeError(Download(out), ref::Attention(ToDouble(qkv), B, T, C, NH)),
-            kFp32Tolerance);
+            ProductTolerance());
   Buffer dout_b = Upload(dout), dqkv = Zeros(qkv.size());
   backend_->AttentionBackward(dqkv.span(), dout_b.span(), qkv_b.span(), state.span(), B, T, C, NH);
   EXPECT_LT(RelativeError(Download(dqkv),
                           ref::AttentionBackward(ToDouble(dout), ToDouble(qkv), B, T, C, NH)),
-            kFp32Tolerance);
+            ProductTolerance());
 }
 
 TEST_P(BackendConformanceTest, GeluAndResidual) {
@@ -211,27 +235,176 @@ TEST_P(BackendConformanceTest, CrossEntropyOverAPaddedVocabulary) {
             kFp32Tolerance);
 }
 
-// Every op twice on the same inputs: the same bits (the determinism the
-// Backend interface promises).
-TEST_P(BackendConformanceTest, EveryOpIsBitwiseReproducible) {
-  const std::vector<float> x = RandomFloats(size_t{N} * C, 21), w = RandomFloats(size_t{OC} * C, 22),
-                           qkv = RandomFloats(size_t{N} * 3 * C, 23);
-  Buffer x_b = Upload(x), w_b = Upload(w), qkv_b = Upload(qkv);
-  auto run = [&] {
-    Buffer mm = Zeros(size_t{N} * OC), att = Zeros(size_t{N} * C);
-    Buffer state = Zeros(backend_->AttentionStateNumel(B, T, NH));
-    backend_->MatmulForward(mm.span(), x_b.span(), w_b.span(), TensorSpan{}, N, C, OC);
-    backend_->AttentionForward(att.span(), state.span(), qkv_b.span(), B, T, C, NH);
-    std::vector<float> out = Download(mm);
-    const std::vector<float> a = Download(att);
-    out.insert(out.end(), a.begin(), a.end());
-    return out;
+// The vocab-parallel ops over two shards that split the padded vocabulary
+// unevenly (the second shard ends in the padding): the sum of the encoder
+// shards is EncoderForward's result bitwise (backend.h), the three-step
+// cross-entropy matches the float64 loss, and the shard gradients side by
+// side are the unsharded gradient.
+TEST_P(BackendConformanceTest, VocabShards) {
+  constexpr int kSplit = 60;  // shard 0: ids [0, 60); shard 1: [60, 112), ids >= 101 padding
+  constexpr int kWidths[2] = {kSplit, Vp - kSplit};
+  constexpr int kStarts[2] = {0, kSplit};
+  auto rows_of = [&](int s) {  // the shard's first and last-plus-one elements of a (Vp,C) table
+    return std::pair{static_cast<size_t>(kStarts[s]) * C,
+                     static_cast<size_t>(kStarts[s] + kWidths[s]) * C};
   };
-  EXPECT_EQ(run(), run());
+  const std::vector<int32_t> inp = RandomIds(N, V, 31);
+  const std::vector<float> wte = RandomFloats(size_t{Vp} * C, 32),
+                           wpe = RandomFloats(size_t{T} * C, 33);
+  const std::vector<float> dout = RandomFloats(size_t{N} * C, 34);
+  Buffer inp_b = Upload(inp), wpe_b = Upload(wpe), dout_b = Upload(dout);
+  Buffer whole = Zeros(size_t{N} * C), wte_b = Upload(wte);
+  backend_->EncoderForward(whole.span(), inp_b.span(), wte_b.span(), wpe_b.span(), B, T, C);
+  std::vector<float> summed(size_t{N} * C, -0.0f);
+  Vec dwte_ref(wte.size(), 0.0);
+  for (int n = 0; n < N; ++n)
+    for (int c = 0; c < C; ++c)
+      dwte_ref[static_cast<size_t>(inp[n]) * C + c] += dout[static_cast<size_t>(n) * C + c];
+  for (int s = 0; s < 2; ++s) {
+    const auto [first, last] = rows_of(s);
+    const std::vector<float> rows(wte.begin() + first, wte.begin() + last);
+    Buffer rows_b = Upload(rows), out = Zeros(size_t{N} * C), drows = Zeros(rows.size());
+    // Shard 0 adds the positions, as a tensor rank 0 does.
+    backend_->EncoderForwardShard(out.span(), inp_b.span(), rows_b.span(),
+                                  s == 0 ? wpe_b.span() : TensorSpan{}, kStarts[s], kWidths[s], B,
+                                  T, C);
+    const std::vector<float> part = Download(out);
+    for (size_t i = 0; i < summed.size(); ++i) summed[i] += part[i];
+    backend_->EncoderBackwardShard(drows.span(), TensorSpan{}, dout_b.span(), inp_b.span(),
+                                   kStarts[s], kWidths[s], B, T, C);
+    const Vec expected(dwte_ref.begin() + first, dwte_ref.begin() + last);
+    EXPECT_LT(RelativeError(Download(drows), expected), kFp32Tolerance) << "shard " << s;
+  }
+  EXPECT_EQ(summed, Download(whole)) << "the shards' sum is not EncoderForward's result";
+
+  // Cross-entropy over the same split of the logit columns.
+  std::vector<float> logits = RandomFloats(size_t{N} * Vp, 35, 5.0f);
+  const std::vector<int32_t> targets = RandomIds(N, V, 36);
+  const std::vector<float> dlosses = RandomFloats(N, 37);
+  Buffer targets_b = Upload(targets), dlosses_b = Upload(dlosses);
+  std::vector<float> row_max(N, -HUGE_VALF), sums(2 * size_t{N}, 0.0f);
+  std::vector<Buffer> shard_logits;
+  for (int s = 0; s < 2; ++s) {
+    std::vector<float> columns(size_t{N} * kWidths[s]);
+    for (int n = 0; n < N; ++n)
+      for (int j = 0; j < kWidths[s]; ++j)
+        columns[static_cast<size_t>(n) * kWidths[s] + j] =
+            logits[static_cast<size_t>(n) * Vp + kStarts[s] + j];
+    shard_logits.push_back(Upload(columns));
+    Buffer m = Zeros(N);
+    backend_->CrossEntropyShardMax(m.span(), shard_logits[s].span(), N, V, kWidths[s], kStarts[s]);
+    const std::vector<float> part = Download(m);
+    for (int n = 0; n < N; ++n) row_max[n] = std::max(row_max[n], part[n]);  // the group's max
+  }
+  Buffer row_max_b = Upload(row_max);
+  for (int s = 0; s < 2; ++s) {
+    Buffer part_b = Zeros(2 * size_t{N});
+    backend_->CrossEntropyShardSums(part_b.span(), shard_logits[s].span(), row_max_b.span(),
+                                    targets_b.span(), N, V, kWidths[s], kStarts[s]);
+    const std::vector<float> part = Download(part_b);
+    for (size_t i = 0; i < sums.size(); ++i) sums[i] += part[i];  // the group's sum
+  }
+  Buffer sums_b = Upload(sums), losses = Zeros(N), lse = Zeros(N);
+  backend_->CrossEntropyShardFinish(losses.span(), lse.span(), row_max_b.span(), sums_b.span(), N);
+  EXPECT_LT(RelativeError(Download(losses), ref::CrossEntropy(ToDouble(logits), targets, N, V, Vp)),
+            kFp32Tolerance);
+  const Vec dlogits_ref = ref::CrossEntropyGrad(ToDouble(logits), targets, dlosses, N, V, Vp);
+  for (int s = 0; s < 2; ++s) {
+    Buffer dlogits = Zeros(size_t{N} * kWidths[s]);
+    backend_->CrossEntropyShardBackward(dlogits.span(), shard_logits[s].span(), lse.span(),
+                                        targets_b.span(), dlosses_b.span(), N, V, kWidths[s],
+                                        kStarts[s]);
+    Vec expected(size_t{N} * kWidths[s]);
+    for (int n = 0; n < N; ++n)
+      for (int j = 0; j < kWidths[s]; ++j)
+        expected[static_cast<size_t>(n) * kWidths[s] + j] =
+            dlogits_ref[static_cast<size_t>(n) * Vp + kStarts[s] + j];
+    EXPECT_LT(RelativeError(Download(dlogits), expected), kFp32Tolerance) << "shard " << s;
+  }
+}
+
+// A shard that holds only padding columns: its max is -infinity and its
+// sums and gradient are zero.
+TEST_P(BackendConformanceTest, AllPaddingShard) {
+  constexpr int kWidth = Vp - V;  // ids [V, Vp)
+  const std::vector<float> logits = RandomFloats(size_t{N} * kWidth, 38);
+  const std::vector<int32_t> targets = RandomIds(N, V, 39);
+  Buffer logits_b = Upload(logits), targets_b = Upload(targets);
+  Buffer m = Zeros(N), sums = Zeros(2 * size_t{N}), dlogits = Zeros(logits.size());
+  backend_->CrossEntropyShardMax(m.span(), logits_b.span(), N, V, kWidth, V);
+  for (float x : Download(m)) EXPECT_EQ(x, -HUGE_VALF);
+  Buffer zero_max = Zeros(N), lse = Upload(RandomFloats(N, 40)),
+         dlosses = Upload(RandomFloats(N, 41));
+  backend_->CrossEntropyShardSums(sums.span(), logits_b.span(), zero_max.span(), targets_b.span(),
+                                  N, V, kWidth, V);
+  for (float x : Download(sums)) EXPECT_EQ(x, 0.0f);
+  backend_->CrossEntropyShardBackward(dlogits.span(), logits_b.span(), lse.span(), targets_b.span(),
+                                      dlosses.span(), N, V, kWidth, V);
+  for (float x : Download(dlogits)) EXPECT_EQ(x, 0.0f);
+}
+
+// Every op twice on the same inputs: the same bits (the determinism the
+// Backend interface promises), the backward ops included, whose sums over
+// rows and repeated tokens are where a GPU backend could lose it.
+TEST_P(BackendConformanceTest, EveryOpIsBitwiseReproducible) {
+  const std::vector<float> x = RandomFloats(size_t{N} * C, 21),
+                           w = RandomFloats(size_t{OC} * C, 22),
+                           qkv = RandomFloats(size_t{N} * 3 * C, 23),
+                           dmm = RandomFloats(size_t{N} * OC, 24),
+                           datt = RandomFloats(size_t{N} * C, 25), lnw = RandomFloats(C, 26),
+                           wte = RandomFloats(size_t{Vp} * C, 27),
+                           wpe = RandomFloats(size_t{T} * C, 28),
+                           logits = RandomFloats(size_t{N} * Vp, 29, 5.0f),
+                           dlosses = RandomFloats(N, 30);
+  // Few distinct tokens, so that many positions add into the same wte row.
+  const std::vector<int32_t> ids = RandomIds(N, 7, 31), targets = RandomIds(N, V, 32);
+  Buffer x_b = Upload(x), w_b = Upload(w), qkv_b = Upload(qkv), dmm_b = Upload(dmm),
+         datt_b = Upload(datt), lnw_b = Upload(lnw), wte_b = Upload(wte), wpe_b = Upload(wpe),
+         logits_b = Upload(logits), dlosses_b = Upload(dlosses), ids_b = Upload(ids),
+         targets_b = Upload(targets);
+  auto run = [&] {
+    std::vector<Buffer> outputs;
+    auto out = [&](size_t numel) -> TensorSpan {
+      outputs.push_back(Zeros(numel));
+      return outputs.back().span();
+    };
+    const TensorSpan mm = out(size_t{N} * OC), dx = out(x.size()), dw = out(w.size()), db = out(OC);
+    backend_->MatmulForward(mm, x_b.span(), w_b.span(), TensorSpan{}, N, C, OC);
+    backend_->MatmulBackward(dx, dw, db, dmm_b.span(), x_b.span(), w_b.span(), N, C, OC);
+    const TensorSpan att = out(size_t{N} * C), state = out(backend_->AttentionStateNumel(B, T, NH)),
+                     dqkv = out(qkv.size());
+    backend_->AttentionForward(att, state, qkv_b.span(), B, T, C, NH);
+    backend_->AttentionBackward(dqkv, datt_b.span(), qkv_b.span(), state, B, T, C, NH);
+    const TensorSpan ln = out(x.size()), mean = out(N), rstd = out(N), dln = out(x.size()),
+                     dlnw = out(C), dlnb = out(C);
+    backend_->LayerNormForward(ln, mean, rstd, x_b.span(), lnw_b.span(), lnw_b.span(), N, C);
+    backend_->LayerNormBackward(dln, dlnw, dlnb, datt_b.span(), x_b.span(), lnw_b.span(), mean,
+                                rstd, N, C);
+    const TensorSpan dwte = out(wte.size()), dwpe = out(wpe.size());
+    backend_->EncoderBackward(dwte, dwpe, datt_b.span(), ids_b.span(), B, T, C);
+    const TensorSpan losses = out(N), lse = out(N), dlogits = out(logits.size());
+    backend_->CrossEntropyForward(losses, lse, logits_b.span(), targets_b.span(), N, V, Vp);
+    backend_->CrossEntropyBackward(dlogits, logits_b.span(), lse, targets_b.span(),
+                                   dlosses_b.span(), N, V, Vp);
+    std::vector<float> all;
+    for (const Buffer& buffer : outputs) {
+      const std::vector<float> host = Download(buffer);
+      all.insert(all.end(), host.begin(), host.end());
+    }
+    return all;
+  };
+  const std::vector<float> first = run();
+  const std::vector<float> second = run();
+  ASSERT_EQ(first.size(), second.size());
+  EXPECT_EQ(std::memcmp(first.data(), second.data(), first.size() * sizeof(float)), 0)
+      << "two runs of the same ops differ";
 }
 
 INSTANTIATE_TEST_SUITE_P(Backends, BackendConformanceTest,
-                         ::testing::Values(BackendKind::kCpu, BackendKind::kCuda), KindName);
+                         ::testing::Values(BackendCase{BackendKind::kCpu, Precision::kFp32},
+                                           BackendCase{BackendKind::kCuda, Precision::kFp32},
+                                           BackendCase{BackendKind::kCuda, Precision::kTf32}),
+                         CaseName);
 
 }  // namespace
 }  // namespace cohort::compute

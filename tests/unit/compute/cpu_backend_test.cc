@@ -65,8 +65,6 @@ TEST(BackendFactoryTest, BuildsCpuAndRejectsWhatItCannot) {
   EXPECT_EQ(static_cast<CpuBackend*>(cpu->get())->num_threads(), 3);
   EXPECT_EQ(CreateBackend(BackendOptions{.num_threads = -1}).status().code(),
             absl::StatusCode::kInvalidArgument);
-  EXPECT_EQ(CreateBackend(BackendOptions{.kind = BackendKind::kCuda}).status().code(),
-            absl::StatusCode::kUnimplemented);
   // Issue 23: the reduced precisions are a GPU's.
   for (Precision reduced : {Precision::kTf32, Precision::kBf16}) {
     const absl::Status status = CreateBackend(BackendOptions{.precision = reduced}).status();

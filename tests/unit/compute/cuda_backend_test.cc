@@ -1,0 +1,102 @@
+// The CUDA backend's creation and memory errors. The argument checks run on
+// every machine (they come before any device is touched); the rest needs a
+// device and skips, naming the reason, without one.
+
+#include <memory>
+#include <string>
+
+#include "gtest/gtest.h"
+#include "worker/compute/backend_factory.h"
+
+namespace cohort::compute {
+namespace {
+
+absl::StatusOr<std::unique_ptr<Backend>> MakeCuda(BackendOptions options) {
+  options.kind = BackendKind::kCuda;
+  return CreateBackend(options);
+}
+
+TEST(CudaBackendTest, Bf16IsRefusedUntilItIsBuilt) {
+  const absl::Status status = MakeCuda(BackendOptions{.precision = Precision::kBf16}).status();
+  EXPECT_EQ(status.code(), absl::StatusCode::kUnimplemented) << status;
+}
+
+TEST(CudaBackendTest, ANegativeDeviceIndexIsRefused) {
+  const absl::Status status = MakeCuda(BackendOptions{.device_index = -1}).status();
+#if COHORT_HAVE_CUDA
+  EXPECT_EQ(status.code(), absl::StatusCode::kInvalidArgument) << status;
+  EXPECT_NE(std::string(status.message()).find("device_index"), std::string::npos) << status;
+#else
+  EXPECT_EQ(status.code(), absl::StatusCode::kUnimplemented) << status;
+#endif
+}
+
+TEST(CudaBackendTest, NoDeviceIsAFailedPreconditionNamingIt) {
+  const absl::Status status = MakeCuda(BackendOptions{}).status();
+  if (status.ok()) GTEST_SKIP() << "this machine has a CUDA device";
+#if COHORT_HAVE_CUDA
+  EXPECT_EQ(status.code(), absl::StatusCode::kFailedPrecondition) << status;
+  EXPECT_NE(std::string(status.message()).find("CUDA device"), std::string::npos) << status;
+#else
+  EXPECT_EQ(status.code(), absl::StatusCode::kUnimplemented) << status;
+#endif
+}
+
+class CudaDeviceTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    const absl::Status status = MakeCuda(BackendOptions{}).status();
+    if (!status.ok()) GTEST_SKIP() << "no CUDA backend here: " << status;
+  }
+};
+
+TEST_F(CudaDeviceTest, AnArenaLargerThanTheDeviceFailsAtCreation) {
+  const absl::Status status =
+      MakeCuda(BackendOptions{.arena_bytes = size_t{1} << 50}).status();  // 1 PiB
+  EXPECT_EQ(status.code(), absl::StatusCode::kResourceExhausted) << status;
+  EXPECT_NE(std::string(status.message()).find("bytes free"), std::string::npos) << status;
+}
+
+TEST_F(CudaDeviceTest, AllocationsComeFromTheArenaUntilItIsFull) {
+  absl::StatusOr<std::unique_ptr<Backend>> backend =
+      MakeCuda(BackendOptions{.arena_bytes = size_t{1} << 20});
+  ASSERT_TRUE(backend.ok()) << backend.status();
+  absl::StatusOr<Buffer> a = (*backend)->Allocate(DType::kFloat32, 128 * 1024);  // 512 KiB
+  ASSERT_TRUE(a.ok()) << a.status();
+  absl::StatusOr<Buffer> b = (*backend)->Allocate(DType::kFloat32, 192 * 1024);  // 768 KiB
+  EXPECT_EQ(b.status().code(), absl::StatusCode::kResourceExhausted) << b.status();
+  EXPECT_NE(std::string(b.status().message()).find("524288 of 1048576 free"), std::string::npos)
+      << b.status();
+  // Allocated memory reads as zero; freed memory is reused.
+  std::vector<float> host(a->numel(), 1.0f);
+  (*backend)->CopyToHost(host.data(), a->span());
+  ASSERT_TRUE((*backend)->Synchronize().ok());
+  EXPECT_EQ(host, std::vector<float>(a->numel(), 0.0f));
+  *a = Buffer();
+  absl::StatusOr<Buffer> c = (*backend)->Allocate(DType::kFloat32, 192 * 1024);
+  EXPECT_TRUE(c.ok()) << c.status();
+}
+
+TEST_F(CudaDeviceTest, ScratchThatCannotGrowIsReportedBySynchronize) {
+  // An arena with room for the operands but not attention's scratch.
+  constexpr int B = 1, T = 64, C = 64, NH = 2;
+  absl::StatusOr<std::unique_ptr<Backend>> backend =
+      MakeCuda(BackendOptions{.arena_bytes = size_t{256} << 10});
+  ASSERT_TRUE(backend.ok()) << backend.status();
+  Backend& be = **backend;
+  absl::StatusOr<Buffer> qkv = be.Allocate(DType::kFloat32, size_t{B} * T * 3 * C);
+  absl::StatusOr<Buffer> out = be.Allocate(DType::kFloat32, size_t{B} * T * C);
+  absl::StatusOr<Buffer> state = be.Allocate(DType::kFloat32, be.AttentionStateNumel(B, T, NH));
+  ASSERT_TRUE(qkv.ok() && out.ok() && state.ok());
+  // 96 KiB of operands + 120 KiB leaves 40 KiB: attention wants 64 KiB of
+  // head-major copies.
+  absl::StatusOr<Buffer> filler = be.Allocate(DType::kFloat32, 120 * 1024 / 4);
+  ASSERT_TRUE(filler.ok()) << filler.status();
+  be.AttentionForward(out->span(), state->span(), qkv->span(), B, T, C, NH);
+  const absl::Status status = be.Synchronize();
+  EXPECT_EQ(status.code(), absl::StatusCode::kResourceExhausted) << status;
+  EXPECT_TRUE(be.Synchronize().ok()) << "the failure is reported once";
+}
+
+}  // namespace
+}  // namespace cohort::compute

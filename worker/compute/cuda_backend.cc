@@ -1,0 +1,826 @@
+#include "worker/compute/cuda_backend.h"
+
+#include <cublasLt.h>
+#include <cublas_v2.h>
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <cmath>
+#include <map>
+#include <optional>
+#include <tuple>
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "common/log.h"
+#include "common/status_macros.h"
+#include "worker/compute/cuda_kernels.h"
+#include "worker/compute/device_arena.h"
+#include "worker/compute/gpu_launch_plan.h"
+#include "worker/compute/span_checks.h"
+
+namespace cohort::compute {
+namespace {
+
+using gpu_plan::AlignUp;
+
+// cuBLASLt's and cuBLAS's workspaces, each pinned for the backend's life
+// (cuBLAS picks the same kernels only while its workspace stays the same).
+// 32 MiB is what NVIDIA recommends for Hopper.
+constexpr size_t kWorkspaceBytes = size_t{32} << 20;
+
+size_t Mul(size_t a, size_t b) { return a * b; }
+
+// CUDA and cuBLAS codes are converted here, once (docs/conventions.md, Errors).
+std::string CudaErrorText(cudaError_t error) {
+  return absl::StrCat(cudaGetErrorName(error), ": ", cudaGetErrorString(error));
+}
+
+std::string BlasErrorText(cublasStatus_t status) {
+  return absl::StrCat(cublasGetStatusName(status), ": ", cublasGetStatusString(status));
+}
+
+// Scratch the ops keep between calls, one growing allocation per use.
+enum ScratchSlot : int {
+  kAttentionHeads,  // q, k, v and the per-head output or its gradient
+  kAttentionGrads,  // dq, dk, dv
+  kScoreGrads,      // d(scores), (B,NH,T,T)
+  kEncoderSort,     // the token sort of EncoderBackwardShard
+  kColumnSums,      // partial sums of dbias and LayerNorm's dweight
+  kScratchSlots,
+};
+
+// One GEMM as cuBLASLt sees it: column-major C (m x n) = op(A) op(B).
+struct GemmShape {
+  bool transa = false;
+  bool transb = false;
+  int m = 0, n = 0, k = 0;
+  int lda = 0, ldb = 0, ldc = 0;
+
+  auto Key() const { return std::make_tuple(transa, transb, m, n, k, lda, ldb, ldc); }
+  bool operator<(const GemmShape& other) const { return Key() < other.Key(); }
+};
+
+// A shape's descriptors and the one algorithm chosen for it.
+struct GemmPlan {
+  cublasLtMatmulDesc_t desc = nullptr;
+  cublasLtMatrixLayout_t a = nullptr, b = nullptr, c = nullptr;
+  cublasLtMatmulAlgo_t algo{};
+};
+
+class CudaBackend final : public Backend {
+ public:
+  explicit CudaBackend(const CudaBackendOptions& options) : options_(options) {}
+  ~CudaBackend() override;
+  CudaBackend(const CudaBackend&) = delete;
+  CudaBackend& operator=(const CudaBackend&) = delete;
+
+  absl::Status Init();
+
+  std::string_view name() const override { return "cuda"; }
+  DType activation_dtype() const override { return DType::kFloat32; }
+
+  absl::StatusOr<Buffer> Allocate(DType dtype, size_t numel) override;
+  void Zero(TensorSpan dst) override;
+  void CopyFromHost(TensorSpan dst, const void* src) override;
+  void CopyToHost(void* dst, TensorSpan src) override;
+  absl::Status Synchronize() override;
+
+  void EncoderForward(TensorSpan out, TensorSpan inp, TensorSpan wte, TensorSpan wpe, int B, int T,
+                      int C) override;
+  void EncoderBackward(TensorSpan dwte, TensorSpan dwpe, TensorSpan dout, TensorSpan inp, int B,
+                       int T, int C) override;
+  void LayerNormForward(TensorSpan out, TensorSpan mean, TensorSpan rstd, TensorSpan inp,
+                        TensorSpan weight, TensorSpan bias, int N, int C) override;
+  void LayerNormBackward(TensorSpan dinp, TensorSpan dweight, TensorSpan dbias, TensorSpan dout,
+                         TensorSpan inp, TensorSpan weight, TensorSpan mean, TensorSpan rstd, int N,
+                         int C) override;
+  void MatmulForward(TensorSpan out, TensorSpan inp, TensorSpan weight, TensorSpan bias, int N,
+                     int C, int OC) override;
+  void MatmulBackward(TensorSpan dinp, TensorSpan dweight, TensorSpan dbias, TensorSpan dout,
+                      TensorSpan inp, TensorSpan weight, int N, int C, int OC) override;
+  size_t AttentionStateNumel(int B, int T, int NH) const override;
+  void AttentionForward(TensorSpan out, TensorSpan state, TensorSpan qkv, int B, int T, int C,
+                        int NH) override;
+  void AttentionBackward(TensorSpan dqkv, TensorSpan dout, TensorSpan qkv, TensorSpan state, int B,
+                         int T, int C, int NH) override;
+  void GeluForward(TensorSpan out, TensorSpan inp, size_t n) override;
+  void GeluBackward(TensorSpan dinp, TensorSpan inp, TensorSpan dout, size_t n) override;
+  void ResidualForward(TensorSpan out, TensorSpan inp1, TensorSpan inp2, size_t n) override;
+  void ResidualBackward(TensorSpan dinp1, TensorSpan dinp2, TensorSpan dout, size_t n) override;
+  void CrossEntropyForward(TensorSpan losses, TensorSpan lse, TensorSpan logits, TensorSpan targets,
+                           int N, int V, int Vp) override;
+  void CrossEntropyBackward(TensorSpan dlogits, TensorSpan logits, TensorSpan lse,
+                            TensorSpan targets, TensorSpan dlosses, int N, int V, int Vp) override;
+  void EncoderForwardShard(TensorSpan out, TensorSpan inp, TensorSpan wte, TensorSpan wpe,
+                           int vocab_start, int Vs, int B, int T, int C) override;
+  void EncoderBackwardShard(TensorSpan dwte, TensorSpan dwpe, TensorSpan dout, TensorSpan inp,
+                            int vocab_start, int Vs, int B, int T, int C) override;
+  void CrossEntropyShardMax(TensorSpan row_max, TensorSpan logits, int N, int V, int Vs,
+                            int vocab_start) override;
+  void CrossEntropyShardSums(TensorSpan sums, TensorSpan logits, TensorSpan row_max,
+                             TensorSpan targets, int N, int V, int Vs, int vocab_start) override;
+  void CrossEntropyShardFinish(TensorSpan losses, TensorSpan lse, TensorSpan row_max,
+                               TensorSpan sums, int N) override;
+  void CrossEntropyShardBackward(TensorSpan dlogits, TensorSpan logits, TensorSpan lse,
+                                 TensorSpan targets, TensorSpan dlosses, int N, int V, int Vs,
+                                 int vocab_start) override;
+
+ private:
+  // Makes the device current; false (the op is skipped) while a failure
+  // waits for Synchronize.
+  bool Begin();
+  void Fail(absl::Status status);
+  void Check(cudaError_t error, const char* what);
+  void CheckBlas(cublasStatus_t status, const char* what);
+  // After a kernel launch: the launch's own error, if any.
+  void CheckLaunch(const char* what) { Check(cudaGetLastError(), what); }
+
+  // Device memory from the arena or cudaMalloc; nullptr with `error` set.
+  void* RawAllocate(size_t bytes, absl::Status* error);
+  void RawFree(void* data);
+  // At least `bytes` of scratch for `slot` (contents undefined), or nullptr
+  // after recording ResourceExhausted.
+  void* Scratch(ScratchSlot slot, size_t bytes);
+
+  // C = alpha op(A) op(B) + beta C through cuBLASLt.
+  void Gemm(const GemmShape& shape, float alpha, const float* a, const float* b, float beta,
+            float* c);
+  const GemmPlan* PlanFor(const GemmShape& shape);
+  // `batch` GEMMs at fixed strides through cuBLAS (attention's products).
+  void BatchedGemm(const GemmShape& shape, float alpha, const float* a, int64_t stride_a,
+                   const float* b, int64_t stride_b, float beta, float* c, int64_t stride_c,
+                   int batch);
+
+  CudaBackendOptions options_;
+  cublasComputeType_t compute_type_ = CUBLAS_COMPUTE_32F;
+  cudaStream_t stream_ = nullptr;
+  cublasLtHandle_t lt_ = nullptr;
+  cublasHandle_t blas_ = nullptr;
+  void* lt_workspace_ = nullptr;
+  void* blas_workspace_ = nullptr;
+  char* arena_base_ = nullptr;
+  std::optional<DeviceArena> arena_;
+  struct ScratchBuffer {
+    void* data = nullptr;
+    size_t bytes = 0;
+  };
+  ScratchBuffer scratch_[kScratchSlots];
+  std::map<GemmShape, GemmPlan> plans_;
+  absl::Status error_;
+};
+
+CudaBackend::~CudaBackend() {
+  if (stream_ != nullptr) cudaStreamSynchronize(stream_);
+  for (auto& [shape, plan] : plans_) {
+    cublasLtMatrixLayoutDestroy(plan.a);
+    cublasLtMatrixLayoutDestroy(plan.b);
+    cublasLtMatrixLayoutDestroy(plan.c);
+    cublasLtMatmulDescDestroy(plan.desc);
+  }
+  for (ScratchBuffer& scratch : scratch_) {
+    if (scratch.data != nullptr) RawFree(scratch.data);
+  }
+  if (blas_ != nullptr) cublasDestroy(blas_);
+  if (lt_ != nullptr) cublasLtDestroy(lt_);
+  if (lt_workspace_ != nullptr) cudaFree(lt_workspace_);
+  if (blas_workspace_ != nullptr) cudaFree(blas_workspace_);
+  if (arena_base_ != nullptr) cudaFree(arena_base_);
+  if (stream_ != nullptr) cudaStreamDestroy(stream_);
+}
+
+absl::Status CudaBackend::Init() {
+  int count = 0;
+  const cudaError_t counted = cudaGetDeviceCount(&count);
+  if (counted != cudaSuccess) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("no usable CUDA device (", CudaErrorText(counted), ")"));
+  }
+  if (options_.device_index >= count) {
+    return absl::FailedPreconditionError(absl::StrCat("CUDA device ", options_.device_index,
+                                                      " does not exist (", count, " visible)"));
+  }
+  auto cuda = [](cudaError_t error, const char* what) {
+    return error == cudaSuccess
+               ? absl::OkStatus()
+               : absl::InternalError(absl::StrCat(what, ": ", CudaErrorText(error)));
+  };
+  auto blas = [](cublasStatus_t status, const char* what) {
+    return status == CUBLAS_STATUS_SUCCESS
+               ? absl::OkStatus()
+               : absl::InternalError(absl::StrCat(what, ": ", BlasErrorText(status)));
+  };
+  RETURN_IF_ERROR(cuda(cudaSetDevice(options_.device_index), "cudaSetDevice"));
+  RETURN_IF_ERROR(
+      cuda(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking), "cudaStreamCreate"));
+  RETURN_IF_ERROR(cuda(cudaMalloc(&lt_workspace_, kWorkspaceBytes), "cudaMalloc (workspace)"));
+  RETURN_IF_ERROR(cuda(cudaMalloc(&blas_workspace_, kWorkspaceBytes), "cudaMalloc (workspace)"));
+  RETURN_IF_ERROR(blas(cublasLtCreate(&lt_), "cublasLtCreate"));
+  RETURN_IF_ERROR(blas(cublasCreate(&blas_), "cublasCreate"));
+  RETURN_IF_ERROR(blas(cublasSetStream(blas_, stream_), "cublasSetStream"));
+  RETURN_IF_ERROR(
+      blas(cublasSetWorkspace(blas_, blas_workspace_, kWorkspaceBytes), "cublasSetWorkspace"));
+  compute_type_ =
+      options_.precision == Precision::kTf32 ? CUBLAS_COMPUTE_32F_FAST_TF32 : CUBLAS_COMPUTE_32F;
+  if (options_.arena_bytes > 0) {
+    const size_t capacity = AlignUp(options_.arena_bytes);
+    void* base = nullptr;
+    const cudaError_t reserved = cudaMalloc(&base, capacity);
+    if (reserved != cudaSuccess) {
+      cudaGetLastError();  // an out-of-memory is not sticky; clear it
+      size_t free_bytes = 0, total_bytes = 0;
+      cudaMemGetInfo(&free_bytes, &total_bytes);
+      return absl::ResourceExhaustedError(
+          absl::StrCat("cannot reserve a device arena of ", capacity, " bytes on CUDA device ",
+                       options_.device_index, ": ", free_bytes, " of ", total_bytes,
+                       " bytes free (", CudaErrorText(reserved), ")"));
+    }
+    arena_base_ = static_cast<char*>(base);
+    arena_.emplace(capacity, gpu_plan::kDeviceAlignment);
+  }
+  return absl::OkStatus();
+}
+
+// ---- Errors -----------------------------------------------------------------
+
+void CudaBackend::Fail(absl::Status status) {
+  if (error_.ok()) error_ = std::move(status);
+}
+
+void CudaBackend::Check(cudaError_t error, const char* what) {
+  if (error != cudaSuccess) {
+    Fail(absl::InternalError(
+        absl::StrCat(what, " on CUDA device ", options_.device_index, ": ", CudaErrorText(error))));
+  }
+}
+
+void CudaBackend::CheckBlas(cublasStatus_t status, const char* what) {
+  if (status != CUBLAS_STATUS_SUCCESS) {
+    Fail(absl::InternalError(absl::StrCat(what, ": ", BlasErrorText(status))));
+  }
+}
+
+bool CudaBackend::Begin() {
+  if (!error_.ok()) return false;
+  Check(cudaSetDevice(options_.device_index), "cudaSetDevice");
+  return error_.ok();
+}
+
+absl::Status CudaBackend::Synchronize() {
+  if (stream_ != nullptr) {
+    cudaSetDevice(options_.device_index);
+    Check(cudaStreamSynchronize(stream_), "a kernel or copy");
+  }
+  return std::exchange(error_, absl::OkStatus());
+}
+
+// ---- Memory -----------------------------------------------------------------
+
+void* CudaBackend::RawAllocate(size_t bytes, absl::Status* error) {
+  if (arena_.has_value()) {
+    const std::optional<size_t> offset = arena_->Allocate(bytes);
+    if (!offset.has_value()) {
+      *error = absl::ResourceExhaustedError(absl::StrCat("device arena of CUDA device ",
+                                                         options_.device_index, ": ",
+                                                         arena_->DescribeShortfall(bytes)));
+      return nullptr;
+    }
+    return arena_base_ + *offset;
+  }
+  void* data = nullptr;
+  const cudaError_t allocated = cudaMalloc(&data, std::max<size_t>(bytes, 1));
+  if (allocated != cudaSuccess) {
+    cudaGetLastError();  // out of memory is not sticky
+    size_t free_bytes = 0, total_bytes = 0;
+    cudaMemGetInfo(&free_bytes, &total_bytes);
+    *error = absl::ResourceExhaustedError(absl::StrCat(
+        bytes, " bytes wanted on CUDA device ", options_.device_index, ", ", free_bytes, " of ",
+        total_bytes, " bytes free (", CudaErrorText(allocated), ")"));
+    return nullptr;
+  }
+  return data;
+}
+
+void CudaBackend::RawFree(void* data) {
+  if (arena_.has_value()) {
+    // Later allocations of the same range are ordered after every op already
+    // issued on the stream, so the range can be handed out at once.
+    arena_->Free(static_cast<size_t>(static_cast<char*>(data) - arena_base_));
+    return;
+  }
+  cudaFree(data);  // synchronises the device: nothing still reads it
+}
+
+absl::StatusOr<Buffer> CudaBackend::Allocate(DType dtype, size_t numel) {
+  if (!Begin()) return error_;
+  const size_t bytes = std::max<size_t>(numel * DTypeSize(dtype), 1);
+  absl::Status error;
+  void* data = RawAllocate(bytes, &error);
+  if (data == nullptr) return error;
+  Check(cudaMemsetAsync(data, 0, bytes, stream_), "cudaMemsetAsync");
+  return Buffer(data, dtype, numel, [this](void* p) { RawFree(p); });
+}
+
+void* CudaBackend::Scratch(ScratchSlot slot, size_t bytes) {
+  ScratchBuffer& scratch = scratch_[slot];
+  if (scratch.bytes >= bytes && scratch.data != nullptr) return scratch.data;
+  if (scratch.data != nullptr) RawFree(scratch.data);
+  scratch = ScratchBuffer{};
+  absl::Status error;
+  void* data = RawAllocate(bytes, &error);
+  if (data == nullptr) {
+    Fail(absl::ResourceExhaustedError(absl::StrCat("scratch for an op: ", error.message())));
+    return nullptr;
+  }
+  scratch = ScratchBuffer{data, bytes};
+  return data;
+}
+
+void CudaBackend::Zero(TensorSpan dst) {
+  if (dst.empty() || !Begin()) return;
+  Check(cudaMemsetAsync(dst.data, 0, dst.bytes(), stream_), "cudaMemsetAsync");
+}
+
+void CudaBackend::CopyFromHost(TensorSpan dst, const void* src) {
+  if (dst.numel == 0 || !Begin()) return;
+  Check(cudaMemcpyAsync(dst.data, src, dst.bytes(), cudaMemcpyHostToDevice, stream_),
+        "cudaMemcpyAsync (to the device)");
+  // The caller may reuse `src` when this returns (backend.h).
+  Check(cudaStreamSynchronize(stream_), "cudaStreamSynchronize");
+}
+
+void CudaBackend::CopyToHost(void* dst, TensorSpan src) {
+  if (src.numel == 0 || !Begin()) return;
+  Check(cudaMemcpyAsync(dst, src.data, src.bytes(), cudaMemcpyDeviceToHost, stream_),
+        "cudaMemcpyAsync (to the host)");
+  Check(cudaStreamSynchronize(stream_), "cudaStreamSynchronize");
+}
+
+// ---- GEMMs ------------------------------------------------------------------
+
+const GemmPlan* CudaBackend::PlanFor(const GemmShape& shape) {
+  auto found = plans_.find(shape);
+  if (found != plans_.end()) return &found->second;
+  GemmPlan plan;
+  auto fail = [&](cublasStatus_t status, const char* what) {
+    CheckBlas(status, what);
+    return status != CUBLAS_STATUS_SUCCESS;
+  };
+  const cublasOperation_t op_a = shape.transa ? CUBLAS_OP_T : CUBLAS_OP_N;
+  const cublasOperation_t op_b = shape.transb ? CUBLAS_OP_T : CUBLAS_OP_N;
+  // Stored (not transposed) shapes of A and B, column-major.
+  const int a_rows = shape.transa ? shape.k : shape.m;
+  const int a_cols = shape.transa ? shape.m : shape.k;
+  const int b_rows = shape.transb ? shape.n : shape.k;
+  const int b_cols = shape.transb ? shape.k : shape.n;
+  if (fail(cublasLtMatmulDescCreate(&plan.desc, compute_type_, CUDA_R_32F),
+           "cublasLtMatmulDescCreate") ||
+      fail(cublasLtMatmulDescSetAttribute(plan.desc, CUBLASLT_MATMUL_DESC_TRANSA, &op_a,
+                                          sizeof(op_a)),
+           "cublasLtMatmulDescSetAttribute") ||
+      fail(cublasLtMatmulDescSetAttribute(plan.desc, CUBLASLT_MATMUL_DESC_TRANSB, &op_b,
+                                          sizeof(op_b)),
+           "cublasLtMatmulDescSetAttribute") ||
+      fail(cublasLtMatrixLayoutCreate(&plan.a, CUDA_R_32F, a_rows, a_cols, shape.lda),
+           "cublasLtMatrixLayoutCreate") ||
+      fail(cublasLtMatrixLayoutCreate(&plan.b, CUDA_R_32F, b_rows, b_cols, shape.ldb),
+           "cublasLtMatrixLayoutCreate") ||
+      fail(cublasLtMatrixLayoutCreate(&plan.c, CUDA_R_32F, shape.m, shape.n, shape.ldc),
+           "cublasLtMatrixLayoutCreate")) {
+    cublasLtMatrixLayoutDestroy(plan.a);
+    cublasLtMatrixLayoutDestroy(plan.b);
+    cublasLtMatrixLayoutDestroy(plan.c);
+    cublasLtMatmulDescDestroy(plan.desc);
+    return nullptr;
+  }
+  // The algorithm is chosen once per shape and kept: the heuristic's choice
+  // could otherwise differ between calls, and with it the summation order.
+  // Split-K reductions done in place in the output are left out (their
+  // partial sums may land in any order).
+  cublasLtMatmulPreference_t preference = nullptr;
+  const uint64_t workspace = kWorkspaceBytes;
+  const uint32_t schemes = CUBLASLT_REDUCTION_SCHEME_NONE | CUBLASLT_REDUCTION_SCHEME_COMPUTE_TYPE |
+                           CUBLASLT_REDUCTION_SCHEME_OUTPUT_TYPE;
+  cublasLtMatmulHeuristicResult_t result{};
+  int found_algos = 0;
+  const bool chosen =
+      !fail(cublasLtMatmulPreferenceCreate(&preference), "cublasLtMatmulPreferenceCreate") &&
+      !fail(
+          cublasLtMatmulPreferenceSetAttribute(preference, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES,
+                                               &workspace, sizeof(workspace)),
+          "cublasLtMatmulPreferenceSetAttribute") &&
+      !fail(cublasLtMatmulPreferenceSetAttribute(
+                preference, CUBLASLT_MATMUL_PREF_REDUCTION_SCHEME_MASK, &schemes, sizeof(schemes)),
+            "cublasLtMatmulPreferenceSetAttribute") &&
+      !fail(cublasLtMatmulAlgoGetHeuristic(lt_, plan.desc, plan.a, plan.b, plan.c, plan.c,
+                                           preference, 1, &result, &found_algos),
+            "cublasLtMatmulAlgoGetHeuristic");
+  if (preference != nullptr) cublasLtMatmulPreferenceDestroy(preference);
+  if (chosen && found_algos == 0) {
+    Fail(absl::InternalError(absl::StrCat("cuBLASLt has no algorithm for a ", shape.m, "x", shape.n,
+                                          "x", shape.k, " fp32 GEMM")));
+  }
+  if (!chosen || found_algos == 0) {
+    cublasLtMatrixLayoutDestroy(plan.a);
+    cublasLtMatrixLayoutDestroy(plan.b);
+    cublasLtMatrixLayoutDestroy(plan.c);
+    cublasLtMatmulDescDestroy(plan.desc);
+    return nullptr;
+  }
+  plan.algo = result.algo;
+  return &plans_.emplace(shape, plan).first->second;
+}
+
+void CudaBackend::Gemm(const GemmShape& shape, float alpha, const float* a, const float* b,
+                       float beta, float* c) {
+  const GemmPlan* plan = PlanFor(shape);
+  if (plan == nullptr) return;
+  CheckBlas(cublasLtMatmul(lt_, plan->desc, &alpha, a, plan->a, b, plan->b, &beta, c, plan->c, c,
+                           plan->c, &plan->algo, lt_workspace_, kWorkspaceBytes, stream_),
+            "cublasLtMatmul");
+}
+
+void CudaBackend::BatchedGemm(const GemmShape& shape, float alpha, const float* a, int64_t stride_a,
+                              const float* b, int64_t stride_b, float beta, float* c,
+                              int64_t stride_c, int batch) {
+  CheckBlas(cublasGemmStridedBatchedEx(
+                blas_, shape.transa ? CUBLAS_OP_T : CUBLAS_OP_N,
+                shape.transb ? CUBLAS_OP_T : CUBLAS_OP_N, shape.m, shape.n, shape.k, &alpha, a,
+                CUDA_R_32F, shape.lda, stride_a, b, CUDA_R_32F, shape.ldb, stride_b, &beta, c,
+                CUDA_R_32F, shape.ldc, stride_c, batch, compute_type_, CUBLAS_GEMM_DEFAULT),
+            "cublasGemmStridedBatchedEx");
+}
+
+// ---- Linear -------------------------------------------------------------------
+// Row-major (N,C) arrays are column-major (C,N) ones to cuBLAS, so each
+// product below is written for the transposes (the shapes in comments are
+// the row-major ones).
+
+void CudaBackend::MatmulForward(TensorSpan out, TensorSpan inp, TensorSpan weight, TensorSpan bias,
+                                int N, int C, int OC) {
+  float* y = CheckedF32(out, Mul(N, OC), "matmul out");
+  const float* x = CheckedF32(inp, Mul(N, C), "matmul inp");
+  const float* w = CheckedF32(weight, Mul(OC, C), "matmul weight");
+  const float* b = OptionalF32(bias, OC, "bias");
+  if (!Begin()) return;
+  if (b != nullptr) {
+    cuda::BroadcastRows(y, b, N, OC, stream_);
+    CheckLaunch("BroadcastRows");
+  }
+  // out (N,OC) = inp (N,C) weight^T (C,OC) [+ out holding the bias].
+  Gemm(
+      GemmShape{
+          .transa = true, .transb = false, .m = OC, .n = N, .k = C, .lda = C, .ldb = C, .ldc = OC},
+      1.0f, w, x, b != nullptr ? 1.0f : 0.0f, y);
+}
+
+void CudaBackend::MatmulBackward(TensorSpan dinp, TensorSpan dweight, TensorSpan dbias,
+                                 TensorSpan dout, TensorSpan inp, TensorSpan weight, int N, int C,
+                                 int OC) {
+  float* dx = OptionalF32(dinp, Mul(N, C), "matmul dinp");
+  float* dw = CheckedF32(dweight, Mul(OC, C), "matmul dweight");
+  float* db = OptionalF32(dbias, OC, "matmul dbias");
+  const float* dy = CheckedF32(dout, Mul(N, OC), "matmul dout");
+  const float* x = CheckedF32(inp, Mul(N, C), "matmul inp");
+  const float* w = CheckedF32(weight, Mul(OC, C), "matmul weight");
+  if (!Begin()) return;
+  if (dx != nullptr) {
+    // dinp (N,C) += dout (N,OC) weight (OC,C).
+    Gemm(GemmShape{.transa = false,
+                   .transb = false,
+                   .m = C,
+                   .n = N,
+                   .k = OC,
+                   .lda = C,
+                   .ldb = OC,
+                   .ldc = C},
+         1.0f, w, dy, 1.0f, dx);
+  }
+  // dweight (OC,C) += dout^T (OC,N) inp (N,C).
+  Gemm(
+      GemmShape{
+          .transa = false, .transb = true, .m = C, .n = OC, .k = N, .lda = C, .ldb = OC, .ldc = C},
+      1.0f, x, dy, 1.0f, dw);
+  if (db != nullptr) {
+    auto* partial = static_cast<float*>(
+        Scratch(kColumnSums, cuda::ColumnSumScratchFloats(N, OC) * sizeof(float)));
+    if (partial == nullptr) return;
+    cuda::AddColumnSums(db, dy, N, OC, partial, stream_);
+    CheckLaunch("AddColumnSums");
+  }
+}
+
+// ---- Attention ----------------------------------------------------------------
+// The state is the softmax probabilities (B,NH,T,T), as on the CPU. Each
+// (batch, head) is one GEMM of a strided batch over head-major copies of
+// q, k and v.
+
+size_t CudaBackend::AttentionStateNumel(int B, int T, int NH) const {
+  return Mul(Mul(B, NH), Mul(T, T));
+}
+
+void CudaBackend::AttentionForward(TensorSpan out, TensorSpan state, TensorSpan qkv, int B, int T,
+                                   int C, int NH) {
+  CHECK(NH > 0 && C % NH == 0) << "C=" << C << " not divisible by NH=" << NH;
+  const size_t btc = Mul(Mul(B, T), C);
+  float* y = CheckedF32(out, btc, "attention out");
+  float* att = CheckedF32(state, AttentionStateNumel(B, T, NH), "attention state");
+  const float* x = CheckedF32(qkv, 3 * btc, "qkv");
+  if (!Begin()) return;
+  auto* heads = static_cast<float*>(Scratch(kAttentionHeads, 4 * btc * sizeof(float)));
+  if (heads == nullptr) return;
+  float* q = heads;
+  float* k = heads + btc;
+  float* v = heads + 2 * btc;
+  float* o = heads + 3 * btc;
+  const int hs = C / NH;
+  const int64_t head = static_cast<int64_t>(T) * hs;
+  const int64_t scores = static_cast<int64_t>(T) * T;
+  const float scale = 1.0f / std::sqrt(static_cast<float>(hs));
+  cuda::SplitQkv(q, k, v, x, B, T, NH, hs, stream_);
+  CheckLaunch("SplitQkv");
+  // scores (T,T) = scale q (T,hs) k^T; the part above the diagonal is
+  // computed and then masked by the softmax.
+  BatchedGemm(
+      GemmShape{
+          .transa = true, .transb = false, .m = T, .n = T, .k = hs, .lda = hs, .ldb = hs, .ldc = T},
+      scale, k, head, q, head, 0.0f, att, scores, B * NH);
+  cuda::CausalSoftmax(att, static_cast<int64_t>(B) * NH * T, T, stream_);
+  CheckLaunch("CausalSoftmax");
+  // o (T,hs) = att (T,T) v (T,hs).
+  BatchedGemm(GemmShape{.transa = false,
+                        .transb = false,
+                        .m = hs,
+                        .n = T,
+                        .k = T,
+                        .lda = hs,
+                        .ldb = T,
+                        .ldc = hs},
+              1.0f, v, head, att, scores, 0.0f, o, head, B * NH);
+  cuda::MergeHeads(y, o, B, T, NH, hs, stream_);
+  CheckLaunch("MergeHeads");
+}
+
+void CudaBackend::AttentionBackward(TensorSpan dqkv, TensorSpan dout, TensorSpan qkv,
+                                    TensorSpan state, int B, int T, int C, int NH) {
+  CHECK(NH > 0 && C % NH == 0) << "C=" << C << " not divisible by NH=" << NH;
+  const size_t btc = Mul(Mul(B, T), C);
+  float* dx = CheckedF32(dqkv, 3 * btc, "dqkv");
+  const float* dy = CheckedF32(dout, btc, "attention dout");
+  const float* x = CheckedF32(qkv, 3 * btc, "qkv");
+  const size_t state_numel = AttentionStateNumel(B, T, NH);
+  const float* att = CheckedF32(state, state_numel, "attention state");
+  if (!Begin()) return;
+  auto* heads = static_cast<float*>(Scratch(kAttentionHeads, 4 * btc * sizeof(float)));
+  auto* grads = static_cast<float*>(Scratch(kAttentionGrads, 3 * btc * sizeof(float)));
+  auto* datt = static_cast<float*>(Scratch(kScoreGrads, state_numel * sizeof(float)));
+  if (heads == nullptr || grads == nullptr || datt == nullptr) return;
+  float* q = heads;
+  float* k = heads + btc;
+  float* v = heads + 2 * btc;
+  float* dO = heads + 3 * btc;
+  float* dq = grads;
+  float* dk = grads + btc;
+  float* dv = grads + 2 * btc;
+  const int hs = C / NH;
+  const int64_t head = static_cast<int64_t>(T) * hs;
+  const int64_t scores = static_cast<int64_t>(T) * T;
+  const float scale = 1.0f / std::sqrt(static_cast<float>(hs));
+  const int batch = B * NH;
+  cuda::SplitQkv(q, k, v, x, B, T, NH, hs, stream_);
+  CheckLaunch("SplitQkv");
+  cuda::SplitHeads(dO, dy, B, T, NH, hs, stream_);
+  CheckLaunch("SplitHeads");
+  // datt (T,T) = dO (T,hs) v^T.
+  BatchedGemm(
+      GemmShape{
+          .transa = true, .transb = false, .m = T, .n = T, .k = hs, .lda = hs, .ldb = hs, .ldc = T},
+      1.0f, v, head, dO, head, 0.0f, datt, scores, batch);
+  // dv (T,hs) = att^T (T,T) dO (T,hs).
+  BatchedGemm(
+      GemmShape{
+          .transa = false, .transb = true, .m = hs, .n = T, .k = T, .lda = hs, .ldb = T, .ldc = hs},
+      1.0f, dO, head, att, scores, 0.0f, dv, head, batch);
+  // datt becomes the gradient of the scaled scores.
+  cuda::CausalSoftmaxBackward(datt, att, static_cast<int64_t>(batch) * T, T, stream_);
+  CheckLaunch("CausalSoftmaxBackward");
+  // dq (T,hs) = scale dscores (T,T) k (T,hs);  dk (T,hs) = scale dscores^T q.
+  BatchedGemm(GemmShape{.transa = false,
+                        .transb = false,
+                        .m = hs,
+                        .n = T,
+                        .k = T,
+                        .lda = hs,
+                        .ldb = T,
+                        .ldc = hs},
+              scale, k, head, datt, scores, 0.0f, dq, head, batch);
+  BatchedGemm(
+      GemmShape{
+          .transa = false, .transb = true, .m = hs, .n = T, .k = T, .lda = hs, .ldb = T, .ldc = hs},
+      scale, q, head, datt, scores, 0.0f, dk, head, batch);
+  cuda::AccumulateQkvGrad(dx, dq, dk, dv, B, T, NH, hs, stream_);
+  CheckLaunch("AccumulateQkvGrad");
+}
+
+// ---- Encoder, LayerNorm, pointwise --------------------------------------------
+
+void CudaBackend::EncoderForward(TensorSpan out, TensorSpan inp, TensorSpan wte, TensorSpan wpe,
+                                 int B, int T, int C) {
+  CHECK(C > 0 && !wpe.empty()) << "EncoderForward: C=" << C << ", wpe is required";
+  EncoderForwardShard(out, inp, wte, wpe, 0, static_cast<int>(wte.numel / C), B, T, C);
+}
+
+void CudaBackend::EncoderBackward(TensorSpan dwte, TensorSpan dwpe, TensorSpan dout, TensorSpan inp,
+                                  int B, int T, int C) {
+  CHECK(C > 0 && !dwpe.empty()) << "EncoderBackward: C=" << C << ", dwpe is required";
+  EncoderBackwardShard(dwte, dwpe, dout, inp, 0, static_cast<int>(dwte.numel / C), B, T, C);
+}
+
+void CudaBackend::EncoderForwardShard(TensorSpan out, TensorSpan inp, TensorSpan wte,
+                                      TensorSpan wpe, int vocab_start, int Vs, int B, int T,
+                                      int C) {
+  CheckVocabShard(vocab_start, Vs);
+  const size_t bt = Mul(B, T);
+  float* y = CheckedF32(out, bt * C, "encoder out");
+  const int32_t* ids = CheckedI32(inp, bt, "encoder inp");
+  const float* table = CheckedF32(wte, Mul(Vs, C), "wte");
+  const float* positions = OptionalF32(wpe, Mul(T, C), "wpe");
+  if (!Begin()) return;
+  cuda::EncoderForwardShard(y, ids, table, positions, vocab_start, Vs, B, T, C, stream_);
+  CheckLaunch("EncoderForwardShard");
+}
+
+void CudaBackend::EncoderBackwardShard(TensorSpan dwte, TensorSpan dwpe, TensorSpan dout,
+                                       TensorSpan inp, int vocab_start, int Vs, int B, int T,
+                                       int C) {
+  CheckVocabShard(vocab_start, Vs);
+  const size_t bt = Mul(B, T);
+  float* dtable = CheckedF32(dwte, Mul(Vs, C), "dwte");
+  float* dpositions = OptionalF32(dwpe, Mul(T, C), "dwpe");
+  const float* dy = CheckedF32(dout, bt * C, "encoder dout");
+  const int32_t* ids = CheckedI32(inp, bt, "encoder inp");
+  if (!Begin()) return;
+  void* sort = Scratch(kEncoderSort, cuda::EncoderBackwardScratchBytes(B * T, Vs));
+  if (sort == nullptr) return;
+  cuda::EncoderBackwardShard(dtable, dpositions, dy, ids, vocab_start, Vs, B, T, C, sort, stream_);
+  CheckLaunch("EncoderBackwardShard");
+}
+
+void CudaBackend::LayerNormForward(TensorSpan out, TensorSpan mean, TensorSpan rstd, TensorSpan inp,
+                                   TensorSpan weight, TensorSpan bias, int N, int C) {
+  const size_t nc = Mul(N, C);
+  float* y = CheckedF32(out, nc, "ln out");
+  float* m = CheckedF32(mean, N, "ln mean");
+  float* s = CheckedF32(rstd, N, "ln rstd");
+  const float* x = CheckedF32(inp, nc, "ln inp");
+  const float* w = CheckedF32(weight, C, "ln weight");
+  const float* b = CheckedF32(bias, C, "ln bias");
+  if (!Begin()) return;
+  cuda::LayerNormForward(y, m, s, x, w, b, N, C, stream_);
+  CheckLaunch("LayerNormForward");
+}
+
+void CudaBackend::LayerNormBackward(TensorSpan dinp, TensorSpan dweight, TensorSpan dbias,
+                                    TensorSpan dout, TensorSpan inp, TensorSpan weight,
+                                    TensorSpan mean, TensorSpan rstd, int N, int C) {
+  const size_t nc = Mul(N, C);
+  float* dx = CheckedF32(dinp, nc, "ln dinp");
+  float* dw = CheckedF32(dweight, C, "ln dweight");
+  float* db = CheckedF32(dbias, C, "ln dbias");
+  const float* dy = CheckedF32(dout, nc, "ln dout");
+  const float* x = CheckedF32(inp, nc, "ln inp");
+  const float* w = CheckedF32(weight, C, "ln weight");
+  const float* m = CheckedF32(mean, N, "ln mean");
+  const float* s = CheckedF32(rstd, N, "ln rstd");
+  if (!Begin()) return;
+  auto* partial =
+      static_cast<float*>(Scratch(kColumnSums, cuda::ColumnSumScratchFloats(N, C) * sizeof(float)));
+  if (partial == nullptr) return;
+  cuda::LayerNormBackward(dx, dw, db, dy, x, w, m, s, N, C, partial, stream_);
+  CheckLaunch("LayerNormBackward");
+}
+
+void CudaBackend::GeluForward(TensorSpan out, TensorSpan inp, size_t n) {
+  float* y = CheckedF32(out, n, "gelu out");
+  const float* x = CheckedF32(inp, n, "gelu inp");
+  if (n == 0 || !Begin()) return;
+  cuda::GeluForward(y, x, n, stream_);
+  CheckLaunch("GeluForward");
+}
+
+void CudaBackend::GeluBackward(TensorSpan dinp, TensorSpan inp, TensorSpan dout, size_t n) {
+  float* dx = CheckedF32(dinp, n, "gelu dinp");
+  const float* x = CheckedF32(inp, n, "gelu inp");
+  const float* dy = CheckedF32(dout, n, "gelu dout");
+  if (n == 0 || !Begin()) return;
+  cuda::GeluBackward(dx, x, dy, n, stream_);
+  CheckLaunch("GeluBackward");
+}
+
+void CudaBackend::ResidualForward(TensorSpan out, TensorSpan inp1, TensorSpan inp2, size_t n) {
+  float* y = CheckedF32(out, n, "residual out");
+  const float* a = CheckedF32(inp1, n, "residual inp1");
+  const float* b = CheckedF32(inp2, n, "residual inp2");
+  if (n == 0 || !Begin()) return;
+  cuda::ResidualForward(y, a, b, n, stream_);
+  CheckLaunch("ResidualForward");
+}
+
+void CudaBackend::ResidualBackward(TensorSpan dinp1, TensorSpan dinp2, TensorSpan dout, size_t n) {
+  float* da = CheckedF32(dinp1, n, "residual dinp1");
+  float* db = CheckedF32(dinp2, n, "residual dinp2");
+  const float* dy = CheckedF32(dout, n, "residual dout");
+  if (n == 0 || !Begin()) return;
+  cuda::ResidualBackward(da, db, dy, n, stream_);
+  CheckLaunch("ResidualBackward");
+}
+
+// ---- Cross-entropy --------------------------------------------------------------
+
+void CudaBackend::CrossEntropyForward(TensorSpan losses, TensorSpan lse, TensorSpan logits,
+                                      TensorSpan targets, int N, int V, int Vp) {
+  CHECK(V > 0 && V <= Vp) << "V=" << V << " Vp=" << Vp;
+  float* l = CheckedF32(losses, N, "losses");
+  float* s = CheckedF32(lse, N, "lse");
+  const float* z = CheckedF32(logits, Mul(N, Vp), "logits");
+  const int32_t* t = CheckedI32(targets, N, "targets");
+  if (!Begin()) return;
+  cuda::CrossEntropyForward(l, s, z, t, N, V, Vp, stream_);
+  CheckLaunch("CrossEntropyForward");
+}
+
+void CudaBackend::CrossEntropyBackward(TensorSpan dlogits, TensorSpan logits, TensorSpan lse,
+                                       TensorSpan targets, TensorSpan dlosses, int N, int V,
+                                       int Vp) {
+  CHECK(V > 0 && V <= Vp) << "V=" << V << " Vp=" << Vp;
+  CrossEntropyShardBackward(dlogits, logits, lse, targets, dlosses, N, V, Vp, 0);
+}
+
+void CudaBackend::CrossEntropyShardMax(TensorSpan row_max, TensorSpan logits, int N, int V, int Vs,
+                                       int vocab_start) {
+  CheckVocabShard(vocab_start, Vs);
+  CHECK(V > 0) << "V=" << V;
+  float* m = CheckedF32(row_max, N, "row_max");
+  const float* z = CheckedF32(logits, Mul(N, Vs), "logits");
+  if (!Begin()) return;
+  cuda::CrossEntropyShardMax(m, z, N, V, Vs, vocab_start, stream_);
+  CheckLaunch("CrossEntropyShardMax");
+}
+
+void CudaBackend::CrossEntropyShardSums(TensorSpan sums, TensorSpan logits, TensorSpan row_max,
+                                        TensorSpan targets, int N, int V, int Vs, int vocab_start) {
+  CheckVocabShard(vocab_start, Vs);
+  CHECK(V > 0) << "V=" << V;
+  float* out = CheckedF32(sums, Mul(2, N), "sums");
+  const float* z = CheckedF32(logits, Mul(N, Vs), "logits");
+  const float* m = CheckedF32(row_max, N, "row_max");
+  const int32_t* t = CheckedI32(targets, N, "targets");
+  if (!Begin()) return;
+  cuda::CrossEntropyShardSums(out, z, m, t, N, V, Vs, vocab_start, stream_);
+  CheckLaunch("CrossEntropyShardSums");
+}
+
+void CudaBackend::CrossEntropyShardFinish(TensorSpan losses, TensorSpan lse, TensorSpan row_max,
+                                          TensorSpan sums, int N) {
+  float* l = CheckedF32(losses, N, "losses");
+  float* s = CheckedF32(lse, N, "lse");
+  const float* m = CheckedF32(row_max, N, "row_max");
+  const float* in = CheckedF32(sums, Mul(2, N), "sums");
+  if (!Begin()) return;
+  cuda::CrossEntropyShardFinish(l, s, m, in, N, stream_);
+  CheckLaunch("CrossEntropyShardFinish");
+}
+
+void CudaBackend::CrossEntropyShardBackward(TensorSpan dlogits, TensorSpan logits, TensorSpan lse,
+                                            TensorSpan targets, TensorSpan dlosses, int N, int V,
+                                            int Vs, int vocab_start) {
+  CheckVocabShard(vocab_start, Vs);
+  CHECK(V > 0) << "V=" << V;
+  CHECK(dlogits.data != logits.data) << "dlogits may not alias logits";
+  float* dz = CheckedF32(dlogits, Mul(N, Vs), "dlogits");
+  const float* z = CheckedF32(logits, Mul(N, Vs), "logits");
+  const float* s = CheckedF32(lse, N, "lse");
+  const int32_t* t = CheckedI32(targets, N, "targets");
+  const float* dl = CheckedF32(dlosses, N, "dlosses");
+  if (!Begin()) return;
+  cuda::CrossEntropyShardBackward(dz, z, s, t, dl, N, V, Vs, vocab_start, stream_);
+  CheckLaunch("CrossEntropyShardBackward");
+}
+
+}  // namespace
+
+absl::StatusOr<std::unique_ptr<Backend>> CreateCudaBackend(const CudaBackendOptions& options) {
+  if (options.device_index < 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("device_index must be >= 0, got ", options.device_index));
+  }
+  if (options.precision == Precision::kBf16) {
+    return absl::UnimplementedError(
+        "bf16 activations are not built into the CUDA backend yet; use precision fp32 or tf32");
+  }
+  auto backend = std::make_unique<CudaBackend>(options);
+  RETURN_IF_ERROR(backend->Init());
+  return backend;
+}
+
+}  // namespace cohort::compute

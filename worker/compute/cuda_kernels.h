@@ -1,0 +1,82 @@
+#pragma once
+// Host-side launchers of the CUDA backend's kernels (cuda_kernels_*.cu).
+// Plain C++17 over raw device pointers and a stream, so that the kernels
+// compile with nvcc alone and CudaBackend (cuda_backend.cc, built by the
+// host compiler) owns everything else: memory, errors, cuBLAS. Shapes and
+// semantics are those of the Backend op each serves (backend.h); every
+// launcher only enqueues work on `stream` and never synchronises. Launch
+// errors are read by the caller (cudaGetLastError).
+//
+// Determinism: no kernel here uses atomics or a launch shape that depends on
+// the device (gpu_launch_plan.h); reductions run in a fixed order.
+
+#include <cuda_runtime_api.h>
+
+#include <cstddef>
+#include <cstdint>
+
+namespace cohort::compute::cuda {
+
+// ---- Encoder (cuda_kernels_encoder.cu) --------------------------------------
+void EncoderForwardShard(float* out, const int32_t* inp, const float* wte, const float* wpe,
+                         int vocab_start, int Vs, int B, int T, int C, cudaStream_t stream);
+// Scratch EncoderBackwardShard needs for B*T = n positions and a shard of Vs
+// rows: the sorted keys and positions and the radix sort's own storage.
+size_t EncoderBackwardScratchBytes(int n, int Vs);
+// dwpe may be null. `scratch` holds EncoderBackwardScratchBytes(B*T, Vs).
+void EncoderBackwardShard(float* dwte, float* dwpe, const float* dout, const int32_t* inp,
+                          int vocab_start, int Vs, int B, int T, int C, void* scratch,
+                          cudaStream_t stream);
+
+// ---- LayerNorm, column sums, pointwise (cuda_kernels_pointwise.cu) -----------
+void LayerNormForward(float* out, float* mean, float* rstd, const float* inp, const float* weight,
+                      const float* bias, int N, int C, cudaStream_t stream);
+// Floats of scratch the column sums of (rows x columns) need.
+size_t ColumnSumScratchFloats(int rows, int columns);
+void LayerNormBackward(float* dinp, float* dweight, float* dbias, const float* dout,
+                       const float* inp, const float* weight, const float* mean, const float* rstd,
+                       int N, int C, float* scratch, cudaStream_t stream);
+// out[c] += sum over rows r of x[r * columns + c], rows in order.
+void AddColumnSums(float* out, const float* x, int rows, int columns, float* scratch,
+                   cudaStream_t stream);
+// out[r * columns + c] = bias[c].
+void BroadcastRows(float* out, const float* bias, int rows, int columns, cudaStream_t stream);
+void GeluForward(float* out, const float* inp, size_t n, cudaStream_t stream);
+void GeluBackward(float* dinp, const float* inp, const float* dout, size_t n, cudaStream_t stream);
+void ResidualForward(float* out, const float* inp1, const float* inp2, size_t n,
+                     cudaStream_t stream);
+void ResidualBackward(float* dinp1, float* dinp2, const float* dout, size_t n, cudaStream_t stream);
+
+// ---- Attention pieces (cuda_kernels_attention.cu); the products are cuBLAS's
+// q, k, v (B,NH,T,hs) = the three parts of qkv (B,T,3,NH,hs).
+void SplitQkv(float* q, float* k, float* v, const float* qkv, int B, int T, int NH, int hs,
+              cudaStream_t stream);
+// heads (B,NH,T,hs) = x (B,T,NH,hs).
+void SplitHeads(float* heads, const float* x, int B, int T, int NH, int hs, cudaStream_t stream);
+// out (B,T,NH,hs) = heads (B,NH,T,hs).
+void MergeHeads(float* out, const float* heads, int B, int T, int NH, int hs, cudaStream_t stream);
+// dqkv (B,T,3,NH,hs) += [dq | dk | dv] (each B,NH,T,hs).
+void AccumulateQkvGrad(float* dqkv, const float* dq, const float* dk, const float* dv, int B, int T,
+                       int NH, int hs, cudaStream_t stream);
+// In place over `rows` rows of T scores (row r is query position r % T):
+// softmax over columns 0..r%T, zeros after.
+void CausalSoftmax(float* att, int64_t rows, int T, cudaStream_t stream);
+// In place: datt becomes att * (datt - sum_j att_j datt_j) over the causal
+// columns, zeros after.
+void CausalSoftmaxBackward(float* datt, const float* att, int64_t rows, int T, cudaStream_t stream);
+
+// ---- Cross-entropy (cuda_kernels_loss.cu) ---------------------------------
+void CrossEntropyForward(float* losses, float* lse, const float* logits, const int32_t* targets,
+                         int N, int V, int Vp, cudaStream_t stream);
+void CrossEntropyShardMax(float* row_max, const float* logits, int N, int V, int Vs,
+                          int vocab_start, cudaStream_t stream);
+void CrossEntropyShardSums(float* sums, const float* logits, const float* row_max,
+                           const int32_t* targets, int N, int V, int Vs, int vocab_start,
+                           cudaStream_t stream);
+void CrossEntropyShardFinish(float* losses, float* lse, const float* row_max, const float* sums,
+                             int N, cudaStream_t stream);
+void CrossEntropyShardBackward(float* dlogits, const float* logits, const float* lse,
+                               const int32_t* targets, const float* dlosses, int N, int V, int Vs,
+                               int vocab_start, cudaStream_t stream);
+
+}  // namespace cohort::compute::cuda

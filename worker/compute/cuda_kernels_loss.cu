@@ -1,0 +1,154 @@
+// Softmax + cross-entropy, whole and over a vocab shard (the CPU backend's
+// contract: the sum of exponentials in double, lse and the loss formed in
+// double, a shard's partial sum rounded to fp32 for the group's reduction).
+// One block of kRowThreads threads per row; CUB's block reductions combine
+// the threads' strided partials in a fixed tree.
+
+#include <math.h>
+
+#include "worker/compute/cuda_kernels.h"
+#include "worker/compute/cuda_reduce.cuh"
+
+namespace cohort::compute::cuda {
+namespace {
+
+using gpu_plan::GridStrideBlocks;
+using gpu_plan::kRowThreads;
+using gpu_plan::kThreads;
+
+// The first ValidColumns columns of a shard of Vs starting at vocab id
+// vocab_start are real ids; the rest are padding.
+__host__ __device__ inline int ValidColumns(int V, int Vs, int vocab_start) {
+  const int valid = V - vocab_start;
+  return valid < 0 ? 0 : (valid > Vs ? Vs : valid);
+}
+
+__device__ inline int TargetColumn(int32_t target, int valid, int vocab_start) {
+  const int64_t col = static_cast<int64_t>(target) - vocab_start;
+  return col >= 0 && col < valid ? static_cast<int>(col) : -1;
+}
+
+__device__ inline float RowMax(const float* row, int valid, BlockShared<float>& shared) {
+  float m = -INFINITY;
+  for (int j = threadIdx.x; j < valid; j += kRowThreads) m = fmaxf(m, row[j]);
+  return BlockReduceAll(m, MaxOp{}, shared);
+}
+
+__device__ inline double RowSumExp(const float* row, int valid, float shift,
+                                   BlockShared<double>& shared) {
+  double sum = 0.0;
+  for (int j = threadIdx.x; j < valid; j += kRowThreads) sum += expf(row[j] - shift);
+  return BlockReduceAll(sum, SumOp{}, shared);
+}
+
+__device__ inline void StoreLoss(float max, double sum, float target_logit, float* loss,
+                                 float* lse) {
+  const double logsumexp = static_cast<double>(max) + log(sum);
+  *lse = static_cast<float>(logsumexp);
+  *loss = static_cast<float>(logsumexp - static_cast<double>(target_logit));
+}
+
+__global__ void CrossEntropyForwardKernel(float* losses, float* lse, const float* logits,
+                                          const int32_t* targets, int V, int Vp) {
+  __shared__ BlockShared<float> shared_max;
+  __shared__ BlockShared<double> shared_sum;
+  const int64_t n = blockIdx.x;
+  const float* row = logits + n * Vp;
+  const float maxval = RowMax(row, V, shared_max);
+  const double sum = RowSumExp(row, V, maxval, shared_sum);
+  if (threadIdx.x == 0) StoreLoss(maxval, sum, row[targets[n]], &losses[n], &lse[n]);
+}
+
+__global__ void ShardMaxKernel(float* row_max, const float* logits, int valid, int Vs) {
+  __shared__ BlockShared<float> shared;
+  const int64_t n = blockIdx.x;
+  const float m = RowMax(logits + n * Vs, valid, shared);
+  if (threadIdx.x == 0) row_max[n] = m;
+}
+
+__global__ void ShardSumsKernel(float* sums, const float* logits, const float* row_max,
+                                const int32_t* targets, int N, int valid, int Vs, int vocab_start) {
+  __shared__ BlockShared<double> shared;
+  const int64_t n = blockIdx.x;
+  const float* row = logits + n * Vs;
+  const double sum = RowSumExp(row, valid, row_max[n], shared);
+  if (threadIdx.x == 0) {
+    sums[n] = valid == 0 ? 0.0f : static_cast<float>(sum);
+    const int col = TargetColumn(targets[n], valid, vocab_start);
+    sums[N + n] = col < 0 ? 0.0f : row[col];
+  }
+}
+
+__global__ void ShardFinishKernel(float* losses, float* lse, const float* row_max,
+                                  const float* sums, int N) {
+  for (int64_t n = GlobalThread(); n < N; n += GridThreads()) {
+    StoreLoss(row_max[n], sums[n], sums[N + n], &losses[n], &lse[n]);
+  }
+}
+
+__global__ void ShardBackwardKernel(float* dlogits, const float* logits, const float* lse,
+                                    const int32_t* targets, const float* dlosses, int valid, int Vs,
+                                    int vocab_start) {
+  const int64_t n = blockIdx.x;
+  const float* row = logits + n * Vs;
+  float* drow = dlogits + n * Vs;
+  const float s = lse[n];
+  const float dloss = dlosses[n];
+  const int target_col = TargetColumn(targets[n], valid, vocab_start);
+  for (int j = threadIdx.x; j < Vs; j += kRowThreads) {
+    float d = 0.0f;
+    if (j < valid) {
+      const float p = expf(row[j] - s);
+      d = (j == target_col ? p - 1.0f : p) * dloss;
+    }
+    drow[j] = d;
+  }
+}
+
+__global__ void FillKernel(float* out, float value, int64_t n) {
+  for (int64_t i = GlobalThread(); i < n; i += GridThreads()) out[i] = value;
+}
+
+}  // namespace
+
+void CrossEntropyForward(float* losses, float* lse, const float* logits, const int32_t* targets,
+                         int N, int V, int Vp, cudaStream_t stream) {
+  if (N <= 0) return;
+  CrossEntropyForwardKernel<<<N, kRowThreads, 0, stream>>>(losses, lse, logits, targets, V, Vp);
+}
+
+void CrossEntropyShardMax(float* row_max, const float* logits, int N, int V, int Vs,
+                          int vocab_start, cudaStream_t stream) {
+  if (N <= 0) return;
+  const int valid = ValidColumns(V, Vs, vocab_start);
+  if (valid == 0) {
+    FillKernel<<<GridStrideBlocks(N, kThreads), kThreads, 0, stream>>>(row_max, -INFINITY, N);
+    return;
+  }
+  ShardMaxKernel<<<N, kRowThreads, 0, stream>>>(row_max, logits, valid, Vs);
+}
+
+void CrossEntropyShardSums(float* sums, const float* logits, const float* row_max,
+                           const int32_t* targets, int N, int V, int Vs, int vocab_start,
+                           cudaStream_t stream) {
+  if (N <= 0) return;
+  ShardSumsKernel<<<N, kRowThreads, 0, stream>>>(sums, logits, row_max, targets, N,
+                                                 ValidColumns(V, Vs, vocab_start), Vs, vocab_start);
+}
+
+void CrossEntropyShardFinish(float* losses, float* lse, const float* row_max, const float* sums,
+                             int N, cudaStream_t stream) {
+  if (N <= 0) return;
+  ShardFinishKernel<<<GridStrideBlocks(N, kThreads), kThreads, 0, stream>>>(losses, lse, row_max,
+                                                                            sums, N);
+}
+
+void CrossEntropyShardBackward(float* dlogits, const float* logits, const float* lse,
+                               const int32_t* targets, const float* dlosses, int N, int V, int Vs,
+                               int vocab_start, cudaStream_t stream) {
+  if (N <= 0) return;
+  ShardBackwardKernel<<<N, kRowThreads, 0, stream>>>(
+      dlogits, logits, lse, targets, dlosses, ValidColumns(V, Vs, vocab_start), Vs, vocab_start);
+}
+
+}  // namespace cohort::compute::cuda

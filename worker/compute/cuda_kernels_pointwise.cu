@@ -1,0 +1,233 @@
+// LayerNorm, per-column sums (dbias, LayerNorm's dweight), GELU and the
+// residual add. LayerNorm gives each row one warp (CUB's warp reduction);
+// column sums go through the two-pass plan of gpu_launch_plan.h, rows in
+// order within a chunk and chunks in order after, never atomics.
+
+#include "worker/compute/cuda_kernels.h"
+#include "worker/compute/cuda_reduce.cuh"
+
+namespace cohort::compute::cuda {
+namespace {
+
+using gpu_plan::GridStrideBlocks;
+using gpu_plan::kThreads;
+using gpu_plan::kWarpSize;
+using gpu_plan::kWarpsPerBlock;
+using gpu_plan::WarpRowBlocks;
+
+constexpr float kLayerNormEps = 1e-5f;
+constexpr int kWarpBlockThreads = kWarpSize * kWarpsPerBlock;
+
+// Same form as the CPU backend: gelu(x) = x s with s = 1 / (1 + e),
+// e = exp(-2 u), u = sqrt(2/pi) (x + 0.044715 x^3) (the tanh approximation).
+constexpr float kGeluScale = 0.7978845608028654f;
+constexpr float kGeluCubic = 0.044715f;
+
+__device__ inline float GeluExp(float x) {
+  return expf(-2.0f * (kGeluScale * (x + kGeluCubic * x * x * x)));
+}
+
+__global__ void LayerNormForwardKernel(float* out, float* mean, float* rstd, const float* inp,
+                                       const float* weight, const float* bias, int N, int C) {
+  __shared__ WarpReduceFloat::TempStorage temp[kWarpsPerBlock];
+  const int warp = threadIdx.x / kWarpSize;
+  const int lane = threadIdx.x % kWarpSize;
+  const int64_t n = static_cast<int64_t>(blockIdx.x) * kWarpsPerBlock + warp;
+  if (n >= N) return;  // whole warps leave; nothing below syncs the block
+  const float* x = inp + n * C;
+  float sum = 0.0f;
+  for (int c = lane; c < C; c += kWarpSize) sum += x[c];
+  const float m = WarpSumAll(sum, temp[warp]) / C;
+  float var = 0.0f;  // two passes: no cancellation
+  for (int c = lane; c < C; c += kWarpSize) {
+    const float d = x[c] - m;
+    var += d * d;
+  }
+  const float s = 1.0f / sqrtf(WarpSumAll(var, temp[warp]) / C + kLayerNormEps);
+  float* y = out + n * C;
+  for (int c = lane; c < C; c += kWarpSize) y[c] = (x[c] - m) * s * weight[c] + bias[c];
+  if (lane == 0) {
+    mean[n] = m;
+    rstd[n] = s;
+  }
+}
+
+__global__ void LayerNormBackwardKernel(float* dinp, const float* dout, const float* inp,
+                                        const float* weight, const float* mean, const float* rstd,
+                                        int N, int C) {
+  __shared__ WarpReduceFloat::TempStorage temp[kWarpsPerBlock];
+  const int warp = threadIdx.x / kWarpSize;
+  const int lane = threadIdx.x % kWarpSize;
+  const int64_t n = static_cast<int64_t>(blockIdx.x) * kWarpsPerBlock + warp;
+  if (n >= N) return;
+  const float* dy = dout + n * C;
+  const float* x = inp + n * C;
+  float* dx = dinp + n * C;
+  const float m = mean[n];
+  const float s = rstd[n];
+  float dnorm_sum = 0.0f;
+  float dnorm_norm_sum = 0.0f;
+  for (int c = lane; c < C; c += kWarpSize) {
+    const float norm = (x[c] - m) * s;
+    const float dnorm = weight[c] * dy[c];
+    dnorm_sum += dnorm;
+    dnorm_norm_sum += dnorm * norm;
+  }
+  const float dnorm_mean = WarpSumAll(dnorm_sum, temp[warp]) / C;
+  const float dnorm_norm_mean = WarpSumAll(dnorm_norm_sum, temp[warp]) / C;
+  for (int c = lane; c < C; c += kWarpSize) {
+    const float norm = (x[c] - m) * s;
+    const float dnorm = weight[c] * dy[c];
+    dx[c] += (dnorm - dnorm_mean - norm * dnorm_norm_mean) * s;
+  }
+}
+
+// The terms a column sum adds: x[r, c] itself, or LayerNorm's dweight term.
+struct PlainTerm {
+  const float* x;
+  int columns;
+  __device__ float operator()(int64_t r, int c) const { return x[r * columns + c]; }
+};
+struct LayerNormWeightTerm {
+  const float* dout;
+  const float* inp;
+  const float* mean;
+  const float* rstd;
+  int columns;
+  __device__ float operator()(int64_t r, int c) const {
+    const int64_t i = r * columns + c;
+    return (inp[i] - mean[r]) * rstd[r] * dout[i];
+  }
+};
+
+// partial[chunk, c] = sum of term(r, c) over the chunk's rows, in order.
+template <typename Term>
+__global__ void ColumnPartialKernel(float* partial, Term term, int rows, int columns,
+                                    int rows_per_chunk) {
+  const int c = blockIdx.x * blockDim.x + threadIdx.x;
+  if (c >= columns) return;
+  const int64_t chunk = blockIdx.y;
+  const int64_t begin = chunk * rows_per_chunk;
+  const int64_t end = begin + rows_per_chunk < rows ? begin + rows_per_chunk : rows;
+  float acc = 0.0f;
+  for (int64_t r = begin; r < end; ++r) acc += term(r, c);
+  partial[chunk * columns + c] = acc;
+}
+
+// out[c] += the partials of column c, in chunk order.
+__global__ void ColumnFinishKernel(float* out, const float* partial, int chunks, int columns) {
+  const int c = blockIdx.x * blockDim.x + threadIdx.x;
+  if (c >= columns) return;
+  float acc = 0.0f;
+  for (int k = 0; k < chunks; ++k) acc += partial[static_cast<int64_t>(k) * columns + c];
+  out[c] += acc;
+}
+
+template <typename Term>
+void AddColumnSumsOf(float* out, Term term, int rows, int columns, float* scratch,
+                     cudaStream_t stream) {
+  const gpu_plan::ColumnReducePlan plan = gpu_plan::PlanColumnReduce(rows);
+  if (plan.chunks == 0 || columns <= 0) return;
+  const dim3 grid((columns + kThreads - 1) / kThreads, plan.chunks);
+  ColumnPartialKernel<<<grid, kThreads, 0, stream>>>(scratch, term, rows, columns,
+                                                     plan.rows_per_chunk);
+  ColumnFinishKernel<<<(columns + kThreads - 1) / kThreads, kThreads, 0, stream>>>(
+      out, scratch, plan.chunks, columns);
+}
+
+__global__ void BroadcastRowsKernel(float* out, const float* bias, int columns, int64_t total) {
+  for (int64_t i = GlobalThread(); i < total; i += GridThreads()) out[i] = bias[i % columns];
+}
+
+__global__ void GeluForwardKernel(float* out, const float* inp, int64_t n) {
+  for (int64_t i = GlobalThread(); i < n; i += GridThreads()) {
+    const float x = inp[i];
+    out[i] = x * (1.0f / (1.0f + GeluExp(x)));
+  }
+}
+
+__global__ void GeluBackwardKernel(float* dinp, const float* inp, const float* dout, int64_t n) {
+  for (int64_t i = GlobalThread(); i < n; i += GridThreads()) {
+    const float x = inp[i];
+    const float e = GeluExp(x);
+    const float s = 1.0f / (1.0f + e);
+    const float one_minus_s = isinf(e) ? 1.0f : e * s;
+    const float local =
+        s + x * (2.0f * s * one_minus_s) * (kGeluScale * (1.0f + 3.0f * kGeluCubic * x * x));
+    dinp[i] += local * dout[i];
+  }
+}
+
+__global__ void ResidualForwardKernel(float* out, const float* inp1, const float* inp2, int64_t n) {
+  for (int64_t i = GlobalThread(); i < n; i += GridThreads()) out[i] = inp1[i] + inp2[i];
+}
+
+__global__ void ResidualBackwardKernel(float* dinp1, float* dinp2, const float* dout, int64_t n) {
+  for (int64_t i = GlobalThread(); i < n; i += GridThreads()) {
+    dinp1[i] += dout[i];
+    dinp2[i] += dout[i];
+  }
+}
+
+}  // namespace
+
+void LayerNormForward(float* out, float* mean, float* rstd, const float* inp, const float* weight,
+                      const float* bias, int N, int C, cudaStream_t stream) {
+  if (N <= 0) return;
+  LayerNormForwardKernel<<<WarpRowBlocks(N), kWarpBlockThreads, 0, stream>>>(out, mean, rstd, inp,
+                                                                             weight, bias, N, C);
+}
+
+size_t ColumnSumScratchFloats(int rows, int columns) {
+  return static_cast<size_t>(gpu_plan::PlanColumnReduce(rows).chunks) *
+         static_cast<size_t>(columns > 0 ? columns : 0);
+}
+
+void LayerNormBackward(float* dinp, float* dweight, float* dbias, const float* dout,
+                       const float* inp, const float* weight, const float* mean, const float* rstd,
+                       int N, int C, float* scratch, cudaStream_t stream) {
+  if (N <= 0) return;
+  LayerNormBackwardKernel<<<WarpRowBlocks(N), kWarpBlockThreads, 0, stream>>>(
+      dinp, dout, inp, weight, mean, rstd, N, C);
+  // The two sums share the scratch: the stream runs them one after the other.
+  AddColumnSumsOf(dweight, LayerNormWeightTerm{dout, inp, mean, rstd, C}, N, C, scratch, stream);
+  AddColumnSumsOf(dbias, PlainTerm{dout, C}, N, C, scratch, stream);
+}
+
+void AddColumnSums(float* out, const float* x, int rows, int columns, float* scratch,
+                   cudaStream_t stream) {
+  AddColumnSumsOf(out, PlainTerm{x, columns}, rows, columns, scratch, stream);
+}
+
+void BroadcastRows(float* out, const float* bias, int rows, int columns, cudaStream_t stream) {
+  const int64_t total = static_cast<int64_t>(rows) * columns;
+  BroadcastRowsKernel<<<GridStrideBlocks(total, kThreads), kThreads, 0, stream>>>(out, bias,
+                                                                                  columns, total);
+}
+
+void GeluForward(float* out, const float* inp, size_t n, cudaStream_t stream) {
+  const auto count = static_cast<int64_t>(n);
+  GeluForwardKernel<<<GridStrideBlocks(count, kThreads), kThreads, 0, stream>>>(out, inp, count);
+}
+
+void GeluBackward(float* dinp, const float* inp, const float* dout, size_t n, cudaStream_t stream) {
+  const auto count = static_cast<int64_t>(n);
+  GeluBackwardKernel<<<GridStrideBlocks(count, kThreads), kThreads, 0, stream>>>(dinp, inp, dout,
+                                                                                 count);
+}
+
+void ResidualForward(float* out, const float* inp1, const float* inp2, size_t n,
+                     cudaStream_t stream) {
+  const auto count = static_cast<int64_t>(n);
+  ResidualForwardKernel<<<GridStrideBlocks(count, kThreads), kThreads, 0, stream>>>(out, inp1, inp2,
+                                                                                    count);
+}
+
+void ResidualBackward(float* dinp1, float* dinp2, const float* dout, size_t n,
+                      cudaStream_t stream) {
+  const auto count = static_cast<int64_t>(n);
+  ResidualBackwardKernel<<<GridStrideBlocks(count, kThreads), kThreads, 0, stream>>>(dinp1, dinp2,
+                                                                                     dout, count);
+}
+
+}  // namespace cohort::compute::cuda

@@ -1,0 +1,24 @@
+#pragma once
+// Argument checks every Backend implementation makes before it touches a
+// span: the dtype, presence and size an op needs. A wrong span is a
+// programmer error (backend.h), so these CHECK rather than return a Status;
+// an undersized view would otherwise read or write out of bounds (host
+// memory on the CPU, device memory on a GPU, where it shows much later).
+
+#include <cstddef>
+#include <cstdint>
+
+#include "worker/compute/backend.h"
+
+namespace cohort::compute {
+
+// The pointer behind `span`, after checking that it holds at least
+// `min_numel` fp32 elements. `what` names the argument in the failure.
+float* CheckedF32(TensorSpan span, size_t min_numel, const char* what);
+// Like CheckedF32 for optional arguments: nullptr for an empty span.
+float* OptionalF32(TensorSpan span, size_t min_numel, const char* what);
+const int32_t* CheckedI32(TensorSpan span, size_t min_numel, const char* what);
+// A vocab shard: rows (or logit columns) [vocab_start, vocab_start + Vs).
+void CheckVocabShard(int vocab_start, int Vs);
+
+}  // namespace cohort::compute
