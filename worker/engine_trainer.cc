@@ -341,6 +341,7 @@ absl::Status EngineTrainer::BuildSession(const Assignment& assignment, Run* run,
   const model::ModelLayout layout = train::LayoutOf(assignment.mesh, assignment.coordinates);
   train::TrainingSessionOptions session;
   session.num_threads = options_.num_threads;
+  session.device_index = options_.device_index;
   session.collective_timeout = options_.collective_timeout;
   // Keep what a peer recovery needs, unless the job can never have a peer.
   run->keep_previous = KeepsPrevious(assignment);

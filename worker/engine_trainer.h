@@ -84,6 +84,8 @@ struct EngineTrainerOptions {
   CoordinatorTarget coordinator;
   // OpenMP threads for compute; 0 = all cores.
   int num_threads = 0;
+  // The CUDA device a GPU job's layers run on (the worker's --device_index).
+  int device_index = 0;
   // Bound on building the communicators (all peers must publish).
   absl::Duration bootstrap_timeout = absl::Seconds(120);
   // UCX's network interfaces for groups across hosts

@@ -22,19 +22,20 @@ Exit status 3 when torch cannot be imported.
 """
 
 import argparse
-import math
+import os
 import statistics
 import sys
 import time
 
 try:
     import torch
-    import torch.nn as nn
-    import torch.nn.functional as F
 except ImportError as error:
     print(f"torch_train_bench.py: cannot import torch ({error}); "
           "install python3-torch (tools/dev deps)", file=sys.stderr)
     sys.exit(3)
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from torch_gpt import Gpt  # noqa: E402  (the model both PyTorch baselines run)
 
 CONFIGS = {
     # layers, heads, width, vocab, padded vocab, context length
@@ -42,64 +43,6 @@ CONFIGS = {
     "gpt2-124m": dict(layers=12, heads=12, width=768, vocab=50257, padded_vocab=50304,
                       context=1024),
 }
-
-
-class Block(nn.Module):
-    def __init__(self, width, heads):
-        super().__init__()
-        self.heads = heads
-        self.ln1 = nn.LayerNorm(width, eps=1e-5)
-        self.qkv = nn.Linear(width, 3 * width)
-        self.attproj = nn.Linear(width, width)
-        self.ln2 = nn.LayerNorm(width, eps=1e-5)
-        self.fc = nn.Linear(width, 4 * width)
-        self.fcproj = nn.Linear(4 * width, width)
-
-    def forward(self, x, mask):
-        B, T, C = x.shape
-        hs = C // self.heads
-        q, k, v = self.qkv(self.ln1(x)).split(C, dim=2)
-        q = q.view(B, T, self.heads, hs).transpose(1, 2)
-        k = k.view(B, T, self.heads, hs).transpose(1, 2)
-        v = v.view(B, T, self.heads, hs).transpose(1, 2)
-        att = (q @ k.transpose(-2, -1)) * (1.0 / math.sqrt(hs))
-        att = F.softmax(att.masked_fill(mask[:T, :T], float("-inf")), dim=-1)
-        y = (att @ v).transpose(1, 2).contiguous().view(B, T, C)
-        x = x + self.attproj(y)
-        x = x + self.fcproj(F.gelu(self.fc(self.ln2(x)), approximate="tanh"))
-        return x
-
-
-class Gpt(nn.Module):
-    def __init__(self, cfg):
-        super().__init__()
-        self.vocab = cfg["vocab"]
-        self.wte = nn.Embedding(cfg["padded_vocab"], cfg["width"])
-        self.wpe = nn.Embedding(cfg["context"], cfg["width"])
-        self.blocks = nn.ModuleList(Block(cfg["width"], cfg["heads"])
-                                    for _ in range(cfg["layers"]))
-        self.lnf = nn.LayerNorm(cfg["width"], eps=1e-5)
-        # True above the diagonal: the positions a query may not see.
-        mask = torch.ones(cfg["context"], cfg["context"], dtype=torch.bool).triu(1)
-        self.register_buffer("mask", mask, persistent=False)
-        # GPT-2 initialisation (the values do not change the work).
-        for name, p in self.named_parameters():
-            if p.dim() >= 2:
-                std = 0.02 / math.sqrt(2 * cfg["layers"]) if name.endswith("proj.weight") else 0.02
-                nn.init.normal_(p, mean=0.0, std=std)
-            elif "ln" in name and name.endswith("weight"):
-                nn.init.ones_(p)
-            else:
-                nn.init.zeros_(p)
-
-    def forward(self, idx, targets):
-        T = idx.shape[1]
-        x = self.wte(idx) + self.wpe.weight[:T]
-        for block in self.blocks:
-            x = block(x, self.mask)
-        logits = F.linear(self.lnf(x), self.wte.weight)  # tied head over all Vp rows
-        return F.cross_entropy(logits[:, :, :self.vocab].reshape(-1, self.vocab),
-                               targets.reshape(-1))
 
 
 def main():

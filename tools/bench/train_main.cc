@@ -91,6 +91,7 @@ class TimingBackend final : public cohort::compute::Backend {
 
   std::string_view name() const override { return inner_->name(); }
   DType activation_dtype() const override { return inner_->activation_dtype(); }
+  bool host_memory() const override { return inner_->host_memory(); }
   absl::StatusOr<Buffer> Allocate(DType dtype, size_t numel) override {
     return inner_->Allocate(dtype, numel);
   }

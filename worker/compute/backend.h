@@ -100,6 +100,10 @@ class Backend {
   virtual DType activation_dtype() const = 0;
 
   // ---- Memory -------------------------------------------------------------
+  // Whether spans of this backend are host memory the caller may read and
+  // write directly (the CPU's); false for device memory (a GPU's), which
+  // moves only through CopyFromHost / CopyToHost.
+  virtual bool host_memory() const = 0;
   // A zero-filled buffer of `numel` elements. ResourceExhausted when the
   // memory is not available.
   virtual absl::StatusOr<Buffer> Allocate(DType dtype, size_t numel) = 0;

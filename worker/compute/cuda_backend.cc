@@ -6,6 +6,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdint>
 #include <map>
 #include <optional>
 #include <tuple>
@@ -56,10 +57,25 @@ struct GemmShape {
   bool transb = false;
   int m = 0, n = 0, k = 0;
   int lda = 0, ldb = 0, ldc = 0;
+  // The largest power of two (<= 256) dividing each pointer's address: the
+  // model's activations are packed views, some only 8-byte aligned, and an
+  // algorithm chosen for 256-byte operands (cuBLASLt's default assumption)
+  // may refuse them or fault. Part of the key: a shape seen at another
+  // alignment gets an algorithm of its own.
+  uint32_t align_a = 256, align_b = 256, align_c = 256;
 
-  auto Key() const { return std::make_tuple(transa, transb, m, n, k, lda, ldb, ldc); }
+  auto Key() const {
+    return std::make_tuple(transa, transb, m, n, k, lda, ldb, ldc, align_a, align_b, align_c);
+  }
   bool operator<(const GemmShape& other) const { return Key() < other.Key(); }
 };
+
+uint32_t AlignmentOf(const void* pointer) {
+  const auto address = reinterpret_cast<uintptr_t>(pointer);
+  uint32_t alignment = 256;
+  while (alignment > 4 && address % alignment != 0) alignment /= 2;
+  return alignment;
+}
 
 // A shape's descriptors and the one algorithm chosen for it.
 struct GemmPlan {
@@ -79,6 +95,7 @@ class CudaBackend final : public Backend {
 
   std::string_view name() const override { return "cuda"; }
   DType activation_dtype() const override { return DType::kFloat32; }
+  bool host_memory() const override { return false; }
 
   absl::StatusOr<Buffer> Allocate(DType dtype, size_t numel) override;
   void Zero(TensorSpan dst) override;
@@ -171,6 +188,7 @@ class CudaBackend final : public Backend {
 };
 
 CudaBackend::~CudaBackend() {
+  cudaSetDevice(options_.device_index);  // the handles and memory belong to it
   if (stream_ != nullptr) cudaStreamSynchronize(stream_);
   for (auto& [shape, plan] : plans_) {
     cublasLtMatrixLayoutDestroy(plan.a);
@@ -308,6 +326,7 @@ void CudaBackend::RawFree(void* data) {
     arena_->Free(static_cast<size_t>(static_cast<char*>(data) - arena_base_));
     return;
   }
+  cudaSetDevice(options_.device_index);  // a Buffer may be released from any thread
   cudaFree(data);  // synchronises the device: nothing still reads it
 }
 
@@ -403,15 +422,19 @@ const GemmPlan* CudaBackend::PlanFor(const GemmShape& shape) {
                            CUBLASLT_REDUCTION_SCHEME_OUTPUT_TYPE;
   cublasLtMatmulHeuristicResult_t result{};
   int found_algos = 0;
+  auto prefer = [&](cublasLtMatmulPreferenceAttributes_t attribute, const void* value,
+                    size_t bytes) {
+    return !fail(cublasLtMatmulPreferenceSetAttribute(preference, attribute, value, bytes),
+                 "cublasLtMatmulPreferenceSetAttribute");
+  };
   const bool chosen =
       !fail(cublasLtMatmulPreferenceCreate(&preference), "cublasLtMatmulPreferenceCreate") &&
-      !fail(
-          cublasLtMatmulPreferenceSetAttribute(preference, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES,
-                                               &workspace, sizeof(workspace)),
-          "cublasLtMatmulPreferenceSetAttribute") &&
-      !fail(cublasLtMatmulPreferenceSetAttribute(
-                preference, CUBLASLT_MATMUL_PREF_REDUCTION_SCHEME_MASK, &schemes, sizeof(schemes)),
-            "cublasLtMatmulPreferenceSetAttribute") &&
+      prefer(CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &workspace, sizeof(workspace)) &&
+      prefer(CUBLASLT_MATMUL_PREF_REDUCTION_SCHEME_MASK, &schemes, sizeof(schemes)) &&
+      prefer(CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, &shape.align_a, sizeof(uint32_t)) &&
+      prefer(CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES, &shape.align_b, sizeof(uint32_t)) &&
+      prefer(CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, &shape.align_c, sizeof(uint32_t)) &&
+      prefer(CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES, &shape.align_c, sizeof(uint32_t)) &&
       !fail(cublasLtMatmulAlgoGetHeuristic(lt_, plan.desc, plan.a, plan.b, plan.c, plan.c,
                                            preference, 1, &result, &found_algos),
             "cublasLtMatmulAlgoGetHeuristic");
@@ -431,8 +454,13 @@ const GemmPlan* CudaBackend::PlanFor(const GemmShape& shape) {
   return &plans_.emplace(shape, plan).first->second;
 }
 
-void CudaBackend::Gemm(const GemmShape& shape, float alpha, const float* a, const float* b,
+void CudaBackend::Gemm(const GemmShape& given, float alpha, const float* a, const float* b,
                        float beta, float* c) {
+  if (given.m == 0 || given.n == 0) return;  // nothing to write; cuBLASLt refuses it
+  GemmShape shape = given;
+  shape.align_a = AlignmentOf(a);
+  shape.align_b = AlignmentOf(b);
+  shape.align_c = AlignmentOf(c);
   const GemmPlan* plan = PlanFor(shape);
   if (plan == nullptr) return;
   CheckBlas(cublasLtMatmul(lt_, plan->desc, &alpha, a, plan->a, b, plan->b, &beta, c, plan->c, c,
@@ -443,6 +471,7 @@ void CudaBackend::Gemm(const GemmShape& shape, float alpha, const float* a, cons
 void CudaBackend::BatchedGemm(const GemmShape& shape, float alpha, const float* a, int64_t stride_a,
                               const float* b, int64_t stride_b, float beta, float* c,
                               int64_t stride_c, int batch) {
+  if (shape.m == 0 || shape.n == 0 || batch == 0) return;
   CheckBlas(cublasGemmStridedBatchedEx(
                 blas_, shape.transa ? CUBLAS_OP_T : CUBLAS_OP_N,
                 shape.transb ? CUBLAS_OP_T : CUBLAS_OP_N, shape.m, shape.n, shape.k, &alpha, a,
@@ -662,7 +691,10 @@ void CudaBackend::EncoderBackwardShard(TensorSpan dwte, TensorSpan dwpe, TensorS
   if (!Begin()) return;
   void* sort = Scratch(kEncoderSort, cuda::EncoderBackwardScratchBytes(B * T, Vs));
   if (sort == nullptr) return;
-  cuda::EncoderBackwardShard(dtable, dpositions, dy, ids, vocab_start, Vs, B, T, C, sort, stream_);
+  // The sort reports its own failures (not only launch errors).
+  Check(cuda::EncoderBackwardShard(dtable, dpositions, dy, ids, vocab_start, Vs, B, T, C, sort,
+                                   stream_),
+        "EncoderBackwardShard's token sort");
   CheckLaunch("EncoderBackwardShard");
 }
 

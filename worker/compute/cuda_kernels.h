@@ -24,9 +24,10 @@ void EncoderForwardShard(float* out, const int32_t* inp, const float* wte, const
 // rows: the sorted keys and positions and the radix sort's own storage.
 size_t EncoderBackwardScratchBytes(int n, int Vs);
 // dwpe may be null. `scratch` holds EncoderBackwardScratchBytes(B*T, Vs).
-void EncoderBackwardShard(float* dwte, float* dwpe, const float* dout, const int32_t* inp,
-                          int vocab_start, int Vs, int B, int T, int C, void* scratch,
-                          cudaStream_t stream);
+// Returns the radix sort's status (launch errors are the caller's to read).
+cudaError_t EncoderBackwardShard(float* dwte, float* dwpe, const float* dout, const int32_t* inp,
+                                 int vocab_start, int Vs, int B, int T, int C, void* scratch,
+                                 cudaStream_t stream);
 
 // ---- LayerNorm, column sums, pointwise (cuda_kernels_pointwise.cu) -----------
 void LayerNormForward(float* out, float* mean, float* rstd, const float* inp, const float* weight,

@@ -109,15 +109,16 @@ size_t EncoderBackwardScratchBytes(int n, int Vs) {
   return 4 * array + AlignUp(SortTempBytes(n, Vs));
 }
 
-void EncoderBackwardShard(float* dwte, float* dwpe, const float* dout, const int32_t* inp,
-                          int vocab_start, int Vs, int B, int T, int C, void* scratch,
-                          cudaStream_t stream) {
+cudaError_t EncoderBackwardShard(float* dwte, float* dwpe, const float* dout, const int32_t* inp,
+                                 int vocab_start, int Vs, int B, int T, int C, void* scratch,
+                                 cudaStream_t stream) {
+  if (C <= 0) return cudaSuccess;
   if (dwpe != nullptr) {
     PositionBackwardKernel<<<GridStrideBlocks(static_cast<int64_t>(T) * C, kThreads), kThreads, 0,
                              stream>>>(dwpe, dout, B, T, C);
   }
   const int n = B * T;
-  if (n <= 0) return;
+  if (n <= 0) return cudaSuccess;
   const size_t array = AlignUp(static_cast<size_t>(n) * sizeof(uint32_t));
   char* base = static_cast<char*>(scratch);
   auto* keys_in = reinterpret_cast<uint32_t*>(base);
@@ -128,11 +129,13 @@ void EncoderBackwardShard(float* dwte, float* dwpe, const float* dout, const int
   size_t sort_bytes = SortTempBytes(n, Vs);
   TokenKeysKernel<<<GridStrideBlocks(n, kThreads), kThreads, 0, stream>>>(keys_in, positions_in,
                                                                           inp, vocab_start, Vs, n);
-  cub::DeviceRadixSort::SortPairs(sort_temp, sort_bytes, keys_in, keys_out, positions_in,
-                                  positions_out, n, 0, gpu_plan::KeyBits(static_cast<uint32_t>(Vs)),
-                                  stream);
+  const cudaError_t sorted = cub::DeviceRadixSort::SortPairs(
+      sort_temp, sort_bytes, keys_in, keys_out, positions_in, positions_out, n, 0,
+      gpu_plan::KeyBits(static_cast<uint32_t>(Vs)), stream);
+  if (sorted != cudaSuccess) return sorted;
   const int threads = C < kThreads ? ((C + 31) / 32) * 32 : kThreads;
   TokenBackwardKernel<<<n, threads, 0, stream>>>(dwte, dout, keys_out, positions_out, n, Vs, C);
+  return cudaSuccess;
 }
 
 }  // namespace cohort::compute::cuda

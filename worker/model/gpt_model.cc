@@ -1,5 +1,6 @@
 #include "worker/model/gpt_model.h"
 
+#include <algorithm>
 #include <cmath>
 #include <string>
 #include <utility>
@@ -77,6 +78,11 @@ absl::StatusOr<std::unique_ptr<GptModel>> GptModel::Create(const GptConfig& conf
                                      ActivationGradsNumel(config, layout, max_b, max_t)));
   const size_t tokens_per_slot = 2 * static_cast<size_t>(max_b) * max_t;
   ASSIGN_OR_RETURN(model->tokens_, backend->Allocate(DType::kInt32, tokens_per_slot * slots));
+  if (options.stage_on_host || !backend->host_memory()) {
+    model->staging_ = std::make_unique<HostStaging>();
+    model->staging_->params.resize(n);
+    model->staging_->grads.resize(n);
+  }
   model->slots_.resize(slots);
   for (int s = 0; s < slots; ++s) {
     model->slots_[s].arena = model->acts_.Slice(per_slot * s, per_slot);
@@ -110,9 +116,73 @@ TensorSpan GptModel::embedding_grad() const { return embedding_grad_.span(); }
 
 void GptModel::InitializeParameters(uint64_t seed) {
   // Generate on the host, then copy: the same path for any backend.
+  if (staging_ != nullptr) {
+    model::InitializeParameters(config_, table_, seed, staging_->params.data());
+    staging_->params_newest = Newest::kHostNewer;  // uploaded by the next Forward
+    return;
+  }
   std::vector<float> host(num_params());
   model::InitializeParameters(config_, table_, seed, host.data());
   backend_->CopyFromHost(params_.span(), host.data());
+}
+
+// ---- Host staging ---------------------------------------------------------------
+
+float* GptModel::params() {
+  if (staging_ == nullptr) return static_cast<float*>(params_.data());
+  staging_->params_newest = Newest::kHostNewer;
+  return staging_->params.data();
+}
+
+const float* GptModel::params() const {
+  return staging_ == nullptr ? static_cast<const float*>(params_.data()) : staging_->params.data();
+}
+
+std::vector<float>& GptModel::HostGrads() const {
+  if (staging_->grads_newest == Newest::kZeroOnBackend) {
+    std::fill(staging_->grads.begin(), staging_->grads.end(), 0.0f);
+    staging_->grads_newest = Newest::kSynced;
+  }
+  return staging_->grads;
+}
+
+float* GptModel::grads() {
+  if (staging_ == nullptr) return static_cast<float*>(grads_.data());
+  float* host = HostGrads().data();
+  staging_->grads_newest = Newest::kHostNewer;
+  return host;
+}
+
+const float* GptModel::grads() const {
+  return staging_ == nullptr ? static_cast<const float*>(grads_.data()) : HostGrads().data();
+}
+
+absl::Status GptModel::UploadStaleParams() {
+  if (staging_ == nullptr || staging_->params_newest != Newest::kHostNewer) {
+    return absl::OkStatus();
+  }
+  backend_->CopyFromHost(params_.span(), staging_->params.data());
+  RETURN_IF_ERROR(backend_->Synchronize());
+  staging_->params_newest = Newest::kSynced;
+  return absl::OkStatus();
+}
+
+absl::Status GptModel::UploadStaleGrads() {
+  if (staging_ == nullptr || staging_->grads_newest != Newest::kHostNewer) {
+    return absl::OkStatus();
+  }
+  backend_->CopyFromHost(grads_.span(), staging_->grads.data());
+  RETURN_IF_ERROR(backend_->Synchronize());
+  staging_->grads_newest = Newest::kSynced;
+  return absl::OkStatus();
+}
+
+absl::Status GptModel::DownloadGrads() {
+  if (staging_ == nullptr) return absl::OkStatus();
+  backend_->CopyToHost(staging_->grads.data(), grads_.span());
+  RETURN_IF_ERROR(backend_->Synchronize());
+  staging_->grads_newest = Newest::kSynced;
+  return absl::OkStatus();
 }
 
 absl::Status GptModel::CheckTokens(const char* what, const int32_t* ids, int B, int T) const {
@@ -155,6 +225,11 @@ void GptModel::Touch() {
        {&params_, &grads_, &embedding_grad_, &acts_, &grad_acts_, &tokens_}) {
     if (buffer->data() != nullptr) backend_->Zero(buffer->span());
   }
+  if (staging_ != nullptr) {
+    // The host copies are the weights now; the backend's were just zeroed.
+    staging_->params_newest = Newest::kHostNewer;
+    staging_->grads_newest = Newest::kZeroOnBackend;
+  }
 }
 
 absl::Status GptModel::CheckCancelled() const {
@@ -181,6 +256,7 @@ absl::StatusOr<double> GptModel::ForwardStage(int slot_index, const int32_t* inp
   const ModelLayout& lay = layout();
   if (lay.has_embedding()) RETURN_IF_ERROR(CheckTokens("input", inputs, B, T));
   if (lay.has_head()) RETURN_IF_ERROR(CheckTokens("target", targets, B, T));
+  RETURN_IF_ERROR(UploadStaleParams());
   // From here on the slot's previous state is overwritten.
   Slot& slot = slots_[slot_index];
   slot.B = 0;
@@ -298,21 +374,30 @@ TensorSpan GptModel::StageInputGrad() const {
 void GptModel::ZeroGrad() {
   backend_->Zero(grads_.span());
   if (!embedding_grad_.span().empty()) backend_->Zero(embedding_grad_.span());
+  if (staging_ != nullptr) staging_->grads_newest = Newest::kZeroOnBackend;
 }
 
 absl::Status GptModel::Backward(double loss_scale) {
   if (layout().pp > 1) {
     return absl::FailedPreconditionError("Backward runs a whole model; use BackwardStage");
   }
-  RETURN_IF_ERROR(BackwardStage(0, loss_scale));
+  RETURN_IF_ERROR(UploadStaleGrads());
+  RETURN_IF_ERROR(BackwardOnBackend(0, loss_scale));
   // Both tied parts into grads(): head + embedding, one rounding per element.
   backend_->ResidualForward(grad(kWte), grad(kWte), embedding_grad_.span(),
                             table_[kWte].numel);
   backend_->Zero(embedding_grad_.span());
-  return backend_->Synchronize();
+  RETURN_IF_ERROR(backend_->Synchronize());
+  return DownloadGrads();
 }
 
 absl::Status GptModel::BackwardStage(int slot_index, double loss_scale) {
+  RETURN_IF_ERROR(UploadStaleGrads());
+  RETURN_IF_ERROR(BackwardOnBackend(slot_index, loss_scale));
+  return DownloadGrads();
+}
+
+absl::Status GptModel::BackwardOnBackend(int slot_index, double loss_scale) {
   if (slot_index < 0 || slot_index >= static_cast<int>(slots_.size()) ||
       slots_[slot_index].B == 0) {
     return absl::FailedPreconditionError(

@@ -33,9 +33,20 @@
 // them in the same order; Backward() adds them per micro-batch,
 // BackwardStage() leaves that to the caller.
 //
-// Memory: params(), grads() and logits() point into backend memory (host
-// memory for CpuBackend). Activations are allocated once, for
-// options.max_micro_batch sequences of config.context_length tokens per slot.
+// Memory: activations are allocated once, for options.max_micro_batch
+// sequences of config.context_length tokens per slot, in backend memory.
+// params() and grads() are host memory on every backend: on one whose
+// memory the host cannot read (a GPU; Backend::host_memory()) they are host
+// copies of the backend's arenas, "staged": a Forward first uploads the
+// parameters if params() was handed out for writing since the last upload,
+// and a Backward downloads the gradients when it ends (and first uploads
+// them if grads() was handed out for writing since). So the optimizer, the
+// data-parallel reduction, checkpoints and live transfer work on host
+// memory unchanged, at the cost of one copy of each arena per step. A
+// writer must take the pointer (non-const params() / grads()) after the
+// last pass it should not affect; const access never marks a copy stale.
+// param(), grad(), embedding_grad(), logits() and the Stage* spans are
+// backend memory.
 //
 // Thread-safety: thread-compatible; one caller at a time (like its Backend).
 
@@ -68,6 +79,10 @@ struct ModelOptions {
   comm::Communicator* tensor_group = nullptr;
   // Bound on each collective of a pass.
   absl::Duration collective_timeout = absl::Minutes(5);
+  // Stage params() and grads() through host copies even on a backend whose
+  // memory the host reads (always on for one it cannot): lets the GPU path's
+  // staging be tested on the CPU.
+  bool stage_on_host = false;
   // Micro-batches whose activations are kept at once (pipeline schedules
   // keep several forwards waiting for their backward).
   int activation_slots = 1;
@@ -91,14 +106,16 @@ class GptModel {
   const ParameterTable& table() const { return table_; }
   size_t num_params() const { return table_.num_params(); }
 
-  // The flat arenas (num_params() fp32 elements each, ParameterTable layout);
-  // device pointers on a GPU backend.
-  float* params() { return static_cast<float*>(params_.data()); }
-  const float* params() const { return static_cast<const float*>(params_.data()); }
-  float* grads() { return static_cast<float*>(grads_.data()); }
-  const float* grads() const { return static_cast<const float*>(grads_.data()); }
-  // The same arenas as backend spans: what CopyToHost and CopyFromHost take
-  // on a backend whose memory the host cannot read (a GPU).
+  // The flat arenas (num_params() fp32 elements each, ParameterTable
+  // layout), in host memory (see Memory above for a staged backend: the
+  // non-const forms mark the backend's copy stale).
+  float* params();
+  const float* params() const;
+  float* grads();
+  const float* grads() const;
+  // Whether params() and grads() are host copies of the backend's arenas.
+  bool staged() const { return staging_ != nullptr; }
+  // The backend's arenas (what the ops use; device memory on a GPU).
   compute::TensorSpan params_span() const { return params_.span(); }
   compute::TensorSpan grads_span() const { return grads_.span(); }
   // One tensor of either arena, or one layer's slice of a per-layer tensor.
@@ -202,6 +219,29 @@ class GptModel {
   absl::Status TensorAllReduce(compute::TensorSpan span, comm::ReduceOp op);
   absl::StatusOr<double> HeadForward(Slot& slot);
   absl::Status CheckCancelled() const;
+  // BackwardStage without the staging around it.
+  absl::Status BackwardOnBackend(int slot_index, double loss_scale);
+  // Staging (no-ops on a model that is not staged): the host parameters to
+  // the backend if they were handed out for writing since the last upload;
+  // the host gradients likewise before a backward; the backend's gradients
+  // to the host after one.
+  absl::Status UploadStaleParams();
+  absl::Status UploadStaleGrads();
+  absl::Status DownloadGrads();
+
+  // Host copies of params_ and grads_ on a staged model. Where each arena's
+  // newest contents are: kSynced (both copies agree), kHostNewer (the host
+  // copy was handed out for writing), kZeroOnBackend (grads only: ZeroGrad
+  // cleared the backend's copy; the host copy is zeroed when next read).
+  enum class Newest { kSynced, kHostNewer, kZeroOnBackend };
+  struct HostStaging {
+    std::vector<float> params;
+    std::vector<float> grads;
+    Newest params_newest = Newest::kSynced;
+    Newest grads_newest = Newest::kSynced;
+  };
+  // The host gradients, zero-filled first if ZeroGrad cleared the backend's.
+  std::vector<float>& HostGrads() const;
 
   const GptConfig config_;
   const ParameterTable table_;
@@ -220,6 +260,9 @@ class GptModel {
   std::vector<float> host_losses_;
   std::vector<float> host_dlosses_;
   const std::atomic<bool>* cancel_ = nullptr;
+  // Mutable: a const read of grads() may have to materialise the zeros that
+  // ZeroGrad left on the backend.
+  mutable std::unique_ptr<HostStaging> staging_;
 };
 
 }  // namespace cohort::model

@@ -14,25 +14,47 @@ namespace {
 // (tests, tools) that skipped normalisation.
 double OrDefault(double value, double fallback) { return value == 0.0 ? fallback : value; }
 
+// What a GPU job can train with today: fp32 or tf32, one model shard per
+// rank (no tensor or pipeline parallelism).
+absl::StatusOr<compute::Precision> GpuPrecision(const v1::JobSpec& spec) {
+  if (spec.parallelism().tensor() > 1 || spec.parallelism().pipeline() > 1) {
+    return absl::UnimplementedError(absl::StrCat(
+        "parallelism: tensor ", spec.parallelism().tensor(), " x pipeline ",
+        spec.parallelism().pipeline(),
+        " on GPU workers needs device-memory collectives (NCCL), not built yet; a GPU job "
+        "trains data-parallel only (tensor = pipeline = 1)"));
+  }
+  switch (spec.model().precision()) {
+    case v1::PRECISION_FP32:
+      return compute::Precision::kFp32;
+    case v1::PRECISION_TF32:
+      return compute::Precision::kTf32;
+    default:
+      // PRECISION_BF16, or unspecified (which a GPU job defaults to bf16).
+      return absl::UnimplementedError(
+          "model.precision: bf16 (the GPU default) is not built into the CUDA backend yet; "
+          "submit the GPU job with PRECISION_TF32 or PRECISION_FP32");
+  }
+}
+
 }  // namespace
 
 absl::StatusOr<TrainingConfig> TrainingConfigFromSpec(const v1::JobSpec& spec, int dp) {
-  if (spec.device_kind() == v1::DEVICE_KIND_GPU) {
-    return absl::UnimplementedError(
-        "device_kind: GPU training is not implemented yet (the CUDA compute backend runs the "
-        "model's layers, but the training step's gradient reduction and optimizer still work "
-        "in host memory); submit the job with device_kind DEVICE_KIND_CPU");
-  }
-  // The CPU backend computes in fp32 (unspecified: a spec from before the
-  // field, or one built by hand).
-  if (spec.model().precision() != v1::PRECISION_FP32 &&
-      spec.model().precision() != v1::PRECISION_UNSPECIFIED) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "model.precision: ", v1::Precision_Name(spec.model().precision()),
-        " needs a GPU; the CPU backend trains in PRECISION_FP32"));
-  }
   TrainingConfig config;
-  config.precision = compute::Precision::kFp32;
+  if (spec.device_kind() == v1::DEVICE_KIND_GPU) {
+    ASSIGN_OR_RETURN(config.precision, GpuPrecision(spec));
+    config.backend = compute::BackendKind::kCuda;
+  } else {
+    // The CPU backend computes in fp32 (unspecified: a spec from before the
+    // field, or one built by hand).
+    if (spec.model().precision() != v1::PRECISION_FP32 &&
+        spec.model().precision() != v1::PRECISION_UNSPECIFIED) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("model.precision: ", v1::Precision_Name(spec.model().precision()),
+                       " needs a GPU; the CPU backend trains in PRECISION_FP32"));
+    }
+    config.precision = compute::Precision::kFp32;
+  }
   const v1::ModelConfig& m = spec.model();
   config.model.layers = m.layers();
   config.model.heads = m.heads();

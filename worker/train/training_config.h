@@ -50,7 +50,11 @@ struct TrainingConfig {
   // parallelism.reduction: the fixed-tree order (data_parallel.h) unless
   // REDUCTION_TRANSPORT.
   bool deterministic_reduction = true;
-  // model.precision (unspecified: fp32, the CPU's).
+  // device_kind: where the model's layers run (the CUDA backend on a GPU
+  // job; the optimizer and the reductions work in host memory either way,
+  // gpt_model.h "Memory").
+  compute::BackendKind backend = compute::BackendKind::kCpu;
+  // model.precision (unspecified: fp32 on a CPU job).
   compute::Precision precision = compute::Precision::kFp32;
   DataSourceConfig data;
   // data.validation: after every validation_interval-th step (0: none but
@@ -71,8 +75,10 @@ struct TrainingConfig {
 // The engine's view of `spec` for a data-parallel degree `dp`.
 // InvalidArgument naming the field: model sizes (model.*), batch sizes that
 // do not divide (batch.*, or dp not dividing the micro-batches), a
-// non-positive step count, an invalid schedule; Unimplemented for GPU jobs,
-// which this engine does not run yet. Tensor and pipeline parallelism are
+// non-positive step count, an invalid schedule. A GPU job runs its layers on
+// the CUDA backend in fp32 or tf32; Unimplemented for what a GPU job cannot
+// have yet: bf16 (the GPU default) and tensor or pipeline parallelism (their
+// activations would cross devices through host collectives). Tensor and pipeline parallelism are
 // checked against the model by ModelLayout::Validate when the model is built.
 absl::StatusOr<TrainingConfig> TrainingConfigFromSpec(const v1::JobSpec& spec, int dp);
 

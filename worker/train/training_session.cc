@@ -12,12 +12,25 @@
 #include "worker/train/reduction_tree.h"
 
 namespace cohort::train {
+namespace {
+
+compute::BackendOptions BackendOptionsFor(const TrainingConfig& config,
+                                          const TrainingSessionOptions& options) {
+  compute::BackendOptions backend;
+  backend.kind = config.backend;
+  backend.num_threads = options.num_threads;
+  backend.precision = config.precision;
+  backend.device_index = options.device_index;
+  return backend;
+}
+
+}  // namespace
 
 bool TrainingSession::ModelFits(const TrainingSession& other, const TrainingConfig& config,
                                 const model::ModelLayout& layout, int activation_slots) {
   const model::GptModel& model = *other.model_;
   return model.config() == config.model && model.layout() == layout &&
-         other.config_.precision == config.precision &&
+         other.config_.precision == config.precision && other.config_.backend == config.backend &&
          other.config_.micro_batch_size >= config.micro_batch_size &&
          model.activation_slots() >= activation_slots;
 }
@@ -38,13 +51,11 @@ absl::StatusOr<std::unique_ptr<TrainingSession>> TrainingSession::Create(
   }
   TrainingSession* const reuse = options.reuse;
   std::unique_ptr<TrainingSession> session(new TrainingSession(config));
-  if (reuse != nullptr && reuse->config_.precision == config.precision) {
+  if (reuse != nullptr && reuse->config_.precision == config.precision &&
+      reuse->config_.backend == config.backend) {
     session->backend_ = reuse->backend_;
   } else {
-    compute::BackendOptions backend;
-    backend.num_threads = options.num_threads;
-    backend.precision = config.precision;
-    ASSIGN_OR_RETURN(session->backend_, compute::CreateBackend(backend));
+    ASSIGN_OR_RETURN(session->backend_, compute::CreateBackend(BackendOptionsFor(config, options)));
   }
   model::ModelOptions model_options;
   model_options.max_micro_batch = config.micro_batch_size;
@@ -52,6 +63,7 @@ absl::StatusOr<std::unique_ptr<TrainingSession>> TrainingSession::Create(
   model_options.tensor_group = groups.tensor;
   model_options.collective_timeout = options.collective_timeout;
   model_options.activation_slots = ActivationSlotsFor(config, layout, dp);
+  model_options.stage_on_host = options.stage_on_host;
   // (ModelFits implies the same precision, so the backend is shared too.)
   if (reuse != nullptr && ModelFits(*reuse, config, layout, model_options.activation_slots)) {
     session->model_ = reuse->model_;
@@ -143,11 +155,8 @@ absl::StatusOr<uint64_t> TrainingSession::EstimateBytes(const TrainingConfig& co
                                                         const model::ModelLayout& layout, int dp,
                                                         int dp_rank,
                                                         const TrainingSessionOptions& options) {
-  compute::BackendOptions backend_options;
-  backend_options.num_threads = options.num_threads;
-  backend_options.precision = config.precision;
   ASSIGN_OR_RETURN(std::unique_ptr<compute::Backend> backend,
-                   compute::CreateBackend(backend_options));
+                   compute::CreateBackend(BackendOptionsFor(config, options)));
   const model::ParameterTable table(config.model, layout);
   const uint64_t n = table.num_params();
   const uint64_t wte = table[model::kWte].numel;

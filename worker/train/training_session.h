@@ -39,6 +39,11 @@ struct TrainingSessionOptions {
   // OpenMP threads of the CPU backend and the optimizer; 0 = all cores.
   // Results do not depend on it.
   int num_threads = 0;
+  // The CUDA device of a GPU job (TrainingConfig::backend kCuda).
+  int device_index = 0;
+  // ModelOptions::stage_on_host: run the host staging of a GPU job's
+  // weights and gradients on the CPU backend (tests of that path).
+  bool stage_on_host = false;
   // Bound on each collective of a step (a dead peer turns into an error by
   // then at the latest; usually much sooner).
   absl::Duration collective_timeout = absl::Minutes(5);
@@ -159,6 +164,7 @@ class TrainingSession {
 
   const TrainingConfig& config() const { return config_; }
   model::GptModel& model() { return *model_; }
+  const model::GptModel& model() const { return *model_; }
   const DataParallel& data_parallel() const { return *data_parallel_; }
   const data::BatchSampler& sampler() const { return *sampler_; }
   const StepRunner& runner() const { return *runner_; }

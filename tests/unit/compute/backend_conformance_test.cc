@@ -174,6 +174,50 @@ TEST_P(BackendConformanceTest, Matmul) {
   EXPECT_LT(RelativeError(Download(db), db_ref), kFp32Tolerance);  // a column sum, not a product
 }
 
+// The model hands the backend packed views into its activation arena, some
+// only 8-byte aligned (a GPU backend's GEMMs must not assume more): the
+// same products on views one and two floats into their buffers.
+TEST_P(BackendConformanceTest, MatmulOnUnalignedViews) {
+  const std::vector<float> x = RandomFloats(size_t{N} * C, 41),
+                           w = RandomFloats(size_t{OC} * C, 42), bias = RandomFloats(OC, 43),
+                           dout = RandomFloats(size_t{N} * OC, 44);
+  // `host` placed `offset` floats into a buffer of its own.
+  std::vector<Buffer> keep;
+  auto view = [&](const std::vector<float>& host, size_t offset) {
+    std::vector<float> padded(offset, 0.0f);
+    padded.insert(padded.end(), host.begin(), host.end());
+    keep.push_back(Upload(padded));
+    return keep.back().Slice(offset, host.size());
+  };
+  const std::vector<float> zeros_out(size_t{N} * OC, 0.0f), zeros_x(x.size(), 0.0f),
+      zeros_w(w.size(), 0.0f);
+  const TensorSpan x_v = view(x, 1), w_v = view(w, 2), bias_v = view(bias, 1),
+                   out_v = view(zeros_out, 2), dout_v = view(dout, 1), dx_v = view(zeros_x, 2),
+                   dw_v = view(zeros_w, 1);
+  backend_->MatmulForward(out_v, x_v, w_v, bias_v, N, C, OC);
+  backend_->MatmulBackward(dx_v, dw_v, TensorSpan{}, dout_v, x_v, w_v, N, C, OC);
+  auto download = [&](TensorSpan span) {
+    EXPECT_TRUE(backend_->Synchronize().ok());
+    std::vector<float> host(span.numel);
+    backend_->CopyToHost(host.data(), span);
+    return host;
+  };
+  EXPECT_LT(RelativeError(download(out_v),
+                          ref::Matmul(ToDouble(x), ToDouble(w), ToDouble(bias), N, C, OC)),
+            ProductTolerance());
+  Vec dx_ref(x.size(), 0.0), dw_ref(w.size(), 0.0);
+  for (int n = 0; n < N; ++n)
+    for (int o = 0; o < OC; ++o) {
+      const double d = dout[static_cast<size_t>(n) * OC + o];
+      for (int c = 0; c < C; ++c) {
+        dx_ref[static_cast<size_t>(n) * C + c] += d * w[static_cast<size_t>(o) * C + c];
+        dw_ref[static_cast<size_t>(o) * C + c] += d * x[static_cast<size_t>(n) * C + c];
+      }
+    }
+  EXPECT_LT(RelativeError(download(dx_v), dx_ref), ProductTolerance());
+  EXPECT_LT(RelativeError(download(dw_v), dw_ref), ProductTolerance());
+}
+
 TEST_P(BackendConformanceTest, CausalAttention) {
   const std::vector<float> qkv = RandomFloats(size_t{N} * 3 * C, 13),
                            dout = RandomFloats(size_t{N} * C, 14);

@@ -7,10 +7,12 @@
 // CUDA side twice to check it is bitwise reproducible. Skips, naming the
 // reason, where the build or the machine has no CUDA device.
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <memory>
 #include <random>
+#include <utility>
 #include <vector>
 
 #include "gtest/gtest.h"
@@ -70,7 +72,9 @@ struct Trainer {
     grads.resize(n);
     m.assign(n, 0.0f);
     v.assign(n, 0.0f);
-    backend->CopyToHost(params.data(), model->params_span());
+    // Host copies on the staged GPU model (gpt_model.h, "Memory").
+    const float* initial = std::as_const(*model).params();
+    params.assign(initial, initial + n);
   }
 
   // Forward + backward on the batch; returns the loss and leaves the
@@ -80,8 +84,8 @@ struct Trainer {
     absl::StatusOr<double> loss = model->Forward(tokens.data(), tokens.data() + B * T, B, T);
     EXPECT_TRUE(loss.ok()) << loss.status();
     EXPECT_TRUE(model->Backward(1.0).ok());
-    backend->CopyToHost(grads.data(), model->grads_span());
-    EXPECT_TRUE(backend->Synchronize().ok());
+    const float* g = std::as_const(*model).grads();
+    grads.assign(g, g + grads.size());
     return loss.value_or(NAN);
   }
 
@@ -92,7 +96,8 @@ struct Trainer {
                            train::AdamWSlice{params.data(), grads.data(), m.data(), v.data(), 0, n},
                            train::WeightDecayRanges(model->table(), 0, n), 1e-3, step)
             .ok());
-    backend->CopyFromHost(model->params_span(), params.data());
+    // Through params(): the next Forward uploads what was written.
+    std::copy(params.begin(), params.end(), model->params());
   }
 };
 
