@@ -88,6 +88,17 @@ class Buffer {
   std::function<void(void*)> release_;
 };
 
+// The largest passes a model will run: what a backend needs to reserve the
+// scratch its ops keep between calls (Backend::ReserveScratch).
+struct PassShape {
+  int max_batch = 0;         // B
+  int max_seq = 0;           // T
+  int attention_width = 0;   // channels of this rank's heads (C / tp)
+  int heads = 0;             // this rank's heads (NH / tp)
+  int max_bias_columns = 0;  // the widest output of a matmul with a bias, or of a LayerNorm
+  int vocab_rows = 0;        // Vs, rows of this rank's wte; 0 without the embedding
+};
+
 class Backend {
  public:
   virtual ~Backend() = default;
@@ -113,6 +124,10 @@ class Backend {
   virtual void CopyFromHost(TensorSpan dst, const void* src) = 0;
   // dst[0 .. src.numel) = src[:] (host memory, same dtype).
   virtual void CopyToHost(void* dst, TensorSpan src) = 0;
+  // Reserves now the scratch that ops on passes up to `shape` keep between
+  // calls, so that running out shows when a model is built, not mid-step.
+  // ResourceExhausted naming the bytes when the memory is not there.
+  virtual absl::Status ReserveScratch(const PassShape& shape) = 0;
   // Waits for every op issued so far; the first failure since the last call
   // (Internal for device faults). Always OK on the CPU.
   virtual absl::Status Synchronize() = 0;

@@ -55,6 +55,13 @@ absl::StatusOr<Buffer> CpuBackend::Allocate(DType dtype, size_t numel) {
   return Buffer(data, dtype, numel, [](void* p) { std::free(p); });
 }
 
+absl::Status CpuBackend::ReserveScratch(const PassShape& shape) {
+  // AttentionBackward's per-thread score rows.
+  const size_t scratch = Mul(threads_, Mul(shape.max_seq, shape.max_seq));
+  if (attention_scratch_.size() < scratch) attention_scratch_.resize(scratch);
+  return absl::OkStatus();
+}
+
 void CpuBackend::Zero(TensorSpan dst) {
   if (dst.empty()) return;
   // Large buffers (the gradient arena: 500 MB for GPT-2 124M) are cleared

@@ -34,6 +34,7 @@ class CpuBackend final : public Backend {
   std::string_view name() const override { return "cpu"; }
   DType activation_dtype() const override { return DType::kFloat32; }
   bool host_memory() const override { return true; }
+  absl::Status ReserveScratch(const PassShape& shape) override;
 
   absl::StatusOr<Buffer> Allocate(DType dtype, size_t numel) override;
   void Zero(TensorSpan dst) override;

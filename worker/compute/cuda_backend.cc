@@ -96,6 +96,7 @@ class CudaBackend final : public Backend {
   std::string_view name() const override { return "cuda"; }
   DType activation_dtype() const override { return DType::kFloat32; }
   bool host_memory() const override { return false; }
+  absl::Status ReserveScratch(const PassShape& shape) override;
 
   absl::StatusOr<Buffer> Allocate(DType dtype, size_t numel) override;
   void Zero(TensorSpan dst) override;
@@ -353,6 +354,27 @@ void* CudaBackend::Scratch(ScratchSlot slot, size_t bytes) {
   }
   scratch = ScratchBuffer{data, bytes};
   return data;
+}
+
+absl::Status CudaBackend::ReserveScratch(const PassShape& shape) {
+  if (!Begin()) return std::exchange(error_, absl::OkStatus());
+  const size_t btc = Mul(Mul(shape.max_batch, shape.max_seq), shape.attention_width);
+  const int rows = shape.max_batch * shape.max_seq;
+  size_t wanted[kScratchSlots] = {};
+  wanted[kAttentionHeads] = 4 * btc * sizeof(float);
+  wanted[kAttentionGrads] = 3 * btc * sizeof(float);
+  wanted[kScoreGrads] =
+      AttentionStateNumel(shape.max_batch, shape.max_seq, shape.heads) * sizeof(float);
+  if (shape.vocab_rows > 0) {
+    wanted[kEncoderSort] = cuda::EncoderBackwardScratchBytes(rows, shape.vocab_rows);
+  }
+  wanted[kColumnSums] = cuda::ColumnSumScratchFloats(rows, shape.max_bias_columns) * sizeof(float);
+  for (int slot = 0; slot < kScratchSlots; ++slot) {
+    if (wanted[slot] > 0 && Scratch(static_cast<ScratchSlot>(slot), wanted[slot]) == nullptr) {
+      break;
+    }
+  }
+  return std::exchange(error_, absl::OkStatus());
 }
 
 void CudaBackend::Zero(TensorSpan dst) {

@@ -17,8 +17,10 @@
 // fails when it is built, not mid-step. With 0 every Allocate is a
 // cudaMalloc. ResourceExhausted from Allocate names the bytes wanted and
 // the bytes free. Scratch the ops need (attention's head-major copies and
-// score gradients, sort and column-sum space) is kept between calls and
-// grows from the same memory; when it cannot grow, the op is skipped and
+// score gradients, sort and column-sum space) is kept between calls, from
+// the same memory: ReserveScratch takes it for the largest passes up front
+// (GptModel::Create does, so a model too big fails when it is built);
+// beyond that it grows on demand, and when it cannot, the op is skipped and
 // Synchronize() reports ResourceExhausted.
 //
 // Errors: ops are asynchronous. The first failure (a launch, a cuBLAS call,

@@ -78,6 +78,18 @@ absl::StatusOr<std::unique_ptr<GptModel>> GptModel::Create(const GptConfig& conf
                                      ActivationGradsNumel(config, layout, max_b, max_t)));
   const size_t tokens_per_slot = 2 * static_cast<size_t>(max_b) * max_t;
   ASSIGN_OR_RETURN(model->tokens_, backend->Allocate(DType::kInt32, tokens_per_slot * slots));
+  // The scratch the ops keep (a GPU's: attention's copies and score
+  // gradients, sort and column-sum space) is reserved now, so that a model
+  // too big for the device fails here rather than in its first step.
+  const int local_width = config.width / layout.tp;
+  RETURN_IF_ERROR(backend->ReserveScratch(compute::PassShape{
+      .max_batch = max_b,
+      .max_seq = max_t,
+      .attention_width = local_width,
+      .heads = config.heads / layout.tp,
+      .max_bias_columns = std::max(config.width, 4 * local_width),
+      .vocab_rows = layout.has_embedding() ? layout.vocab_rows(config) : 0,
+  }));
   if (options.stage_on_host || !backend->host_memory()) {
     model->staging_ = std::make_unique<HostStaging>();
     model->staging_->params.resize(n);

@@ -98,5 +98,26 @@ TEST_F(CudaDeviceTest, ScratchThatCannotGrowIsReportedBySynchronize) {
   EXPECT_TRUE(be.Synchronize().ok()) << "the failure is reported once";
 }
 
+TEST_F(CudaDeviceTest, ScratchIsReservedUpFrontOrRefusedThere) {
+  // Attention's score gradients alone: 4 x 2 heads x 256 x 256 floats = 2 MiB.
+  const PassShape shape{.max_batch = 4,
+                        .max_seq = 256,
+                        .attention_width = 64,
+                        .heads = 2,
+                        .max_bias_columns = 256,
+                        .vocab_rows = 512};
+  absl::StatusOr<std::unique_ptr<Backend>> small =
+      MakeCuda(BackendOptions{.arena_bytes = size_t{1} << 20});
+  ASSERT_TRUE(small.ok()) << small.status();
+  const absl::Status refused = (*small)->ReserveScratch(shape);
+  EXPECT_EQ(refused.code(), absl::StatusCode::kResourceExhausted) << refused;
+  EXPECT_NE(std::string(refused.message()).find("scratch"), std::string::npos) << refused;
+  EXPECT_TRUE((*small)->Synchronize().ok()) << "the refusal is not left pending";
+  absl::StatusOr<std::unique_ptr<Backend>> large =
+      MakeCuda(BackendOptions{.arena_bytes = size_t{64} << 20});
+  ASSERT_TRUE(large.ok()) << large.status();
+  EXPECT_TRUE((*large)->ReserveScratch(shape).ok());
+}
+
 }  // namespace
 }  // namespace cohort::compute
