@@ -78,7 +78,7 @@ std::vector<float> ReadFloats(const std::string& path, uint64_t* begin, uint64_t
 
 // Runs a layout to completion; reassembles rank outputs into the unsharded
 // layout (replicated tensors from tensor rank 0, the tied wte from stage 0).
-RunResult Train(const Layout& l, bool zero1, bool tie_per_step = false) {
+RunResult Train(const Layout& l, bool zero1, bool tie_per_step = false, bool guarded = false) {
   const std::string dir = MakeTempDir("mp");
   std::vector<std::unique_ptr<Subprocess>> ranks;
   for (int r = 0; r < l.world(); ++r) {
@@ -97,6 +97,7 @@ RunResult Train(const Layout& l, bool zero1, bool tie_per_step = false) {
                     "--grads",
                     zero1 ? "--zero1" : "--nozero1",
                     tie_per_step ? "--tie_per_step" : "--notie_per_step",
+                    guarded ? "--guarded_backend" : "--noguarded_backend",
                     absl::StrCat("--out=", dir, "/rank", r, ".txt")};
     options.env = {{"UCX_WARN_UNUSED_ENV_VARS", "n"}};
     options.log_path = absl::StrCat(dir, "/rank", r, ".log");
@@ -248,6 +249,25 @@ TEST(ModelParallelDeterminismTest, TheDataParallelDegreeKeepsTheBitsOfATensorPar
               0)
         << Name(wider) << " vs " << Name(base) << ": parameters after " << kSteps << " steps differ";
   }
+}
+
+// The GPU path without a GPU: every rank on GuardedBackend (memory the host
+// may not touch, tests/testing/guarded_backend.h) stages its weights,
+// gradients, pipeline exchanges and tensor all-reduces through host memory,
+// as a GPU job does; dp 2 x tp 2 x pp 2 with ZeRO-1 must give the bits of
+// the unstaged run. A stage exchange or all-reduce handed backend memory
+// crashes the rank.
+TEST(ModelParallelStagingTest, HostStagingKeepsTheBitsOfEveryParallelism) {
+  const Layout layout{2, 2, 2};
+  const RunResult plain = Train(layout, /*zero1=*/true);
+  const RunResult staged = Train(layout, /*zero1=*/true, /*tie_per_step=*/false, /*guarded=*/true);
+  ASSERT_TRUE(plain.ok && staged.ok);
+  EXPECT_EQ(staged.losses_text, plain.losses_text);
+  ASSERT_EQ(staged.params.size(), plain.params.size());
+  EXPECT_EQ(
+      std::memcmp(staged.params.data(), plain.params.data(), plain.params.size() * sizeof(float)),
+      0)
+      << "parameters after " << kSteps << " steps differ";
 }
 
 }  // namespace

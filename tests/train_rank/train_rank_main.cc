@@ -25,6 +25,7 @@
 #include "absl/flags/parse.h"
 #include "absl/strings/str_cat.h"
 #include "common/log.h"
+#include "tests/testing/guarded_backend.h"
 #include "worker/comm/file_kv_client.h"
 #include "worker/comm/mesh_groups.h"
 #include "worker/comm/ucx_communicator.h"
@@ -48,6 +49,10 @@ ABSL_FLAG(bool, tie_per_step, false,
           "even without pipeline parallelism");
 ABSL_FLAG(bool, grads, false, "write the step-0 reduced gradient to --out.grads");
 ABSL_FLAG(int, threads, 1, "OpenMP threads");
+ABSL_FLAG(bool, guarded_backend, false,
+          "train on GuardedBackend (tests/testing/guarded_backend.h): the CPU's arithmetic "
+          "behind memory the host may not touch, so the model stages its weights, gradients, "
+          "stage exchanges and tensor all-reduces through host memory as on a GPU");
 ABSL_FLAG(std::string, reduction, "deterministic",
           "data-parallel sum order: deterministic (the fixed tree) or transport");
 ABSL_FLAG(std::string, out, "", "output file (losses, parameter hash)");
@@ -147,6 +152,9 @@ int main(int argc, char** argv) {
   cohort::train::TrainingSessionOptions options;
   options.num_threads = absl::GetFlag(FLAGS_threads);
   options.collective_timeout = absl::Seconds(60);
+  if (absl::GetFlag(FLAGS_guarded_backend)) {
+    options.backend = std::make_shared<cohort::testing::GuardedBackend>(options.num_threads);
+  }
   if (absl::GetFlag(FLAGS_tie_per_step)) options.tie_per_micro_batch = false;
   const std::string out = absl::GetFlag(FLAGS_out);
   if (absl::GetFlag(FLAGS_grads)) {

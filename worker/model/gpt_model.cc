@@ -90,10 +90,18 @@ absl::StatusOr<std::unique_ptr<GptModel>> GptModel::Create(const GptConfig& conf
       .max_bias_columns = std::max(config.width, 4 * local_width),
       .vocab_rows = layout.has_embedding() ? layout.vocab_rows(config) : 0,
   }));
-  if (options.stage_on_host || !backend->host_memory()) {
+  if (!backend->host_memory()) {
     model->staging_ = std::make_unique<HostStaging>();
     model->staging_->params.resize(n);
     model->staging_->grads.resize(n);
+    if (layout.has_embedding()) model->staging_->embedding_grad.resize(model->table_[kWte].numel);
+    if (layout.pp > 1) {
+      const size_t activation = static_cast<size_t>(max_b) * max_t * config.width;
+      model->staging_->stage_input.assign(slots, std::vector<float>(activation));
+      model->staging_->stage_output.assign(slots, std::vector<float>(activation));
+      model->staging_->stage_output_grad.resize(activation);
+      model->staging_->stage_input_grad.resize(activation);
+    }
   }
   model->slots_.resize(slots);
   for (int s = 0; s < slots; ++s) {
@@ -124,7 +132,10 @@ TensorSpan GptModel::grad(ParamId id, int layer) const {
   return grads_.Slice(info.offset + layer * info.LayerNumel(), info.LayerNumel());
 }
 
-TensorSpan GptModel::embedding_grad() const { return embedding_grad_.span(); }
+TensorSpan GptModel::embedding_grad() const {
+  if (staging_ == nullptr || embedding_grad_.data() == nullptr) return embedding_grad_.span();
+  return HostSpan(staging_->embedding_grad, embedding_grad_.numel());
+}
 
 void GptModel::InitializeParameters(uint64_t seed) {
   // Generate on the host, then copy: the same path for any backend.
@@ -214,13 +225,32 @@ absl::Status GptModel::TensorAllReduce(TensorSpan span, comm::ReduceOp op) {
   if (tensor_group_ == nullptr) return absl::OkStatus();
   // The backend's queued ops must have produced `span` before it is sent.
   RETURN_IF_ERROR(backend_->Synchronize());
-  return tensor_group_->AllReduce(span.data, span.numel, comm::DataType::kFloat32, op,
-                                  options_.collective_timeout);
+  if (staging_ == nullptr) {
+    return tensor_group_->AllReduce(span.data, span.numel, comm::DataType::kFloat32, op,
+                                    options_.collective_timeout);
+  }
+  // The group's collectives work on host memory: reduce a host copy.
+  std::vector<float>& host = staging_->reduce;
+  host.resize(span.numel);
+  backend_->CopyToHost(host.data(), span);
+  RETURN_IF_ERROR(backend_->Synchronize());
+  RETURN_IF_ERROR(tensor_group_->AllReduce(host.data(), span.numel, comm::DataType::kFloat32, op,
+                                           options_.collective_timeout));
+  backend_->CopyFromHost(span, host.data());
+  return backend_->Synchronize();
+}
+
+TensorSpan GptModel::HostSpan(std::vector<float>& host, size_t numel) {
+  CHECK(numel <= host.size()) << numel << " of " << host.size();
+  return TensorSpan{host.data(), DType::kFloat32, numel};
 }
 
 TensorSpan GptModel::StageInput(int slot, int B, int T) {
   CHECK(slot >= 0 && slot < static_cast<int>(slots_.size())) << "slot " << slot;
   CHECK(B >= 1 && B <= options_.max_micro_batch && T >= 1 && T <= config_.context_length);
+  if (staging_ != nullptr) {
+    return HostSpan(staging_->stage_input[slot], static_cast<size_t>(B) * T * config_.width);
+  }
   return LayOutActivations(config_, layout(), *backend_, slots_[slot].arena, B, T).encoded;
 }
 
@@ -286,6 +316,9 @@ absl::StatusOr<double> GptModel::ForwardStage(int slot_index, const int32_t* inp
   if (lay.has_embedding()) be.CopyFromHost(slot.inputs, inputs);
   if (lay.has_head()) be.CopyFromHost(slot.targets, targets);
   GptActivations a = LayOutActivations(config_, lay, be, slot.arena, B, T);
+  if (staging_ != nullptr && !lay.has_embedding()) {
+    be.CopyFromHost(a.encoded, staging_->stage_input[slot_index].data());  // StageInput
+  }
 
   if (lay.has_embedding()) {
     if (lay.tp == 1) {
@@ -327,6 +360,9 @@ absl::StatusOr<double> GptModel::ForwardStage(int slot_index, const int32_t* inp
     slot.T = T;
     ASSIGN_OR_RETURN(loss, HeadForward(slot));
   } else {
+    if (staging_ != nullptr) {  // StageOutput, for the caller to send
+      be.CopyToHost(staging_->stage_output[slot_index].data(), slot.acts.layers.back().residual3);
+    }
     RETURN_IF_ERROR(be.Synchronize());
   }
   slot.B = B;
@@ -370,17 +406,22 @@ absl::StatusOr<double> GptModel::HeadForward(Slot& slot) {
 TensorSpan GptModel::StageOutput(int slot) const {
   CHECK(slot >= 0 && slot < static_cast<int>(slots_.size()) && slots_[slot].B > 0)
       << "slot " << slot << " has no forward";
-  return slots_[slot].acts.layers.back().residual3;
+  const TensorSpan output = slots_[slot].acts.layers.back().residual3;
+  return staging_ != nullptr ? HostSpan(staging_->stage_output[slot], output.numel) : output;
 }
 
 TensorSpan GptModel::StageOutputGrad(int B, int T) {
-  return LayOutActivationGrads(config_, layout(), grad_acts_.span(), B, T).dresidual;
+  const TensorSpan grad =
+      LayOutActivationGrads(config_, layout(), grad_acts_.span(), B, T).dresidual;
+  return staging_ != nullptr ? HostSpan(staging_->stage_output_grad, grad.numel) : grad;
 }
 
 TensorSpan GptModel::StageInputGrad() const {
   CHECK(last_backward_slot_ >= 0) << "no backward has run";
   const Slot& slot = slots_[last_backward_slot_];
-  return LayOutActivationGrads(config_, layout(), grad_acts_.span(), slot.B, slot.T).dresidual;
+  const TensorSpan grad =
+      LayOutActivationGrads(config_, layout(), grad_acts_.span(), slot.B, slot.T).dresidual;
+  return staging_ != nullptr ? HostSpan(staging_->stage_input_grad, grad.numel) : grad;
 }
 
 void GptModel::ZeroGrad() {
@@ -406,6 +447,9 @@ absl::Status GptModel::Backward(double loss_scale) {
 absl::Status GptModel::BackwardStage(int slot_index, double loss_scale) {
   RETURN_IF_ERROR(UploadStaleGrads());
   RETURN_IF_ERROR(BackwardOnBackend(slot_index, loss_scale));
+  if (staging_ != nullptr && embedding_grad_.data() != nullptr) {
+    backend_->CopyToHost(staging_->embedding_grad.data(), embedding_grad_.span());
+  }
   return DownloadGrads();
 }
 
@@ -434,6 +478,9 @@ absl::Status GptModel::BackwardOnBackend(int slot_index, double loss_scale) {
   const GptActivations& a = slot.acts;
   const GptActivationGrads g = LayOutActivationGrads(config_, lay, grad_acts_.span(), B, T);
   last_backward_slot_ = slot_index;
+  if (staging_ != nullptr && !lay.has_head()) {
+    be.CopyFromHost(g.dresidual, staging_->stage_output_grad.data());  // StageOutputGrad
+  }
 
   if (lay.has_head()) {
     // d(loss_scale * mean loss)/d(loss at each position).
@@ -494,6 +541,8 @@ absl::Status GptModel::BackwardOnBackend(int slot_index, double loss_scale) {
       be.EncoderBackwardShard(embedding_grad_.span(), grad(kWpe), g.dresidual, slot.inputs,
                               lay.vocab_start(config_), Vs, B, T, C);
     }
+  } else if (staging_ != nullptr) {  // StageInputGrad, for the caller to send
+    be.CopyToHost(staging_->stage_input_grad.data(), g.dresidual);
   }
   return be.Synchronize();
 }

@@ -45,8 +45,11 @@
 // memory unchanged, at the cost of one copy of each arena per step. A
 // writer must take the pointer (non-const params() / grads()) after the
 // last pass it should not affect; const access never marks a copy stale.
-// param(), grad(), embedding_grad(), logits() and the Stage* spans are
-// backend memory.
+// The pipeline's Stage* spans and embedding_grad() are host memory too on a
+// staged model (the passes move them to and from the backend; embedding_grad
+// as of the last backward), and the tensor group's all-reduces run on host
+// copies: every layout works over host collectives. param(), grad() and
+// logits() are backend memory.
 //
 // Thread-safety: thread-compatible; one caller at a time (like its Backend).
 
@@ -79,10 +82,6 @@ struct ModelOptions {
   comm::Communicator* tensor_group = nullptr;
   // Bound on each collective of a pass.
   absl::Duration collective_timeout = absl::Minutes(5);
-  // Stage params() and grads() through host copies even on a backend whose
-  // memory the host reads (always on for one it cannot): lets the GPU path's
-  // staging be tested on the CPU.
-  bool stage_on_host = false;
   // Micro-batches whose activations are kept at once (pipeline schedules
   // keep several forwards waiting for their backward).
   int activation_slots = 1;
@@ -239,7 +238,16 @@ class GptModel {
     std::vector<float> grads;
     Newest params_newest = Newest::kSynced;
     Newest grads_newest = Newest::kSynced;
+    // A pipeline stage's exchanges (max B x maxT x C each): the received
+    // input and the output to send, per activation slot; the received
+    // output gradient and the input gradient to send.
+    std::vector<std::vector<float>> stage_input, stage_output;
+    std::vector<float> stage_output_grad, stage_input_grad;
+    std::vector<float> embedding_grad;  // on the stage with the embedding
+    std::vector<float> reduce;          // the tensor group's all-reduce
   };
+  // A host span of `host`'s first `numel` elements.
+  static compute::TensorSpan HostSpan(std::vector<float>& host, size_t numel);
   // The host gradients, zero-filled first if ZeroGrad cleared the backend's.
   std::vector<float>& HostGrads() const;
 

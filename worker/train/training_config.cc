@@ -14,16 +14,8 @@ namespace {
 // (tests, tools) that skipped normalisation.
 double OrDefault(double value, double fallback) { return value == 0.0 ? fallback : value; }
 
-// What a GPU job can train with today: fp32 or tf32, one model shard per
-// rank (no tensor or pipeline parallelism).
+// The precisions a GPU job can train in today: fp32 or tf32.
 absl::StatusOr<compute::Precision> GpuPrecision(const v1::JobSpec& spec) {
-  if (spec.parallelism().tensor() > 1 || spec.parallelism().pipeline() > 1) {
-    return absl::UnimplementedError(absl::StrCat(
-        "parallelism: tensor ", spec.parallelism().tensor(), " x pipeline ",
-        spec.parallelism().pipeline(),
-        " on GPU workers needs device-memory collectives (NCCL), not built yet; a GPU job "
-        "trains data-parallel only (tensor = pipeline = 1)"));
-  }
   switch (spec.model().precision()) {
     case v1::PRECISION_FP32:
       return compute::Precision::kFp32;

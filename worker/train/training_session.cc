@@ -51,8 +51,10 @@ absl::StatusOr<std::unique_ptr<TrainingSession>> TrainingSession::Create(
   }
   TrainingSession* const reuse = options.reuse;
   std::unique_ptr<TrainingSession> session(new TrainingSession(config));
-  if (reuse != nullptr && reuse->config_.precision == config.precision &&
-      reuse->config_.backend == config.backend) {
+  if (options.backend != nullptr) {
+    session->backend_ = options.backend;
+  } else if (reuse != nullptr && reuse->config_.precision == config.precision &&
+             reuse->config_.backend == config.backend) {
     session->backend_ = reuse->backend_;
   } else {
     ASSIGN_OR_RETURN(session->backend_, compute::CreateBackend(BackendOptionsFor(config, options)));
@@ -63,7 +65,6 @@ absl::StatusOr<std::unique_ptr<TrainingSession>> TrainingSession::Create(
   model_options.tensor_group = groups.tensor;
   model_options.collective_timeout = options.collective_timeout;
   model_options.activation_slots = ActivationSlotsFor(config, layout, dp);
-  model_options.stage_on_host = options.stage_on_host;
   // (ModelFits implies the same precision, so the backend is shared too.)
   if (reuse != nullptr && ModelFits(*reuse, config, layout, model_options.activation_slots)) {
     session->model_ = reuse->model_;

@@ -41,9 +41,10 @@ struct TrainingSessionOptions {
   int num_threads = 0;
   // The CUDA device of a GPU job (TrainingConfig::backend kCuda).
   int device_index = 0;
-  // ModelOptions::stage_on_host: run the host staging of a GPU job's
-  // weights and gradients on the CPU backend (tests of that path).
-  bool stage_on_host = false;
+  // The backend to build the session on instead of creating one from the
+  // config (tests: a backend whose memory the host cannot read, to run the
+  // GPU path's host staging without a GPU). Null: created.
+  std::shared_ptr<compute::Backend> backend;
   // Bound on each collective of a step (a dead peer turns into an error by
   // then at the latest; usually much sooner).
   absl::Duration collective_timeout = absl::Minutes(5);

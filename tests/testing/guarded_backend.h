@@ -1,0 +1,199 @@
+#pragma once
+// GuardedBackend: the CPU backend's arithmetic behind memory the host may not
+// touch, like a GPU's. host_memory() is false, and every buffer it allocates
+// is mapped PROT_NONE except while one of its own calls runs, so any code
+// that dereferences backend memory outside the backend (instead of going
+// through CopyToHost / CopyFromHost, or the model's host staging) dies with
+// SIGSEGV at that line. The GPU path's staging is tested with it on machines
+// without a GPU; its results are the CPU backend's bits.
+//
+// Header-only (tests link it without a library of their own).
+// Thread-compatible, like every Backend.
+
+#include <sys/mman.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cstring>
+#include <map>
+#include <memory>
+#include <utility>
+
+#include "absl/status/statusor.h"
+#include "absl/strings/str_cat.h"
+#include "common/log.h"
+#include "worker/compute/backend.h"
+#include "worker/compute/cpu_backend.h"
+
+namespace cohort::testing {
+
+class GuardedBackend final : public compute::Backend {
+ public:
+  explicit GuardedBackend(int num_threads = 1)
+      : cpu_(compute::CpuBackendOptions{.num_threads = num_threads}) {}
+  ~GuardedBackend() override { CHECK(regions_.empty()) << "buffers outlive their backend"; }
+
+  std::string_view name() const override { return "guarded-cpu"; }
+  compute::DType activation_dtype() const override { return cpu_.activation_dtype(); }
+  bool host_memory() const override { return false; }
+
+  absl::StatusOr<compute::Buffer> Allocate(compute::DType dtype, size_t numel) override {
+    const size_t page = static_cast<size_t>(sysconf(_SC_PAGESIZE));
+    const size_t bytes = std::max<size_t>(numel * compute::DTypeSize(dtype), 1);
+    const size_t mapped = (bytes + page - 1) / page * page;
+    void* data = mmap(nullptr, mapped, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    if (data == MAP_FAILED) {
+      return absl::ResourceExhaustedError(absl::StrCat("cannot map ", mapped, " bytes"));
+    }
+    regions_.emplace(data, mapped);  // fresh anonymous pages read as zero
+    return compute::Buffer(data, dtype, numel, [this](void* p) {
+      auto region = regions_.find(p);
+      CHECK(region != regions_.end());
+      munmap(p, region->second);
+      regions_.erase(region);
+    });
+  }
+  absl::Status ReserveScratch(const compute::PassShape& shape) override {
+    return cpu_.ReserveScratch(shape);
+  }
+  void Zero(compute::TensorSpan dst) override {
+    Open open(this);
+    cpu_.Zero(dst);
+  }
+  void CopyFromHost(compute::TensorSpan dst, const void* src) override {
+    Open open(this);
+    cpu_.CopyFromHost(dst, src);
+  }
+  void CopyToHost(void* dst, compute::TensorSpan src) override {
+    Open open(this);
+    cpu_.CopyToHost(dst, src);
+  }
+  absl::Status Synchronize() override { return cpu_.Synchronize(); }
+
+  // Every op: the memory opens for the inner CPU backend's call only.
+#define COHORT_GUARDED(call) \
+  Open open(this);           \
+  cpu_.call
+  void EncoderForward(compute::TensorSpan out, compute::TensorSpan inp, compute::TensorSpan wte,
+                      compute::TensorSpan wpe, int B, int T, int C) override {
+    COHORT_GUARDED(EncoderForward(out, inp, wte, wpe, B, T, C));
+  }
+  void EncoderBackward(compute::TensorSpan dwte, compute::TensorSpan dwpe, compute::TensorSpan dout,
+                       compute::TensorSpan inp, int B, int T, int C) override {
+    COHORT_GUARDED(EncoderBackward(dwte, dwpe, dout, inp, B, T, C));
+  }
+  void LayerNormForward(compute::TensorSpan out, compute::TensorSpan mean, compute::TensorSpan rstd,
+                        compute::TensorSpan inp, compute::TensorSpan weight,
+                        compute::TensorSpan bias, int N, int C) override {
+    COHORT_GUARDED(LayerNormForward(out, mean, rstd, inp, weight, bias, N, C));
+  }
+  void LayerNormBackward(compute::TensorSpan dinp, compute::TensorSpan dweight,
+                         compute::TensorSpan dbias, compute::TensorSpan dout,
+                         compute::TensorSpan inp, compute::TensorSpan weight,
+                         compute::TensorSpan mean, compute::TensorSpan rstd, int N,
+                         int C) override {
+    COHORT_GUARDED(LayerNormBackward(dinp, dweight, dbias, dout, inp, weight, mean, rstd, N, C));
+  }
+  void MatmulForward(compute::TensorSpan out, compute::TensorSpan inp, compute::TensorSpan weight,
+                     compute::TensorSpan bias, int N, int C, int OC) override {
+    COHORT_GUARDED(MatmulForward(out, inp, weight, bias, N, C, OC));
+  }
+  void MatmulBackward(compute::TensorSpan dinp, compute::TensorSpan dweight,
+                      compute::TensorSpan dbias, compute::TensorSpan dout, compute::TensorSpan inp,
+                      compute::TensorSpan weight, int N, int C, int OC) override {
+    COHORT_GUARDED(MatmulBackward(dinp, dweight, dbias, dout, inp, weight, N, C, OC));
+  }
+  size_t AttentionStateNumel(int B, int T, int NH) const override {
+    return cpu_.AttentionStateNumel(B, T, NH);
+  }
+  void AttentionForward(compute::TensorSpan out, compute::TensorSpan state, compute::TensorSpan qkv,
+                        int B, int T, int C, int NH) override {
+    COHORT_GUARDED(AttentionForward(out, state, qkv, B, T, C, NH));
+  }
+  void AttentionBackward(compute::TensorSpan dqkv, compute::TensorSpan dout,
+                         compute::TensorSpan qkv, compute::TensorSpan state, int B, int T, int C,
+                         int NH) override {
+    COHORT_GUARDED(AttentionBackward(dqkv, dout, qkv, state, B, T, C, NH));
+  }
+  void GeluForward(compute::TensorSpan out, compute::TensorSpan inp, size_t n) override {
+    COHORT_GUARDED(GeluForward(out, inp, n));
+  }
+  void GeluBackward(compute::TensorSpan dinp, compute::TensorSpan inp, compute::TensorSpan dout,
+                    size_t n) override {
+    COHORT_GUARDED(GeluBackward(dinp, inp, dout, n));
+  }
+  void ResidualForward(compute::TensorSpan out, compute::TensorSpan inp1, compute::TensorSpan inp2,
+                       size_t n) override {
+    COHORT_GUARDED(ResidualForward(out, inp1, inp2, n));
+  }
+  void ResidualBackward(compute::TensorSpan dinp1, compute::TensorSpan dinp2,
+                        compute::TensorSpan dout, size_t n) override {
+    COHORT_GUARDED(ResidualBackward(dinp1, dinp2, dout, n));
+  }
+  void CrossEntropyForward(compute::TensorSpan losses, compute::TensorSpan lse,
+                           compute::TensorSpan logits, compute::TensorSpan targets, int N, int V,
+                           int Vp) override {
+    COHORT_GUARDED(CrossEntropyForward(losses, lse, logits, targets, N, V, Vp));
+  }
+  void CrossEntropyBackward(compute::TensorSpan dlogits, compute::TensorSpan logits,
+                            compute::TensorSpan lse, compute::TensorSpan targets,
+                            compute::TensorSpan dlosses, int N, int V, int Vp) override {
+    COHORT_GUARDED(CrossEntropyBackward(dlogits, logits, lse, targets, dlosses, N, V, Vp));
+  }
+  void EncoderForwardShard(compute::TensorSpan out, compute::TensorSpan inp,
+                           compute::TensorSpan wte, compute::TensorSpan wpe, int vocab_start,
+                           int Vs, int B, int T, int C) override {
+    COHORT_GUARDED(EncoderForwardShard(out, inp, wte, wpe, vocab_start, Vs, B, T, C));
+  }
+  void EncoderBackwardShard(compute::TensorSpan dwte, compute::TensorSpan dwpe,
+                            compute::TensorSpan dout, compute::TensorSpan inp, int vocab_start,
+                            int Vs, int B, int T, int C) override {
+    COHORT_GUARDED(EncoderBackwardShard(dwte, dwpe, dout, inp, vocab_start, Vs, B, T, C));
+  }
+  void CrossEntropyShardMax(compute::TensorSpan row_max, compute::TensorSpan logits, int N, int V,
+                            int Vs, int vocab_start) override {
+    COHORT_GUARDED(CrossEntropyShardMax(row_max, logits, N, V, Vs, vocab_start));
+  }
+  void CrossEntropyShardSums(compute::TensorSpan sums, compute::TensorSpan logits,
+                             compute::TensorSpan row_max, compute::TensorSpan targets, int N, int V,
+                             int Vs, int vocab_start) override {
+    COHORT_GUARDED(CrossEntropyShardSums(sums, logits, row_max, targets, N, V, Vs, vocab_start));
+  }
+  void CrossEntropyShardFinish(compute::TensorSpan losses, compute::TensorSpan lse,
+                               compute::TensorSpan row_max, compute::TensorSpan sums,
+                               int N) override {
+    COHORT_GUARDED(CrossEntropyShardFinish(losses, lse, row_max, sums, N));
+  }
+  void CrossEntropyShardBackward(compute::TensorSpan dlogits, compute::TensorSpan logits,
+                                 compute::TensorSpan lse, compute::TensorSpan targets,
+                                 compute::TensorSpan dlosses, int N, int V, int Vs,
+                                 int vocab_start) override {
+    COHORT_GUARDED(
+        CrossEntropyShardBackward(dlogits, logits, lse, targets, dlosses, N, V, Vs, vocab_start));
+  }
+#undef COHORT_GUARDED
+
+ private:
+  // Opens every buffer for reading and writing for its lifetime.
+  class Open {
+   public:
+    explicit Open(GuardedBackend* backend) : backend_(backend) {
+      backend_->Protect(PROT_READ | PROT_WRITE);
+    }
+    ~Open() { backend_->Protect(PROT_NONE); }
+    Open(const Open&) = delete;
+    Open& operator=(const Open&) = delete;
+
+   private:
+    GuardedBackend* backend_;
+  };
+
+  void Protect(int protection) {
+    for (const auto& [data, bytes] : regions_) CHECK(mprotect(data, bytes, protection) == 0);
+  }
+
+  compute::CpuBackend cpu_;
+  std::map<void*, size_t> regions_;  // live buffers: address -> mapped bytes
+};
+
+}  // namespace cohort::testing
