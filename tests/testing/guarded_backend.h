@@ -53,6 +53,10 @@ class GuardedBackend final : public compute::Backend {
       regions_.erase(region);
     });
   }
+  // Host memory, not guarded (the model's staging copies live there).
+  absl::StatusOr<compute::Buffer> AllocateHost(compute::DType dtype, size_t numel) override {
+    return cpu_.AllocateHost(dtype, numel);
+  }
   absl::Status ReserveScratch(const compute::PassShape& shape) override {
     return cpu_.ReserveScratch(shape);
   }

@@ -92,6 +92,9 @@ class TimingBackend final : public cohort::compute::Backend {
   std::string_view name() const override { return inner_->name(); }
   DType activation_dtype() const override { return inner_->activation_dtype(); }
   bool host_memory() const override { return inner_->host_memory(); }
+  absl::StatusOr<cohort::compute::Buffer> AllocateHost(DType dtype, size_t numel) override {
+    return inner_->AllocateHost(dtype, numel);
+  }
   absl::Status ReserveScratch(const cohort::compute::PassShape& shape) override {
     return inner_->ReserveScratch(shape);
   }

@@ -35,6 +35,10 @@ class CpuBackend final : public Backend {
   DType activation_dtype() const override { return DType::kFloat32; }
   bool host_memory() const override { return true; }
   absl::Status ReserveScratch(const PassShape& shape) override;
+  // Backend memory is host memory here.
+  absl::StatusOr<Buffer> AllocateHost(DType dtype, size_t numel) override {
+    return Allocate(dtype, numel);
+  }
 
   absl::StatusOr<Buffer> Allocate(DType dtype, size_t numel) override;
   void Zero(TensorSpan dst) override;

@@ -7,6 +7,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <cstring>
 #include <map>
 #include <optional>
 #include <tuple>
@@ -97,6 +98,7 @@ class CudaBackend final : public Backend {
   DType activation_dtype() const override { return DType::kFloat32; }
   bool host_memory() const override { return false; }
   absl::Status ReserveScratch(const PassShape& shape) override;
+  absl::StatusOr<Buffer> AllocateHost(DType dtype, size_t numel) override;
 
   absl::StatusOr<Buffer> Allocate(DType dtype, size_t numel) override;
   void Zero(TensorSpan dst) override;
@@ -339,6 +341,21 @@ absl::StatusOr<Buffer> CudaBackend::Allocate(DType dtype, size_t numel) {
   if (data == nullptr) return error;
   Check(cudaMemsetAsync(data, 0, bytes, stream_), "cudaMemsetAsync");
   return Buffer(data, dtype, numel, [this](void* p) { RawFree(p); });
+}
+
+absl::StatusOr<Buffer> CudaBackend::AllocateHost(DType dtype, size_t numel) {
+  if (!Begin()) return std::exchange(error_, absl::OkStatus());
+  const size_t bytes = std::max<size_t>(numel * DTypeSize(dtype), 1);
+  void* data = nullptr;
+  const cudaError_t allocated = cudaHostAlloc(&data, bytes, cudaHostAllocPortable);
+  if (allocated != cudaSuccess) {
+    cudaGetLastError();  // not sticky
+    return absl::ResourceExhaustedError(absl::StrCat("cannot page-lock ", bytes,
+                                                     " bytes of host memory for staging (",
+                                                     CudaErrorText(allocated), ")"));
+  }
+  std::memset(data, 0, bytes);
+  return Buffer(data, dtype, numel, [](void* p) { cudaFreeHost(p); });
 }
 
 void* CudaBackend::Scratch(ScratchSlot slot, size_t bytes) {

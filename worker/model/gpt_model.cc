@@ -92,8 +92,8 @@ absl::StatusOr<std::unique_ptr<GptModel>> GptModel::Create(const GptConfig& conf
   }));
   if (!backend->host_memory()) {
     model->staging_ = std::make_unique<HostStaging>();
-    model->staging_->params.resize(n);
-    model->staging_->grads.resize(n);
+    ASSIGN_OR_RETURN(model->staging_->params, backend->AllocateHost(DType::kFloat32, n));
+    ASSIGN_OR_RETURN(model->staging_->grads, backend->AllocateHost(DType::kFloat32, n));
     if (layout.has_embedding()) model->staging_->embedding_grad.resize(model->table_[kWte].numel);
     if (layout.pp > 1) {
       const size_t activation = static_cast<size_t>(max_b) * max_t * config.width;
@@ -140,7 +140,8 @@ TensorSpan GptModel::embedding_grad() const {
 void GptModel::InitializeParameters(uint64_t seed) {
   // Generate on the host, then copy: the same path for any backend.
   if (staging_ != nullptr) {
-    model::InitializeParameters(config_, table_, seed, staging_->params.data());
+    model::InitializeParameters(config_, table_, seed,
+                                static_cast<float*>(staging_->params.data()));
     staging_->params_newest = Newest::kHostNewer;  // uploaded by the next Forward
     return;
   }
@@ -154,30 +155,31 @@ void GptModel::InitializeParameters(uint64_t seed) {
 float* GptModel::params() {
   if (staging_ == nullptr) return static_cast<float*>(params_.data());
   staging_->params_newest = Newest::kHostNewer;
-  return staging_->params.data();
+  return static_cast<float*>(staging_->params.data());
 }
 
 const float* GptModel::params() const {
-  return staging_ == nullptr ? static_cast<const float*>(params_.data()) : staging_->params.data();
+  return static_cast<const float*>(staging_ == nullptr ? params_.data() : staging_->params.data());
 }
 
-std::vector<float>& GptModel::HostGrads() const {
+float* GptModel::HostGrads() const {
+  auto* host = static_cast<float*>(staging_->grads.data());
   if (staging_->grads_newest == Newest::kZeroOnBackend) {
-    std::fill(staging_->grads.begin(), staging_->grads.end(), 0.0f);
+    std::fill_n(host, staging_->grads.numel(), 0.0f);
     staging_->grads_newest = Newest::kSynced;
   }
-  return staging_->grads;
+  return host;
 }
 
 float* GptModel::grads() {
   if (staging_ == nullptr) return static_cast<float*>(grads_.data());
-  float* host = HostGrads().data();
+  float* host = HostGrads();
   staging_->grads_newest = Newest::kHostNewer;
   return host;
 }
 
 const float* GptModel::grads() const {
-  return staging_ == nullptr ? static_cast<const float*>(grads_.data()) : HostGrads().data();
+  return staging_ == nullptr ? static_cast<const float*>(grads_.data()) : HostGrads();
 }
 
 absl::Status GptModel::UploadStaleParams() {

@@ -234,8 +234,10 @@ class GptModel {
   // cleared the backend's copy; the host copy is zeroed when next read).
   enum class Newest { kSynced, kHostNewer, kZeroOnBackend };
   struct HostStaging {
-    std::vector<float> params;
-    std::vector<float> grads;
+    // The arenas' host copies, from Backend::AllocateHost (page-locked on a
+    // GPU: these cross every step).
+    compute::Buffer params;
+    compute::Buffer grads;
     Newest params_newest = Newest::kSynced;
     Newest grads_newest = Newest::kSynced;
     // A pipeline stage's exchanges (max B x maxT x C each): the received
@@ -249,7 +251,7 @@ class GptModel {
   // A host span of `host`'s first `numel` elements.
   static compute::TensorSpan HostSpan(std::vector<float>& host, size_t numel);
   // The host gradients, zero-filled first if ZeroGrad cleared the backend's.
-  std::vector<float>& HostGrads() const;
+  float* HostGrads() const;
 
   const GptConfig config_;
   const ParameterTable table_;

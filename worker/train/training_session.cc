@@ -4,8 +4,9 @@
 #include <optional>
 
 #include "absl/strings/str_cat.h"
-#include "common/status_macros.h"
 #include "common/layout/mesh_layout.h"
+#include "common/log.h"
+#include "common/status_macros.h"
 #include "worker/compute/backend_factory.h"
 #include "worker/model/gpt_activations.h"
 #include "worker/train/gradient_tree.h"
@@ -72,6 +73,12 @@ absl::StatusOr<std::unique_ptr<TrainingSession>> TrainingSession::Create(
   } else {
     ASSIGN_OR_RETURN(session->model_,
                      model::GptModel::Create(config.model, session->backend_.get(), model_options));
+    if (session->model_->staged()) {
+      LOG(INFO) << "model shard on the " << session->backend_->name()
+                << " backend; its weights, gradients and the exchanges between ranks are staged "
+                   "through host memory and the collectives run over UCX (device-memory "
+                   "collectives are not built)";
+    }
   }
 
   if (reuse != nullptr && reuse->config_.data == config.data) {
