@@ -4,10 +4,10 @@
 // tools/bench/torch_gpu_step.py measures the same step in PyTorch eager, and
 // tools/gpu-check runs both on a GPU machine.
 //
-//   cohort-bench-gpu [--backend cuda|cpu] [--precision fp32,tf32] [--model gpt2|d12|tiny]
+//   cohort-bench-gpu [--backend cuda|cpu] [--precision fp32,tf32,bf16] [--model gpt2|d12|tiny]
 //                    [--layers L --heads NH --width C --vocab V --context maxT]
 //                    [--batch B] [--seq T] [--warmup 3] [--steps 10] [--device_index 0]
-//                    [--peak_tflops 67,495] [--output table|json]
+//                    [--peak_tflops 67,495,989] [--output table|json]
 //
 // What is timed: ZeroGrad + Forward (which ends with a device sync, to read the
 // loss) + Backward (which ends with Synchronize and, on a GPU, with the copy
@@ -69,8 +69,8 @@
 
 ABSL_FLAG(std::string, backend, "cuda", "compute backend: cuda or cpu");
 ABSL_FLAG(std::string, precision, "",
-          "comma list of precisions, one table row each: fp32, tf32 (CUDA only). "
-          "Default: fp32,tf32 on cuda, fp32 on cpu");
+          "comma list of precisions, one table row each: fp32, tf32 and bf16 (CUDA only). "
+          "Default: fp32,tf32,bf16 on cuda, fp32 on cpu");
 ABSL_FLAG(std::string, model, "gpt2",
           "model preset: gpt2 (= d12, GPT-2 124M: layers 12, heads 12, width 768, vocab 50257 "
           "padded to 50304, context 1024) or tiny (layers 2, heads 4, width 128, vocab 512, "
@@ -88,8 +88,9 @@ ABSL_FLAG(int, device_index, 0, "cuda: the device (cudaSetDevice index, >= 0)");
 ABSL_FLAG(int, threads, 0, "cpu: OpenMP and OpenBLAS threads; 0 = OMP_NUM_THREADS or all cores");
 ABSL_FLAG(std::string, peak_tflops, "",
           "the device's dense peak TFLOP/s for MFU, a comma list with one value per --precision "
-          "(in its order). Default on cuda: the H100/H200 SXM datasheet numbers, fp32 67 and "
-          "tf32 495 (dense, not the 989 with sparsity); override them for another device. "
+          "(in its order). Default on cuda: the H100/H200 SXM datasheet numbers, dense (not "
+          "the doubled ones with sparsity): fp32 67, tf32 495, bf16 989; override them for "
+          "another device. "
           "Default on cpu: none (MFU n/a)");
 ABSL_FLAG(std::string, output, "table", "table (markdown) or json");
 
@@ -210,11 +211,10 @@ absl::Status ParsePrecisions(const std::string& list, compute::BackendKind backe
     } else if (name == "tf32") {
       precision = compute::Precision::kTf32;
     } else if (name == "bf16") {
-      return absl::InvalidArgumentError(
-          "--precision bf16: the CUDA backend does not compute in bf16 yet (fp32, tf32)");
+      precision = compute::Precision::kBf16;
     } else {
       return absl::InvalidArgumentError(
-          absl::StrCat("--precision: unknown precision '", name, "' (fp32, tf32)"));
+          absl::StrCat("--precision: unknown precision '", name, "' (fp32, tf32, bf16)"));
     }
     if (backend == compute::BackendKind::kCpu && precision != compute::Precision::kFp32) {
       return absl::InvalidArgumentError(
@@ -233,10 +233,12 @@ absl::Status ParsePeaks(const std::string& list, const BenchConfig& bench,
   if (list.empty()) {
     for (compute::Precision precision : bench.precisions) {
       // H100/H200 SXM datasheet peaks, dense: fp32 on the CUDA cores, tf32
-      // on the tensor cores. The CPU has no default (MFU n/a).
+      // and bf16 on the tensor cores. The CPU has no default (MFU n/a).
       double peak = 0;
       if (bench.backend == compute::BackendKind::kCuda) {
-        peak = precision == compute::Precision::kTf32 ? 495.0 : 67.0;
+        peak = precision == compute::Precision::kTf32   ? 495.0
+               : precision == compute::Precision::kBf16 ? 989.0
+                                                        : 67.0;
       }
       out->push_back(peak);
     }
@@ -278,7 +280,7 @@ absl::Status ParseFlags(BenchConfig* bench) {
   }
   const bool cuda = bench->backend == compute::BackendKind::kCuda;
   std::string precisions = absl::GetFlag(FLAGS_precision);
-  if (precisions.empty()) precisions = cuda ? "fp32,tf32" : "fp32";
+  if (precisions.empty()) precisions = cuda ? "fp32,tf32,bf16" : "fp32";
   if (absl::Status s = ParsePrecisions(precisions, bench->backend, &bench->precisions); !s.ok()) {
     return s;
   }
@@ -538,8 +540,9 @@ int main(int argc, char** argv) {
       "one markdown table row per precision (median and min step ms, tokens/s, model TFLOP/s,\n"
       "MFU against --peak_tflops, peak device memory). The AdamW update and the gradient\n"
       "reduction run in host memory today and are not timed. Progress goes to stderr.\n"
-      "  cohort-bench-gpu [--backend cuda|cpu] [--precision fp32,tf32] [--model gpt2|d12|tiny]\n"
-      "      [--batch B] [--seq T] [--warmup 3] [--steps 10] [--peak_tflops 67,495]\n"
+      "  cohort-bench-gpu [--backend cuda|cpu] [--precision fp32,tf32,bf16] [--model "
+      "gpt2|d12|tiny]\n"
+      "      [--batch B] [--seq T] [--warmup 3] [--steps 10] [--peak_tflops 67,495,989]\n"
       "      [--output table|json]\n"
       "Model FLOPs per token: 6 N + 12 L C T (nanoGPT's estimate_mfu, after PaLM).\n"
       "Exit status: 0 every requested row ran; 3 some rows were skipped for lack of a device\n"

@@ -29,7 +29,7 @@ struct BackendOptions {
 // A new backend owned by the caller. InvalidArgument for a negative thread
 // count or a precision the kind does not compute in (the CPU: fp32 only);
 // Unimplemented for a kind this build does not provide (CUDA where nvcc was
-// missing) or a precision not built yet (bf16); the CUDA backend's own
+// missing); the CUDA backend's own
 // errors otherwise (cuda_backend.h: FailedPrecondition without a device).
 absl::StatusOr<std::unique_ptr<Backend>> CreateBackend(const BackendOptions& options);
 

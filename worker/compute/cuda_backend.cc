@@ -49,6 +49,8 @@ enum ScratchSlot : int {
   kScoreGrads,      // d(scores), (B,NH,T,T)
   kEncoderSort,     // the token sort of EncoderBackwardShard
   kColumnSums,      // partial sums of dbias and LayerNorm's dweight
+  kOperandA,        // bf16: a GEMM's A and B operands, rounded from fp32
+  kOperandB,
   kScratchSlots,
 };
 
@@ -167,6 +169,9 @@ class CudaBackend final : public Backend {
   void Gemm(const GemmShape& shape, float alpha, const float* a, const float* b, float beta,
             float* c);
   const GemmPlan* PlanFor(const GemmShape& shape);
+  // In bf16: `count` floats at `data` rounded to bf16 in scratch `slot`
+  // (nullptr after recording a failure); otherwise `data` itself.
+  const void* Operand(const float* data, size_t count, ScratchSlot slot);
   // `batch` GEMMs at fixed strides through cuBLAS (attention's products).
   void BatchedGemm(const GemmShape& shape, float alpha, const float* a, int64_t stride_a,
                    const float* b, int64_t stride_b, float beta, float* c, int64_t stride_c,
@@ -174,6 +179,10 @@ class CudaBackend final : public Backend {
 
   CudaBackendOptions options_;
   cublasComputeType_t compute_type_ = CUBLAS_COMPUTE_32F;
+  // bf16: GEMM operands rounded to bf16 (tensor cores), fp32 accumulation and
+  // results; the type cuBLAS is told the operands have.
+  bool bf16_ = false;
+  cudaDataType_t operand_type_ = CUDA_R_32F;
   cudaStream_t stream_ = nullptr;
   cublasLtHandle_t lt_ = nullptr;
   cublasHandle_t blas_ = nullptr;
@@ -243,6 +252,8 @@ absl::Status CudaBackend::Init() {
       blas(cublasSetWorkspace(blas_, blas_workspace_, kWorkspaceBytes), "cublasSetWorkspace"));
   compute_type_ =
       options_.precision == Precision::kTf32 ? CUBLAS_COMPUTE_32F_FAST_TF32 : CUBLAS_COMPUTE_32F;
+  bf16_ = options_.precision == Precision::kBf16;
+  operand_type_ = bf16_ ? CUDA_R_16BF : CUDA_R_32F;
   if (options_.arena_bytes > 0) {
     const size_t capacity = AlignUp(options_.arena_bytes);
     void* base = nullptr;
@@ -386,6 +397,16 @@ absl::Status CudaBackend::ReserveScratch(const PassShape& shape) {
     wanted[kEncoderSort] = cuda::EncoderBackwardScratchBytes(rows, shape.vocab_rows);
   }
   wanted[kColumnSums] = cuda::ColumnSumScratchFloats(rows, shape.max_bias_columns) * sizeof(float);
+  if (bf16_) {
+    // The largest GEMM operands: the logits' gradient (N x Vs) and the LM
+    // head (Vs x C), the widest activations (N x 4C), attention's
+    // probabilities (B x NH x T x T).
+    const size_t operand =
+        std::max({Mul(rows, std::max(shape.vocab_rows, shape.max_bias_columns)),
+                  Mul(shape.vocab_rows, shape.width),
+                  AttentionStateNumel(shape.max_batch, shape.max_seq, shape.heads)});
+    wanted[kOperandA] = wanted[kOperandB] = operand * sizeof(uint16_t);
+  }
   for (int slot = 0; slot < kScratchSlots; ++slot) {
     if (wanted[slot] > 0 && Scratch(static_cast<ScratchSlot>(slot), wanted[slot]) == nullptr) {
       break;
@@ -439,9 +460,9 @@ const GemmPlan* CudaBackend::PlanFor(const GemmShape& shape) {
       fail(cublasLtMatmulDescSetAttribute(plan.desc, CUBLASLT_MATMUL_DESC_TRANSB, &op_b,
                                           sizeof(op_b)),
            "cublasLtMatmulDescSetAttribute") ||
-      fail(cublasLtMatrixLayoutCreate(&plan.a, CUDA_R_32F, a_rows, a_cols, shape.lda),
+      fail(cublasLtMatrixLayoutCreate(&plan.a, operand_type_, a_rows, a_cols, shape.lda),
            "cublasLtMatrixLayoutCreate") ||
-      fail(cublasLtMatrixLayoutCreate(&plan.b, CUDA_R_32F, b_rows, b_cols, shape.ldb),
+      fail(cublasLtMatrixLayoutCreate(&plan.b, operand_type_, b_rows, b_cols, shape.ldb),
            "cublasLtMatrixLayoutCreate") ||
       fail(cublasLtMatrixLayoutCreate(&plan.c, CUDA_R_32F, shape.m, shape.n, shape.ldc),
            "cublasLtMatrixLayoutCreate")) {
@@ -493,29 +514,50 @@ const GemmPlan* CudaBackend::PlanFor(const GemmShape& shape) {
   return &plans_.emplace(shape, plan).first->second;
 }
 
+const void* CudaBackend::Operand(const float* data, size_t count, ScratchSlot slot) {
+  if (!bf16_) return data;
+  void* rounded = Scratch(slot, count * sizeof(uint16_t));
+  if (rounded == nullptr) return nullptr;
+  cuda::RoundToBf16(static_cast<uint16_t*>(rounded), data, count, stream_);
+  CheckLaunch("RoundToBf16");
+  return rounded;
+}
+
 void CudaBackend::Gemm(const GemmShape& given, float alpha, const float* a, const float* b,
                        float beta, float* c) {
   if (given.m == 0 || given.n == 0) return;  // nothing to write; cuBLASLt refuses it
+  // Stored elements of A and B (column-major, leading dimensions lda, ldb).
+  const size_t a_count = Mul(given.lda, given.transa ? given.m : given.k);
+  const size_t b_count = Mul(given.ldb, given.transb ? given.k : given.n);
+  const void* a_operand = Operand(a, a_count, kOperandA);
+  const void* b_operand = Operand(b, b_count, kOperandB);
+  if (a_operand == nullptr || b_operand == nullptr) return;
   GemmShape shape = given;
-  shape.align_a = AlignmentOf(a);
-  shape.align_b = AlignmentOf(b);
+  shape.align_a = AlignmentOf(a_operand);
+  shape.align_b = AlignmentOf(b_operand);
   shape.align_c = AlignmentOf(c);
   const GemmPlan* plan = PlanFor(shape);
   if (plan == nullptr) return;
-  CheckBlas(cublasLtMatmul(lt_, plan->desc, &alpha, a, plan->a, b, plan->b, &beta, c, plan->c, c,
-                           plan->c, &plan->algo, lt_workspace_, kWorkspaceBytes, stream_),
-            "cublasLtMatmul");
+  CheckBlas(
+      cublasLtMatmul(lt_, plan->desc, &alpha, a_operand, plan->a, b_operand, plan->b, &beta, c,
+                     plan->c, c, plan->c, &plan->algo, lt_workspace_, kWorkspaceBytes, stream_),
+      "cublasLtMatmul");
 }
 
 void CudaBackend::BatchedGemm(const GemmShape& shape, float alpha, const float* a, int64_t stride_a,
                               const float* b, int64_t stride_b, float beta, float* c,
                               int64_t stride_c, int batch) {
   if (shape.m == 0 || shape.n == 0 || batch == 0) return;
-  CheckBlas(cublasGemmStridedBatchedEx(
-                blas_, shape.transa ? CUBLAS_OP_T : CUBLAS_OP_N,
-                shape.transb ? CUBLAS_OP_T : CUBLAS_OP_N, shape.m, shape.n, shape.k, &alpha, a,
-                CUDA_R_32F, shape.lda, stride_a, b, CUDA_R_32F, shape.ldb, stride_b, &beta, c,
-                CUDA_R_32F, shape.ldc, stride_c, batch, compute_type_, CUBLAS_GEMM_DEFAULT),
+  // Every matrix of a batch lies within batch strides of the first.
+  const void* a_operand = Operand(a, Mul(stride_a, batch), kOperandA);
+  const void* b_operand = Operand(b, Mul(stride_b, batch), kOperandB);
+  if (a_operand == nullptr || b_operand == nullptr) return;
+  CheckBlas(cublasGemmStridedBatchedEx(blas_, shape.transa ? CUBLAS_OP_T : CUBLAS_OP_N,
+                                       shape.transb ? CUBLAS_OP_T : CUBLAS_OP_N, shape.m, shape.n,
+                                       shape.k, &alpha, a_operand, operand_type_, shape.lda,
+                                       stride_a, b_operand, operand_type_, shape.ldb, stride_b,
+                                       &beta, c, CUDA_R_32F, shape.ldc, stride_c, batch,
+                                       compute_type_, CUBLAS_GEMM_DEFAULT),
             "cublasGemmStridedBatchedEx");
 }
 
@@ -884,10 +926,6 @@ absl::StatusOr<std::unique_ptr<Backend>> CreateCudaBackend(const CudaBackendOpti
   if (options.device_index < 0) {
     return absl::InvalidArgumentError(
         absl::StrCat("device_index must be >= 0, got ", options.device_index));
-  }
-  if (options.precision == Precision::kBf16) {
-    return absl::UnimplementedError(
-        "bf16 activations are not built into the CUDA backend yet; use precision fp32 or tf32");
   }
   auto backend = std::make_unique<CudaBackend>(options);
   RETURN_IF_ERROR(backend->Init());

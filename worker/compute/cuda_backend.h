@@ -4,12 +4,15 @@
 // backend's own stream; the matmuls are cuBLASLt's, attention's products
 // cuBLAS's strided batches, the rest the kernels of cuda_kernels.h.
 //
-// Precision: fp32 (IEEE products) or tf32 (the tensor cores' 10-bit
-// mantissa inputs, fp32 accumulation) for the matmuls and attention's
-// products; everything else is fp32, the cross-entropy's sums double.
-// Activations and parameters are fp32 in both (activation_dtype() is
-// kFloat32); bf16 activations are not built yet, and asking for them is
-// Unimplemented.
+// Precision of the matmuls and attention's products: fp32 (IEEE products),
+// tf32 (the tensor cores' 10-bit mantissa inputs, fp32 accumulation) or
+// bf16 (each operand rounded to bf16 just before its GEMM, in scratch, fp32
+// accumulation and an fp32 result: PyTorch autocast's arithmetic for the
+// products, without bf16 storage). Everything else is fp32, the
+// cross-entropy's sums double. Activations, parameters and gradients are
+// stored in fp32 in every precision (activation_dtype() is kFloat32): bf16
+// activation storage, which would halve the activations' memory and
+// traffic, is not built.
 //
 // Memory: with arena_bytes > 0 the backend reserves that much device memory
 // once, at creation (ResourceExhausted there when the device lacks it), and
@@ -49,14 +52,14 @@ namespace cohort::compute {
 struct CudaBackendOptions {
   // The CUDA device (cudaSetDevice index). >= 0.
   int device_index = 0;
-  // kFp32 or kTf32; kBf16 is Unimplemented for now.
+  // kFp32, kTf32 or kBf16 (see Precision above).
   Precision precision = Precision::kFp32;
   // Device memory reserved up front for Allocate; 0: allocate on demand.
   size_t arena_bytes = 0;
 };
 
 // FailedPrecondition when there is no usable CUDA device at device_index;
-// InvalidArgument for a negative index; Unimplemented for bf16;
+// InvalidArgument for a negative index;
 // ResourceExhausted when the arena cannot be reserved; Internal when CUDA,
 // cuBLAS or cuBLASLt cannot be initialised.
 absl::StatusOr<std::unique_ptr<Backend>> CreateCudaBackend(const CudaBackendOptions& options);

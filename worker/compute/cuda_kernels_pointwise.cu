@@ -3,6 +3,8 @@
 // column sums go through the two-pass plan of gpu_launch_plan.h, rows in
 // order within a chunk and chunks in order after, never atomics.
 
+#include <cuda_bf16.h>
+
 #include "worker/compute/cuda_kernels.h"
 #include "worker/compute/cuda_reduce.cuh"
 
@@ -139,6 +141,10 @@ __global__ void BroadcastRowsKernel(float* out, const float* bias, int columns, 
   for (int64_t i = GlobalThread(); i < total; i += GridThreads()) out[i] = bias[i % columns];
 }
 
+__global__ void RoundToBf16Kernel(__nv_bfloat16* out, const float* in, int64_t n) {
+  for (int64_t i = GlobalThread(); i < n; i += GridThreads()) out[i] = __float2bfloat16_rn(in[i]);
+}
+
 __global__ void GeluForwardKernel(float* out, const float* inp, int64_t n) {
   for (int64_t i = GlobalThread(); i < n; i += GridThreads()) {
     const float x = inp[i];
@@ -203,6 +209,12 @@ void BroadcastRows(float* out, const float* bias, int rows, int columns, cudaStr
   const int64_t total = static_cast<int64_t>(rows) * columns;
   BroadcastRowsKernel<<<GridStrideBlocks(total, kThreads), kThreads, 0, stream>>>(out, bias,
                                                                                   columns, total);
+}
+
+void RoundToBf16(uint16_t* out, const float* in, size_t n, cudaStream_t stream) {
+  const auto count = static_cast<int64_t>(n);
+  RoundToBf16Kernel<<<GridStrideBlocks(count, kThreads), kThreads, 0, stream>>>(
+      reinterpret_cast<__nv_bfloat16*>(out), in, count);
 }
 
 void GeluForward(float* out, const float* inp, size_t n, cudaStream_t stream) {

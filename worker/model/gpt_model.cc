@@ -88,7 +88,8 @@ absl::StatusOr<std::unique_ptr<GptModel>> GptModel::Create(const GptConfig& conf
       .attention_width = local_width,
       .heads = config.heads / layout.tp,
       .max_bias_columns = std::max(config.width, 4 * local_width),
-      .vocab_rows = layout.has_embedding() ? layout.vocab_rows(config) : 0,
+      .vocab_rows = layout.has_embedding() || layout.has_head() ? layout.vocab_rows(config) : 0,
+      .width = config.width,
   }));
   if (!backend->host_memory()) {
     model->staging_ = std::make_unique<HostStaging>();

@@ -14,18 +14,16 @@ namespace {
 // (tests, tools) that skipped normalisation.
 double OrDefault(double value, double fallback) { return value == 0.0 ? fallback : value; }
 
-// The precisions a GPU job can train in today: fp32 or tf32.
-absl::StatusOr<compute::Precision> GpuPrecision(const v1::JobSpec& spec) {
+// A GPU job's precision; unspecified is bf16, the GPU default (the
+// coordinator's validator fills it in; a spec built by hand may not).
+compute::Precision GpuPrecision(const v1::JobSpec& spec) {
   switch (spec.model().precision()) {
     case v1::PRECISION_FP32:
       return compute::Precision::kFp32;
     case v1::PRECISION_TF32:
       return compute::Precision::kTf32;
     default:
-      // PRECISION_BF16, or unspecified (which a GPU job defaults to bf16).
-      return absl::UnimplementedError(
-          "model.precision: bf16 (the GPU default) is not built into the CUDA backend yet; "
-          "submit the GPU job with PRECISION_TF32 or PRECISION_FP32");
+      return compute::Precision::kBf16;
   }
 }
 
@@ -34,7 +32,7 @@ absl::StatusOr<compute::Precision> GpuPrecision(const v1::JobSpec& spec) {
 absl::StatusOr<TrainingConfig> TrainingConfigFromSpec(const v1::JobSpec& spec, int dp) {
   TrainingConfig config;
   if (spec.device_kind() == v1::DEVICE_KIND_GPU) {
-    ASSIGN_OR_RETURN(config.precision, GpuPrecision(spec));
+    config.precision = GpuPrecision(spec);
     config.backend = compute::BackendKind::kCuda;
   } else {
     // The CPU backend computes in fp32 (unspecified: a spec from before the

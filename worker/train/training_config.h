@@ -76,8 +76,8 @@ struct TrainingConfig {
 // InvalidArgument naming the field: model sizes (model.*), batch sizes that
 // do not divide (batch.*, or dp not dividing the micro-batches), a
 // non-positive step count, an invalid schedule. A GPU job runs its layers on
-// the CUDA backend in fp32 or tf32, in any layout (through host staging,
-// gpt_model.h); Unimplemented for bf16, the GPU default, not built yet. Tensor and pipeline
+// the CUDA backend in its precision (fp32, tf32, or bf16: the default), in
+// any layout (through host staging, gpt_model.h). Tensor and pipeline
 // parallelism are checked against the model by ModelLayout::Validate when the model is built.
 absl::StatusOr<TrainingConfig> TrainingConfigFromSpec(const v1::JobSpec& spec, int dp);
 

@@ -16,9 +16,14 @@ absl::StatusOr<std::unique_ptr<Backend>> MakeCuda(BackendOptions options) {
   return CreateBackend(options);
 }
 
-TEST(CudaBackendTest, Bf16IsRefusedUntilItIsBuilt) {
-  const absl::Status status = MakeCuda(BackendOptions{.precision = Precision::kBf16}).status();
-  EXPECT_EQ(status.code(), absl::StatusCode::kUnimplemented) << status;
+TEST(CudaBackendTest, EveryPrecisionIsBuiltLikeFp32) {
+  // No precision is refused for itself: each fails or succeeds as fp32 does
+  // on this machine (FailedPrecondition without a device).
+  const absl::StatusCode fp32 = MakeCuda(BackendOptions{}).status().code();
+  for (Precision precision : {Precision::kTf32, Precision::kBf16}) {
+    EXPECT_EQ(MakeCuda(BackendOptions{.precision = precision}).status().code(), fp32)
+        << PrecisionName(precision);
+  }
 }
 
 TEST(CudaBackendTest, ANegativeDeviceIndexIsRefused) {
