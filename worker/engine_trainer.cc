@@ -1070,7 +1070,9 @@ void EngineTrainer::StopLocked() {
 
 const float* EngineTrainer::weights_for_testing() {
   absl::MutexLock lock(&mu_);
-  return run_ != nullptr && run_->session != nullptr ? run_->session->model().params() : nullptr;
+  return run_ != nullptr && run_->session != nullptr
+             ? std::as_const(*run_->session).model().params()
+             : nullptr;
 }
 
 v1::PreparePhases EngineTrainer::last_prepare() const {

@@ -1,6 +1,7 @@
 #include "worker/training_loop.h"
 
 #include <algorithm>
+#include <utility>
 
 #include "absl/time/clock.h"
 #include "common/log.h"
@@ -72,8 +73,9 @@ void MaybeCheckpoint(const TrainingLoopInput& input, const TrainingLoopHooks& ho
   if (done % input.checkpoint_interval != 0 && done != input.steps) return;
   train::TrainingSession& session = *input.session;
   absl::StatusOr<absl::Duration> stall = input.writer->Save(
-      Step(done), checkpoint::StateView{session.model().params(), session.runner().adam_m(),
-                                  session.runner().adam_v(), input.optimizer});
+      Step(done),
+      checkpoint::StateView{std::as_const(session).model().params(), session.runner().adam_m(),
+                            session.runner().adam_v(), input.optimizer});
   if (!stall.ok()) {
     LOG(WARNING) << "job " << input.job << " step " << done
                  << ": checkpoint not taken: " << stall.status();

@@ -97,6 +97,7 @@ struct PassShape {
   int heads = 0;             // this rank's heads (NH / tp)
   int max_bias_columns = 0;  // the widest output of a matmul with a bias, or of a LayerNorm
   int vocab_rows = 0;        // Vs, rows of this rank's wte; 0 without the embedding
+  int head_rows = 0;         // Vs on the stage with the LM head; 0 elsewhere
   int width = 0;             // C, the model's channels
 };
 

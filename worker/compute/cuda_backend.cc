@@ -73,10 +73,15 @@ struct GemmShape {
   bool operator<(const GemmShape& other) const { return Key() < other.Key(); }
 };
 
-uint32_t AlignmentOf(const void* pointer) {
+// What cuBLASLt may assume of an operand: the largest power of two (<= 256)
+// dividing both its address and its column stride in bytes (ld x element
+// size): every column starts on that boundary, not only the first. bf16
+// operands of odd width (75 columns: 150-byte columns) are 2-byte aligned.
+uint32_t AlignmentOf(const void* pointer, int ld, size_t element_bytes) {
   const auto address = reinterpret_cast<uintptr_t>(pointer);
+  const uint64_t stride = static_cast<uint64_t>(ld) * element_bytes;
   uint32_t alignment = 256;
-  while (alignment > 4 && address % alignment != 0) alignment /= 2;
+  while (alignment > 1 && (address % alignment != 0 || stride % alignment != 0)) alignment /= 2;
   return alignment;
 }
 
@@ -253,6 +258,17 @@ absl::Status CudaBackend::Init() {
   compute_type_ =
       options_.precision == Precision::kTf32 ? CUBLAS_COMPUTE_32F_FAST_TF32 : CUBLAS_COMPUTE_32F;
   bf16_ = options_.precision == Precision::kBf16;
+  if (bf16_) {
+    int major = 0;
+    RETURN_IF_ERROR(cuda(
+        cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, options_.device_index),
+        "cudaDeviceGetAttribute"));
+    if (major < 8) {
+      return absl::FailedPreconditionError(absl::StrCat(
+          "precision bf16 needs a GPU of compute capability 8.0 or newer; CUDA device ",
+          options_.device_index, " is ", major, ".x (use fp32)"));
+    }
+  }
   operand_type_ = bf16_ ? CUDA_R_16BF : CUDA_R_32F;
   if (options_.arena_bytes > 0) {
     const size_t capacity = AlignUp(options_.arena_bytes);
@@ -396,16 +412,23 @@ absl::Status CudaBackend::ReserveScratch(const PassShape& shape) {
   if (shape.vocab_rows > 0) {
     wanted[kEncoderSort] = cuda::EncoderBackwardScratchBytes(rows, shape.vocab_rows);
   }
-  wanted[kColumnSums] = cuda::ColumnSumScratchFloats(rows, shape.max_bias_columns) * sizeof(float);
+  // Passes of fewer rows can split into more chunks (PlanColumnReduce caps
+  // them at 512, reached from 8,192 rows): reserve the most any pass needs.
+  wanted[kColumnSums] =
+      cuda::ColumnSumScratchFloats(std::min(rows, 8192), shape.max_bias_columns) * sizeof(float);
   if (bf16_) {
-    // The largest GEMM operands: the logits' gradient (N x Vs) and the LM
-    // head (Vs x C), the widest activations (N x 4C), attention's
-    // probabilities (B x NH x T x T).
-    const size_t operand =
-        std::max({Mul(rows, std::max(shape.vocab_rows, shape.max_bias_columns)),
-                  Mul(shape.vocab_rows, shape.width),
-                  AttentionStateNumel(shape.max_batch, shape.max_seq, shape.heads)});
-    wanted[kOperandA] = wanted[kOperandB] = operand * sizeof(uint16_t);
+    // The largest operand each side of a GEMM rounds. A: a weight (up to
+    // 4C x C, or the LM head's Vs x C), or an activation as dweight's input
+    // (N x 4C at most); B: an activation or output gradient (N x 4C, or the
+    // logits' N x Vs on the head's stage), or attention's probabilities.
+    const size_t C = static_cast<size_t>(shape.width);
+    const size_t wide = std::max<size_t>(C, shape.max_bias_columns);
+    wanted[kOperandA] =
+        std::max({Mul(wide, C), Mul(shape.head_rows, C), Mul(rows, wide)}) * sizeof(uint16_t);
+    wanted[kOperandB] =
+        std::max({Mul(rows, std::max<size_t>(wide, shape.head_rows)),
+                  AttentionStateNumel(shape.max_batch, shape.max_seq, shape.heads)}) *
+        sizeof(uint16_t);
   }
   for (int slot = 0; slot < kScratchSlots; ++slot) {
     if (wanted[slot] > 0 && Scratch(static_cast<ScratchSlot>(slot), wanted[slot]) == nullptr) {
@@ -501,7 +524,9 @@ const GemmPlan* CudaBackend::PlanFor(const GemmShape& shape) {
   if (preference != nullptr) cublasLtMatmulPreferenceDestroy(preference);
   if (chosen && found_algos == 0) {
     Fail(absl::InternalError(absl::StrCat("cuBLASLt has no algorithm for a ", shape.m, "x", shape.n,
-                                          "x", shape.k, " fp32 GEMM")));
+                                          "x", shape.k, " GEMM with ", bf16_ ? "bf16" : "fp32",
+                                          " operands aligned to ", shape.align_a, "/",
+                                          shape.align_b, "/", shape.align_c, " bytes")));
   }
   if (!chosen || found_algos == 0) {
     cublasLtMatrixLayoutDestroy(plan.a);
@@ -533,9 +558,10 @@ void CudaBackend::Gemm(const GemmShape& given, float alpha, const float* a, cons
   const void* b_operand = Operand(b, b_count, kOperandB);
   if (a_operand == nullptr || b_operand == nullptr) return;
   GemmShape shape = given;
-  shape.align_a = AlignmentOf(a_operand);
-  shape.align_b = AlignmentOf(b_operand);
-  shape.align_c = AlignmentOf(c);
+  const size_t operand_bytes = bf16_ ? sizeof(uint16_t) : sizeof(float);
+  shape.align_a = AlignmentOf(a_operand, shape.lda, operand_bytes);
+  shape.align_b = AlignmentOf(b_operand, shape.ldb, operand_bytes);
+  shape.align_c = AlignmentOf(c, shape.ldc, sizeof(float));
   const GemmPlan* plan = PlanFor(shape);
   if (plan == nullptr) return;
   CheckBlas(

@@ -88,7 +88,8 @@ absl::StatusOr<std::unique_ptr<GptModel>> GptModel::Create(const GptConfig& conf
       .attention_width = local_width,
       .heads = config.heads / layout.tp,
       .max_bias_columns = std::max(config.width, 4 * local_width),
-      .vocab_rows = layout.has_embedding() || layout.has_head() ? layout.vocab_rows(config) : 0,
+      .vocab_rows = layout.has_embedding() ? layout.vocab_rows(config) : 0,
+      .head_rows = layout.has_head() ? layout.vocab_rows(config) : 0,
       .width = config.width,
   }));
   if (!backend->host_memory()) {
@@ -135,7 +136,12 @@ TensorSpan GptModel::grad(ParamId id, int layer) const {
 
 TensorSpan GptModel::embedding_grad() const {
   if (staging_ == nullptr || embedding_grad_.data() == nullptr) return embedding_grad_.span();
-  return HostSpan(staging_->embedding_grad, embedding_grad_.numel());
+  std::vector<float>& host = staging_->embedding_grad;
+  if (staging_->embedding_zero_on_backend) {  // lazily: wte-sized, every micro-batch
+    std::fill(host.begin(), host.end(), 0.0f);
+    staging_->embedding_zero_on_backend = false;
+  }
+  return HostSpan(host, embedding_grad_.numel());
 }
 
 void GptModel::InitializeParameters(uint64_t seed) {
@@ -274,6 +280,7 @@ void GptModel::Touch() {
     // The host copies are the weights now; the backend's were just zeroed.
     staging_->params_newest = Newest::kHostNewer;
     staging_->grads_newest = Newest::kZeroOnBackend;
+    staging_->embedding_zero_on_backend = true;
   }
 }
 
@@ -410,7 +417,10 @@ TensorSpan GptModel::StageOutput(int slot) const {
   CHECK(slot >= 0 && slot < static_cast<int>(slots_.size()) && slots_[slot].B > 0)
       << "slot " << slot << " has no forward";
   const TensorSpan output = slots_[slot].acts.layers.back().residual3;
-  return staging_ != nullptr ? HostSpan(staging_->stage_output[slot], output.numel) : output;
+  if (staging_ == nullptr) return output;
+  // The staged copy exists where a stage sends its output on.
+  CHECK(!layout().has_head()) << "StageOutput of a staged model: the last stage sends nothing";
+  return HostSpan(staging_->stage_output[slot], output.numel);
 }
 
 TensorSpan GptModel::StageOutputGrad(int B, int T) {
@@ -424,13 +434,19 @@ TensorSpan GptModel::StageInputGrad() const {
   const Slot& slot = slots_[last_backward_slot_];
   const TensorSpan grad =
       LayOutActivationGrads(config_, layout(), grad_acts_.span(), slot.B, slot.T).dresidual;
-  return staging_ != nullptr ? HostSpan(staging_->stage_input_grad, grad.numel) : grad;
+  if (staging_ == nullptr) return grad;
+  CHECK(!layout().has_embedding())
+      << "StageInputGrad of a staged model: the first stage sends no input gradient";
+  return HostSpan(staging_->stage_input_grad, grad.numel);
 }
 
 void GptModel::ZeroGrad() {
   backend_->Zero(grads_.span());
   if (!embedding_grad_.span().empty()) backend_->Zero(embedding_grad_.span());
-  if (staging_ != nullptr) staging_->grads_newest = Newest::kZeroOnBackend;
+  if (staging_ != nullptr) {
+    staging_->grads_newest = Newest::kZeroOnBackend;
+    staging_->embedding_zero_on_backend = true;
+  }
 }
 
 absl::Status GptModel::Backward(double loss_scale) {
@@ -443,6 +459,7 @@ absl::Status GptModel::Backward(double loss_scale) {
   backend_->ResidualForward(grad(kWte), grad(kWte), embedding_grad_.span(),
                             table_[kWte].numel);
   backend_->Zero(embedding_grad_.span());
+  if (staging_ != nullptr) staging_->embedding_zero_on_backend = true;
   RETURN_IF_ERROR(backend_->Synchronize());
   return DownloadGrads();
 }
@@ -452,6 +469,7 @@ absl::Status GptModel::BackwardStage(int slot_index, double loss_scale) {
   RETURN_IF_ERROR(BackwardOnBackend(slot_index, loss_scale));
   if (staging_ != nullptr && embedding_grad_.data() != nullptr) {
     backend_->CopyToHost(staging_->embedding_grad.data(), embedding_grad_.span());
+    staging_->embedding_zero_on_backend = false;
   }
   return DownloadGrads();
 }

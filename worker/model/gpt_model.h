@@ -46,8 +46,9 @@
 // writer must take the pointer (non-const params() / grads()) after the
 // last pass it should not affect; const access never marks a copy stale.
 // The pipeline's Stage* spans and embedding_grad() are host memory too on a
-// staged model (the passes move them to and from the backend; embedding_grad
-// as of the last backward), and the tensor group's all-reduces run on host
+// staged model (the passes move them to and from the backend; StageOutput
+// and StageInputGrad exist there only on the stages that send them), and
+// the tensor group's all-reduces run on host
 // copies: every layout works over host collectives. param(), grad() and
 // logits() are backend memory.
 //
@@ -246,6 +247,9 @@ class GptModel {
     std::vector<std::vector<float>> stage_input, stage_output;
     std::vector<float> stage_output_grad, stage_input_grad;
     std::vector<float> embedding_grad;  // on the stage with the embedding
+    // ZeroGrad (or Touch, or Backward's tie) cleared the backend's
+    // embedding gradient; the host copy is zeroed when next read.
+    bool embedding_zero_on_backend = false;
     std::vector<float> reduce;          // the tensor group's all-reduce
   };
   // A host span of `host`'s first `numel` elements.

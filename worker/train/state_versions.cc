@@ -87,7 +87,8 @@ void StateVersions::Reserve() {
 void StateVersions::BeforeUpdate(int64_t steps) {
   if (on_first_update_) std::exchange(on_first_update_, nullptr)();
   if (options_.keep_previous && current_step_ == steps) {
-    Copy(model_->params(), model_->num_params(), &previous_params_);
+    // Read only: the const form leaves a staged model's device copy current.
+    Copy(std::as_const(*model_).params(), model_->num_params(), &previous_params_);
     Copy(m_, end_ - begin_, &previous_m_);
     Copy(v_, end_ - begin_, &previous_v_);
     previous_step_ = steps;
@@ -169,7 +170,7 @@ absl::StatusOr<StateVersions::View> StateVersions::Version(int64_t step) const {
   View view;
   view.step = step;
   if (step >= 0 && step == current_step_) {
-    view.params = model_->params();
+    view.params = std::as_const(*model_).params();
     view.adam_m = m_;
     view.adam_v = v_;
   } else if (step >= 0 && step == previous_step_) {

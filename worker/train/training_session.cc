@@ -69,6 +69,7 @@ absl::StatusOr<std::unique_ptr<TrainingSession>> TrainingSession::Create(
   // (ModelFits implies the same precision, so the backend is shared too.)
   if (reuse != nullptr && ModelFits(*reuse, config, layout, model_options.activation_slots)) {
     session->model_ = reuse->model_;
+    session->backend_ = reuse->backend_;  // the model's own, whatever options.backend says
     session->reused_model_ = true;
   } else {
     ASSIGN_OR_RETURN(session->model_,

@@ -78,10 +78,17 @@ TEST(HostStagingTest, AStagedModelMovesWeightsAndGradientsWhenItMust) {
   s.grads()[7] = 3.0f;
   EXPECT_EQ(pass(d), pass(s));
   EXPECT_TRUE(SameBits(std::as_const(d).grads(), std::as_const(s).grads(), n));
-  // 4. After ZeroGrad the host copy reads as zeros.
+  // 4. After ZeroGrad the host copies read as zeros, the embedding part too.
+  ASSERT_TRUE(s.BackwardStage(0, 1.0).ok());  // leaves the embedding part nonzero
+  const compute::TensorSpan embedding = s.embedding_grad();
+  ASSERT_FALSE(embedding.empty());
+  auto all_zero = [](const float* x, size_t count) {
+    return std::all_of(x, x + count, [](float g) { return g == 0.0f; });
+  };
+  EXPECT_FALSE(all_zero(static_cast<const float*>(embedding.data), embedding.numel));
   s.ZeroGrad();
-  const float* zeros = std::as_const(s).grads();
-  EXPECT_TRUE(std::all_of(zeros, zeros + n, [](float g) { return g == 0.0f; }));
+  EXPECT_TRUE(all_zero(std::as_const(s).grads(), n));
+  EXPECT_TRUE(all_zero(static_cast<const float*>(s.embedding_grad().data), embedding.numel));
 }
 
 TEST(HostStagingTest, AStagedSessionTrainsBitwiseLikeAnUnstagedOne) {
