@@ -210,6 +210,15 @@ absl::StatusOr<uint64_t> TrainingSession::EstimateBytes(const TrainingConfig& co
     floats += padded + shard;
   }
   if (options.state_versions.keep_previous) floats += n + 2 * own;
+  if (!backend->host_memory()) {
+    // Host staging (gpt_model.h): the weights' and gradients' host copies,
+    // the embedding gradient's, a pipeline stage's exchanges (input and
+    // output per slot, two gradients), a tensor all-reduce's copy.
+    const uint64_t activation = tokens * static_cast<uint64_t>(config.model.width);
+    floats += 2 * n + (layout.has_embedding() ? wte : 0);
+    if (layout.pp > 1) floats += (2 * slots + 2) * activation;
+    if (layout.tp > 1) floats += activation;
+  }
   const int copies =
       config.zero1 ? layout::OptimizerCopies(true, options.state_versions.optimizer_replicas, dp)
                    : 1;

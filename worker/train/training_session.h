@@ -95,10 +95,12 @@ class TrainingSession {
       const TrainingConfig& config, const model::ModelLayout& layout, const TrainingGroups& groups,
       const TrainingSessionOptions& options);
 
-  // The host memory a session of `config` for `layout` at data rank
-  // `dp_rank` of `dp` takes once every buffer exists (Reserve()d): weights,
-  // gradients and their accumulation, activations, AdamW moments, ZeRO-1
-  // staging, the previous version and the mirrors. Errors: the backend's.
+  // The memory a session of `config` for `layout` at data rank `dp_rank` of
+  // `dp` takes once every buffer exists (Reserve()d): weights, gradients and
+  // their accumulation, activations, AdamW moments, ZeRO-1 staging, the
+  // previous version and the mirrors; on a GPU job also the host copies the
+  // model stages through (so the sum of host and device memory, an upper
+  // bound of either). Errors: the backend's.
   static absl::StatusOr<uint64_t> EstimateBytes(const TrainingConfig& config,
                                                 const model::ModelLayout& layout, int dp,
                                                 int dp_rank, const TrainingSessionOptions& options);
