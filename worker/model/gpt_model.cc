@@ -96,13 +96,24 @@ absl::StatusOr<std::unique_ptr<GptModel>> GptModel::Create(const GptConfig& conf
     model->staging_ = std::make_unique<HostStaging>();
     ASSIGN_OR_RETURN(model->staging_->params, backend->AllocateHost(DType::kFloat32, n));
     ASSIGN_OR_RETURN(model->staging_->grads, backend->AllocateHost(DType::kFloat32, n));
-    if (layout.has_embedding()) model->staging_->embedding_grad.resize(model->table_[kWte].numel);
+    HostStaging& staging = *model->staging_;
+    auto host = [&](size_t numel) { return backend->AllocateHost(DType::kFloat32, numel); };
+    if (layout.has_embedding()) {
+      ASSIGN_OR_RETURN(staging.embedding_grad, host(model->table_[kWte].numel));
+    }
+    const size_t activation = static_cast<size_t>(max_b) * max_t * config.width;
     if (layout.pp > 1) {
-      const size_t activation = static_cast<size_t>(max_b) * max_t * config.width;
-      model->staging_->stage_input.assign(slots, std::vector<float>(activation));
-      model->staging_->stage_output.assign(slots, std::vector<float>(activation));
-      model->staging_->stage_output_grad.resize(activation);
-      model->staging_->stage_input_grad.resize(activation);
+      for (int s = 0; s < slots; ++s) {
+        ASSIGN_OR_RETURN(staging.stage_input.emplace_back(), host(activation));
+        ASSIGN_OR_RETURN(staging.stage_output.emplace_back(), host(activation));
+      }
+      ASSIGN_OR_RETURN(staging.stage_output_grad, host(activation));
+      ASSIGN_OR_RETURN(staging.stage_input_grad, host(activation));
+    }
+    // The widest all-reduce is an (N, C) activation; the cross-entropy's
+    // sums (2N) are smaller.
+    if (layout.tp > 1) {
+      ASSIGN_OR_RETURN(staging.reduce, host(activation));
     }
   }
   model->slots_.resize(slots);
@@ -136,9 +147,9 @@ TensorSpan GptModel::grad(ParamId id, int layer) const {
 
 TensorSpan GptModel::embedding_grad() const {
   if (staging_ == nullptr || embedding_grad_.data() == nullptr) return embedding_grad_.span();
-  std::vector<float>& host = staging_->embedding_grad;
+  const compute::Buffer& host = staging_->embedding_grad;
   if (staging_->embedding_zero_on_backend) {  // lazily: wte-sized, every micro-batch
-    std::fill(host.begin(), host.end(), 0.0f);
+    std::fill_n(static_cast<float*>(host.data()), host.numel(), 0.0f);
     staging_->embedding_zero_on_backend = false;
   }
   return HostSpan(host, embedding_grad_.numel());
@@ -239,18 +250,17 @@ absl::Status GptModel::TensorAllReduce(TensorSpan span, comm::ReduceOp op) {
                                     options_.collective_timeout);
   }
   // The group's collectives work on host memory: reduce a host copy.
-  std::vector<float>& host = staging_->reduce;
-  host.resize(span.numel);
-  backend_->CopyToHost(host.data(), span);
+  const TensorSpan host = HostSpan(staging_->reduce, span.numel);
+  backend_->CopyToHost(host.data, span);
   RETURN_IF_ERROR(backend_->Synchronize());
-  RETURN_IF_ERROR(tensor_group_->AllReduce(host.data(), span.numel, comm::DataType::kFloat32, op,
+  RETURN_IF_ERROR(tensor_group_->AllReduce(host.data, span.numel, comm::DataType::kFloat32, op,
                                            options_.collective_timeout));
-  backend_->CopyFromHost(span, host.data());
+  backend_->CopyFromHost(span, host.data);
   return backend_->Synchronize();
 }
 
-TensorSpan GptModel::HostSpan(std::vector<float>& host, size_t numel) {
-  CHECK(numel <= host.size()) << numel << " of " << host.size();
+TensorSpan GptModel::HostSpan(const compute::Buffer& host, size_t numel) {
+  CHECK(numel <= host.numel()) << numel << " of " << host.numel();
   return TensorSpan{host.data(), DType::kFloat32, numel};
 }
 

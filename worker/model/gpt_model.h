@@ -244,16 +244,17 @@ class GptModel {
     // A pipeline stage's exchanges (max B x maxT x C each): the received
     // input and the output to send, per activation slot; the received
     // output gradient and the input gradient to send.
-    std::vector<std::vector<float>> stage_input, stage_output;
-    std::vector<float> stage_output_grad, stage_input_grad;
-    std::vector<float> embedding_grad;  // on the stage with the embedding
+    // All from Backend::AllocateHost, as the arenas' copies.
+    std::vector<compute::Buffer> stage_input, stage_output;
+    compute::Buffer stage_output_grad, stage_input_grad;
+    compute::Buffer embedding_grad;  // on the stage with the embedding
     // ZeroGrad (or Touch, or Backward's tie) cleared the backend's
     // embedding gradient; the host copy is zeroed when next read.
     bool embedding_zero_on_backend = false;
-    std::vector<float> reduce;          // the tensor group's all-reduce
+    compute::Buffer reduce;  // the tensor group's all-reduces (the largest: N x C)
   };
   // A host span of `host`'s first `numel` elements.
-  static compute::TensorSpan HostSpan(std::vector<float>& host, size_t numel);
+  static compute::TensorSpan HostSpan(const compute::Buffer& host, size_t numel);
   // The host gradients, zero-filled first if ZeroGrad cleared the backend's.
   float* HostGrads() const;
 
