@@ -162,6 +162,14 @@ class CudaBackend final : public Backend {
   void CheckBlas(cublasStatus_t status, const char* what);
   // After a kernel launch: the launch's own error, if any.
   void CheckLaunch(const char* what) { Check(cudaGetLastError(), what); }
+  // Runs `launch` (which enqueues kernels on stream_) unless a failure is
+  // pending, then reads the launch's error under `what`.
+  template <typename Enqueue>
+  void Launch(const char* what, Enqueue&& launch) {
+    if (!Begin()) return;
+    launch();
+    CheckLaunch(what);
+  }
 
   // Device memory from the arena or cudaMalloc; nullptr with `error` set.
   void* RawAllocate(size_t bytes, absl::Status* error);
@@ -781,9 +789,9 @@ void CudaBackend::EncoderForwardShard(TensorSpan out, TensorSpan inp, TensorSpan
   const int32_t* ids = CheckedI32(inp, bt, "encoder inp");
   const float* table = CheckedF32(wte, Mul(Vs, C), "wte");
   const float* positions = OptionalF32(wpe, Mul(T, C), "wpe");
-  if (!Begin()) return;
-  cuda::EncoderForwardShard(y, ids, table, positions, vocab_start, Vs, B, T, C, stream_);
-  CheckLaunch("EncoderForwardShard");
+  Launch("EncoderForwardShard", [&] {
+    cuda::EncoderForwardShard(y, ids, table, positions, vocab_start, Vs, B, T, C, stream_);
+  });
 }
 
 void CudaBackend::EncoderBackwardShard(TensorSpan dwte, TensorSpan dwpe, TensorSpan dout,
@@ -814,9 +822,7 @@ void CudaBackend::LayerNormForward(TensorSpan out, TensorSpan mean, TensorSpan r
   const float* x = CheckedF32(inp, nc, "ln inp");
   const float* w = CheckedF32(weight, C, "ln weight");
   const float* b = CheckedF32(bias, C, "ln bias");
-  if (!Begin()) return;
-  cuda::LayerNormForward(y, m, s, x, w, b, N, C, stream_);
-  CheckLaunch("LayerNormForward");
+  Launch("LayerNormForward", [&] { cuda::LayerNormForward(y, m, s, x, w, b, N, C, stream_); });
 }
 
 void CudaBackend::LayerNormBackward(TensorSpan dinp, TensorSpan dweight, TensorSpan dbias,
@@ -842,36 +848,32 @@ void CudaBackend::LayerNormBackward(TensorSpan dinp, TensorSpan dweight, TensorS
 void CudaBackend::GeluForward(TensorSpan out, TensorSpan inp, size_t n) {
   float* y = CheckedF32(out, n, "gelu out");
   const float* x = CheckedF32(inp, n, "gelu inp");
-  if (n == 0 || !Begin()) return;
-  cuda::GeluForward(y, x, n, stream_);
-  CheckLaunch("GeluForward");
+  if (n == 0) return;
+  Launch("GeluForward", [&] { cuda::GeluForward(y, x, n, stream_); });
 }
 
 void CudaBackend::GeluBackward(TensorSpan dinp, TensorSpan inp, TensorSpan dout, size_t n) {
   float* dx = CheckedF32(dinp, n, "gelu dinp");
   const float* x = CheckedF32(inp, n, "gelu inp");
   const float* dy = CheckedF32(dout, n, "gelu dout");
-  if (n == 0 || !Begin()) return;
-  cuda::GeluBackward(dx, x, dy, n, stream_);
-  CheckLaunch("GeluBackward");
+  if (n == 0) return;
+  Launch("GeluBackward", [&] { cuda::GeluBackward(dx, x, dy, n, stream_); });
 }
 
 void CudaBackend::ResidualForward(TensorSpan out, TensorSpan inp1, TensorSpan inp2, size_t n) {
   float* y = CheckedF32(out, n, "residual out");
   const float* a = CheckedF32(inp1, n, "residual inp1");
   const float* b = CheckedF32(inp2, n, "residual inp2");
-  if (n == 0 || !Begin()) return;
-  cuda::ResidualForward(y, a, b, n, stream_);
-  CheckLaunch("ResidualForward");
+  if (n == 0) return;
+  Launch("ResidualForward", [&] { cuda::ResidualForward(y, a, b, n, stream_); });
 }
 
 void CudaBackend::ResidualBackward(TensorSpan dinp1, TensorSpan dinp2, TensorSpan dout, size_t n) {
   float* da = CheckedF32(dinp1, n, "residual dinp1");
   float* db = CheckedF32(dinp2, n, "residual dinp2");
   const float* dy = CheckedF32(dout, n, "residual dout");
-  if (n == 0 || !Begin()) return;
-  cuda::ResidualBackward(da, db, dy, n, stream_);
-  CheckLaunch("ResidualBackward");
+  if (n == 0) return;
+  Launch("ResidualBackward", [&] { cuda::ResidualBackward(da, db, dy, n, stream_); });
 }
 
 // ---- Cross-entropy --------------------------------------------------------------
@@ -883,9 +885,7 @@ void CudaBackend::CrossEntropyForward(TensorSpan losses, TensorSpan lse, TensorS
   float* s = CheckedF32(lse, N, "lse");
   const float* z = CheckedF32(logits, Mul(N, Vp), "logits");
   const int32_t* t = CheckedI32(targets, N, "targets");
-  if (!Begin()) return;
-  cuda::CrossEntropyForward(l, s, z, t, N, V, Vp, stream_);
-  CheckLaunch("CrossEntropyForward");
+  Launch("CrossEntropyForward", [&] { cuda::CrossEntropyForward(l, s, z, t, N, V, Vp, stream_); });
 }
 
 void CudaBackend::CrossEntropyBackward(TensorSpan dlogits, TensorSpan logits, TensorSpan lse,
@@ -901,9 +901,8 @@ void CudaBackend::CrossEntropyShardMax(TensorSpan row_max, TensorSpan logits, in
   CHECK(V > 0) << "V=" << V;
   float* m = CheckedF32(row_max, N, "row_max");
   const float* z = CheckedF32(logits, Mul(N, Vs), "logits");
-  if (!Begin()) return;
-  cuda::CrossEntropyShardMax(m, z, N, V, Vs, vocab_start, stream_);
-  CheckLaunch("CrossEntropyShardMax");
+  Launch("CrossEntropyShardMax",
+         [&] { cuda::CrossEntropyShardMax(m, z, N, V, Vs, vocab_start, stream_); });
 }
 
 void CudaBackend::CrossEntropyShardSums(TensorSpan sums, TensorSpan logits, TensorSpan row_max,
@@ -914,9 +913,8 @@ void CudaBackend::CrossEntropyShardSums(TensorSpan sums, TensorSpan logits, Tens
   const float* z = CheckedF32(logits, Mul(N, Vs), "logits");
   const float* m = CheckedF32(row_max, N, "row_max");
   const int32_t* t = CheckedI32(targets, N, "targets");
-  if (!Begin()) return;
-  cuda::CrossEntropyShardSums(out, z, m, t, N, V, Vs, vocab_start, stream_);
-  CheckLaunch("CrossEntropyShardSums");
+  Launch("CrossEntropyShardSums",
+         [&] { cuda::CrossEntropyShardSums(out, z, m, t, N, V, Vs, vocab_start, stream_); });
 }
 
 void CudaBackend::CrossEntropyShardFinish(TensorSpan losses, TensorSpan lse, TensorSpan row_max,
@@ -925,9 +923,8 @@ void CudaBackend::CrossEntropyShardFinish(TensorSpan losses, TensorSpan lse, Ten
   float* s = CheckedF32(lse, N, "lse");
   const float* m = CheckedF32(row_max, N, "row_max");
   const float* in = CheckedF32(sums, Mul(2, N), "sums");
-  if (!Begin()) return;
-  cuda::CrossEntropyShardFinish(l, s, m, in, N, stream_);
-  CheckLaunch("CrossEntropyShardFinish");
+  Launch("CrossEntropyShardFinish",
+         [&] { cuda::CrossEntropyShardFinish(l, s, m, in, N, stream_); });
 }
 
 void CudaBackend::CrossEntropyShardBackward(TensorSpan dlogits, TensorSpan logits, TensorSpan lse,
@@ -941,9 +938,8 @@ void CudaBackend::CrossEntropyShardBackward(TensorSpan dlogits, TensorSpan logit
   const float* s = CheckedF32(lse, N, "lse");
   const int32_t* t = CheckedI32(targets, N, "targets");
   const float* dl = CheckedF32(dlosses, N, "dlosses");
-  if (!Begin()) return;
-  cuda::CrossEntropyShardBackward(dz, z, s, t, dl, N, V, Vs, vocab_start, stream_);
-  CheckLaunch("CrossEntropyShardBackward");
+  Launch("CrossEntropyShardBackward",
+         [&] { cuda::CrossEntropyShardBackward(dz, z, s, t, dl, N, V, Vs, vocab_start, stream_); });
 }
 
 }  // namespace
