@@ -77,6 +77,10 @@ struct GemmShape {
 // dividing both its address and its column stride in bytes (ld x element
 // size): every column starts on that boundary, not only the first. bf16
 // operands of odd width (75 columns: 150-byte columns) are 2-byte aligned.
+// The leading dimension of a bf16 operand of `rows` rows: a multiple of 8
+// elements, 16 bytes.
+int BfloatLeadingDimension(int rows) { return (rows + 7) / 8 * 8; }
+
 uint32_t AlignmentOf(const void* pointer, int ld, size_t element_bytes) {
   const auto address = reinterpret_cast<uintptr_t>(pointer);
   const uint64_t stride = static_cast<uint64_t>(ld) * element_bytes;
@@ -182,9 +186,11 @@ class CudaBackend final : public Backend {
   void Gemm(const GemmShape& shape, float alpha, const float* a, const float* b, float beta,
             float* c);
   const GemmPlan* PlanFor(const GemmShape& shape);
-  // In bf16: `count` floats at `data` rounded to bf16 in scratch `slot`
-  // (nullptr after recording a failure); otherwise `data` itself.
-  const void* Operand(const float* data, size_t count, ScratchSlot slot);
+  // In bf16: the (rows x cols, leading dimension *ld) column-major matrix at
+  // `data` rounded to bf16 in scratch `slot`, its columns padded to a
+  // 16-byte stride (tensor-core kernels want it; *ld becomes the padded
+  // one), or nullptr after recording a failure. Otherwise `data` itself.
+  const void* Operand(const float* data, int rows, int64_t cols, int* ld, ScratchSlot slot);
   // `batch` GEMMs at fixed strides through cuBLAS (attention's products).
   void BatchedGemm(const GemmShape& shape, float alpha, const float* a, int64_t stride_a,
                    const float* b, int64_t stride_b, float beta, float* c, int64_t stride_c,
@@ -431,12 +437,19 @@ absl::Status CudaBackend::ReserveScratch(const PassShape& shape) {
     // logits' N x Vs on the head's stage), or attention's probabilities.
     const size_t C = static_cast<size_t>(shape.width);
     const size_t wide = std::max<size_t>(C, shape.max_bias_columns);
-    wanted[kOperandA] =
-        std::max({Mul(wide, C), Mul(shape.head_rows, C), Mul(rows, wide)}) * sizeof(uint16_t);
+    // Columns are padded to 8 elements (Operand): an operand of r stored
+    // rows takes at most (r + 7) / r of its size, r at least the smallest
+    // stored height (a head's width, T, C).
+    const size_t head_width = shape.heads > 0 ? shape.attention_width / shape.heads : 1;
+    const size_t shortest =
+        std::max<size_t>(1, std::min({head_width, static_cast<size_t>(shape.max_seq), C}));
+    auto padded = [&](size_t elements) {
+      return (elements + elements / shortest * 7 + 7) * sizeof(uint16_t);
+    };
+    wanted[kOperandA] = padded(std::max({Mul(wide, C), Mul(shape.head_rows, C), Mul(rows, wide)}));
     wanted[kOperandB] =
-        std::max({Mul(rows, std::max<size_t>(wide, shape.head_rows)),
-                  AttentionStateNumel(shape.max_batch, shape.max_seq, shape.heads)}) *
-        sizeof(uint16_t);
+        padded(std::max({Mul(rows, std::max<size_t>(wide, shape.head_rows)),
+                         AttentionStateNumel(shape.max_batch, shape.max_seq, shape.heads)}));
   }
   for (int slot = 0; slot < kScratchSlots; ++slot) {
     if (wanted[slot] > 0 && Scratch(static_cast<ScratchSlot>(slot), wanted[slot]) == nullptr) {
@@ -547,25 +560,28 @@ const GemmPlan* CudaBackend::PlanFor(const GemmShape& shape) {
   return &plans_.emplace(shape, plan).first->second;
 }
 
-const void* CudaBackend::Operand(const float* data, size_t count, ScratchSlot slot) {
+const void* CudaBackend::Operand(const float* data, int rows, int64_t cols, int* ld,
+                                 ScratchSlot slot) {
   if (!bf16_) return data;
-  void* rounded = Scratch(slot, count * sizeof(uint16_t));
+  const int padded = BfloatLeadingDimension(rows);
+  void* rounded = Scratch(slot, Mul(padded, cols) * sizeof(uint16_t));
   if (rounded == nullptr) return nullptr;
-  cuda::RoundToBf16(static_cast<uint16_t*>(rounded), data, count, stream_);
+  cuda::RoundToBf16(static_cast<uint16_t*>(rounded), data, rows, cols, *ld, padded, stream_);
   CheckLaunch("RoundToBf16");
+  *ld = padded;
   return rounded;
 }
 
 void CudaBackend::Gemm(const GemmShape& given, float alpha, const float* a, const float* b,
                        float beta, float* c) {
   if (given.m == 0 || given.n == 0) return;  // nothing to write; cuBLASLt refuses it
-  // Stored elements of A and B (column-major, leading dimensions lda, ldb).
-  const size_t a_count = Mul(given.lda, given.transa ? given.m : given.k);
-  const size_t b_count = Mul(given.ldb, given.transb ? given.k : given.n);
-  const void* a_operand = Operand(a, a_count, kOperandA);
-  const void* b_operand = Operand(b, b_count, kOperandB);
-  if (a_operand == nullptr || b_operand == nullptr) return;
   GemmShape shape = given;
+  // The stored (column-major) shapes of A and B.
+  const void* a_operand = Operand(a, shape.transa ? shape.k : shape.m,
+                                  shape.transa ? shape.m : shape.k, &shape.lda, kOperandA);
+  const void* b_operand = Operand(b, shape.transb ? shape.n : shape.k,
+                                  shape.transb ? shape.k : shape.n, &shape.ldb, kOperandB);
+  if (a_operand == nullptr || b_operand == nullptr) return;
   const size_t operand_bytes = bf16_ ? sizeof(uint16_t) : sizeof(float);
   shape.align_a = AlignmentOf(a_operand, shape.lda, operand_bytes);
   shape.align_b = AlignmentOf(b_operand, shape.ldb, operand_bytes);
@@ -578,14 +594,22 @@ void CudaBackend::Gemm(const GemmShape& given, float alpha, const float* a, cons
       "cublasLtMatmul");
 }
 
-void CudaBackend::BatchedGemm(const GemmShape& shape, float alpha, const float* a, int64_t stride_a,
+void CudaBackend::BatchedGemm(const GemmShape& given, float alpha, const float* a, int64_t stride_a,
                               const float* b, int64_t stride_b, float beta, float* c,
                               int64_t stride_c, int batch) {
-  if (shape.m == 0 || shape.n == 0 || batch == 0) return;
-  // Every matrix of a batch lies within batch strides of the first.
-  const void* a_operand = Operand(a, Mul(stride_a, batch), kOperandA);
-  const void* b_operand = Operand(b, Mul(stride_b, batch), kOperandB);
+  if (given.m == 0 || given.n == 0 || batch == 0) return;
+  GemmShape shape = given;
+  // Each batch's matrices are packed (stride = ld x columns), so a batch is
+  // one matrix of batch x columns columns: rounded and padded in one go.
+  const int a_rows = shape.transa ? shape.k : shape.m, a_cols = shape.transa ? shape.m : shape.k;
+  const int b_rows = shape.transb ? shape.n : shape.k, b_cols = shape.transb ? shape.k : shape.n;
+  CHECK(stride_a == int64_t{shape.lda} * a_cols && stride_b == int64_t{shape.ldb} * b_cols)
+      << "BatchedGemm wants packed batches";
+  const void* a_operand = Operand(a, a_rows, int64_t{a_cols} * batch, &shape.lda, kOperandA);
+  const void* b_operand = Operand(b, b_rows, int64_t{b_cols} * batch, &shape.ldb, kOperandB);
   if (a_operand == nullptr || b_operand == nullptr) return;
+  stride_a = int64_t{shape.lda} * a_cols;
+  stride_b = int64_t{shape.ldb} * b_cols;
   CheckBlas(cublasGemmStridedBatchedEx(blas_, shape.transa ? CUBLAS_OP_T : CUBLAS_OP_N,
                                        shape.transb ? CUBLAS_OP_T : CUBLAS_OP_N, shape.m, shape.n,
                                        shape.k, &alpha, a_operand, operand_type_, shape.lda,

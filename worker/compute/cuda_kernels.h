@@ -42,8 +42,11 @@ void AddColumnSums(float* out, const float* x, int rows, int columns, float* scr
                    cudaStream_t stream);
 // out[r * columns + c] = bias[c].
 void BroadcastRows(float* out, const float* bias, int rows, int columns, cudaStream_t stream);
-// out[i] = in[i] rounded to bf16 (to nearest even), as raw bf16 bits.
-void RoundToBf16(uint16_t* out, const float* in, size_t n, cudaStream_t stream);
+// out (rows x cols, leading dimension ld_out >= rows) = in (rows x cols,
+// leading dimension ld_in) rounded to bf16 (to nearest even), as raw bf16
+// bits; the padding rows [rows, ld_out) of each column are zero.
+void RoundToBf16(uint16_t* out, const float* in, int rows, int64_t cols, int ld_in, int ld_out,
+                 cudaStream_t stream);
 void GeluForward(float* out, const float* inp, size_t n, cudaStream_t stream);
 void GeluBackward(float* dinp, const float* inp, const float* dout, size_t n, cudaStream_t stream);
 void ResidualForward(float* out, const float* inp1, const float* inp2, size_t n,

@@ -141,8 +141,13 @@ __global__ void BroadcastRowsKernel(float* out, const float* bias, int columns, 
   for (int64_t i = GlobalThread(); i < total; i += GridThreads()) out[i] = bias[i % columns];
 }
 
-__global__ void RoundToBf16Kernel(__nv_bfloat16* out, const float* in, int64_t n) {
-  for (int64_t i = GlobalThread(); i < n; i += GridThreads()) out[i] = __float2bfloat16_rn(in[i]);
+__global__ void RoundToBf16Kernel(__nv_bfloat16* out, const float* in, int rows, int ld_in,
+                                  int ld_out, int64_t total) {
+  for (int64_t i = GlobalThread(); i < total; i += GridThreads()) {
+    const int64_t col = i / ld_out;
+    const int row = static_cast<int>(i % ld_out);
+    out[i] = row < rows ? __float2bfloat16_rn(in[col * ld_in + row]) : __float2bfloat16_rn(0.0f);
+  }
 }
 
 __global__ void GeluForwardKernel(float* out, const float* inp, int64_t n) {
@@ -211,10 +216,11 @@ void BroadcastRows(float* out, const float* bias, int rows, int columns, cudaStr
                                                                                   columns, total);
 }
 
-void RoundToBf16(uint16_t* out, const float* in, size_t n, cudaStream_t stream) {
-  const auto count = static_cast<int64_t>(n);
-  RoundToBf16Kernel<<<GridStrideBlocks(count, kThreads), kThreads, 0, stream>>>(
-      reinterpret_cast<__nv_bfloat16*>(out), in, count);
+void RoundToBf16(uint16_t* out, const float* in, int rows, int64_t cols, int ld_in, int ld_out,
+                 cudaStream_t stream) {
+  const int64_t total = cols * ld_out;
+  RoundToBf16Kernel<<<GridStrideBlocks(total, kThreads), kThreads, 0, stream>>>(
+      reinterpret_cast<__nv_bfloat16*>(out), in, rows, ld_in, ld_out, total);
 }
 
 void GeluForward(float* out, const float* inp, size_t n, cudaStream_t stream) {
