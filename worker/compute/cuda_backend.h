@@ -6,8 +6,8 @@
 //
 // Precision of the matmuls and attention's products: fp32 (IEEE products),
 // tf32 (the tensor cores' 10-bit mantissa inputs, fp32 accumulation) or
-// bf16 (each operand rounded to bf16 just before its GEMM, in scratch, fp32
-// accumulation and an fp32 result: PyTorch autocast's arithmetic for the
+// bf16 (each operand rounded to bf16 just before its GEMM, in scratch, its
+// columns padded to 16 bytes; fp32 accumulation and an fp32 result: PyTorch autocast's arithmetic for the
 // products, without bf16 storage). Everything else is fp32, the
 // cross-entropy's sums double. Activations, parameters and gradients are
 // stored in fp32 in every precision (activation_dtype() is kFloat32): bf16
