@@ -4,7 +4,9 @@
 // is mapped PROT_NONE except while one of its own calls runs, so any code
 // that dereferences backend memory outside the backend (instead of going
 // through CopyToHost / CopyFromHost, or the model's host staging) dies with
-// SIGSEGV at that line. The GPU path's staging is tested with it on machines
+// SIGSEGV at that line; and every span an op or a copy is handed must lie in
+// one of its buffers (CHECKed), so host memory passed where backend memory
+// belongs fails too. The GPU path's staging is tested with it on machines
 // without a GPU; its results are the CPU backend's bits.
 //
 // Header-only (tests link it without a library of their own).
@@ -17,6 +19,7 @@
 #include <cstring>
 #include <map>
 #include <memory>
+#include <type_traits>
 #include <utility>
 
 #include "absl/status/statusor.h"
@@ -62,122 +65,155 @@ class GuardedBackend final : public compute::Backend {
   }
   void Zero(compute::TensorSpan dst) override {
     Open open(this);
+    CheckSpans("Zero", dst);
     cpu_.Zero(dst);
   }
   void CopyFromHost(compute::TensorSpan dst, const void* src) override {
     Open open(this);
+    CheckSpans("CopyFromHost", dst);
+    CHECK(Region(src) == nullptr) << "CopyFromHost: the source is backend memory";
     cpu_.CopyFromHost(dst, src);
   }
   void CopyToHost(void* dst, compute::TensorSpan src) override {
     Open open(this);
+    CheckSpans("CopyToHost", src);
+    CHECK(Region(dst) == nullptr) << "CopyToHost: the destination is backend memory";
     cpu_.CopyToHost(dst, src);
   }
   absl::Status Synchronize() override { return cpu_.Synchronize(); }
 
-  // Every op: the memory opens for the inner CPU backend's call only.
-#define COHORT_GUARDED(call) \
-  Open open(this);           \
-  cpu_.call
+  // Every op: its spans must be this backend's memory (host memory passed
+  // to an op would be read as device memory on a GPU), and the memory
+  // opens for the inner CPU backend's call only.
+#define COHORT_GUARDED(op, ...) \
+  Open open(this);              \
+  CheckSpans(#op, __VA_ARGS__); \
+  cpu_.op(__VA_ARGS__)
   void EncoderForward(compute::TensorSpan out, compute::TensorSpan inp, compute::TensorSpan wte,
                       compute::TensorSpan wpe, int B, int T, int C) override {
-    COHORT_GUARDED(EncoderForward(out, inp, wte, wpe, B, T, C));
+    COHORT_GUARDED(EncoderForward, out, inp, wte, wpe, B, T, C);
   }
   void EncoderBackward(compute::TensorSpan dwte, compute::TensorSpan dwpe, compute::TensorSpan dout,
                        compute::TensorSpan inp, int B, int T, int C) override {
-    COHORT_GUARDED(EncoderBackward(dwte, dwpe, dout, inp, B, T, C));
+    COHORT_GUARDED(EncoderBackward, dwte, dwpe, dout, inp, B, T, C);
   }
   void LayerNormForward(compute::TensorSpan out, compute::TensorSpan mean, compute::TensorSpan rstd,
                         compute::TensorSpan inp, compute::TensorSpan weight,
                         compute::TensorSpan bias, int N, int C) override {
-    COHORT_GUARDED(LayerNormForward(out, mean, rstd, inp, weight, bias, N, C));
+    COHORT_GUARDED(LayerNormForward, out, mean, rstd, inp, weight, bias, N, C);
   }
   void LayerNormBackward(compute::TensorSpan dinp, compute::TensorSpan dweight,
                          compute::TensorSpan dbias, compute::TensorSpan dout,
                          compute::TensorSpan inp, compute::TensorSpan weight,
                          compute::TensorSpan mean, compute::TensorSpan rstd, int N,
                          int C) override {
-    COHORT_GUARDED(LayerNormBackward(dinp, dweight, dbias, dout, inp, weight, mean, rstd, N, C));
+    COHORT_GUARDED(LayerNormBackward, dinp, dweight, dbias, dout, inp, weight, mean, rstd, N, C);
   }
   void MatmulForward(compute::TensorSpan out, compute::TensorSpan inp, compute::TensorSpan weight,
                      compute::TensorSpan bias, int N, int C, int OC) override {
-    COHORT_GUARDED(MatmulForward(out, inp, weight, bias, N, C, OC));
+    COHORT_GUARDED(MatmulForward, out, inp, weight, bias, N, C, OC);
   }
   void MatmulBackward(compute::TensorSpan dinp, compute::TensorSpan dweight,
                       compute::TensorSpan dbias, compute::TensorSpan dout, compute::TensorSpan inp,
                       compute::TensorSpan weight, int N, int C, int OC) override {
-    COHORT_GUARDED(MatmulBackward(dinp, dweight, dbias, dout, inp, weight, N, C, OC));
+    COHORT_GUARDED(MatmulBackward, dinp, dweight, dbias, dout, inp, weight, N, C, OC);
   }
   size_t AttentionStateNumel(int B, int T, int NH) const override {
     return cpu_.AttentionStateNumel(B, T, NH);
   }
   void AttentionForward(compute::TensorSpan out, compute::TensorSpan state, compute::TensorSpan qkv,
                         int B, int T, int C, int NH) override {
-    COHORT_GUARDED(AttentionForward(out, state, qkv, B, T, C, NH));
+    COHORT_GUARDED(AttentionForward, out, state, qkv, B, T, C, NH);
   }
   void AttentionBackward(compute::TensorSpan dqkv, compute::TensorSpan dout,
                          compute::TensorSpan qkv, compute::TensorSpan state, int B, int T, int C,
                          int NH) override {
-    COHORT_GUARDED(AttentionBackward(dqkv, dout, qkv, state, B, T, C, NH));
+    COHORT_GUARDED(AttentionBackward, dqkv, dout, qkv, state, B, T, C, NH);
   }
   void GeluForward(compute::TensorSpan out, compute::TensorSpan inp, size_t n) override {
-    COHORT_GUARDED(GeluForward(out, inp, n));
+    COHORT_GUARDED(GeluForward, out, inp, n);
   }
   void GeluBackward(compute::TensorSpan dinp, compute::TensorSpan inp, compute::TensorSpan dout,
                     size_t n) override {
-    COHORT_GUARDED(GeluBackward(dinp, inp, dout, n));
+    COHORT_GUARDED(GeluBackward, dinp, inp, dout, n);
   }
   void ResidualForward(compute::TensorSpan out, compute::TensorSpan inp1, compute::TensorSpan inp2,
                        size_t n) override {
-    COHORT_GUARDED(ResidualForward(out, inp1, inp2, n));
+    COHORT_GUARDED(ResidualForward, out, inp1, inp2, n);
   }
   void ResidualBackward(compute::TensorSpan dinp1, compute::TensorSpan dinp2,
                         compute::TensorSpan dout, size_t n) override {
-    COHORT_GUARDED(ResidualBackward(dinp1, dinp2, dout, n));
+    COHORT_GUARDED(ResidualBackward, dinp1, dinp2, dout, n);
   }
   void CrossEntropyForward(compute::TensorSpan losses, compute::TensorSpan lse,
                            compute::TensorSpan logits, compute::TensorSpan targets, int N, int V,
                            int Vp) override {
-    COHORT_GUARDED(CrossEntropyForward(losses, lse, logits, targets, N, V, Vp));
+    COHORT_GUARDED(CrossEntropyForward, losses, lse, logits, targets, N, V, Vp);
   }
   void CrossEntropyBackward(compute::TensorSpan dlogits, compute::TensorSpan logits,
                             compute::TensorSpan lse, compute::TensorSpan targets,
                             compute::TensorSpan dlosses, int N, int V, int Vp) override {
-    COHORT_GUARDED(CrossEntropyBackward(dlogits, logits, lse, targets, dlosses, N, V, Vp));
+    COHORT_GUARDED(CrossEntropyBackward, dlogits, logits, lse, targets, dlosses, N, V, Vp);
   }
   void EncoderForwardShard(compute::TensorSpan out, compute::TensorSpan inp,
                            compute::TensorSpan wte, compute::TensorSpan wpe, int vocab_start,
                            int Vs, int B, int T, int C) override {
-    COHORT_GUARDED(EncoderForwardShard(out, inp, wte, wpe, vocab_start, Vs, B, T, C));
+    COHORT_GUARDED(EncoderForwardShard, out, inp, wte, wpe, vocab_start, Vs, B, T, C);
   }
   void EncoderBackwardShard(compute::TensorSpan dwte, compute::TensorSpan dwpe,
                             compute::TensorSpan dout, compute::TensorSpan inp, int vocab_start,
                             int Vs, int B, int T, int C) override {
-    COHORT_GUARDED(EncoderBackwardShard(dwte, dwpe, dout, inp, vocab_start, Vs, B, T, C));
+    COHORT_GUARDED(EncoderBackwardShard, dwte, dwpe, dout, inp, vocab_start, Vs, B, T, C);
   }
   void CrossEntropyShardMax(compute::TensorSpan row_max, compute::TensorSpan logits, int N, int V,
                             int Vs, int vocab_start) override {
-    COHORT_GUARDED(CrossEntropyShardMax(row_max, logits, N, V, Vs, vocab_start));
+    COHORT_GUARDED(CrossEntropyShardMax, row_max, logits, N, V, Vs, vocab_start);
   }
   void CrossEntropyShardSums(compute::TensorSpan sums, compute::TensorSpan logits,
                              compute::TensorSpan row_max, compute::TensorSpan targets, int N, int V,
                              int Vs, int vocab_start) override {
-    COHORT_GUARDED(CrossEntropyShardSums(sums, logits, row_max, targets, N, V, Vs, vocab_start));
+    COHORT_GUARDED(CrossEntropyShardSums, sums, logits, row_max, targets, N, V, Vs, vocab_start);
   }
   void CrossEntropyShardFinish(compute::TensorSpan losses, compute::TensorSpan lse,
                                compute::TensorSpan row_max, compute::TensorSpan sums,
                                int N) override {
-    COHORT_GUARDED(CrossEntropyShardFinish(losses, lse, row_max, sums, N));
+    COHORT_GUARDED(CrossEntropyShardFinish, losses, lse, row_max, sums, N);
   }
   void CrossEntropyShardBackward(compute::TensorSpan dlogits, compute::TensorSpan logits,
                                  compute::TensorSpan lse, compute::TensorSpan targets,
                                  compute::TensorSpan dlosses, int N, int V, int Vs,
                                  int vocab_start) override {
-    COHORT_GUARDED(
-        CrossEntropyShardBackward(dlogits, logits, lse, targets, dlosses, N, V, Vs, vocab_start));
+    COHORT_GUARDED(CrossEntropyShardBackward, dlogits, logits, lse, targets, dlosses, N, V, Vs,
+                   vocab_start);
   }
 #undef COHORT_GUARDED
 
  private:
+  // The live buffer holding `address`, or nullptr.
+  const std::pair<void* const, size_t>* Region(const void* address) const {
+    auto it = regions_.upper_bound(const_cast<void*>(address));
+    if (it == regions_.begin()) return nullptr;
+    --it;
+    const auto* begin = static_cast<const char*>(it->first);
+    return static_cast<const char*>(address) < begin + it->second ? &*it : nullptr;
+  }
+  // Every non-empty TensorSpan argument lies inside one live buffer.
+  template <typename... Args>
+  void CheckSpans(const char* op, const Args&... args) const {
+    (CheckSpan(op, args), ...);
+  }
+  template <typename Arg>
+  void CheckSpan(const char* op, const Arg& arg) const {
+    if constexpr (std::is_same_v<Arg, compute::TensorSpan>) {
+      if (arg.empty()) return;
+      const auto* region = Region(arg.data);
+      CHECK(region != nullptr) << op << ": a span that is not this backend's memory";
+      const auto* end = static_cast<const char*>(arg.data) + arg.bytes();
+      CHECK(end <= static_cast<const char*>(region->first) + region->second)
+          << op << ": a span past the end of its buffer";
+    }
+  }
+
   // Opens every buffer for reading and writing for its lifetime.
   class Open {
    public:

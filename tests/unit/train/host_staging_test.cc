@@ -91,6 +91,33 @@ TEST(HostStagingTest, AStagedModelMovesWeightsAndGradientsWhenItMust) {
   EXPECT_TRUE(all_zero(static_cast<const float*>(s.embedding_grad().data), embedding.numel));
 }
 
+// The guard itself: backend memory read by the host, and host memory handed
+// to an op or as the backend side of a copy, each fail where they happen.
+TEST(HostStagingDeathTest, GuardedBackendCatchesMemoryOfTheWrongSide) {
+  testing::GuardedBackend guarded;
+  absl::StatusOr<compute::Buffer> buffer = guarded.Allocate(compute::DType::kFloat32, 64);
+  ASSERT_TRUE(buffer.ok());
+  std::vector<float> host(64, 1.0f);
+  const compute::TensorSpan host_span{host.data(), compute::DType::kFloat32, host.size()};
+  const float* device = static_cast<const float*>(buffer->data());
+  EXPECT_DEATH(
+      {
+        volatile float x = device[3];
+        (void)x;
+      },
+      "");
+  EXPECT_DEATH(guarded.GeluForward(buffer->span(), host_span, 64), "not this backend's memory");
+  EXPECT_DEATH(guarded.CopyFromHost(host_span, host.data()), "not this backend's memory");
+  EXPECT_DEATH(guarded.CopyToHost(buffer->data(), buffer->span()),
+               "the destination is backend memory");
+  // The right sides work.
+  guarded.CopyFromHost(buffer->span(), host.data());
+  guarded.GeluForward(buffer->span(), buffer->span(), 64);
+  std::vector<float> back(64);
+  guarded.CopyToHost(back.data(), buffer->span());
+  EXPECT_NE(back, host);  // gelu(1) != 1
+}
+
 TEST(HostStagingTest, AStagedSessionTrainsBitwiseLikeAnUnstagedOne) {
   // Three micro-batches per step (each backward downloads; the tree folds
   // them on the host), ZeRO-1 off and on.
