@@ -191,6 +191,13 @@ class CudaBackend final : public Backend {
   // 16-byte stride (tensor-core kernels want it; *ld becomes the padded
   // one), or nullptr after recording a failure. Otherwise `data` itself.
   const void* Operand(const float* data, int rows, int64_t cols, int* ld, ScratchSlot slot);
+  // Attention's products over `batch` packed heads, row-major per head:
+  // out (T,T) = alpha x (T,hs) y^T, and out (T,hs) = alpha p (T,T) x (T,hs)
+  // (p^T with transpose_p).
+  void HeadScores(float alpha, const float* x, const float* y, float* out, int T, int hs,
+                  int batch);
+  void HeadsMix(float alpha, const float* p, bool transpose_p, const float* x, float* out, int T,
+                int hs, int batch);
   // `batch` GEMMs at fixed strides through cuBLAS (attention's products).
   void BatchedGemm(const GemmShape& shape, float alpha, const float* a, int64_t stride_a,
                    const float* b, int64_t stride_b, float beta, float* c, int64_t stride_c,
@@ -619,6 +626,23 @@ void CudaBackend::BatchedGemm(const GemmShape& given, float alpha, const float* 
             "cublasGemmStridedBatchedEx");
 }
 
+// In column-major terms (what cuBLAS sees) a row-major (T,hs) head is an
+// (hs,T) matrix with leading dimension hs, and a (T,T) block is (T,T).
+void CudaBackend::HeadScores(float alpha, const float* x, const float* y, float* out, int T, int hs,
+                             int batch) {
+  const int64_t head = int64_t{T} * hs, scores = int64_t{T} * T;
+  BatchedGemm(GemmShape{.transa = true, .m = T, .n = T, .k = hs, .lda = hs, .ldb = hs, .ldc = T},
+              alpha, y, head, x, head, 0.0f, out, scores, batch);
+}
+
+void CudaBackend::HeadsMix(float alpha, const float* p, bool transpose_p, const float* x,
+                           float* out, int T, int hs, int batch) {
+  const int64_t head = int64_t{T} * hs, scores = int64_t{T} * T;
+  BatchedGemm(
+      GemmShape{.transb = transpose_p, .m = hs, .n = T, .k = T, .lda = hs, .ldb = T, .ldc = hs},
+      alpha, x, head, p, scores, 0.0f, out, head, batch);
+}
+
 // ---- Linear -------------------------------------------------------------------
 // Row-major (N,C) arrays are column-major (C,N) ones to cuBLAS, so each
 // product below is written for the transposes (the shapes in comments are
@@ -702,29 +726,15 @@ void CudaBackend::AttentionForward(TensorSpan out, TensorSpan state, TensorSpan 
   float* v = heads + 2 * btc;
   float* o = heads + 3 * btc;
   const int hs = C / NH;
-  const int64_t head = static_cast<int64_t>(T) * hs;
-  const int64_t scores = static_cast<int64_t>(T) * T;
   const float scale = 1.0f / std::sqrt(static_cast<float>(hs));
   cuda::SplitQkv(q, k, v, x, B, T, NH, hs, stream_);
   CheckLaunch("SplitQkv");
   // scores (T,T) = scale q (T,hs) k^T; the part above the diagonal is
   // computed and then masked by the softmax.
-  BatchedGemm(
-      GemmShape{
-          .transa = true, .transb = false, .m = T, .n = T, .k = hs, .lda = hs, .ldb = hs, .ldc = T},
-      scale, k, head, q, head, 0.0f, att, scores, B * NH);
+  HeadScores(scale, q, k, att, T, hs, B * NH);
   cuda::CausalSoftmax(att, static_cast<int64_t>(B) * NH * T, T, stream_);
   CheckLaunch("CausalSoftmax");
-  // o (T,hs) = att (T,T) v (T,hs).
-  BatchedGemm(GemmShape{.transa = false,
-                        .transb = false,
-                        .m = hs,
-                        .n = T,
-                        .k = T,
-                        .lda = hs,
-                        .ldb = T,
-                        .ldc = hs},
-              1.0f, v, head, att, scores, 0.0f, o, head, B * NH);
+  HeadsMix(1.0f, att, false, v, o, T, hs, B * NH);  // o (T,hs) = att (T,T) v
   cuda::MergeHeads(y, o, B, T, NH, hs, stream_);
   CheckLaunch("MergeHeads");
 }
@@ -751,41 +761,19 @@ void CudaBackend::AttentionBackward(TensorSpan dqkv, TensorSpan dout, TensorSpan
   float* dk = grads + btc;
   float* dv = grads + 2 * btc;
   const int hs = C / NH;
-  const int64_t head = static_cast<int64_t>(T) * hs;
-  const int64_t scores = static_cast<int64_t>(T) * T;
   const float scale = 1.0f / std::sqrt(static_cast<float>(hs));
   const int batch = B * NH;
   cuda::SplitQkv(q, k, v, x, B, T, NH, hs, stream_);
   CheckLaunch("SplitQkv");
   cuda::SplitHeads(dO, dy, B, T, NH, hs, stream_);
   CheckLaunch("SplitHeads");
-  // datt (T,T) = dO (T,hs) v^T.
-  BatchedGemm(
-      GemmShape{
-          .transa = true, .transb = false, .m = T, .n = T, .k = hs, .lda = hs, .ldb = hs, .ldc = T},
-      1.0f, v, head, dO, head, 0.0f, datt, scores, batch);
-  // dv (T,hs) = att^T (T,T) dO (T,hs).
-  BatchedGemm(
-      GemmShape{
-          .transa = false, .transb = true, .m = hs, .n = T, .k = T, .lda = hs, .ldb = T, .ldc = hs},
-      1.0f, dO, head, att, scores, 0.0f, dv, head, batch);
+  HeadScores(1.0f, dO, v, datt, T, hs, batch);      // datt (T,T) = dO (T,hs) v^T
+  HeadsMix(1.0f, att, true, dO, dv, T, hs, batch);  // dv (T,hs) = att^T dO
   // datt becomes the gradient of the scaled scores.
   cuda::CausalSoftmaxBackward(datt, att, static_cast<int64_t>(batch) * T, T, stream_);
   CheckLaunch("CausalSoftmaxBackward");
-  // dq (T,hs) = scale dscores (T,T) k (T,hs);  dk (T,hs) = scale dscores^T q.
-  BatchedGemm(GemmShape{.transa = false,
-                        .transb = false,
-                        .m = hs,
-                        .n = T,
-                        .k = T,
-                        .lda = hs,
-                        .ldb = T,
-                        .ldc = hs},
-              scale, k, head, datt, scores, 0.0f, dq, head, batch);
-  BatchedGemm(
-      GemmShape{
-          .transa = false, .transb = true, .m = hs, .n = T, .k = T, .lda = hs, .ldb = T, .ldc = hs},
-      scale, q, head, datt, scores, 0.0f, dk, head, batch);
+  HeadsMix(scale, datt, false, k, dq, T, hs, batch);  // dq (T,hs) = scale dscores k
+  HeadsMix(scale, datt, true, q, dk, T, hs, batch);   // dk (T,hs) = scale dscores^T q
   cuda::AccumulateQkvGrad(dx, dq, dk, dv, B, T, NH, hs, stream_);
   CheckLaunch("AccumulateQkvGrad");
 }

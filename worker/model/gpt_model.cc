@@ -200,24 +200,23 @@ const float* GptModel::grads() const {
   return staging_ == nullptr ? static_cast<const float*>(grads_.data()) : HostGrads();
 }
 
-absl::Status GptModel::UploadStaleParams() {
-  if (staging_ == nullptr || staging_->params_newest != Newest::kHostNewer) {
-    return absl::OkStatus();
-  }
-  backend_->CopyFromHost(params_.span(), staging_->params.data());
+absl::Status GptModel::UploadIfHostNewer(const compute::Buffer& host, TensorSpan device,
+                                         Newest* newest) {
+  if (*newest != Newest::kHostNewer) return absl::OkStatus();
+  backend_->CopyFromHost(device, host.data());
   RETURN_IF_ERROR(backend_->Synchronize());
-  staging_->params_newest = Newest::kSynced;
+  *newest = Newest::kSynced;
   return absl::OkStatus();
 }
 
+absl::Status GptModel::UploadStaleParams() {
+  if (staging_ == nullptr) return absl::OkStatus();
+  return UploadIfHostNewer(staging_->params, params_.span(), &staging_->params_newest);
+}
+
 absl::Status GptModel::UploadStaleGrads() {
-  if (staging_ == nullptr || staging_->grads_newest != Newest::kHostNewer) {
-    return absl::OkStatus();
-  }
-  backend_->CopyFromHost(grads_.span(), staging_->grads.data());
-  RETURN_IF_ERROR(backend_->Synchronize());
-  staging_->grads_newest = Newest::kSynced;
-  return absl::OkStatus();
+  if (staging_ == nullptr) return absl::OkStatus();
+  return UploadIfHostNewer(staging_->grads, grads_.span(), &staging_->grads_newest);
 }
 
 absl::Status GptModel::DownloadGrads() {

@@ -255,6 +255,10 @@ class GptModel {
   };
   // A host span of `host`'s first `numel` elements.
   static compute::TensorSpan HostSpan(const compute::Buffer& host, size_t numel);
+  // Copies `host` to `device` when *newest says the host copy was handed
+  // out for writing since; then both agree.
+  absl::Status UploadIfHostNewer(const compute::Buffer& host, compute::TensorSpan device,
+                                 Newest* newest);
   // The host gradients, zero-filled first if ZeroGrad cleared the backend's.
   float* HostGrads() const;
 
