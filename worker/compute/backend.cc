@@ -65,4 +65,24 @@ void Buffer::Release() {
   numel_ = 0;
 }
 
+// The unsharded ops are the shards that hold the whole table (the shard ops
+// promise the same bits with vocab_start 0 and Vs = Vp).
+void Backend::EncoderForward(TensorSpan out, TensorSpan inp, TensorSpan wte, TensorSpan wpe, int B,
+                             int T, int C) {
+  CHECK(C > 0 && !wpe.empty()) << "EncoderForward: C=" << C << ", wpe is required";
+  EncoderForwardShard(out, inp, wte, wpe, 0, static_cast<int>(wte.numel / C), B, T, C);
+}
+
+void Backend::EncoderBackward(TensorSpan dwte, TensorSpan dwpe, TensorSpan dout, TensorSpan inp,
+                              int B, int T, int C) {
+  CHECK(C > 0 && !dwpe.empty()) << "EncoderBackward: C=" << C << ", dwpe is required";
+  EncoderBackwardShard(dwte, dwpe, dout, inp, 0, static_cast<int>(dwte.numel / C), B, T, C);
+}
+
+void Backend::CrossEntropyBackward(TensorSpan dlogits, TensorSpan logits, TensorSpan lse,
+                                   TensorSpan targets, TensorSpan dlosses, int N, int V, int Vp) {
+  CHECK(V > 0 && V <= Vp) << "V=" << V << " Vp=" << Vp;
+  CrossEntropyShardBackward(dlogits, logits, lse, targets, dlosses, N, V, Vp, 0);
+}
+
 }  // namespace cohort::compute

@@ -143,10 +143,12 @@ class Backend {
   // out (B,T,C) = wte[inp[b,t], :] + wpe[t, :].   inp (B,T) int32, every id
   // < Vp (the caller validates); wte (Vp,C); wpe (maxT,C), T <= maxT.
   virtual void EncoderForward(TensorSpan out, TensorSpan inp, TensorSpan wte, TensorSpan wpe, int B,
-                              int T, int C) = 0;
+                              int T, int C);
   // dwte[inp[b,t], :] += dout[b,t,:];  dwpe[t,:] += sum_b dout[b,t,:].
+  // Both default to the shard ops below over the whole table (vocab_start 0,
+  // Vs = Vp), which give the same bits.
   virtual void EncoderBackward(TensorSpan dwte, TensorSpan dwpe, TensorSpan dout, TensorSpan inp,
-                               int B, int T, int C) = 0;
+                               int B, int T, int C);
 
   // ---- LayerNorm over the last dim (eps 1e-5) -----------------------------
   // out (N,C) = (inp - mean) * rstd * weight + bias; saves mean (N), rstd (N).
@@ -199,9 +201,9 @@ class Backend {
   // dlogits (N,Vp) = (softmax(logits[n,:V]) - onehot(targets[n])) * dlosses[n]
   // in the first V columns, 0 in the padding. WRITES (no accumulation);
   // dlogits may not alias logits. dlosses (N) fp32: the loss scale per position.
+  // Defaults to CrossEntropyShardBackward over the whole vocabulary.
   virtual void CrossEntropyBackward(TensorSpan dlogits, TensorSpan logits, TensorSpan lse,
-                                    TensorSpan targets, TensorSpan dlosses, int N, int V,
-                                    int Vp) = 0;
+                                    TensorSpan targets, TensorSpan dlosses, int N, int V, int Vp);
 
   // ---- Vocab-parallel embedding and cross-entropy -------------------------
   // Tensor parallelism over the vocabulary (Megatron's VocabParallelEmbedding

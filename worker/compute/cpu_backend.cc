@@ -88,19 +88,6 @@ void CpuBackend::CopyToHost(void* dst, TensorSpan src) {
   std::memcpy(dst, src.data, src.bytes());
 }
 
-// The unsharded encoder is the shard that holds the whole table.
-void CpuBackend::EncoderForward(TensorSpan out, TensorSpan inp, TensorSpan wte, TensorSpan wpe,
-                                int B, int T, int C) {
-  CHECK(C > 0 && !wpe.empty()) << "EncoderForward: C=" << C << ", wpe is required";
-  EncoderForwardShard(out, inp, wte, wpe, 0, static_cast<int>(wte.numel / C), B, T, C);
-}
-
-void CpuBackend::EncoderBackward(TensorSpan dwte, TensorSpan dwpe, TensorSpan dout, TensorSpan inp,
-                                 int B, int T, int C) {
-  CHECK(C > 0 && !dwpe.empty()) << "EncoderBackward: C=" << C << ", dwpe is required";
-  EncoderBackwardShard(dwte, dwpe, dout, inp, 0, static_cast<int>(dwte.numel / C), B, T, C);
-}
-
 void CpuBackend::LayerNormForward(TensorSpan out, TensorSpan mean, TensorSpan rstd, TensorSpan inp,
                                   TensorSpan weight, TensorSpan bias, int N, int C) {
   const size_t nc = Mul(N, C);
@@ -191,13 +178,6 @@ void CpuBackend::CrossEntropyForward(TensorSpan losses, TensorSpan lse, TensorSp
   cpu::CrossEntropyForward(CheckedF32(losses, N, "losses"), CheckedF32(lse, N, "lse"),
                            CheckedF32(logits, Mul(N, Vp), "logits"),
                            CheckedI32(targets, N, "targets"), N, V, Vp, threads_);
-}
-
-void CpuBackend::CrossEntropyBackward(TensorSpan dlogits, TensorSpan logits, TensorSpan lse,
-                                      TensorSpan targets, TensorSpan dlosses, int N, int V,
-                                      int Vp) {
-  CHECK(V > 0 && V <= Vp) << "V=" << V << " Vp=" << Vp;
-  CrossEntropyShardBackward(dlogits, logits, lse, targets, dlosses, N, V, Vp, 0);
 }
 
 void CpuBackend::EncoderForwardShard(TensorSpan out, TensorSpan inp, TensorSpan wte, TensorSpan wpe,

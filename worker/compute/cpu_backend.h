@@ -46,10 +46,6 @@ class CpuBackend final : public Backend {
   void CopyToHost(void* dst, TensorSpan src) override;
   absl::Status Synchronize() override { return absl::OkStatus(); }
 
-  void EncoderForward(TensorSpan out, TensorSpan inp, TensorSpan wte, TensorSpan wpe, int B, int T,
-                      int C) override;
-  void EncoderBackward(TensorSpan dwte, TensorSpan dwpe, TensorSpan dout, TensorSpan inp, int B,
-                       int T, int C) override;
   void LayerNormForward(TensorSpan out, TensorSpan mean, TensorSpan rstd, TensorSpan inp,
                         TensorSpan weight, TensorSpan bias, int N, int C) override;
   void LayerNormBackward(TensorSpan dinp, TensorSpan dweight, TensorSpan dbias, TensorSpan dout,
@@ -70,8 +66,6 @@ class CpuBackend final : public Backend {
   void ResidualBackward(TensorSpan dinp1, TensorSpan dinp2, TensorSpan dout, size_t n) override;
   void CrossEntropyForward(TensorSpan losses, TensorSpan lse, TensorSpan logits, TensorSpan targets,
                            int N, int V, int Vp) override;
-  void CrossEntropyBackward(TensorSpan dlogits, TensorSpan logits, TensorSpan lse,
-                            TensorSpan targets, TensorSpan dlosses, int N, int V, int Vp) override;
   void EncoderForwardShard(TensorSpan out, TensorSpan inp, TensorSpan wte, TensorSpan wpe,
                            int vocab_start, int Vs, int B, int T, int C) override;
   void EncoderBackwardShard(TensorSpan dwte, TensorSpan dwpe, TensorSpan dout, TensorSpan inp,

@@ -117,10 +117,6 @@ class CudaBackend final : public Backend {
   void CopyToHost(void* dst, TensorSpan src) override;
   absl::Status Synchronize() override;
 
-  void EncoderForward(TensorSpan out, TensorSpan inp, TensorSpan wte, TensorSpan wpe, int B, int T,
-                      int C) override;
-  void EncoderBackward(TensorSpan dwte, TensorSpan dwpe, TensorSpan dout, TensorSpan inp, int B,
-                       int T, int C) override;
   void LayerNormForward(TensorSpan out, TensorSpan mean, TensorSpan rstd, TensorSpan inp,
                         TensorSpan weight, TensorSpan bias, int N, int C) override;
   void LayerNormBackward(TensorSpan dinp, TensorSpan dweight, TensorSpan dbias, TensorSpan dout,
@@ -141,8 +137,6 @@ class CudaBackend final : public Backend {
   void ResidualBackward(TensorSpan dinp1, TensorSpan dinp2, TensorSpan dout, size_t n) override;
   void CrossEntropyForward(TensorSpan losses, TensorSpan lse, TensorSpan logits, TensorSpan targets,
                            int N, int V, int Vp) override;
-  void CrossEntropyBackward(TensorSpan dlogits, TensorSpan logits, TensorSpan lse,
-                            TensorSpan targets, TensorSpan dlosses, int N, int V, int Vp) override;
   void EncoderForwardShard(TensorSpan out, TensorSpan inp, TensorSpan wte, TensorSpan wpe,
                            int vocab_start, int Vs, int B, int T, int C) override;
   void EncoderBackwardShard(TensorSpan dwte, TensorSpan dwpe, TensorSpan dout, TensorSpan inp,
@@ -780,18 +774,6 @@ void CudaBackend::AttentionBackward(TensorSpan dqkv, TensorSpan dout, TensorSpan
 
 // ---- Encoder, LayerNorm, pointwise --------------------------------------------
 
-void CudaBackend::EncoderForward(TensorSpan out, TensorSpan inp, TensorSpan wte, TensorSpan wpe,
-                                 int B, int T, int C) {
-  CHECK(C > 0 && !wpe.empty()) << "EncoderForward: C=" << C << ", wpe is required";
-  EncoderForwardShard(out, inp, wte, wpe, 0, static_cast<int>(wte.numel / C), B, T, C);
-}
-
-void CudaBackend::EncoderBackward(TensorSpan dwte, TensorSpan dwpe, TensorSpan dout, TensorSpan inp,
-                                  int B, int T, int C) {
-  CHECK(C > 0 && !dwpe.empty()) << "EncoderBackward: C=" << C << ", dwpe is required";
-  EncoderBackwardShard(dwte, dwpe, dout, inp, 0, static_cast<int>(dwte.numel / C), B, T, C);
-}
-
 void CudaBackend::EncoderForwardShard(TensorSpan out, TensorSpan inp, TensorSpan wte,
                                       TensorSpan wpe, int vocab_start, int Vs, int B, int T,
                                       int C) {
@@ -898,13 +880,6 @@ void CudaBackend::CrossEntropyForward(TensorSpan losses, TensorSpan lse, TensorS
   const float* z = CheckedF32(logits, Mul(N, Vp), "logits");
   const int32_t* t = CheckedI32(targets, N, "targets");
   Launch("CrossEntropyForward", [&] { cuda::CrossEntropyForward(l, s, z, t, N, V, Vp, stream_); });
-}
-
-void CudaBackend::CrossEntropyBackward(TensorSpan dlogits, TensorSpan logits, TensorSpan lse,
-                                       TensorSpan targets, TensorSpan dlosses, int N, int V,
-                                       int Vp) {
-  CHECK(V > 0 && V <= Vp) << "V=" << V << " Vp=" << Vp;
-  CrossEntropyShardBackward(dlogits, logits, lse, targets, dlosses, N, V, Vp, 0);
 }
 
 void CudaBackend::CrossEntropyShardMax(TensorSpan row_max, TensorSpan logits, int N, int V, int Vs,

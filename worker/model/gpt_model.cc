@@ -94,12 +94,12 @@ absl::StatusOr<std::unique_ptr<GptModel>> GptModel::Create(const GptConfig& conf
   }));
   if (!backend->host_memory()) {
     model->staging_ = std::make_unique<HostStaging>();
-    ASSIGN_OR_RETURN(model->staging_->params, backend->AllocateHost(DType::kFloat32, n));
-    ASSIGN_OR_RETURN(model->staging_->grads, backend->AllocateHost(DType::kFloat32, n));
     HostStaging& staging = *model->staging_;
     auto host = [&](size_t numel) { return backend->AllocateHost(DType::kFloat32, numel); };
+    ASSIGN_OR_RETURN(staging.params.host, host(n));
+    ASSIGN_OR_RETURN(staging.grads.host, host(n));
     if (layout.has_embedding()) {
-      ASSIGN_OR_RETURN(staging.embedding_grad, host(model->table_[kWte].numel));
+      ASSIGN_OR_RETURN(staging.embedding_grad.host, host(model->table_[kWte].numel));
     }
     const size_t activation = static_cast<size_t>(max_b) * max_t * config.width;
     if (layout.pp > 1) {
@@ -147,20 +147,16 @@ TensorSpan GptModel::grad(ParamId id, int layer) const {
 
 TensorSpan GptModel::embedding_grad() const {
   if (staging_ == nullptr || embedding_grad_.data() == nullptr) return embedding_grad_.span();
-  const compute::Buffer& host = staging_->embedding_grad;
-  if (staging_->embedding_zero_on_backend) {  // lazily: wte-sized, every micro-batch
-    std::fill_n(static_cast<float*>(host.data()), host.numel(), 0.0f);
-    staging_->embedding_zero_on_backend = false;
-  }
-  return HostSpan(host, embedding_grad_.numel());
+  staging_->embedding_grad.Read();
+  return HostSpan(staging_->embedding_grad.host, embedding_grad_.numel());
 }
 
 void GptModel::InitializeParameters(uint64_t seed) {
   // Generate on the host, then copy: the same path for any backend.
   if (staging_ != nullptr) {
     model::InitializeParameters(config_, table_, seed,
-                                static_cast<float*>(staging_->params.data()));
-    staging_->params_newest = Newest::kHostNewer;  // uploaded by the next Forward
+                                static_cast<float*>(staging_->params.host.data()));
+    staging_->params.newest = Newest::kHostNewer;  // uploaded by the next Forward
     return;
   }
   std::vector<float> host(num_params());
@@ -172,59 +168,62 @@ void GptModel::InitializeParameters(uint64_t seed) {
 
 float* GptModel::params() {
   if (staging_ == nullptr) return static_cast<float*>(params_.data());
-  staging_->params_newest = Newest::kHostNewer;
-  return static_cast<float*>(staging_->params.data());
+  staging_->params.newest = Newest::kHostNewer;
+  return static_cast<float*>(staging_->params.host.data());
 }
 
 const float* GptModel::params() const {
-  return static_cast<const float*>(staging_ == nullptr ? params_.data() : staging_->params.data());
+  return static_cast<const float*>(staging_ == nullptr ? params_.data()
+                                                       : staging_->params.host.data());
 }
 
-float* GptModel::HostGrads() const {
-  auto* host = static_cast<float*>(staging_->grads.data());
-  if (staging_->grads_newest == Newest::kZeroOnBackend) {
-    std::fill_n(host, staging_->grads.numel(), 0.0f);
-    staging_->grads_newest = Newest::kSynced;
+float* GptModel::HostCopy::Read() {
+  auto* data = static_cast<float*>(host.data());
+  if (newest == Newest::kZeroOnBackend) {  // lazily: a cleared gradient costs no copy
+    std::fill_n(data, host.numel(), 0.0f);
+    newest = Newest::kSynced;
   }
-  return host;
+  return data;
 }
 
 float* GptModel::grads() {
   if (staging_ == nullptr) return static_cast<float*>(grads_.data());
-  float* host = HostGrads();
-  staging_->grads_newest = Newest::kHostNewer;
+  float* host = staging_->grads.Read();
+  staging_->grads.newest = Newest::kHostNewer;
   return host;
 }
 
 const float* GptModel::grads() const {
-  return staging_ == nullptr ? static_cast<const float*>(grads_.data()) : HostGrads();
+  return staging_ == nullptr ? static_cast<const float*>(grads_.data()) : staging_->grads.Read();
 }
 
-absl::Status GptModel::UploadIfHostNewer(const compute::Buffer& host, TensorSpan device,
-                                         Newest* newest) {
-  if (*newest != Newest::kHostNewer) return absl::OkStatus();
-  backend_->CopyFromHost(device, host.data());
+absl::Status GptModel::UploadIfHostNewer(HostCopy& copy, TensorSpan device) {
+  if (copy.newest != Newest::kHostNewer) return absl::OkStatus();
+  backend_->CopyFromHost(device, copy.host.data());
   RETURN_IF_ERROR(backend_->Synchronize());
-  *newest = Newest::kSynced;
+  copy.newest = Newest::kSynced;
   return absl::OkStatus();
+}
+
+void GptModel::Download(HostCopy& copy, TensorSpan device) {
+  backend_->CopyToHost(copy.host.data(), device);
+  copy.newest = Newest::kSynced;
 }
 
 absl::Status GptModel::UploadStaleParams() {
   if (staging_ == nullptr) return absl::OkStatus();
-  return UploadIfHostNewer(staging_->params, params_.span(), &staging_->params_newest);
+  return UploadIfHostNewer(staging_->params, params_.span());
 }
 
 absl::Status GptModel::UploadStaleGrads() {
   if (staging_ == nullptr) return absl::OkStatus();
-  return UploadIfHostNewer(staging_->grads, grads_.span(), &staging_->grads_newest);
+  return UploadIfHostNewer(staging_->grads, grads_.span());
 }
 
 absl::Status GptModel::DownloadGrads() {
   if (staging_ == nullptr) return absl::OkStatus();
-  backend_->CopyToHost(staging_->grads.data(), grads_.span());
-  RETURN_IF_ERROR(backend_->Synchronize());
-  staging_->grads_newest = Newest::kSynced;
-  return absl::OkStatus();
+  Download(staging_->grads, grads_.span());
+  return backend_->Synchronize();
 }
 
 absl::Status GptModel::CheckTokens(const char* what, const int32_t* ids, int B, int T) const {
@@ -287,9 +286,9 @@ void GptModel::Touch() {
   }
   if (staging_ != nullptr) {
     // The host copies are the weights now; the backend's were just zeroed.
-    staging_->params_newest = Newest::kHostNewer;
-    staging_->grads_newest = Newest::kZeroOnBackend;
-    staging_->embedding_zero_on_backend = true;
+    staging_->params.newest = Newest::kHostNewer;
+    staging_->grads.newest = Newest::kZeroOnBackend;
+    staging_->embedding_grad.newest = Newest::kZeroOnBackend;
   }
 }
 
@@ -453,8 +452,8 @@ void GptModel::ZeroGrad() {
   backend_->Zero(grads_.span());
   if (!embedding_grad_.span().empty()) backend_->Zero(embedding_grad_.span());
   if (staging_ != nullptr) {
-    staging_->grads_newest = Newest::kZeroOnBackend;
-    staging_->embedding_zero_on_backend = true;
+    staging_->grads.newest = Newest::kZeroOnBackend;
+    staging_->embedding_grad.newest = Newest::kZeroOnBackend;
   }
 }
 
@@ -468,7 +467,7 @@ absl::Status GptModel::Backward(double loss_scale) {
   backend_->ResidualForward(grad(kWte), grad(kWte), embedding_grad_.span(),
                             table_[kWte].numel);
   backend_->Zero(embedding_grad_.span());
-  if (staging_ != nullptr) staging_->embedding_zero_on_backend = true;
+  if (staging_ != nullptr) staging_->embedding_grad.newest = Newest::kZeroOnBackend;
   RETURN_IF_ERROR(backend_->Synchronize());
   return DownloadGrads();
 }
@@ -477,8 +476,7 @@ absl::Status GptModel::BackwardStage(int slot_index, double loss_scale) {
   RETURN_IF_ERROR(UploadStaleGrads());
   RETURN_IF_ERROR(BackwardOnBackend(slot_index, loss_scale));
   if (staging_ != nullptr && embedding_grad_.data() != nullptr) {
-    backend_->CopyToHost(staging_->embedding_grad.data(), embedding_grad_.span());
-    staging_->embedding_zero_on_backend = false;
+    Download(staging_->embedding_grad, embedding_grad_.span());
   }
   return DownloadGrads();
 }

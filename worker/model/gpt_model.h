@@ -229,38 +229,38 @@ class GptModel {
   absl::Status UploadStaleGrads();
   absl::Status DownloadGrads();
 
-  // Host copies of params_ and grads_ on a staged model. Where each arena's
-  // newest contents are: kSynced (both copies agree), kHostNewer (the host
-  // copy was handed out for writing), kZeroOnBackend (grads only: ZeroGrad
-  // cleared the backend's copy; the host copy is zeroed when next read).
+  // Where a staged tensor's newest contents are: kSynced (host and backend
+  // copies agree), kHostNewer (the host copy was handed out for writing),
+  // kZeroOnBackend (the backend's copy was cleared; the host copy is zeroed
+  // when next read, so a cleared gradient costs no copy).
   enum class Newest { kSynced, kHostNewer, kZeroOnBackend };
+  // The host copy of one backend tensor, from Backend::AllocateHost
+  // (page-locked on a GPU: these cross every step).
+  struct HostCopy {
+    compute::Buffer host;
+    Newest newest = Newest::kSynced;
+    // The host copy to read, zero-filled first if the backend's was cleared.
+    float* Read();
+  };
   struct HostStaging {
-    // The arenas' host copies, from Backend::AllocateHost (page-locked on a
-    // GPU: these cross every step).
-    compute::Buffer params;
-    compute::Buffer grads;
-    Newest params_newest = Newest::kSynced;
-    Newest grads_newest = Newest::kSynced;
+    HostCopy params, grads;
+    HostCopy embedding_grad;  // on the stage with the embedding
     // A pipeline stage's exchanges (max B x maxT x C each): the received
     // input and the output to send, per activation slot; the received
     // output gradient and the input gradient to send.
-    // All from Backend::AllocateHost, as the arenas' copies.
+    // All from Backend::AllocateHost, as the copies above.
     std::vector<compute::Buffer> stage_input, stage_output;
     compute::Buffer stage_output_grad, stage_input_grad;
-    compute::Buffer embedding_grad;  // on the stage with the embedding
-    // ZeroGrad (or Touch, or Backward's tie) cleared the backend's
-    // embedding gradient; the host copy is zeroed when next read.
-    bool embedding_zero_on_backend = false;
     compute::Buffer reduce;  // the tensor group's all-reduces (the largest: N x C)
   };
   // A host span of `host`'s first `numel` elements.
   static compute::TensorSpan HostSpan(const compute::Buffer& host, size_t numel);
-  // Copies `host` to `device` when *newest says the host copy was handed
-  // out for writing since; then both agree.
-  absl::Status UploadIfHostNewer(const compute::Buffer& host, compute::TensorSpan device,
-                                 Newest* newest);
-  // The host gradients, zero-filled first if ZeroGrad cleared the backend's.
-  float* HostGrads() const;
+  // Copies `copy` to `device` when its host side was handed out for writing
+  // since; then both agree.
+  absl::Status UploadIfHostNewer(HostCopy& copy, compute::TensorSpan device);
+  // Enqueues `device` into `copy`'s host side (the caller synchronizes
+  // before reading it); then both agree.
+  void Download(HostCopy& copy, compute::TensorSpan device);
 
   const GptConfig config_;
   const ParameterTable table_;
