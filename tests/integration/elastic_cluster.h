@@ -68,8 +68,10 @@ class ElasticTest : public ::testing::Test {
   }
 
   void StartWorker(int i) {
-    Subprocess* process = cluster_.StartWorker(absl::StrCat("w", i), "host", i, "engine",
-                                               {absl::StrCat("--loss_log=", LossLog(i))});
+    std::vector<std::string> args = {absl::StrCat("--loss_log=", LossLog(i))};
+    if (gpu_workers_) args.push_back("--device=gpu");  // after LocalCluster's --device=cpu: wins
+    Subprocess* process =
+        cluster_.StartWorker(absl::StrCat("w", i), "host", gpu_workers_ ? 0 : i, "engine", args);
     ASSERT_NE(process, nullptr);
     if (static_cast<int>(processes_.size()) <= i) processes_.resize(i + 1);
     processes_[i] = process;
@@ -129,6 +131,31 @@ class ElasticTest : public ::testing::Test {
   // below them (from the loss logs' resume lines): what lost_steps counts.
   int64_t RedoneSteps(const std::string& job_id) const {
     return CountRedoneSteps(LossLogs(), job_id);
+  }
+
+  // Runs `spec` fault-free, then again, killing member `rank` with SIGKILL
+  // once the job's `members` have passed step 12. Expects one recovery from
+  // peers (generation 2), at most one step trained again, and the fault-free
+  // run's losses bit for bit. Returns the job as it ended.
+  v1::Job KillMemberAndCompare(const std::string& what, const v1::JobSpec& spec, int members,
+                               int rank) {
+    const std::map<int, std::string> reference = Reference(spec);
+    const std::string id = SubmitJob(spec);
+    const v1::Job before = WaitForStep(id, 12, members);
+    EXPECT_FALSE(Finished(before)) << "the job finished before the kill";
+    if (Finished(before)) return before;
+    Member(before, rank)->Kill();
+    const v1::Job job = WaitForEnd(id);
+    EXPECT_EQ(job.generation(), 2u) << Logs();
+    EXPECT_EQ(job.recovery().kind(), v1::RECOVERY_KIND_PEER) << job.recovery().reason();
+    EXPECT_LE(job.recovery_stats().lost_steps(), 1);
+    EXPECT_LE(job.recovery_stats().lost_steps(), RedoneSteps(id)) << Logs();
+    ExpectTrajectory(what, Losses(id), reference, /*bitwise=*/true);
+    std::printf("%s: killed at step %lld; recovered at step %lld; detection to running %.3f s\n",
+                what.c_str(), static_cast<long long>(before.progress().step()),
+                static_cast<long long>(job.recovery().step()),
+                job.recovery_stats().last_detect_to_running_seconds());
+    return job;
   }
 
   // Runs `spec` without faults and returns its losses (and, if asked, the
@@ -246,6 +273,9 @@ class ElasticTest : public ::testing::Test {
 
   LocalCluster cluster_{"elastic"};
   std::vector<Subprocess*> processes_;
+  // Workers run on the GPU (--device=gpu), all on CUDA device 0: several
+  // ranks share one GPU, staged through host memory (gpu_training_test.cc).
+  bool gpu_workers_ = false;
 };
 
 }  // namespace cohort::testing

@@ -12,6 +12,10 @@
 // clipping, to --out.grads: uint64 begin, uint64 end (the valid local range:
 // the ZeRO-1 shard or everything), then the shard's num_params floats.
 // Ranks bootstrap their UCX context through a FileKvClient directory.
+// --backend picks where the layers run: the CPU, GuardedBackend (the CPU's
+// arithmetic behind memory the host may not touch, so the model stages
+// through host memory as on a GPU), or the CUDA backend (tests/integration/
+// gpu_training_test.cc: every rank may share one GPU).
 // Exit codes: 0 ok, 2 setup failed, 3 a step failed.
 
 #include <cstdint>
@@ -49,10 +53,11 @@ ABSL_FLAG(bool, tie_per_step, false,
           "even without pipeline parallelism");
 ABSL_FLAG(bool, grads, false, "write the step-0 reduced gradient to --out.grads");
 ABSL_FLAG(int, threads, 1, "OpenMP threads");
-ABSL_FLAG(bool, guarded_backend, false,
-          "train on GuardedBackend (tests/testing/guarded_backend.h): the CPU's arithmetic "
-          "behind memory the host may not touch, so the model stages its weights, gradients, "
-          "stage exchanges and tensor all-reduces through host memory as on a GPU");
+ABSL_FLAG(std::string, backend, "cpu",
+          "where the layers run: cpu, guarded (GuardedBackend, tests/testing/guarded_backend.h: "
+          "the CPU's arithmetic behind memory the host may not touch) or cuda");
+ABSL_FLAG(std::string, precision, "fp32", "the CUDA backend's precision: fp32, tf32 or bf16");
+ABSL_FLAG(int, device_index, 0, "the CUDA device (--backend=cuda)");
 ABSL_FLAG(std::string, reduction, "deterministic",
           "data-parallel sum order: deterministic (the fixed tree) or transport");
 ABSL_FLAG(std::string, out, "", "output file (losses, parameter hash)");
@@ -61,8 +66,27 @@ namespace {
 
 using cohort::train::TrainingConfig;
 
-TrainingConfig TestConfig() {
+absl::StatusOr<TrainingConfig> TestConfig() {
   TrainingConfig c;
+  const std::string backend = absl::GetFlag(FLAGS_backend);
+  if (backend == "cuda") {
+    c.backend = cohort::compute::BackendKind::kCuda;
+  } else if (backend != "cpu" && backend != "guarded") {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--backend: '", backend, "' is none of cpu, guarded, cuda"));
+  }
+  const std::string precision = absl::GetFlag(FLAGS_precision);
+  if (precision == "tf32") {
+    c.precision = cohort::compute::Precision::kTf32;
+  } else if (precision == "bf16") {
+    c.precision = cohort::compute::Precision::kBf16;
+  } else if (precision != "fp32") {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--precision: '", precision, "' is none of fp32, tf32, bf16"));
+  }
+  if (c.precision != cohort::compute::Precision::kFp32 && backend != "cuda") {
+    return absl::InvalidArgumentError("--precision: tf32 and bf16 need --backend=cuda");
+  }
   const bool small = absl::GetFlag(FLAGS_model) == "small";
   c.model.layers = small ? 4 : 2;
   c.model.heads = 4;
@@ -152,7 +176,8 @@ int main(int argc, char** argv) {
   cohort::train::TrainingSessionOptions options;
   options.num_threads = absl::GetFlag(FLAGS_threads);
   options.collective_timeout = absl::Seconds(60);
-  if (absl::GetFlag(FLAGS_guarded_backend)) {
+  options.device_index = absl::GetFlag(FLAGS_device_index);
+  if (absl::GetFlag(FLAGS_backend) == "guarded") {
     options.backend = std::make_shared<cohort::testing::GuardedBackend>(options.num_threads);
   }
   if (absl::GetFlag(FLAGS_tie_per_step)) options.tie_per_micro_batch = false;
@@ -168,8 +193,13 @@ int main(int argc, char** argv) {
                  static_cast<std::streamsize>(n * sizeof(float)));
     };
   }
+  const absl::StatusOr<TrainingConfig> config = TestConfig();
+  if (!config.ok()) {
+    LOG(ERROR) << config.status();
+    return 2;
+  }
   auto session =
-      cohort::train::TrainingSession::Create(TestConfig(), layout, comms.mesh.groups(), options);
+      cohort::train::TrainingSession::Create(*config, layout, comms.mesh.groups(), options);
   if (!session.ok()) {
     LOG(ERROR) << session.status();
     return 2;
