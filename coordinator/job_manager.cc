@@ -965,11 +965,14 @@ void JobManager::AppendIdleCandidates(const v1::JobSpec& spec, PlanRequest* requ
                         static_cast<size_t>(std::max({spec.elastic().max_workers(),
                                                       spec.elastic().min_workers(), 1}));
   const std::string* host = nullptr;
-  for (const WorkerRecord* record : membership_->Idle(spec.device_kind())) {
-    if (request->candidates.size() >= enough && (host == nullptr || record->host != *host)) break;
-    request->candidates.push_back(ToPlannerWorker(*record));
-    host = &record->host;
-  }
+  membership_->ForEachIdle(spec.device_kind(), [&](const WorkerRecord& record) {
+    if (request->candidates.size() >= enough && (host == nullptr || record.host != *host)) {
+      return false;
+    }
+    request->candidates.push_back(ToPlannerWorker(record));
+    host = &record.host;
+    return true;
+  });
 }
 
 void JobManager::Schedule(absl::Time now, Effects* effects) {

@@ -28,9 +28,27 @@ const v1::MeshMember* MemberAt(const v1::Mesh& mesh, int rank) {
 }  // namespace
 
 void JobManager::UpdateWarmSpares(Effects* effects) {
+  // This runs on every scheduling pass, under the coordinator's lock, with
+  // up to tens of thousands of idle workers: it looks at each job's own
+  // spares (warm_targets_ holds a few per job) and at the first idle workers
+  // it needs, never at every idle worker per job.
+  // Each job's current spares that are still idle, as they were named (the
+  // same incarnation), in the idle order.
+  absl::flat_hash_map<JobId, std::vector<const WorkerRecord*>> spares_of;
+  for (const auto& [worker, target] : warm_targets_) {
+    const WorkerRecord* record = membership_->Find(worker);
+    if (record != nullptr && record->state == WorkerState::kIdle &&
+        record->incarnation == target.incarnation) {
+      spares_of[target.job].push_back(record);
+    }
+  }
+  for (auto& [job, records] : spares_of) {
+    std::sort(records.begin(), records.end(), [](const WorkerRecord* a, const WorkerRecord* b) {
+      return MembershipTable::IdleBefore(*a, *b);
+    });
+  }
   // What each spare should prepare, job by job in submit order.
   absl::flat_hash_map<WorkerId, WarmTarget> wanted;
-  absl::flat_hash_map<v1::DeviceKind, std::vector<const WorkerRecord*>> idle;
   for (const JobId& id : order_) {
     if (options_.warm_spares_per_job <= 0) break;
     const JobEntry& entry = jobs_.at(id);
@@ -39,35 +57,37 @@ void JobManager::UpdateWarmSpares(Effects* effects) {
     const int world = mesh.members_size();
     if (state != v1::JOB_STATE_RUNNING && state != v1::JOB_STATE_RECONFIGURING) continue;
     const v1::DeviceKind kind = entry.job.spec().device_kind();
-    auto [it, inserted] = idle.try_emplace(kind);
-    if (inserted) it->second = membership_->Idle(kind);
+    auto own = spares_of.find(id);
+    const std::vector<const WorkerRecord*> no_spares;
+    const std::vector<const WorkerRecord*>& its_spares =
+        own == spares_of.end() ? no_spares : own->second;
     if (entry.suspension.has_value() || world == 0 || MeshIncomplete(mesh)) {
       // Mid-recovery: its spares keep what they prepared (the plan is about
       // to take one), and none is added until it has a whole mesh again.
-      for (const WorkerRecord* record : it->second) {
-        auto old = warm_targets_.find(record->id);
-        if (old != warm_targets_.end() && old->second.job == id &&
-            old->second.incarnation == record->incarnation) {
-          wanted[record->id] = old->second;
-        }
+      for (const WorkerRecord* record : its_spares) {
+        if (record->device_kind == kind) wanted[record->id] = warm_targets_.at(record->id);
       }
       continue;
     }
-    std::vector<const WorkerRecord*> chosen;
     // Spares it already has first (their prepared sessions stay useful),
-    // then any other idle worker, in the idle list's order.
-    for (const bool already : {true, false}) {
-      for (const WorkerRecord* record : it->second) {
-        if (static_cast<int>(chosen.size()) == options_.warm_spares_per_job) break;
-        if (wanted.contains(record->id) ||
-            std::find(chosen.begin(), chosen.end(), record) != chosen.end()) {
-          continue;
+    // then any other idle worker, in the idle order.
+    std::vector<const WorkerRecord*> chosen;
+    const size_t count = static_cast<size_t>(options_.warm_spares_per_job);
+    for (const WorkerRecord* record : its_spares) {
+      if (chosen.size() == count) break;
+      if (record->device_kind == kind && !wanted.contains(record->id)) chosen.push_back(record);
+    }
+    const size_t kept = chosen.size();
+    if (kept < count) {
+      membership_->ForEachIdle(kind, [&](const WorkerRecord& record) {
+        if (wanted.contains(record.id) ||
+            std::find(chosen.begin(), chosen.begin() + kept, &record) != chosen.begin() + kept ||
+            std::find(its_spares.begin(), its_spares.end(), &record) != its_spares.end()) {
+          return true;
         }
-        auto old = warm_targets_.find(record->id);
-        const bool its_spare = old != warm_targets_.end() && old->second.job == id &&
-                               old->second.incarnation == record->incarnation;
-        if (its_spare == already) chosen.push_back(record);
-      }
+        chosen.push_back(&record);
+        return chosen.size() < count;
+      });
     }
     // The k-th spare prepares the k-th place from the end of the mesh: any
     // place may be lost, and spreading the spares covers different ones.

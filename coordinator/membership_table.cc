@@ -72,8 +72,12 @@ void FillFromHello(const v1::Hello& hello, absl::Time now, WorkerRecord& record)
 
 MembershipTable::MembershipTable(Options options) : options_(options) {}
 
+bool MembershipTable::IdleBefore(const WorkerRecord& a, const WorkerRecord& b) {
+  return std::tie(a.host, a.device_index, a.id) < std::tie(b.host, b.device_index, b.id);
+}
+
 bool MembershipTable::IdleOrder::operator()(const WorkerRecord* a, const WorkerRecord* b) const {
-  return std::tie(a->host, a->device_index, a->id) < std::tie(b->host, b->device_index, b->id);
+  return IdleBefore(*a, *b);
 }
 
 void MembershipTable::IndexIdle(const WorkerRecord& record) {
@@ -325,6 +329,15 @@ std::vector<const WorkerRecord*> MembershipTable::Idle(v1::DeviceKind kind) cons
   auto it = idle_.find(kind);
   if (it == idle_.end()) return {};
   return std::vector<const WorkerRecord*>(it->second.begin(), it->second.end());
+}
+
+void MembershipTable::ForEachIdle(v1::DeviceKind kind,
+                                  absl::FunctionRef<bool(const WorkerRecord& record)> visit) const {
+  auto it = idle_.find(kind);
+  if (it == idle_.end()) return;
+  for (const WorkerRecord* record : it->second) {
+    if (!visit(*record)) return;
+  }
 }
 
 int MembershipTable::CountInState(WorkerState state) const {

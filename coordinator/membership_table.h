@@ -26,6 +26,7 @@
 
 #include "absl/container/flat_hash_map.h"
 #include "absl/container/node_hash_map.h"
+#include "absl/functional/function_ref.h"
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
@@ -150,6 +151,13 @@ class MembershipTable {
   // IDLE workers of `kind`, sorted by (host, device_index, id). From an
   // index kept by every state change: no scan of all workers, no sort.
   std::vector<const WorkerRecord*> Idle(v1::DeviceKind kind) const;
+  // The same workers in the same order, visited until `visit` returns false:
+  // O(visited), for callers that need the first few of thousands (a copy of
+  // Idle() per scheduling pass was most of a busy coordinator's CPU).
+  void ForEachIdle(v1::DeviceKind kind,
+                   absl::FunctionRef<bool(const WorkerRecord& record)> visit) const;
+  // Whether `a` comes before `b` in Idle()'s order.
+  static bool IdleBefore(const WorkerRecord& a, const WorkerRecord& b);
   bool HasIdle(v1::DeviceKind kind) const;
   // Counts kept by every state change (no scan): records in `state`, and
   // attached (not LOST) workers of `kind`.

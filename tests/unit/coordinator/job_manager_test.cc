@@ -1292,6 +1292,42 @@ TEST_F(JobManagerTest, AWarmSpareLostIsReplacedByTheNextIdleWorker) {
   EXPECT_TRUE(MessagesTo(lost, idle[0], v1::CoordinatorMessage::kWarmUp).empty());
 }
 
+// Each running job has its own spare; a spare keeps its job when an idle
+// worker that sorts before it arrives (its prepared session stays useful),
+// and only when a job ends does its spare go to another.
+TEST_F(JobManagerTest, EachJobKeepsItsOwnSpareAsIdleWorkersComeAndGo) {
+  for (int i = 0; i < 6; ++i) Join(absl::StrCat("w", i), "h", i);
+  const v1::Job first = Get(Submit(Spec(1, 2, 2)));
+  const v1::Job second = Get(Submit(Spec(1, 2, 2)));
+  ASSERT_EQ(first.mesh().members_size(), 2);
+  ASSERT_EQ(second.mesh().members_size(), 2);
+  std::vector<std::string> idle;
+  for (int i = 0; i < 6; ++i) {
+    const std::string id = absl::StrCat("w", i);
+    if (membership_->Find(WorkerId(id))->state == WorkerState::kIdle) idle.push_back(id);
+  }
+  ASSERT_EQ(idle.size(), 2u);
+  // An idle worker first in the idle order (host "a" < "h") changes no one's role.
+  Effects joined = Join("early", "a", 0);
+  EXPECT_EQ(CountKind(joined, v1::CoordinatorMessage::kWarmUp), 0);
+  // The first job ends: its spare, and only it, is released (the second's
+  // is not told again; the newcomer and the freed members stay unnamed).
+  Effects done;
+  for (const auto& member : first.mesh().members()) {
+    ASSERT_TRUE(Report(member.worker_id(), first, v1::ASSIGNMENT_STATE_COMPLETED, &done).ok());
+  }
+  ASSERT_EQ(CountKind(done, v1::CoordinatorMessage::kWarmUp), 1);
+  int released = 0;
+  for (const std::string& id : idle) {
+    for (const auto& warm : MessagesTo(done, id, v1::CoordinatorMessage::kWarmUp)) {
+      EXPECT_TRUE(warm.warm_up().job_id().empty())
+          << id << " named a spare of " << warm.warm_up().job_id();
+      ++released;
+    }
+  }
+  EXPECT_EQ(released, 1);
+}
+
 TEST_F(JobManagerTest, NoWarmSparesWhenTurnedOff) {
   membership_ = std::make_unique<MembershipTable>(MembershipTable::Options{});
   JobManager::Options options;

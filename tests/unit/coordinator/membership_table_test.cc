@@ -328,6 +328,15 @@ TEST_F(MembershipTableTest, ListAndIdleOrdering) {
   EXPECT_THAT(Ids(table_.List()), ElementsAre("w0", "w1", "w2", "w3", "w4"));
   EXPECT_THAT(Ids(table_.Idle(v1::DEVICE_KIND_CPU)), ElementsAre("w1", "w2", "w0"));
   EXPECT_THAT(Ids(table_.Idle(v1::DEVICE_KIND_GPU)), ElementsAre("w3"));
+  // ForEachIdle: the same order, and it stops when told.
+  std::vector<std::string> visited;
+  table_.ForEachIdle(v1::DEVICE_KIND_CPU, [&](const WorkerRecord& record) {
+    visited.push_back(record.id.value());
+    return visited.size() < 2;
+  });
+  EXPECT_THAT(visited, ElementsAre("w1", "w2"));
+  EXPECT_TRUE(
+      MembershipTable::IdleBefore(*table_.Find(WorkerId("w1")), *table_.Find(WorkerId("w0"))));
   EXPECT_EQ(table_.CountInState(WorkerState::kIdle), 4);
   EXPECT_EQ(table_.CountInState(WorkerState::kAssigned), 1);
   EXPECT_EQ(table_.CountInState(WorkerState::kDraining), 0);
