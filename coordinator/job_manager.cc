@@ -33,6 +33,13 @@ v1::CoordinatorMessage Effects::Message::WithBase(const v1::CoordinatorMessage& 
 JobManager::JobManager(Options options, MembershipTable* membership, JobStore* store)
     : options_(options), membership_(membership), store_(store) {}
 
+std::vector<JobId> JobManager::ActiveJobs() const {
+  std::vector<JobId> ids;
+  ids.reserve(active_.size());
+  for (const auto& [number, id] : active_) ids.push_back(id);
+  return ids;
+}
+
 bool JobManager::IsTerminal(v1::JobState state) {
   return state == v1::JOB_STATE_COMPLETED || state == v1::JOB_STATE_FAILED ||
          state == v1::JOB_STATE_CANCELLED;
@@ -76,6 +83,7 @@ absl::Status JobManager::Restore(absl::Time now) {
       finished_.emplace(*entry.finished_at, id);
       continue;
     }
+    active_.emplace(entry.number, id);
     // READY reports are not persisted one by one: a fully ready mesh was
     // persisted as such; otherwise the count restarts and re-adopted workers
     // are asked again.
@@ -146,6 +154,7 @@ v1::Job JobManager::Admit(v1::Job job, int64_t number, absl::Time now, Effects* 
                                    return n < jobs_.at(other).number;
                                  }),
                 id);
+  active_.emplace(number, id);
   LOG(INFO) << "job " << id << " submitted";
   Emit(entry, v1::JOB_EVENT_KIND_STATE_CHANGED, effects);
   Schedule(now, effects);
@@ -669,7 +678,7 @@ void JobManager::Tick(absl::Time now, Effects* effects) {
     effects->lost.insert(effects->lost.end(), expired.begin(), expired.end());
     OnWorkersLost(expired, now, effects);
   }
-  for (const JobId& id : order_) {
+  for (const JobId& id : ActiveJobs()) {
     JobEntry& entry = jobs_.at(id);
     if (!IsTerminal(entry.job.state())) CheckTimeouts(entry, now, effects);
   }
@@ -836,6 +845,7 @@ void JobManager::Finish(JobEntry& entry, v1::JobState state, const std::string& 
   if (entry.finished_at.has_value()) finished_.erase({*entry.finished_at, id});
   entry.finished_at = now;
   finished_.emplace(now, id);
+  active_.erase(entry.number);
   for (const auto& member : entry.job.mesh().members()) {
     const WorkerId worker(member.worker_id());
     const WorkerRecord* record = membership_->Find(worker);
@@ -978,7 +988,7 @@ void JobManager::AppendIdleCandidates(const v1::JobSpec& spec, PlanRequest* requ
 void JobManager::Schedule(absl::Time now, Effects* effects) {
   absl::flat_hash_set<JobId> awaited_jobs;
   for (const auto& [worker, awaited] : awaiting_) awaited_jobs.insert(awaited.job);
-  for (const JobId& id : order_) {
+  for (const JobId& id : ActiveJobs()) {
     JobEntry& entry = jobs_.at(id);
     const v1::JobState state = entry.job.state();
     if (IsTerminal(state) || awaited_jobs.contains(id)) continue;

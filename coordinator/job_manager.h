@@ -479,7 +479,13 @@ class JobManager {
   MembershipTable* membership_;
   JobStore* store_;
   std::map<JobId, JobEntry> jobs_;
-  std::vector<JobId> order_;  // submit order
+  std::vector<JobId> order_;  // submit order, finished jobs too (listing)
+  // The jobs not finished, by number (submit order): what scheduling,
+  // timeouts and warm spares look at, so that their passes cost what runs,
+  // not the week of finished jobs kept for listing (--finished_retention).
+  std::map<int64_t, JobId> active_;
+  // active_'s jobs, copied: a pass may finish one as it goes.
+  std::vector<JobId> ActiveJobs() const;
   // Finished jobs by when they finished (JobEntry::finished_at), for the
   // retention: Tick looks at the oldest only.
   std::set<std::pair<absl::Time, JobId>> finished_;

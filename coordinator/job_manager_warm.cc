@@ -49,7 +49,7 @@ void JobManager::UpdateWarmSpares(Effects* effects) {
   }
   // What each spare should prepare, job by job in submit order.
   absl::flat_hash_map<WorkerId, WarmTarget> wanted;
-  for (const JobId& id : order_) {
+  for (const auto& [number, id] : active_) {  // finishes none
     if (options_.warm_spares_per_job <= 0) break;
     const JobEntry& entry = jobs_.at(id);
     const v1::Mesh& mesh = entry.job.mesh();

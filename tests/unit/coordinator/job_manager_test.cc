@@ -534,6 +534,31 @@ TEST_F(JobManagerTest, RestartReasksReadoptedWorkersWhoseReadinessWasNotRecorded
   EXPECT_EQ(Get(job).state(), v1::JOB_STATE_RUNNING);
 }
 
+// Scheduling walks the jobs not finished, in submit order, also after a
+// restart: a cancelled job is never planned, pending ones get workers first
+// come, first served.
+TEST_F(JobManagerTest, PendingJobsAreScheduledInSubmitOrderAndFinishedOnesNeverAlsoAfterARestart) {
+  const v1::Job cancelled = Submit(Spec(1, 1, 1));
+  const v1::Job first = Submit(Spec(1, 1, 1));
+  const v1::Job second = Submit(Spec(1, 1, 1));
+  const v1::Job third = Submit(Spec(1, 1, 1));
+  Effects effects;
+  ASSERT_TRUE(jobs_->Cancel(JobId(cancelled.job_id()), now_, &effects).ok());
+  Join("w0", "h", 0);
+  EXPECT_EQ(Get(first).mesh().members_size(), 1);
+  EXPECT_EQ(Get(second).mesh().members_size(), 0);
+
+  Reset();
+  ASSERT_TRUE(jobs_->Restore(now_).ok());
+  Join("w1", "h", 1);
+  EXPECT_EQ(Get(cancelled).state(), v1::JOB_STATE_CANCELLED);
+  EXPECT_EQ(Get(cancelled).mesh().members_size(), 0);
+  EXPECT_EQ(Get(second).mesh().members_size(), 1);
+  EXPECT_EQ(Get(third).mesh().members_size(), 0);
+  Join("w2", "h", 2);
+  EXPECT_EQ(Get(third).mesh().members_size(), 1);
+}
+
 TEST_F(JobManagerTest, RestartedWorkerProcessIsNotReadopted) {
   for (int i = 0; i < 2; ++i) Join(absl::StrCat("w", i), "h", i);
   v1::Job job = Submit(Spec(2, 2, 2));
