@@ -15,6 +15,11 @@
 // each step's time covers all of its device work and that copy. The AdamW
 // update and the gradient reduction run in host memory today and are not part
 // of it (nor the upload of the updated weights before the next forward).
+// A second run of --steps steps per row times the whole single-process step
+// as a training session runs it today: the same, then the gradient clip and
+// AdamW in host memory, whose updated weights the next forward uploads
+// (columns "step+AdamW ms", median, and "AdamW ms", the clip and update
+// alone): what the host round trip costs on top of the device's work.
 //
 // Model FLOPs per token are 6 * num_params + 12 * layers * width * seq, the
 // estimate of nanoGPT's estimate_mfu (PaLM, appendix B): 6N for the matmuls of
@@ -35,6 +40,7 @@
 #include <algorithm>
 #include <chrono>
 #include <climits>
+#include <cmath>
 #include <cstdint>
 #include <cstdio>
 #include <memory>
@@ -62,6 +68,8 @@
 #include "worker/model/gpt_model.h"
 #include "worker/model/model_layout.h"
 #include "worker/model/parameter_table.h"
+#include "worker/train/adamw.h"
+#include "worker/train/grad_norm.h"
 
 #if COHORT_HAVE_CUDA
 #include <cuda_runtime_api.h>
@@ -97,6 +105,7 @@ ABSL_FLAG(std::string, output, "table", "table (markdown) or json");
 namespace {
 
 namespace compute = cohort::compute;
+namespace train = cohort::train;
 namespace model = cohort::model;
 using Clock = std::chrono::steady_clock;
 
@@ -104,7 +113,8 @@ constexpr int kMaxStepCount = 10000;
 constexpr char kTimedNote[] =
     "Timed: ZeroGrad + forward + backward (each step ends with a device sync and, on a GPU, "
     "the copy of the gradients to host memory); the AdamW update, the gradient reduction and "
-    "the upload of the updated weights are not part of it.";
+    "the upload of the updated weights are not part of it. step+AdamW: a second run adding the "
+    "clip and AdamW in host memory (AdamW ms alone), whose weights the next forward uploads.";
 
 struct BenchConfig {
   compute::BackendKind backend = compute::BackendKind::kCuda;
@@ -129,6 +139,8 @@ struct RowResult {
   std::string reason;  // why the row was skipped or failed
   double median_ms = 0;
   double min_ms = 0;
+  double full_step_ms = 0;  // median of the second run: the step plus clip and AdamW
+  double optimizer_ms = 0;  // median of the clip and AdamW alone
   double tokens_per_s = 0;
   double model_tflops = 0;
   std::optional<double> mfu;           // fraction of the peak; none without a peak
@@ -412,6 +424,39 @@ RowResult RunRow(const BenchConfig& bench, size_t row) {
 
   result.median_ms = Median(step_ms);
   result.min_ms = *std::min_element(step_ms.begin(), step_ms.end());
+
+  // The whole step as a single-process session runs it: the clip and AdamW
+  // over the host copies (gpt_model.h's staging), one warmup step first.
+  const size_t n = gpt.num_params();
+  const std::vector<train::DecayRange> ranges = train::WeightDecayRanges(gpt.table(), 0, n);
+  std::vector<float> m(n, 0.0f), v(n, 0.0f);
+  const train::AdamWOptions adamw{.weight_decay = 0.1, .num_threads = bench.threads};
+  std::vector<double> full_ms, optimizer_ms;
+  for (int step = 0; step < 1 + bench.steps; ++step) {
+    const int32_t* inputs = tokens.data() + (step % kBatches) * 2 * tokens_per_batch;
+    const Clock::time_point start = Clock::now();
+    gpt.ZeroGrad();
+    absl::StatusOr<double> loss =
+        gpt.Forward(inputs, inputs + tokens_per_batch, bench.batch, bench.seq);
+    if (!loss.ok()) return fail(Outcome::kFailed, loss.status());
+    if (absl::Status s = gpt.Backward(1.0); !s.ok()) return fail(Outcome::kFailed, s);
+    const Clock::time_point backward_done = Clock::now();
+    const double norm = std::sqrt(train::SumOfSquares(gpt.grads(), n, bench.threads));
+    train::ScaleInPlace(gpt.grads(), n, static_cast<float>(train::ClipScale(norm, 1.0)),
+                        bench.threads);
+    const train::AdamWSlice slice{gpt.params(), gpt.grads(), m.data(), v.data(), 0, n};
+    if (absl::Status s = train::AdamWUpdate(adamw, slice, ranges, 6e-4, step + 1); !s.ok()) {
+      return fail(Outcome::kFailed, s);
+    }
+    const Clock::time_point end = Clock::now();
+    if (step == 0) continue;
+    full_ms.push_back(std::chrono::duration<double, std::milli>(end - start).count());
+    optimizer_ms.push_back(std::chrono::duration<double, std::milli>(end - backward_done).count());
+    std::fprintf(stderr, "cohort-bench-gpu: %s step+AdamW %d/%d: %.2f ms (AdamW %.2f), loss %.4f\n",
+                 label.c_str(), step, bench.steps, full_ms.back(), optimizer_ms.back(), *loss);
+  }
+  result.full_step_ms = Median(full_ms);
+  result.optimizer_ms = Median(optimizer_ms);
   result.tokens_per_s = static_cast<double>(tokens_per_batch) / (result.median_ms / 1e3);
   result.model_tflops =
       FlopsPerToken(bench.model, gpt.num_params(), bench.seq) * result.tokens_per_s / 1e12;
@@ -453,8 +498,8 @@ void PrintTable(const BenchConfig& bench, size_t num_params, const std::vector<R
   std::printf("%s\n\n", kTimedNote);
   std::printf(
       "| engine | precision | B x T | median ms | min ms | tokens/s | TFLOP/s | MFU | "
-      "peak mem GiB | status |\n");
-  std::printf("|---|---|---|---|---|---|---|---|---|---|\n");
+      "peak mem GiB | step+AdamW ms | AdamW ms | status |\n");
+  std::printf("|---|---|---|---|---|---|---|---|---|---|---|---|\n");
   for (size_t i = 0; i < rows.size(); ++i) {
     const RowResult& r = rows[i];
     const std::string engine = absl::StrCat("cohort ", BackendName(bench.backend));
@@ -465,16 +510,16 @@ void PrintTable(const BenchConfig& bench, size_t num_params, const std::vector<R
       std::string reason = r.reason;
       std::replace(reason.begin(), reason.end(), '|', '/');
       std::replace(reason.begin(), reason.end(), '\n', ' ');
-      std::printf("| %s | %s | %s | - | - | - | - | - | - | %s: %s |\n", engine.c_str(), precision,
-                  shape.c_str(), OutcomeName(r.outcome).c_str(), reason.c_str());
+      std::printf("| %s | %s | %s | - | - | - | - | - | - | - | - | %s: %s |\n", engine.c_str(),
+                  precision, shape.c_str(), OutcomeName(r.outcome).c_str(), reason.c_str());
       continue;
     }
     const std::string mfu =
         r.mfu ? absl::StrFormat("%.1f%% of %g", 100 * *r.mfu, bench.peak_tflops[i]) : "n/a";
     const std::string mem = r.peak_mem_gib ? absl::StrFormat("%.2f", *r.peak_mem_gib) : "n/a";
-    std::printf("| %s | %s | %s | %.2f | %.2f | %.0f | %.3g | %s | %s | ok |\n", engine.c_str(),
-                precision, shape.c_str(), r.median_ms, r.min_ms, r.tokens_per_s, r.model_tflops,
-                mfu.c_str(), mem.c_str());
+    std::printf("| %s | %s | %s | %.2f | %.2f | %.0f | %.3g | %s | %s | %.2f | %.2f | ok |\n",
+                engine.c_str(), precision, shape.c_str(), r.median_ms, r.min_ms, r.tokens_per_s,
+                r.model_tflops, mfu.c_str(), mem.c_str(), r.full_step_ms, r.optimizer_ms);
   }
 }
 
@@ -507,7 +552,9 @@ void PrintJson(const BenchConfig& bench, size_t num_params, const std::vector<Ro
         ", \"precision\": ", JsonString(compute::PrecisionName(r.precision)), ", \"status\": ",
         JsonString(OutcomeName(r.outcome)), ", \"reason\": ", JsonString(r.reason),
         ", \"median_ms\": ", JsonNumber(if_ran(r.median_ms)), ", \"min_ms\": ",
-        JsonNumber(if_ran(r.min_ms)), ", \"tokens_per_s\": ", JsonNumber(if_ran(r.tokens_per_s)),
+        JsonNumber(if_ran(r.min_ms)), ", \"full_step_ms\": ", JsonNumber(if_ran(r.full_step_ms)),
+        ", \"optimizer_ms\": ", JsonNumber(if_ran(r.optimizer_ms)),
+        ", \"tokens_per_s\": ", JsonNumber(if_ran(r.tokens_per_s)),
         ", \"model_tflops\": ", JsonNumber(if_ran(r.model_tflops)), ", \"peak_tflops\": ",
         JsonNumber(bench.peak_tflops[i] > 0 ? std::optional<double>(bench.peak_tflops[i])
                                             : std::nullopt),
