@@ -61,7 +61,7 @@ absl::Status Coordinator::Deliveries::Run() {
   }
   for (Outgoing& out : messages) {
     if (out.base == nullptr) {
-      out.sink->Send(out.message);
+      out.sink->Send(std::move(out.message));
     } else {
       out.sink->Send(Effects::Message::WithBase(*out.base, out.message));
     }

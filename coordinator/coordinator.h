@@ -39,7 +39,8 @@ namespace cohort::coordinator {
 class WorkerSink {
  public:
   virtual ~WorkerSink() = default;
-  virtual void Send(const v1::CoordinatorMessage& message) = 0;
+  // By value: the sink keeps it (a large Assign is not copied again).
+  virtual void Send(v1::CoordinatorMessage message) = 0;
   // The same process attached again on a newer stream: this one is over
   // (finish it; its end is not a loss). Must not block. Default: nothing.
   virtual void Close() {}

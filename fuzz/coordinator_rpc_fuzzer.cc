@@ -94,7 +94,7 @@ absl::StatusOr<KvScope> ParseScope(const v1::KvScope& scope) {
 // can answer it the way a worker would.
 class FuzzWorkerSink : public coordinator::WorkerSink {
  public:
-  void Send(const v1::CoordinatorMessage& message) override {
+  void Send(v1::CoordinatorMessage message) override {
     if (std::optional<CommandTarget> target = CommandTargetOf(message)) {
       job_ = std::move(target->job_id);
       generation_ = target->generation;

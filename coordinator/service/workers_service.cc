@@ -21,7 +21,7 @@ class AttachReactor;
 class StreamSink : public WorkerSink {
  public:
   explicit StreamSink(AttachReactor* reactor) : reactor_(reactor) {}
-  void Send(const v1::CoordinatorMessage& message) override;
+  void Send(v1::CoordinatorMessage message) override;
   void Close() override;
   void Clear() {
     absl::MutexLock lock(&mu_);
@@ -46,10 +46,10 @@ class AttachReactor : public grpc::ServerBidiReactor<v1::WorkerMessage, v1::Coor
     StartRead(&incoming_);
   }
 
-  void Enqueue(const v1::CoordinatorMessage& message) {
+  void Enqueue(v1::CoordinatorMessage message) {
     absl::MutexLock lock(&mu_);
     if (finished_) return;
-    outbox_.push_back(message);
+    outbox_.push_back(std::move(message));
     if (!writing_) StartNextWriteLocked();
   }
 
@@ -185,9 +185,9 @@ class AttachReactor : public grpc::ServerBidiReactor<v1::WorkerMessage, v1::Coor
   bool lost_reported_ ABSL_GUARDED_BY(mu_) = false;
 };
 
-void StreamSink::Send(const v1::CoordinatorMessage& message) {
+void StreamSink::Send(v1::CoordinatorMessage message) {
   absl::MutexLock lock(&mu_);
-  if (reactor_ != nullptr) reactor_->Enqueue(message);
+  if (reactor_ != nullptr) reactor_->Enqueue(std::move(message));
 }
 
 void StreamSink::Close() {

@@ -32,9 +32,7 @@ struct World::Stream {
 class World::SimSink : public coordinator::WorkerSink {
  public:
   SimSink(World* world, uint64_t stream) : world_(world), stream_(stream) {}
-  void Send(const v1::CoordinatorMessage& message) override {
-    world_->SendToWorker(stream_, message);
-  }
+  void Send(v1::CoordinatorMessage message) override { world_->SendToWorker(stream_, message); }
   void Close() override { world_->CloseStream(stream_); }
 
  private:

@@ -16,9 +16,9 @@ using ::testing::HasSubstr;
 
 class RecordingSink : public WorkerSink {
  public:
-  void Send(const v1::CoordinatorMessage& message) override {
+  void Send(v1::CoordinatorMessage message) override {
     absl::MutexLock lock(&mu_);
-    messages_.push_back(message);
+    messages_.push_back(std::move(message));
   }
   std::vector<v1::CoordinatorMessage> Take() {
     absl::MutexLock lock(&mu_);

@@ -149,7 +149,7 @@ TEST(JobPersisterTest, TheCoordinatorAnswersHeartbeatsWhileAJobWriteWaitsForTheD
   ASSERT_TRUE(coordinator.ok()) << coordinator.status();
   Coordinator& c = **coordinator;
   struct NullSink : WorkerSink {
-    void Send(const v1::CoordinatorMessage&) override {}
+    void Send(v1::CoordinatorMessage) override {}
   };
   v1::Hello hello;
   hello.set_worker_id("w0");
