@@ -40,7 +40,6 @@
 #include <algorithm>
 #include <chrono>
 #include <climits>
-#include <cmath>
 #include <cstdint>
 #include <cstdio>
 #include <memory>
@@ -62,14 +61,14 @@
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
+#include "common/status_macros.h"
+#include "tools/bench/host_optimizer.h"
 #include "worker/compute/backend.h"
 #include "worker/compute/backend_factory.h"
 #include "worker/model/gpt_config.h"
 #include "worker/model/gpt_model.h"
 #include "worker/model/model_layout.h"
 #include "worker/model/parameter_table.h"
-#include "worker/train/adamw.h"
-#include "worker/train/grad_norm.h"
 
 #if COHORT_HAVE_CUDA
 #include <cuda_runtime_api.h>
@@ -105,7 +104,6 @@ ABSL_FLAG(std::string, output, "table", "table (markdown) or json");
 namespace {
 
 namespace compute = cohort::compute;
-namespace train = cohort::train;
 namespace model = cohort::model;
 using Clock = std::chrono::steady_clock;
 
@@ -397,17 +395,27 @@ RowResult RunRow(const BenchConfig& bench, size_t row) {
   std::vector<int32_t> tokens(kBatches * 2 * tokens_per_batch);
   for (int32_t& t : tokens) t = token(rng);
 
-  std::vector<double> step_ms;
-  size_t peak_bytes = 0;
-  for (int step = 0; step < bench.warmup + bench.steps; ++step) {
+  // ZeroGrad, forward and backward of step `step`'s batch: its loss.
+  auto forward_backward = [&](int step) -> absl::StatusOr<double> {
     const int32_t* inputs = tokens.data() + (step % kBatches) * 2 * tokens_per_batch;
-    const Clock::time_point start = Clock::now();
     gpt.ZeroGrad();
     absl::StatusOr<double> loss =
         gpt.Forward(inputs, inputs + tokens_per_batch, bench.batch, bench.seq);
+    if (!loss.ok()) return loss.status();
+    RETURN_IF_ERROR(gpt.Backward(1.0));
+    return *loss;
+  };
+  auto ms_since = [](Clock::time_point start) {
+    return std::chrono::duration<double, std::milli>(Clock::now() - start).count();
+  };
+
+  std::vector<double> step_ms;
+  size_t peak_bytes = 0;
+  for (int step = 0; step < bench.warmup + bench.steps; ++step) {
+    const Clock::time_point start = Clock::now();
+    const absl::StatusOr<double> loss = forward_backward(step);
     if (!loss.ok()) return fail(Outcome::kFailed, loss.status());
-    if (absl::Status s = gpt.Backward(1.0); !s.ok()) return fail(Outcome::kFailed, s);
-    const double ms = std::chrono::duration<double, std::milli>(Clock::now() - start).count();
+    const double ms = ms_since(start);
     // After each step: the backend keeps its buffers and scratch between
     // calls, so the largest value seen is its high-water mark.
     if (std::optional<size_t> bytes = DeviceBytesInUse(bench.backend, bench.device_index)) {
@@ -427,31 +435,17 @@ RowResult RunRow(const BenchConfig& bench, size_t row) {
 
   // The whole step as a single-process session runs it: the clip and AdamW
   // over the host copies (gpt_model.h's staging), one warmup step first.
-  const size_t n = gpt.num_params();
-  const std::vector<train::DecayRange> ranges = train::WeightDecayRanges(gpt.table(), 0, n);
-  std::vector<float> m(n, 0.0f), v(n, 0.0f);
-  const train::AdamWOptions adamw{.weight_decay = 0.1, .num_threads = bench.threads};
+  cohort::bench::HostOptimizer optimizer(gpt, bench.threads);
   std::vector<double> full_ms, optimizer_ms;
   for (int step = 0; step < 1 + bench.steps; ++step) {
-    const int32_t* inputs = tokens.data() + (step % kBatches) * 2 * tokens_per_batch;
     const Clock::time_point start = Clock::now();
-    gpt.ZeroGrad();
-    absl::StatusOr<double> loss =
-        gpt.Forward(inputs, inputs + tokens_per_batch, bench.batch, bench.seq);
+    const absl::StatusOr<double> loss = forward_backward(step);
     if (!loss.ok()) return fail(Outcome::kFailed, loss.status());
-    if (absl::Status s = gpt.Backward(1.0); !s.ok()) return fail(Outcome::kFailed, s);
     const Clock::time_point backward_done = Clock::now();
-    const double norm = std::sqrt(train::SumOfSquares(gpt.grads(), n, bench.threads));
-    train::ScaleInPlace(gpt.grads(), n, static_cast<float>(train::ClipScale(norm, 1.0)),
-                        bench.threads);
-    const train::AdamWSlice slice{gpt.params(), gpt.grads(), m.data(), v.data(), 0, n};
-    if (absl::Status s = train::AdamWUpdate(adamw, slice, ranges, 6e-4, step + 1); !s.ok()) {
-      return fail(Outcome::kFailed, s);
-    }
-    const Clock::time_point end = Clock::now();
+    if (absl::Status s = optimizer.Step(gpt, step + 1); !s.ok()) return fail(Outcome::kFailed, s);
     if (step == 0) continue;
-    full_ms.push_back(std::chrono::duration<double, std::milli>(end - start).count());
-    optimizer_ms.push_back(std::chrono::duration<double, std::milli>(end - backward_done).count());
+    full_ms.push_back(ms_since(start));
+    optimizer_ms.push_back(ms_since(backward_done));
     std::fprintf(stderr, "cohort-bench-gpu: %s step+AdamW %d/%d: %.2f ms (AdamW %.2f), loss %.4f\n",
                  label.c_str(), step, bench.steps, full_ms.back(), optimizer_ms.back(), *loss);
   }

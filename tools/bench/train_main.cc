@@ -19,7 +19,6 @@
 
 #include <algorithm>
 #include <chrono>
-#include <cmath>
 #include <cstdint>
 #include <cstdio>
 #include <map>
@@ -34,11 +33,10 @@
 #include "absl/flags/usage.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "tools/bench/host_optimizer.h"
 #include "worker/compute/cpu_backend.h"
 #include "worker/model/gpt_config.h"
 #include "worker/model/gpt_model.h"
-#include "worker/train/adamw.h"
-#include "worker/train/grad_norm.h"
 
 ABSL_FLAG(std::string, config, "tiny",
           "tiny (L=2, C=128, NH=4, V=512, maxT=64) or gpt2-124m (L=12, C=768, NH=12, "
@@ -55,9 +53,6 @@ ABSL_FLAG(bool, op_profile, false,
 namespace {
 
 using Clock = std::chrono::steady_clock;
-
-constexpr double kLearningRate = 6e-4;
-constexpr double kGradClip = 1.0;
 
 int Fail(const std::string& message) {
   std::fprintf(stderr, "cohort-bench-train: %s\n", message.c_str());
@@ -235,7 +230,6 @@ int main(int argc, char** argv) {
   absl::SetProgramUsageMessage("cohort-bench-train --config tiny|gpt2-124m [--threads N]");
   absl::ParseCommandLine(argc, argv);
   namespace model = cohort::model;
-  namespace train = cohort::train;
 
   const std::string name = absl::GetFlag(FLAGS_config);
   model::GptConfig config;
@@ -261,9 +255,7 @@ int main(int argc, char** argv) {
   model::GptModel& gpt = **created;
   gpt.InitializeParameters(/*seed=*/1234);
   const size_t n = gpt.num_params();
-  const std::vector<train::DecayRange> ranges = train::WeightDecayRanges(gpt.table(), 0, n);
-  std::vector<float> m(n, 0.0f), v(n, 0.0f);
-  const train::AdamWOptions adamw{.weight_decay = 0.1, .num_threads = threads};
+  cohort::bench::HostOptimizer optimizer(gpt, threads);
 
   // A few fixed random batches, cycled: the data does not change the work.
   constexpr int kBatches = 4;
@@ -282,14 +274,7 @@ int main(int argc, char** argv) {
     const Clock::time_point t1 = Clock::now();
     if (absl::Status s = gpt.Backward(1.0f); !s.ok()) return Fail(s.ToString());
     const Clock::time_point t2 = Clock::now();
-    const double norm = std::sqrt(train::SumOfSquares(gpt.grads(), n, threads));
-    train::ScaleInPlace(gpt.grads(), n, static_cast<float>(train::ClipScale(norm, kGradClip)),
-                        threads);
-    const train::AdamWSlice slice{gpt.params(), gpt.grads(), m.data(), v.data(), 0, n};
-    if (absl::Status s = train::AdamWUpdate(adamw, slice, ranges, kLearningRate, step + 1);
-        !s.ok()) {
-      return Fail(s.ToString());
-    }
+    if (absl::Status s = optimizer.Step(gpt, step + 1); !s.ok()) return Fail(s.ToString());
     const Clock::time_point t3 = Clock::now();
     losses.push_back(*loss);
     if (step < warmup) {
