@@ -22,6 +22,7 @@
 #include <cstdio>
 #include <fstream>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -76,14 +77,13 @@ absl::StatusOr<TrainingConfig> TestConfig() {
         absl::StrCat("--backend: '", backend, "' is none of cpu, guarded, cuda"));
   }
   const std::string precision = absl::GetFlag(FLAGS_precision);
-  if (precision == "tf32") {
-    c.precision = cohort::compute::Precision::kTf32;
-  } else if (precision == "bf16") {
-    c.precision = cohort::compute::Precision::kBf16;
-  } else if (precision != "fp32") {
+  const std::optional<cohort::compute::Precision> parsed =
+      cohort::compute::PrecisionFromName(precision);
+  if (!parsed.has_value()) {
     return absl::InvalidArgumentError(
         absl::StrCat("--precision: '", precision, "' is none of fp32, tf32, bf16"));
   }
+  c.precision = *parsed;
   if (c.precision != cohort::compute::Precision::kFp32 && backend != "cuda") {
     return absl::InvalidArgumentError("--precision: tf32 and bf16 need --backend=cuda");
   }

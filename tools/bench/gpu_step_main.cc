@@ -215,17 +215,13 @@ absl::Status Override(const char* flag, int value, int* field) {
 absl::Status ParsePrecisions(const std::string& list, compute::BackendKind backend,
                              std::vector<compute::Precision>* out) {
   for (absl::string_view name : absl::StrSplit(list, ',')) {
-    compute::Precision precision;
-    if (name == "fp32") {
-      precision = compute::Precision::kFp32;
-    } else if (name == "tf32") {
-      precision = compute::Precision::kTf32;
-    } else if (name == "bf16") {
-      precision = compute::Precision::kBf16;
-    } else {
+    const std::optional<compute::Precision> parsed =
+        compute::PrecisionFromName(std::string_view(name.data(), name.size()));
+    if (!parsed.has_value()) {
       return absl::InvalidArgumentError(
           absl::StrCat("--precision: unknown precision '", name, "' (fp32, tf32, bf16)"));
     }
+    const compute::Precision precision = *parsed;
     if (backend == compute::BackendKind::kCpu && precision != compute::Precision::kFp32) {
       return absl::InvalidArgumentError(
           absl::StrCat("--precision ", name, ": the cpu backend computes in fp32 only"));

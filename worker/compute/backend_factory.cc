@@ -17,6 +17,13 @@ const char* PrecisionName(Precision precision) {
   return "unknown";
 }
 
+std::optional<Precision> PrecisionFromName(std::string_view name) {
+  for (Precision precision : {Precision::kFp32, Precision::kTf32, Precision::kBf16}) {
+    if (name == PrecisionName(precision)) return precision;
+  }
+  return std::nullopt;
+}
+
 absl::StatusOr<std::unique_ptr<Backend>> CreateBackend(const BackendOptions& options) {
   if (options.num_threads < 0) {
     return absl::InvalidArgumentError(

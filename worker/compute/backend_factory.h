@@ -2,6 +2,8 @@
 // CreateBackend: builds the compute Backend a worker's configuration names.
 
 #include <memory>
+#include <optional>
+#include <string_view>
 
 #include "absl/status/statusor.h"
 #include "worker/compute/backend.h"
@@ -14,6 +16,8 @@ enum class BackendKind { kCpu, kCuda };
 // master weights, optimizer state, gradient sums and the loss stay fp32.
 enum class Precision { kFp32, kTf32, kBf16 };
 const char* PrecisionName(Precision precision);  // "fp32", "tf32", "bf16"
+// The precision PrecisionName names `name`; nullopt for any other string.
+std::optional<Precision> PrecisionFromName(std::string_view name);
 
 struct BackendOptions {
   BackendKind kind = BackendKind::kCpu;

@@ -74,6 +74,15 @@ TEST(BackendFactoryTest, BuildsCpuAndRejectsWhatItCannot) {
   }
 }
 
+TEST(BackendFactoryTest, PrecisionNamesRoundTrip) {
+  for (Precision precision : {Precision::kFp32, Precision::kTf32, Precision::kBf16}) {
+    EXPECT_EQ(PrecisionFromName(PrecisionName(precision)), precision) << PrecisionName(precision);
+  }
+  for (const char* other : {"", "FP32", "fp16", "bf16 ", "unknown"}) {
+    EXPECT_EQ(PrecisionFromName(other), std::nullopt) << "'" << other << "'";
+  }
+}
+
 // Every op once, on sizes large enough that OpenMP splits the loops and
 // OpenBLAS uses several threads; returns every output by name.
 std::vector<std::pair<std::string, std::vector<float>>> RunEveryOp(int threads) {
