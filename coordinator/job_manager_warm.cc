@@ -77,11 +77,10 @@ void JobManager::UpdateWarmSpares(Effects* effects) {
       if (chosen.size() == count) break;
       if (record->device_kind == kind && !wanted.contains(record->id)) chosen.push_back(record);
     }
-    const size_t kept = chosen.size();
-    if (kept < count) {
+    if (chosen.size() < count) {
+      // Past its own spares (those chosen above among them).
       membership_->ForEachIdle(kind, [&](const WorkerRecord& record) {
         if (wanted.contains(record.id) ||
-            std::find(chosen.begin(), chosen.begin() + kept, &record) != chosen.begin() + kept ||
             std::find(its_spares.begin(), its_spares.end(), &record) != its_spares.end()) {
           return true;
         }

@@ -325,12 +325,6 @@ bool MembershipTable::HasIdle(v1::DeviceKind kind) const {
   return it != idle_.end() && !it->second.empty();
 }
 
-std::vector<const WorkerRecord*> MembershipTable::Idle(v1::DeviceKind kind) const {
-  auto it = idle_.find(kind);
-  if (it == idle_.end()) return {};
-  return std::vector<const WorkerRecord*>(it->second.begin(), it->second.end());
-}
-
 void MembershipTable::ForEachIdle(v1::DeviceKind kind,
                                   absl::FunctionRef<bool(const WorkerRecord& record)> visit) const {
   auto it = idle_.find(kind);

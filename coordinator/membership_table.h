@@ -148,15 +148,14 @@ class MembershipTable {
   const WorkerRecord* Find(const WorkerId& id) const;
   // All records, sorted by worker id.
   std::vector<const WorkerRecord*> List() const;
-  // IDLE workers of `kind`, sorted by (host, device_index, id). From an
-  // index kept by every state change: no scan of all workers, no sort.
-  std::vector<const WorkerRecord*> Idle(v1::DeviceKind kind) const;
-  // The same workers in the same order, visited until `visit` returns false:
-  // O(visited), for callers that need the first few of thousands (a copy of
-  // Idle() per scheduling pass was most of a busy coordinator's CPU).
+  // Visits the IDLE workers of `kind` in (host, device_index, id) order
+  // until `visit` returns false. From an index kept by every state change:
+  // no scan of all workers, no sort, no copy; O(visited), for callers that
+  // need the first few of thousands (a copy of every idle worker per
+  // scheduling pass was most of a busy coordinator's CPU).
   void ForEachIdle(v1::DeviceKind kind,
                    absl::FunctionRef<bool(const WorkerRecord& record)> visit) const;
-  // Whether `a` comes before `b` in Idle()'s order.
+  // Whether `a` comes before `b` in ForEachIdle's order.
   static bool IdleBefore(const WorkerRecord& a, const WorkerRecord& b);
   bool HasIdle(v1::DeviceKind kind) const;
   // Counts kept by every state change (no scan): records in `state`, and
