@@ -84,19 +84,12 @@ class GuardedBackend final : public compute::Backend {
 
   // Every op: its spans must be this backend's memory (host memory passed
   // to an op would be read as device memory on a GPU), and the memory
-  // opens for the inner CPU backend's call only.
+  // opens for the inner CPU backend's call only. The unsharded encoder and
+  // cross-entropy backward are Backend's defaults over the guarded shard ops.
 #define COHORT_GUARDED(op, ...) \
   Open open(this);              \
   CheckSpans(#op, __VA_ARGS__); \
   cpu_.op(__VA_ARGS__)
-  void EncoderForward(compute::TensorSpan out, compute::TensorSpan inp, compute::TensorSpan wte,
-                      compute::TensorSpan wpe, int B, int T, int C) override {
-    COHORT_GUARDED(EncoderForward, out, inp, wte, wpe, B, T, C);
-  }
-  void EncoderBackward(compute::TensorSpan dwte, compute::TensorSpan dwpe, compute::TensorSpan dout,
-                       compute::TensorSpan inp, int B, int T, int C) override {
-    COHORT_GUARDED(EncoderBackward, dwte, dwpe, dout, inp, B, T, C);
-  }
   void LayerNormForward(compute::TensorSpan out, compute::TensorSpan mean, compute::TensorSpan rstd,
                         compute::TensorSpan inp, compute::TensorSpan weight,
                         compute::TensorSpan bias, int N, int C) override {
@@ -149,11 +142,6 @@ class GuardedBackend final : public compute::Backend {
                            compute::TensorSpan logits, compute::TensorSpan targets, int N, int V,
                            int Vp) override {
     COHORT_GUARDED(CrossEntropyForward, losses, lse, logits, targets, N, V, Vp);
-  }
-  void CrossEntropyBackward(compute::TensorSpan dlogits, compute::TensorSpan logits,
-                            compute::TensorSpan lse, compute::TensorSpan targets,
-                            compute::TensorSpan dlosses, int N, int V, int Vp) override {
-    COHORT_GUARDED(CrossEntropyBackward, dlogits, logits, lse, targets, dlosses, N, V, Vp);
   }
   void EncoderForwardShard(compute::TensorSpan out, compute::TensorSpan inp,
                            compute::TensorSpan wte, compute::TensorSpan wpe, int vocab_start,
