@@ -42,6 +42,9 @@ ABSL_FLAG(int, workers_per_host, 8, "simulated workers per simulated host");
 ABSL_FLAG(int, attach_batch, 250, "streams opened before waiting for their Welcomes");
 ABSL_FLAG(double, attach_timeout, 60, "seconds allowed for all workers to attach");
 ABSL_FLAG(int, timer_threads, 0, "heartbeat scheduler threads; 0 = auto");
+ABSL_FLAG(int, queues, 0,
+          "gRPC completion queues (one thread each) the streams are spread over; 0 = auto (one "
+          "per 1250 workers, at most 8)");
 ABSL_FLAG(int, coordinator_pid, 0,
           "pid of the coordinator, to report its CPU over the window (0 = not measured)");
 ABSL_FLAG(int, plan_workers, 10000,
@@ -90,6 +93,7 @@ int RunMain() {
   config.attach_batch = absl::GetFlag(FLAGS_attach_batch);
   config.attach_timeout = absl::Seconds(absl::GetFlag(FLAGS_attach_timeout));
   config.timer_threads = absl::GetFlag(FLAGS_timer_threads);
+  config.queues = absl::GetFlag(FLAGS_queues);
   if (absl::GetFlag(FLAGS_coordinator_pid) > 0) {
     config.coordinator_pid = static_cast<pid_t>(absl::GetFlag(FLAGS_coordinator_pid));
   }

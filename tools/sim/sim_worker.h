@@ -1,16 +1,23 @@
 #pragma once
-// SimWorker: one simulated worker daemon, i.e. one Attach stream driven by
-// the gRPC callback API (no thread of its own). It says Hello, waits for the
-// Welcome, sends heartbeats when the scheduler asks and times each one until
-// its HeartbeatAck. It accepts every Assign/Reconfigure (status READY) and
-// answers Stop with RELEASED, so job planning can run against simulated
-// workers.
+// SimWorker: one simulated worker daemon, i.e. one Attach stream on gRPC's
+// asynchronous API (no thread of its own: a completion queue's thread runs
+// Proceed for it). It says Hello, waits for the Welcome, sends heartbeats
+// when the scheduler asks and times each one until its HeartbeatAck. It
+// accepts every Assign/Reconfigure (status READY) and answers Stop with
+// RELEASED, so job planning can run against simulated workers.
+//
+// Why not the callback API: in Debian's gRPC build every completion queue
+// keeps a list of its outstanding operations that each completion searches,
+// and all callback calls of a process share one queue; with 10,000 streams
+// that search was a third of the simulator's CPU. The simulator spreads its
+// workers over several queues.
 //
 // Lifecycle:  Start --> connecting --Welcome--> attached --Close--> closing
-//                 \____________________\______________________\--> done (OnDone)
-// Thread-safe: SendHeartbeat, Close and Cancel may be called from any thread;
-// gRPC runs the reactions. At most one write is outstanding; others queue.
-// The object must outlive OnDone (done() true) or the process.
+//                 \____________________\______________________\--> done
+// (done: the status came and gRPC holds none of the worker's tags).
+// Thread-safe: SendHeartbeat, Close and Cancel may be called from any thread.
+// At most one write is outstanding; others queue. The object must outlive
+// done() or the process.
 
 #include <grpcpp/grpcpp.h>
 
@@ -37,7 +44,7 @@ struct SimCounters {
   std::atomic<uint32_t> heartbeat_timeout_ms{0};  // from a Welcome
 };
 
-class SimWorker : public grpc::ClientBidiReactor<v1::WorkerMessage, v1::CoordinatorMessage> {
+class SimWorker {
  public:
   struct Options {
     std::string worker_id{};
@@ -49,9 +56,13 @@ class SimWorker : public grpc::ClientBidiReactor<v1::WorkerMessage, v1::Coordina
   // `window` and `counters` must outlive this worker.
   SimWorker(Options options, const MeasurementWindow* window, SimCounters* counters);
 
-  // Opens the stream on `stub` (which must outlive the stream) and sends Hello.
-  // Call once.
-  void Start(v1::Workers::Stub* stub);
+  // Opens the stream on `stub` with its completions on `queue` (both must
+  // outlive the stream) and sends Hello. Call once.
+  void Start(v1::Workers::Stub* stub, grpc::CompletionQueue* queue);
+
+  // Runs one completion of some SimWorker's operation: call it with every
+  // tag the queues given to Start return.
+  static void Proceed(void* tag, bool ok);
 
   // Queues a heartbeat with the next sequence number, stamped now. No-op
   // unless attached.
@@ -80,49 +91,60 @@ class SimWorker : public grpc::ClientBidiReactor<v1::WorkerMessage, v1::Coordina
   // Moves out the results; call after done() (or when the run gave up on it).
   Results TakeResults();
 
-  // Reactions (gRPC threads).
-  void OnReadDone(bool ok) override;
-  void OnWriteDone(bool ok) override;
-  void OnWritesDoneDone(bool ok) override;
-  void OnDone(const grpc::Status& status) override;
-
  private:
   enum class State { kNew, kConnecting, kAttached, kClosing, kDone };
-
-  // What to do with the stream once mu_ is released: gRPC may run reactions
-  // inline, so Start* calls are never made while holding mu_.
-  struct Actions {
-    bool write = false;
-    bool writes_done = false;
-    bool release_hold = false;
+  enum class Op { kStart, kRead, kWrite, kWritesDone, kFinish };
+  // The tag of each operation: which worker, which operation.
+  struct Event {
+    SimWorker* worker;
+    Op op;
   };
+  using Stream = grpc::ClientAsyncReaderWriter<v1::WorkerMessage, v1::CoordinatorMessage>;
 
-  void Enqueue(v1::WorkerMessage message, Actions* actions) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Completions, on the queue's thread. Each runs under mu_: the
+  // asynchronous API never completes an operation inside the call that
+  // starts it.
+  void OnStarted(bool ok) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void OnRead(bool ok) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void OnWrite(bool ok) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void OnFinished() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Done once the status came and no operation is outstanding; after that
+  // the object may be freed, so this is the last thing a completion does.
+  void MaybeDoneLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+
+  void Enqueue(v1::WorkerMessage message) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Starts the next queued write, or WritesDone when closing and drained.
-  void NextWriteLocked(Actions* actions) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  void ReleaseHoldLocked(Actions* actions) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  void Act(const Actions& actions);
+  void NextWriteLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void StartFinishLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void HandleAck(uint64_t sequence, int64_t now_ns) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  void ReplyStatus(const std::string& job_id, uint64_t generation, v1::AssignmentState state,
-                   Actions* actions) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void ReplyStatus(const std::string& job_id, uint64_t generation, v1::AssignmentState state)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
   const Options options_;
   const MeasurementWindow* const window_;
   SimCounters* const counters_;
   grpc::ClientContext context_;
-  // Owned by the outstanding read: only reactions touch it.
-  v1::CoordinatorMessage incoming_;
+  std::unique_ptr<Stream> stream_;
+  Event start_event_{this, Op::kStart};
+  Event read_event_{this, Op::kRead};
+  Event write_event_{this, Op::kWrite};
+  Event writes_done_event_{this, Op::kWritesDone};
+  Event finish_event_{this, Op::kFinish};
 
   mutable absl::Mutex mu_;
   State state_ ABSL_GUARDED_BY(mu_) = State::kNew;
-  // The message of the outstanding write. Filled under mu_ while no write is
-  // outstanding; gRPC reads it until OnWriteDone, so it is not guarded.
-  v1::WorkerMessage writing_message_;
-  bool writing_ ABSL_GUARDED_BY(mu_) = false;
+  v1::CoordinatorMessage incoming_ ABSL_GUARDED_BY(mu_);    // the outstanding read's
+  v1::WorkerMessage writing_message_ ABSL_GUARDED_BY(mu_);  // the outstanding write's
+  grpc::Status status_ ABSL_GUARDED_BY(mu_);                // Finish's
+  // Which of the worker's tags gRPC holds.
+  bool starting_ ABSL_GUARDED_BY(mu_) = false;
+  bool reading_ ABSL_GUARDED_BY(mu_) = false;
+  bool writing_ ABSL_GUARDED_BY(mu_) = false;  // also: Hello waits for the start
+  bool writes_done_pending_ ABSL_GUARDED_BY(mu_) = false;
+  bool finishing_ ABSL_GUARDED_BY(mu_) = false;
   bool writes_done_started_ ABSL_GUARDED_BY(mu_) = false;
-  // The hold lets threads other than reactions start writes; released once
-  // no more writes will start, which lets OnDone come.
-  bool hold_released_ ABSL_GUARDED_BY(mu_) = false;
+  bool finish_started_ ABSL_GUARDED_BY(mu_) = false;  // no more writes start
+  bool finished_ ABSL_GUARDED_BY(mu_) = false;        // the status came
   bool failed_ ABSL_GUARDED_BY(mu_) = false;
   std::deque<v1::WorkerMessage> outbox_ ABSL_GUARDED_BY(mu_);
   uint64_t next_sequence_ ABSL_GUARDED_BY(mu_) = 1;

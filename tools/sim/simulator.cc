@@ -34,6 +34,7 @@ absl::Status Validate(const SimConfig& c) {
   if (c.attach_batch < 1) return bad("--attach_batch must be at least 1");
   if (c.attach_timeout <= absl::ZeroDuration()) return bad("--attach_timeout must be positive");
   if (c.timer_threads < 0) return bad("--timer_threads must be 0 (auto) or positive");
+  if (c.queues < 0) return bad("--queues must be 0 (auto) or positive");
   return absl::OkStatus();
 }
 
@@ -61,6 +62,19 @@ absl::StatusOr<std::unique_ptr<Simulator>> Simulator::Create(SimConfig config) {
     sim->channels_.push_back(std::move(channel));
   }
 
+  const int queues = c.queues > 0
+                         ? c.queues
+                         : std::clamp((c.workers + kWorkersPerQueue - 1) / kWorkersPerQueue, 1, 8);
+  for (int i = 0; i < queues; ++i) {
+    sim->queues_.push_back(std::make_unique<grpc::CompletionQueue>());
+    grpc::CompletionQueue* queue = sim->queues_.back().get();
+    sim->queue_threads_.emplace_back([queue] {
+      void* tag = nullptr;
+      bool ok = false;
+      while (queue->Next(&tag, &ok)) SimWorker::Proceed(tag, ok);
+    });
+  }
+
   std::mt19937_64 rng(NewIncarnation().value());
   sim->workers_.reserve(c.workers);
   for (int i = 0; i < c.workers; ++i) {
@@ -79,11 +93,30 @@ absl::StatusOr<std::unique_ptr<Simulator>> Simulator::Create(SimConfig config) {
 
 Simulator::~Simulator() {
   CloseAll();
+  StopQueues();
   if (abandoned_) {
-    // Abandoned reactors still point at the window and counters.
+    // Abandoned streams still point at the window and counters.
     (void)window_.release();
     (void)counters_.release();
   }
+}
+
+void Simulator::StopQueues() {
+  for (const std::unique_ptr<grpc::CompletionQueue>& queue : queues_) queue->Shutdown();
+  for (std::thread& thread : queue_threads_) {
+    if (abandoned_) {
+      // gRPC still holds abandoned streams' tags: their queues may never
+      // drain. The process is about to exit.
+      thread.detach();
+    } else {
+      thread.join();
+    }
+  }
+  queue_threads_.clear();
+  if (abandoned_) {
+    for (std::unique_ptr<grpc::CompletionQueue>& queue : queues_) (void)queue.release();
+  }
+  queues_.clear();
 }
 
 absl::StatusOr<SimReport> Simulator::Run() {
@@ -101,9 +134,9 @@ absl::StatusOr<SimReport> Simulator::Run() {
       [this](int index) { workers_[index]->SendHeartbeat(); });
   scheduler_->Start();
   LOG(INFO) << "attaching " << config_.workers << " workers to " << config_.coordinator << " over "
-            << stubs_.size() << " channels, batches of " << config_.attach_batch
-            << "; heartbeat every " << absl::FormatDuration(interval) << " (" << timer_threads
-            << " timer threads)";
+            << stubs_.size() << " channels and " << queues_.size()
+            << " completion queues, batches of " << config_.attach_batch << "; heartbeat every "
+            << absl::FormatDuration(interval) << " (" << timer_threads << " timer threads)";
 
   absl::Duration attach_time;
   if (absl::Status status = AttachAll(&attach_time); !status.ok()) {
@@ -158,7 +191,7 @@ absl::Status Simulator::AttachAll(absl::Duration* attach_time) {
   for (int begin = 0; begin < n; begin += config_.attach_batch) {
     const int end = std::min(n, begin + config_.attach_batch);
     for (int i = begin; i < end; ++i) {
-      workers_[i]->Start(stubs_[i % stubs_.size()].get());
+      workers_[i]->Start(stubs_[i % stubs_.size()].get(), queues_[i % queues_.size()].get());
     }
     // The next batch waits until this one is welcomed, so the coordinator
     // never has more than attach_batch Hellos queued from us.
@@ -270,7 +303,7 @@ void Simulator::CloseAll() {
   LOG(WARNING) << cancelled << " streams did not finish within "
                << absl::FormatDuration(config_.shutdown_timeout) << " of WritesDone; cancelled";
   if (wait(absl::Seconds(5))) return;
-  // gRPC still holds these reactors: freeing them would be a use-after-free,
+  // gRPC still holds these streams' tags: freeing them would be a use-after-free,
   // so they are leaked deliberately (the process is about to exit).
   int leaked = 0;
   for (std::unique_ptr<SimWorker>& worker : workers_) {

@@ -16,12 +16,13 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <thread>
 #include <vector>
 
-#include "common/tls_credentials.h"
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
 #include "cohort/v1/workers.grpc.pb.h"
+#include "common/tls_credentials.h"
 #include "tools/sim/heartbeat_scheduler.h"
 #include "tools/sim/measurement_window.h"
 #include "tools/sim/sim_report.h"
@@ -41,6 +42,7 @@ struct SimConfig {
   int attach_batch = 250;  // streams opened before waiting for their Welcomes
   absl::Duration attach_timeout = absl::Seconds(60);
   int timer_threads = 0;                 // 0: one per 2500 heartbeats/s, 1..4
+  int queues = 0;  // completion queues (one thread each); 0: one per 1250 workers, 1..8
   std::optional<pid_t> coordinator_pid;  // measure its CPU over the window
   absl::Duration shutdown_timeout = absl::Seconds(10);
   // Prefix of worker ids ("sim-<i>") and hosts ("sim-host-<j>"); lets two
@@ -56,6 +58,7 @@ struct SimConfig {
 class Simulator {
  public:
   static constexpr int kWorkersPerChannel = 250;
+  static constexpr int kWorkersPerQueue = 1250;
 
   // Validates `config` (InvalidArgument with the offending field) and creates
   // the channels; connects nothing yet.
@@ -70,6 +73,7 @@ class Simulator {
   absl::StatusOr<SimReport> Run();
 
   int channel_count() const { return static_cast<int>(stubs_.size()); }
+  int queue_count() const { return static_cast<int>(queues_.size()); }
 
  private:
   explicit Simulator(SimConfig config) : config_(std::move(config)) {}
@@ -78,18 +82,24 @@ class Simulator {
   void Measure(SimReport* report);
   void WaitForWindowAcks();
   void CloseAll();
+  // After CloseAll: ends the queues' threads (unless streams were abandoned).
+  void StopQueues();
   std::string FirstError();
 
   const SimConfig config_;
   std::vector<std::shared_ptr<grpc::Channel>> channels_;
   std::vector<std::unique_ptr<v1::Workers::Stub>> stubs_;
-  // Heap-allocated so that reactors abandoned by CloseAll can keep them.
+  // Worker i's completions come on queues_[i % size], each drained by its
+  // thread.
+  std::vector<std::unique_ptr<grpc::CompletionQueue>> queues_;
+  std::vector<std::thread> queue_threads_;
+  // Heap-allocated so that streams abandoned by CloseAll can keep them.
   std::unique_ptr<MeasurementWindow> window_ = std::make_unique<MeasurementWindow>();
   std::unique_ptr<SimCounters> counters_ = std::make_unique<SimCounters>();
   std::vector<std::unique_ptr<SimWorker>> workers_;
   std::unique_ptr<HeartbeatScheduler> scheduler_;
   bool closed_ = false;
-  bool abandoned_ = false;  // some reactors never finished and were leaked
+  bool abandoned_ = false;  // some streams never finished and were leaked
 };
 
 }  // namespace cohort::sim
