@@ -44,6 +44,10 @@ ABSL_FLAG(int64_t, grpc_memory_bytes, int64_t{512} << 20,
           "what peers, authenticated or not, can make the coordinator buffer");
 ABSL_FLAG(int, max_streams_per_connection, 256,
           "concurrent calls on one HTTP/2 connection");
+ABSL_FLAG(int, attach_queues, 8,
+          "gRPC completion queues, one thread each, that serve workers' Attach streams (1-64); "
+          "with tens of thousands of workers more queues keep each queue's bookkeeping short "
+          "(docs/operations.md)");
 ABSL_FLAG(int, max_kv_value_bytes, 1 << 20,
           "largest KeyValue value; larger Sets get RESOURCE_EXHAUSTED");
 ABSL_FLAG(int64_t, max_kv_bytes_per_job, 64 << 20,
@@ -188,10 +192,13 @@ int main(int argc, char** argv) {
   }
   config.grpc_memory_bytes = absl::GetFlag(FLAGS_grpc_memory_bytes);
   config.max_streams_per_connection = absl::GetFlag(FLAGS_max_streams_per_connection);
-  if (config.grpc_memory_bytes < (int64_t{16} << 20) ||
-      config.max_streams_per_connection < 1 || config.max_streams_per_connection > 65536) {
-    std::cerr << "cohort-coordinator: --grpc_memory_bytes must be >= 16 MiB and "
-                 "--max_streams_per_connection within [1, 65536]\n";
+  config.attach_queues = absl::GetFlag(FLAGS_attach_queues);
+  if (config.grpc_memory_bytes < (int64_t{16} << 20) || config.max_streams_per_connection < 1 ||
+      config.max_streams_per_connection > 65536 || config.attach_queues < 1 ||
+      config.attach_queues > 64) {
+    std::cerr << "cohort-coordinator: --grpc_memory_bytes must be >= 16 MiB, "
+                 "--max_streams_per_connection within [1, 65536] and --attach_queues within "
+                 "[1, 64]\n";
     return 64;
   }
   config.coordinator.kv.max_bytes_per_job = static_cast<size_t>(kv_per_job);

@@ -122,7 +122,7 @@ class FuzzWatchSink : public coordinator::JobEventSink {
   bool finished_ = false;
 };
 
-// One Attach stream, as workers_service.cc's AttachReactor sees it.
+// One Attach stream, as attach_streams.cc's AttachCall sees it.
 struct AttachStream {
   std::optional<WorkerId> worker;
   Incarnation incarnation;
@@ -349,7 +349,7 @@ class Harness {
                             });
   }
 
-  // workers_service.cc's AttachReactor::Handle.
+  // attach_streams.cc's AttachCall::Handle.
   absl::Status HandleAttach(AttachStream& stream, const v1::WorkerMessage& message) {
     if (!stream.worker.has_value()) {
       if (message.kind_case() != v1::WorkerMessage::kHello) {

@@ -24,7 +24,7 @@ class CallGate {
       : authorizer_(authorizer), streams_(streams), metrics_(metrics) {}
 
   // For unary calls.
-  absl::Status Admit(const grpc::CallbackServerContext& context, const char* method,
+  absl::Status Admit(const grpc::ServerContextBase& context, const char* method,
                      Access access) const {
     absl::Status status = authorizer_->Check(context, method, access);
     if (!status.ok()) metrics_->RpcRejected(method, StatusCodeLabel(status));
@@ -32,7 +32,7 @@ class CallGate {
   }
 
   // For long-lived calls: the lease must live as long as the call.
-  absl::StatusOr<StreamLimiter::Lease> AdmitStream(const grpc::CallbackServerContext& context,
+  absl::StatusOr<StreamLimiter::Lease> AdmitStream(const grpc::ServerContextBase& context,
                                                    const char* method, Access access) const {
     RETURN_IF_ERROR(Admit(context, method, access));
     absl::StatusOr<StreamLimiter::Lease> lease = streams_->Acquire(context.peer(), method);
@@ -41,7 +41,7 @@ class CallGate {
   }
 
   // Who the caller of an admitted worker RPC may act as.
-  WorkerIdentity IdentityOf(const grpc::CallbackServerContext& context) const {
+  WorkerIdentity IdentityOf(const grpc::ServerContextBase& context) const {
     return authorizer_->IdentityOf(context);
   }
 
@@ -61,13 +61,6 @@ class CallGate {
 
 // Streaming reactors that finish with a refusal at once and delete
 // themselves when gRPC is done with them.
-template <typename Request, typename Response>
-class RejectedBidi final : public grpc::ServerBidiReactor<Request, Response> {
- public:
-  explicit RejectedBidi(const absl::Status& status) { this->Finish(ToGrpcStatus(status)); }
-  void OnDone() override { delete this; }
-};
-
 template <typename Response>
 class RejectedWriter final : public grpc::ServerWriteReactor<Response> {
  public:

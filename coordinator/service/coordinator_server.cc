@@ -124,6 +124,7 @@ absl::StatusOr<std::unique_ptr<CoordinatorServer>> CoordinatorServer::Start(
   builder.SetResourceQuota(quota);
   builder.AddChannelArgument(GRPC_ARG_MAX_CONCURRENT_STREAMS, config.max_streams_per_connection);
   builder.RegisterService(server->workers_service_.get());
+  server->workers_service_->AddQueues(&builder, config.attach_queues);
   builder.RegisterService(server->jobs_service_.get());
   builder.RegisterService(server->kv_service_.get());
   builder.RegisterService(server->checkpoints_service_.get());
@@ -146,6 +147,7 @@ absl::StatusOr<std::unique_ptr<CoordinatorServer>> CoordinatorServer::Start(
         "cannot listen for gRPC on ", config.listen_address,
         " (is the port in use, e.g. by another coordinator, or the address not this host's?)"));
   }
+  server->workers_service_->Start();
   // The metrics endpoint binds after gRPC: with `--metrics_address HOST:0`
   // its free port could otherwise be the very port --listen names.
   ASSIGN_OR_RETURN(server->metrics_server_, MetricsServer::Create(config.metrics_address, registry));
@@ -190,10 +192,19 @@ void CoordinatorServer::TickCheckpoints() {
   }
 }
 
-void CoordinatorServer::Wait() { stop_.WaitForNotification(); }
+void CoordinatorServer::Wait() { shut_down_done_.WaitForNotification(); }
 
 void CoordinatorServer::Shutdown() {
-  if (shut_down_.exchange(true)) return;
+  if (shut_down_.exchange(true)) {
+    // E.g. the destructor while a signal thread's Shutdown still runs.
+    shut_down_done_.WaitForNotification();
+    return;
+  }
+  ShutdownOnce();
+  shut_down_done_.Notify();
+}
+
+void CoordinatorServer::ShutdownOnce() {
   // Start() may have failed part way: only stop what exists.
   if (server_ == nullptr) return;
   LOG(INFO) << "coordinator shutting down";
@@ -202,6 +213,9 @@ void CoordinatorServer::Shutdown() {
   coordinator_->Quiesce();
   // Streams get a short grace to finish; then they are cancelled.
   server_->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(2));
+  // Only now may the Attach streams' completion queues shut down (gRPC's
+  // order for asynchronous services).
+  workers_service_->ShutdownStreams();
 }
 
 CoordinatorServer::~CoordinatorServer() {

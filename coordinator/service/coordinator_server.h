@@ -57,6 +57,9 @@ struct CoordinatorServerConfig {
   int64_t grpc_memory_bytes = int64_t{512} << 20;
   // Concurrent calls on one HTTP/2 connection.
   int max_streams_per_connection = 256;
+  // Completion queues (one thread each) serving Attach streams
+  // (AttachStreams).
+  int attach_queues = 8;
 };
 
 // Thread-safe: Shutdown may be called from any thread (e.g. a signal waiter).
@@ -71,12 +74,16 @@ class CoordinatorServer {
   const std::string& address() const { return address_; }
   const std::string& metrics_address() const { return metrics_server_->address(); }
 
-  // Blocks until Shutdown.
+  // Blocks until a Shutdown (from any thread) has finished, so the caller
+  // may destroy the server.
   void Wait();
+  // Stops serving; returns once everything has stopped, also to a caller
+  // that comes while another thread's Shutdown is still running.
   void Shutdown();
 
  private:
   CoordinatorServer() = default;
+  void ShutdownOnce();
   void TickLoop();
   // Checkpoint upload housekeeping and gauges, on the ticker thread.
   void TickCheckpoints();
@@ -104,6 +111,7 @@ class CoordinatorServer {
   absl::Notification stop_;
   std::thread ticker_;
   std::atomic<bool> shut_down_{false};
+  absl::Notification shut_down_done_;
 };
 
 }  // namespace cohort::coordinator
