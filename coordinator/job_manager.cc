@@ -76,6 +76,8 @@ absl::Status JobManager::Restore(absl::Time now) {
     entry.job = std::move(job);
     entry.history = std::move(*entry.job.mutable_loss_history());
     entry.job.clear_loss_history();
+    CountState(entry.job.state(), 1);
+    if (!entry.history.validation().empty()) validated_.insert(id);
     entry.reached_step = entry.job.progress().step();
     order_.push_back(id);
     if (IsTerminal(entry.job.state())) {
@@ -147,6 +149,7 @@ v1::Job JobManager::Admit(v1::Job job, int64_t number, absl::Time now, Effects* 
   JobEntry& entry = NewEntry(id);
   entry.number = number;
   entry.job = std::move(job);
+  CountState(entry.job.state(), 1);
   // In number order (ListPage relies on it), which concurrent submits, each
   // numbered before it is admitted, may reach out of order.
   order_.insert(std::upper_bound(order_.begin(), order_.end(), number,
@@ -212,8 +215,16 @@ absl::Status JobManager::Delete(const JobId& id) {
   // The record goes first: a failed write deletes nothing.
   RETURN_IF_ERROR(store_->Delete(id.value()));
   if (entry->finished_at.has_value()) finished_.erase({*entry->finished_at, id});
+  CountState(entry->job.state(), -1);
+  validated_.erase(id);
+  // order_ is in number order: the retention deletes many at a time.
+  const int64_t number = entry->number;
+  auto at = std::lower_bound(
+      order_.begin(), order_.end(), number,
+      [this](const JobId& other, int64_t n) { return jobs_.at(other).number < n; });
+  if (at == order_.end() || *at != id) at = std::find(order_.begin(), order_.end(), id);
+  order_.erase(at);
   jobs_.erase(id);
-  order_.erase(std::find(order_.begin(), order_.end(), id));
   LOG(INFO) << "job " << id << " deleted";
   return absl::OkStatus();
 }
@@ -807,6 +818,7 @@ absl::StatusOr<Generation> JobManager::CurrentGeneration(const JobId& id) const 
 bool JobManager::RecordValidations(JobEntry& entry, const v1::Progress& progress) {
   if (!MergeNewerPoints(entry.history.mutable_validation(), progress.validation())) return false;
   entry.history_dirty = true;
+  validated_.insert(JobId(entry.job.job_id()));
   return true;
 }
 
@@ -826,8 +838,8 @@ absl::StatusOr<v1::LossHistory> JobManager::LossHistory(const JobId& id) const {
 
 std::map<std::string, double> JobManager::LatestValidationLosses() const {
   std::map<std::string, double> losses;
-  for (const auto& [id, entry] : jobs_) {
-    const LossSeries& validation = entry.history.validation();
+  for (const JobId& id : validated_) {
+    const LossSeries& validation = jobs_.at(id).history.validation();
     if (!validation.empty()) losses[id.value()] = validation.Get(validation.size() - 1).loss();
   }
   return losses;
@@ -835,8 +847,14 @@ std::map<std::string, double> JobManager::LatestValidationLosses() const {
 
 std::map<v1::JobState, int> JobManager::CountByState() const {
   std::map<v1::JobState, int> counts;
-  for (const auto& [id, entry] : jobs_) counts[entry.job.state()]++;
+  for (const auto& [state, count] : state_counts_) {
+    if (count > 0) counts[state] = count;
+  }
   return counts;
+}
+
+void JobManager::CountState(v1::JobState state, int delta) {
+  if ((state_counts_[state] += delta) == 0) state_counts_.erase(state);
 }
 
 void JobManager::Finish(JobEntry& entry, v1::JobState state, const std::string& message,
@@ -901,6 +919,8 @@ void JobManager::RemoveMember(JobEntry& entry, const WorkerId& worker) {
 
 void JobManager::SetState(JobEntry& entry, v1::JobState state, const std::string& message,
                           absl::Time now, Effects* effects) {
+  CountState(entry.job.state(), -1);
+  CountState(state, 1);
   entry.job.set_state(state);
   entry.job.set_message(message);
   *entry.job.mutable_update_time() = ToProtoTime(now);

@@ -489,6 +489,12 @@ class JobManager {
   // Finished jobs by when they finished (JobEntry::finished_at), for the
   // retention: Tick looks at the oldest only.
   std::set<std::pair<absl::Time, JobId>> finished_;
+  // Kept as jobs come, change state and go: the gauges refresh on every
+  // tick, and walking every job kept (a week of finished ones) there, under
+  // the coordinator's lock, cost what the kept jobs cost, not what changed.
+  std::map<v1::JobState, int> state_counts_;
+  std::set<JobId> validated_;  // jobs with a validation loss
+  void CountState(v1::JobState state, int delta);
   absl::flat_hash_map<WorkerId, Awaited> awaiting_;
   // What each warm spare was last told to prepare.
   struct WarmTarget {

@@ -674,6 +674,49 @@ TEST_F(JobManagerTest, RankZerosLossesAndValidationsFormAHistoryThatSurvivesARes
   ASSERT_TRUE(history.ok()) << history.status();
   check(*history);
   EXPECT_FALSE(Get(job).has_loss_history()) << "restored into the history, not the job";
+  // The validation loss gauge's source survives the restart and goes with
+  // the job's record.
+  EXPECT_EQ(jobs_->LatestValidationLosses().at(job.job_id()), 15.0);
+  Effects cancel;
+  ASSERT_TRUE(jobs_->Cancel(JobId(job.job_id()), now_, &cancel).ok());
+  EXPECT_EQ(jobs_->LatestValidationLosses().count(job.job_id()), 1u) << "a finished job's stays";
+  ASSERT_TRUE(jobs_->Delete(JobId(job.job_id())).ok());
+  EXPECT_TRUE(jobs_->LatestValidationLosses().empty());
+}
+
+// CountByState is kept as jobs come, change state and go (the gauges read it
+// on every tick); it must equal a count over every job at each point.
+TEST_F(JobManagerTest, CountsByStateFollowSubmitsStateChangesDeletesAndRestarts) {
+  std::vector<std::string> ids;
+  auto expect_counts = [&](const std::string& when) {
+    std::map<v1::JobState, int> counted;
+    for (const std::string& id : ids) {
+      absl::StatusOr<v1::Job> job = jobs_->Get(JobId(id));
+      if (job.ok()) ++counted[job->state()];
+    }
+    EXPECT_EQ(jobs_->CountByState(), counted) << when;
+  };
+  for (int i = 0; i < 5; ++i) ids.push_back(Submit(Spec(1, 1, 1)).job_id());
+  expect_counts("after five submits");
+  Join("w0", "h", 0);
+  Join("w1", "h", 1);
+  expect_counts("after two were scheduled");
+  Effects effects;
+  ASSERT_TRUE(jobs_->Cancel(JobId(ids[0]), now_, &effects).ok());
+  ASSERT_TRUE(jobs_->Cancel(JobId(ids[4]), now_, &effects).ok());
+  expect_counts("after two cancels");
+  ASSERT_TRUE(jobs_->Delete(JobId(ids[4])).ok());
+  ASSERT_FALSE(jobs_->Delete(JobId(ids[1])).ok()) << "only a finished job can be deleted";
+  expect_counts("after a delete and a refused one");
+  EXPECT_EQ(jobs_->List(/*include_finished=*/true).size(), 4u);
+  Reset();
+  ASSERT_TRUE(jobs_->Restore(now_).ok());
+  expect_counts("after a restart");
+  ASSERT_TRUE(jobs_->Delete(JobId(ids[0])).ok());
+  expect_counts("after deleting a restored job");
+  ids.push_back(Submit(Spec(1, 1, 1)).job_id());
+  expect_counts("after a submit following the restart");
+  EXPECT_EQ(jobs_->List(/*include_finished=*/true).size(), 4u);
 }
 
 TEST_F(JobManagerTest, TheFinalStepJoinsTheHistoryWhicheverMemberCompletesFirst) {
