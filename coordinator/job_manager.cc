@@ -217,6 +217,7 @@ absl::Status JobManager::Delete(const JobId& id) {
   if (entry->finished_at.has_value()) finished_.erase({*entry->finished_at, id});
   CountState(entry->job.state(), -1);
   validated_.erase(id);
+  unpersisted_.erase(id);
   // order_ is in number order: the retention deletes many at a time.
   const int64_t number = entry->number;
   auto at = std::lower_bound(
@@ -580,6 +581,7 @@ absl::Status JobManager::OnAssignmentStatus(const WorkerId& worker,
         AddLossPoint(entry->history.mutable_training(), status.progress().step(),
                      status.progress().loss());
         entry->history_dirty = true;
+        TrackUnpersisted(*entry);
       }
       if (status.has_progress()) {
         RecordValidations(*entry, status.progress());
@@ -659,6 +661,7 @@ void JobManager::OnProgress(const WorkerId& worker, const v1::Heartbeat& heartbe
   AddLossPoint(entry->history.mutable_training(), heartbeat.progress().step(),
                heartbeat.progress().loss());
   entry->history_dirty = true;
+  TrackUnpersisted(*entry);
   Emit(*entry, v1::JOB_EVENT_KIND_PROGRESS, effects);
 }
 
@@ -693,7 +696,9 @@ void JobManager::Tick(absl::Time now, Effects* effects) {
     JobEntry& entry = jobs_.at(id);
     if (!IsTerminal(entry.job.state())) CheckTimeouts(entry, now, effects);
   }
-  for (auto& [id, entry] : jobs_) {
+  // unpersisted_ changes as records are written: walk a copy.
+  for (const JobId& id : std::vector<JobId>(unpersisted_.begin(), unpersisted_.end())) {
+    JobEntry& entry = jobs_.at(id);
     if (entry.dirty ||
         (entry.history_dirty && now - entry.history_persisted >= kHistoryPersistInterval)) {
       Persist(entry);
@@ -818,6 +823,7 @@ absl::StatusOr<Generation> JobManager::CurrentGeneration(const JobId& id) const 
 bool JobManager::RecordValidations(JobEntry& entry, const v1::Progress& progress) {
   if (!MergeNewerPoints(entry.history.mutable_validation(), progress.validation())) return false;
   entry.history_dirty = true;
+  TrackUnpersisted(entry);
   validated_.insert(JobId(entry.job.job_id()));
   return true;
 }
@@ -851,6 +857,15 @@ std::map<v1::JobState, int> JobManager::CountByState() const {
     if (count > 0) counts[state] = count;
   }
   return counts;
+}
+
+void JobManager::TrackUnpersisted(const JobEntry& entry) {
+  const JobId id(entry.job.job_id());
+  if (entry.dirty || entry.history_dirty) {
+    unpersisted_.insert(id);
+  } else {
+    unpersisted_.erase(id);
+  }
 }
 
 void JobManager::CountState(v1::JobState state, int delta) {
@@ -941,6 +956,7 @@ void JobManager::Persist(JobEntry& entry) {
   absl::Status status = store_->Put(record);
   entry.dirty = !status.ok();
   if (status.ok()) entry.history_dirty = false;
+  TrackUnpersisted(entry);
   if (!status.ok()) {
     LOG(ERROR) << "cannot persist job " << entry.job.job_id() << " (will retry): " << status;
   }

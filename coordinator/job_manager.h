@@ -495,6 +495,11 @@ class JobManager {
   std::map<v1::JobState, int> state_counts_;
   std::set<JobId> validated_;  // jobs with a validation loss
   void CountState(v1::JobState state, int delta);
+  // Jobs whose stored record is behind (JobEntry::dirty or history_dirty):
+  // what Tick writes.
+  std::set<JobId> unpersisted_;
+  // After `entry`'s dirty flags changed.
+  void TrackUnpersisted(const JobEntry& entry);
   absl::flat_hash_map<WorkerId, Awaited> awaiting_;
   // What each warm spare was last told to prepare.
   struct WarmTarget {

@@ -493,7 +493,10 @@ void JobManager::RememberReturning(JobEntry& entry, const LostWorker& lost, absl
 bool JobManager::Rejoin(const v1::Hello& hello, absl::Time now, Effects* effects) {
   const WorkerId id(hello.worker_id());
   bool rejoined = false;
-  for (auto& [job_id, entry] : jobs_) {
+  // Only unfinished jobs await members (Finish clears `returning`): every
+  // Hello must not cost a walk over the week of finished jobs.
+  for (const JobId& job_id : ActiveJobs()) {
+    JobEntry& entry = jobs_.at(job_id);
     auto it = entry.returning.find(id.value());
     if (it == entry.returning.end()) continue;
     const Returning returning = it->second;

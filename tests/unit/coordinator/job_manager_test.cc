@@ -476,6 +476,28 @@ TEST_F(JobManagerTest, FailedPersistenceCreatesNothing) {
   EXPECT_TRUE(jobs_->List(true).empty());
 }
 
+// A state change whose write failed stays in memory and is written by the
+// next Tick (which looks only at jobs whose record is behind).
+TEST_F(JobManagerTest, AFailedStateWriteIsRetriedByTheNextTick) {
+  const v1::Job job = Submit(Spec(1, 1, 1));
+  for (int i = 0; i < 3; ++i) Submit(Spec(1, 1, 1));
+  auto stored_state = [&] {
+    absl::StatusOr<std::vector<v1::Job>> all = store_.LoadAll();
+    EXPECT_TRUE(all.ok()) << all.status();
+    for (const v1::Job& stored : *all) {
+      if (stored.job_id() == job.job_id()) return stored.state();
+    }
+    return v1::JOB_STATE_UNSPECIFIED;
+  };
+  store_.FailNextPut(absl::UnavailableError("disk full"));
+  Effects effects;
+  ASSERT_TRUE(jobs_->Cancel(JobId(job.job_id()), now_, &effects).ok());
+  EXPECT_EQ(Get(job).state(), v1::JOB_STATE_CANCELLED);
+  EXPECT_EQ(stored_state(), v1::JOB_STATE_PENDING);
+  jobs_->Tick(now_, &effects);
+  EXPECT_EQ(stored_state(), v1::JOB_STATE_CANCELLED);
+}
+
 TEST_F(JobManagerTest, RestartReadoptsReturningWorkersWithoutReplan) {
   for (int i = 0; i < 4; ++i) Join(absl::StrCat("w", i), "h", i);
   v1::Job job = Submit(Spec(2, 4, 4));
