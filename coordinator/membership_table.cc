@@ -140,6 +140,7 @@ absl::StatusOr<JoinResult> MembershipTable::Join(const v1::Hello& hello, absl::T
         }
         result.took_over = true;
         record.last_heartbeat = now;
+        Heard(now);
         record.metrics_address = hello.metrics_address();
         if (record.state == WorkerState::kAssigned) {
           result.readopt_into = record.job;
@@ -158,6 +159,7 @@ absl::StatusOr<JoinResult> MembershipTable::Join(const v1::Hello& hello, absl::T
   // The index orders by host and device: out of it while they change.
   SetState(record, WorkerState::kLost);
   FillFromHello(hello, now, record);
+  Heard(now);
   SetState(record, WorkerState::kIdle);
   return result;
 }
@@ -181,6 +183,7 @@ absl::Status MembershipTable::Heartbeat(const WorkerId& id, Incarnation incarnat
                      "); it must attach again"));
   }
   record.last_heartbeat = std::max(record.last_heartbeat, now);
+  Heard(now);
   return absl::OkStatus();
 }
 
@@ -226,18 +229,18 @@ std::vector<LostWorker> MembershipTable::Expire(absl::Time now) {
 }
 
 std::optional<absl::Time> MembershipTable::NewestHeartbeat(int min_workers) const {
-  std::optional<absl::Time> newest;
-  int live = 0;
-  for (const auto& [id, record] : workers_) {
-    if (record.state == WorkerState::kLost) continue;
-    ++live;
-    if (!newest.has_value() || record.last_heartbeat > *newest) newest = record.last_heartbeat;
+  const int live =
+      static_cast<int>(workers_.size()) - in_state_[static_cast<size_t>(WorkerState::kLost)];
+  if (live < std::max(min_workers, 1) || newest_heartbeat_ == absl::InfinitePast()) {
+    return std::nullopt;
   }
-  if (live < min_workers) return std::nullopt;
-  return newest;
+  return newest_heartbeat_;
 }
 
 void MembershipTable::Discount(absl::Duration gap, absl::Time now) {
+  if (newest_heartbeat_ != absl::InfinitePast()) {
+    newest_heartbeat_ = std::min(newest_heartbeat_ + gap, now);
+  }
   for (auto& [id, record] : workers_) {
     if (record.state != WorkerState::kLost) {
       record.last_heartbeat = std::min(record.last_heartbeat + gap, now);

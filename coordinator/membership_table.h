@@ -128,8 +128,9 @@ class MembershipTable {
   // No heartbeat timeouts before `until` (after the coordinator's own
   // isolation: the silent workers get time to re-attach).
   void ExcuseSilenceUntil(absl::Time until) { excused_until_ = std::max(excused_until_, until); }
-  // The newest heartbeat among non-LOST workers, if there are at least
-  // `min_workers` of them.
+  // When a worker was last heard (a Hello or heartbeat of a worker not LOST
+  // at the time; it may have been lost since), if at least `min_workers`
+  // (>= 1) are not LOST now. O(1): the coordinator asks on every tick.
   std::optional<absl::Time> NewestHeartbeat(int min_workers) const;
 
   // The coordinator itself did not run for `gap` (ending at `now`): heartbeat
@@ -182,6 +183,8 @@ class MembershipTable {
   // Node-based: records do not move, so the idle index can point at them.
   absl::node_hash_map<WorkerId, WorkerRecord> workers_;
   std::array<int, 4> in_state_{};  // by WorkerState
+  absl::Time newest_heartbeat_ = absl::InfinitePast();
+  void Heard(absl::Time now) { newest_heartbeat_ = std::max(newest_heartbeat_, now); }
   absl::flat_hash_map<int, int> attached_;  // by v1::DeviceKind
   // IDLE records by device kind, in (host, device_index, id) order.
   std::map<v1::DeviceKind, std::set<const WorkerRecord*, IdleOrder>> idle_;

@@ -442,5 +442,40 @@ TEST_F(MembershipTableTest, TheIdleIndexFollowsEveryStateChange) {
   check("forget");
 }
 
+// NewestHeartbeat is kept as workers are heard (the coordinator's isolation
+// check asks on every tick); it must equal the newest Hello or heartbeat
+// heard, and count only the workers not LOST now.
+TEST(MembershipNewestHeartbeatTest, TheNewestHelloOrHeartbeatHeardWhileEnoughAreAlive) {
+  FakeClock clock;
+  MembershipTable table{MembershipTable::Options{}};
+  EXPECT_EQ(table.NewestHeartbeat(1), std::nullopt) << "no worker yet";
+  ASSERT_TRUE(table.Join(MakeHello("w0", 1), clock.Now()).ok());
+  const absl::Time first = clock.Now();
+  EXPECT_EQ(table.NewestHeartbeat(1), first);
+  EXPECT_EQ(table.NewestHeartbeat(2), std::nullopt) << "one worker is not two";
+  clock.Advance(absl::Seconds(1));
+  ASSERT_TRUE(table.Join(MakeHello("w1", 2), clock.Now()).ok());
+  EXPECT_EQ(table.NewestHeartbeat(2), clock.Now());
+  clock.Advance(absl::Seconds(1));
+  ASSERT_TRUE(table.Heartbeat(WorkerId("w0"), Incarnation(1), clock.Now()).ok());
+  const absl::Time heard = clock.Now();
+  EXPECT_EQ(table.NewestHeartbeat(2), heard);
+  // A heartbeat stamped earlier than the newest (a late message) moves nothing.
+  ASSERT_TRUE(table.Heartbeat(WorkerId("w1"), Incarnation(2), heard - absl::Seconds(1)).ok());
+  EXPECT_EQ(table.NewestHeartbeat(2), heard);
+  // w0, heard last, is lost: it was still heard then, but one alive is not two.
+  clock.Advance(absl::Seconds(1));
+  ASSERT_TRUE(table.MarkLost(WorkerId("w0"), Incarnation(1), LossReason::kStreamBroken, clock.Now())
+                  .has_value());
+  EXPECT_EQ(table.NewestHeartbeat(1), heard);
+  EXPECT_EQ(table.NewestHeartbeat(2), std::nullopt);
+  // The coordinator's own stall moves it later, at most to now.
+  clock.Advance(absl::Seconds(10));
+  table.Discount(absl::Seconds(4), clock.Now());
+  EXPECT_EQ(table.NewestHeartbeat(1), heard + absl::Seconds(4));
+  table.Discount(absl::Hours(1), clock.Now());
+  EXPECT_EQ(table.NewestHeartbeat(1), clock.Now());
+}
+
 }  // namespace
 }  // namespace cohort::coordinator
