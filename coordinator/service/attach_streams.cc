@@ -20,6 +20,13 @@ namespace {
 // this bounds only how many attach at once without that short wait.
 constexpr int kRequestsPerQueue = 32;
 
+// Reading stops while this many messages wait to be written to the worker,
+// and resumes once half have gone. A peer that sends and never reads its
+// stream (each heartbeat queues an ack) then makes the coordinator hold at
+// most this many messages, plus gRPC's flow-control window of its own, not
+// one more per message it sends.
+constexpr size_t kMaxOutbox = 64;
+
 class AttachCall;
 
 // The Coordinator's handle on one stream. It outlives the call (the
@@ -43,7 +50,8 @@ class StreamSink : public WorkerSink {
 // One Attach stream. Its completions all come through one queue, whose one
 // thread runs them in order; Enqueue and Supersede come from any thread.
 // At most one read, one write and one Finish are outstanding; messages wait
-// in `outbox_`. The object deletes itself once gRPC holds none of its tags.
+// in `outbox_`, and no read is started while it holds kMaxOutbox. The object
+// deletes itself once gRPC holds none of its tags.
 class AttachCall {
  public:
   enum class Op { kRequested, kRead, kWrite, kFinish, kDone };
@@ -151,7 +159,12 @@ class AttachCall {
       FinishOnce(ToGrpcStatus(status));
       return;
     }
-    StartRead();
+    absl::MutexLock lock(&mu_);
+    if (outbox_.size() >= kMaxOutbox) {
+      read_paused_ = true;  // OnWrite resumes
+      return;
+    }
+    StartReadLocked();
   }
 
   void OnWrite(bool ok) {
@@ -164,8 +177,12 @@ class AttachCall {
     }
     if (finished_) {
       if (!finish_started_) StartFinishLocked();
-    } else if (!outbox_.empty()) {
-      StartNextWriteLocked();
+      return;
+    }
+    if (!outbox_.empty()) StartNextWriteLocked();
+    if (read_paused_ && outbox_.size() <= kMaxOutbox / 2) {
+      read_paused_ = false;
+      StartReadLocked();
     }
   }
 
@@ -244,6 +261,10 @@ class AttachCall {
 
   void StartRead() {
     absl::MutexLock lock(&mu_);
+    StartReadLocked();
+  }
+
+  void StartReadLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
     if (finished_) return;
     reading_ = StartOp([&] { stream_.Read(&incoming_, &read_event_); });
   }
@@ -311,6 +332,8 @@ class AttachCall {
   grpc::Status finish_status_ ABSL_GUARDED_BY(mu_);
   // The front is being written while writing_.
   std::deque<v1::CoordinatorMessage> outbox_ ABSL_GUARDED_BY(mu_);
+  // No read is outstanding because the outbox is full (kMaxOutbox).
+  bool read_paused_ ABSL_GUARDED_BY(mu_) = false;
 };
 
 void StreamSink::Send(v1::CoordinatorMessage message) {

@@ -3,18 +3,24 @@
 // streams spread over a few queues are each welcomed and answered in order,
 // a refusal still ends its stream with the reason, and a coordinator stopped
 // with streams open ends every one of them and exits cleanly (its queues
-// close only after gRPC's shutdown, or the process would abort).
+// close only after gRPC's shutdown, or the process would abort). A worker
+// that sends and never reads makes the coordinator stop reading it, not
+// queue an ack per message.
 
 #include <csignal>
 #include <memory>
 #include <vector>
 
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
 #include "cohort/v1/workers.grpc.pb.h"
 #include "gmock/gmock.h"
 #include "grpcpp/create_channel.h"
 #include "gtest/gtest.h"
 #include "tests/integration/local_cluster.h"
+#include "tests/testing/net.h"
+#include "tests/testing/subprocess.h"
 #include "tests/testing/testing.h"
 
 namespace cohort::testing {
@@ -53,15 +59,18 @@ v1::WorkerMessage Heartbeat(uint64_t incarnation, uint64_t sequence) {
 class AttachStreamsTest : public ::testing::Test {
  protected:
   void SetUp() override {
-    cluster_.StartCoordinator("10s", {absl::StrCat("--attach_queues=", kQueues)});
+    // A long heartbeat timeout: the back-pressure test keeps a worker unread.
+    cluster_.StartCoordinator(
+        "10s", {absl::StrCat("--attach_queues=", kQueues), "--heartbeat_timeout=60s"});
     workers_ = v1::Workers::NewStub(cluster_.channel());
   }
 
   // Opens a stream, says Hello and reads the Welcome.
-  std::unique_ptr<RawWorker> Attach(const std::string& id, uint64_t incarnation) {
+  std::unique_ptr<RawWorker> Attach(const std::string& id, uint64_t incarnation,
+                                    v1::Workers::Stub* stub = nullptr) {
     auto worker = std::make_unique<RawWorker>();
     worker->context.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(60));
-    worker->stream = workers_->Attach(&worker->context);
+    worker->stream = (stub != nullptr ? stub : workers_.get())->Attach(&worker->context);
     EXPECT_TRUE(worker->stream->Write(Hello(id, incarnation)));
     v1::CoordinatorMessage welcome;
     EXPECT_TRUE(worker->stream->Read(&welcome)) << id << " got no Welcome";
@@ -123,6 +132,69 @@ TEST_F(AttachStreamsTest, ManyStreamsOverFewQueuesAreAnsweredInOrderAndEndWithTh
   absl::StatusOr<int> exit_code = cluster_.coordinator()->Wait(absl::Seconds(30));
   ASSERT_TRUE(exit_code.ok()) << exit_code.status();
   EXPECT_EQ(*exit_code, 0) << cluster_.coordinator()->ReadLog();
+}
+
+// The coordinator's cohort_heartbeats_received_total.
+absl::StatusOr<int64_t> HeartbeatsReceived(const std::string& metrics_address) {
+  absl::StatusOr<std::string> body = HttpGet(metrics_address, "/metrics", absl::Seconds(5));
+  if (!body.ok()) return body.status();
+  for (absl::string_view line : absl::StrSplit(*body, '\n')) {
+    if (!absl::ConsumePrefix(&line, "cohort_heartbeats_received_total ")) continue;
+    double value = 0;
+    if (absl::SimpleAtod(line, &value)) return static_cast<int64_t>(value);
+  }
+  return absl::NotFoundError("no cohort_heartbeats_received_total in /metrics");
+}
+
+TEST_F(AttachStreamsTest, AWorkerThatNeverReadsIsNoLongerReadNotQueuedAnAckPerMessage) {
+  absl::StatusOr<std::string> line =
+      WaitForLogLine(*cluster_.coordinator(), "/metrics, data in", absl::Seconds(10));
+  ASSERT_TRUE(line.ok()) << line.status();
+  const size_t at = line->find("http://");
+  ASSERT_NE(at, std::string::npos) << *line;
+  const std::string metrics = line->substr(at + 7, line->find("/metrics") - at - 7);
+
+  // Without BDP probing the client's receive window stays 64 KiB, so the
+  // coordinator's acks stop being written after a few thousand.
+  grpc::ChannelArguments args;
+  args.SetInt(GRPC_ARG_HTTP2_BDP_PROBE, 0);
+  auto channel =
+      grpc::CreateCustomChannel(cluster_.address(), grpc::InsecureChannelCredentials(), args);
+  auto stub = v1::Workers::NewStub(channel);
+  std::unique_ptr<RawWorker> worker = Attach("mute", 7, stub.get());
+  ASSERT_FALSE(HasFailure());
+  absl::StatusOr<int64_t> before = HeartbeatsReceived(metrics);
+  ASSERT_TRUE(before.ok()) << before.status();
+
+  constexpr int kSent = 50'000;
+  for (int i = 1; i <= kSent; ++i) ASSERT_TRUE(worker->stream->Write(Heartbeat(7, i))) << i;
+  // Wait (bounded) until the coordinator's count stops moving: it stops
+  // reading once kMaxOutbox acks wait, after the window's few thousand.
+  int64_t handled = 0;
+  int unchanged = 0;
+  const absl::Time deadline = absl::Now() + absl::Seconds(30);
+  while (unchanged < 10 && handled < kSent && absl::Now() < deadline) {
+    absl::StatusOr<int64_t> now = HeartbeatsReceived(metrics);
+    ASSERT_TRUE(now.ok()) << now.status();
+    unchanged = *now - *before == handled ? unchanged + 1 : 0;
+    handled = *now - *before;
+    absl::SleepFor(absl::Milliseconds(100));
+  }
+  std::printf("  heartbeats handled while the worker did not read: %lld of %d\n",
+              static_cast<long long>(handled), kSent);
+  EXPECT_LT(handled, kSent / 2) << "the coordinator kept reading a worker that never reads";
+
+  // Reading resumes the stream: every heartbeat is acked, in order.
+  uint64_t last = 0;
+  v1::CoordinatorMessage message;
+  while (last < kSent && worker->stream->Read(&message)) {
+    if (message.kind_case() != v1::CoordinatorMessage::kHeartbeatAck) continue;
+    ASSERT_EQ(message.heartbeat_ack().sequence(), last + 1);
+    last = message.heartbeat_ack().sequence();
+  }
+  EXPECT_EQ(last, static_cast<uint64_t>(kSent));
+  worker->context.TryCancel();
+  worker->stream->Finish();
 }
 
 }  // namespace
