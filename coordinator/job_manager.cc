@@ -580,8 +580,7 @@ absl::Status JobManager::OnAssignmentStatus(const WorkerId& worker,
           entry->job.mesh().members(0).worker_id() == worker.value()) {
         AddLossPoint(entry->history.mutable_training(), status.progress().step(),
                      status.progress().loss());
-        entry->history_dirty = true;
-        TrackUnpersisted(*entry);
+        HistoryChanged(*entry);
       }
       if (status.has_progress()) {
         RecordValidations(*entry, status.progress());
@@ -660,8 +659,7 @@ void JobManager::OnProgress(const WorkerId& worker, const v1::Heartbeat& heartbe
   // Rank 0's step moved on, so this progress holds the loss of a completed step.
   AddLossPoint(entry->history.mutable_training(), heartbeat.progress().step(),
                heartbeat.progress().loss());
-  entry->history_dirty = true;
-  TrackUnpersisted(*entry);
+  HistoryChanged(*entry);
   Emit(*entry, v1::JOB_EVENT_KIND_PROGRESS, effects);
 }
 
@@ -822,8 +820,7 @@ absl::StatusOr<Generation> JobManager::CurrentGeneration(const JobId& id) const 
 
 bool JobManager::RecordValidations(JobEntry& entry, const v1::Progress& progress) {
   if (!MergeNewerPoints(entry.history.mutable_validation(), progress.validation())) return false;
-  entry.history_dirty = true;
-  TrackUnpersisted(entry);
+  HistoryChanged(entry);
   validated_.insert(JobId(entry.job.job_id()));
   return true;
 }
@@ -851,12 +848,11 @@ std::map<std::string, double> JobManager::LatestValidationLosses() const {
   return losses;
 }
 
-std::map<v1::JobState, int> JobManager::CountByState() const {
-  std::map<v1::JobState, int> counts;
-  for (const auto& [state, count] : state_counts_) {
-    if (count > 0) counts[state] = count;
-  }
-  return counts;
+std::map<v1::JobState, int> JobManager::CountByState() const { return state_counts_; }
+
+void JobManager::HistoryChanged(JobEntry& entry) {
+  entry.history_dirty = true;
+  unpersisted_.insert(JobId(entry.job.job_id()));
 }
 
 void JobManager::TrackUnpersisted(const JobEntry& entry) {

@@ -492,7 +492,7 @@ class JobManager {
   // Kept as jobs come, change state and go: the gauges refresh on every
   // tick, and walking every job kept (a week of finished ones) there, under
   // the coordinator's lock, cost what the kept jobs cost, not what changed.
-  std::map<v1::JobState, int> state_counts_;
+  std::map<v1::JobState, int> state_counts_;  // no zero counts
   std::set<JobId> validated_;  // jobs with a validation loss
   void CountState(v1::JobState state, int delta);
   // Jobs whose stored record is behind (JobEntry::dirty or history_dirty):
@@ -500,6 +500,8 @@ class JobManager {
   std::set<JobId> unpersisted_;
   // After `entry`'s dirty flags changed.
   void TrackUnpersisted(const JobEntry& entry);
+  // Points were added to `entry`'s loss history: its record is behind.
+  void HistoryChanged(JobEntry& entry);
   absl::flat_hash_map<WorkerId, Awaited> awaiting_;
   // What each warm spare was last told to prepare.
   struct WarmTarget {
