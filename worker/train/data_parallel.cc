@@ -31,10 +31,12 @@ DataParallel::DataParallel(comm::Communicator* group, size_t num_params,
   padded_ = layout::PaddedShardedSize(num_params_, dp_);
   shard_ = padded_ / static_cast<size_t>(dp_);
   for (int r = 0; r < dp_; ++r) owners_.push_back(layout::DataShardRange(num_params_, dp_, r));
-  if (group_ != nullptr && (options_.zero1 || (options_.deterministic &&
-                                                padded_ <= kSmallGradientFloats))) {
-    padded_buffer_.assign(padded_, 0.0f);
-  }
+  // The transport's ZeRO-1 reduce-scatter stages the padded gradient; the
+  // deterministic reduction of a small gradient without ZeRO-1 gathers into
+  // it. ZeRO-1's parameters are gathered in place (GatherParameters).
+  const bool staged = options_.zero1 ? !options_.deterministic
+                                     : options_.deterministic && padded_ <= kSmallGradientFloats;
+  if (group_ != nullptr && staged) padded_buffer_.assign(padded_, 0.0f);
   if (options_.zero1) {
     const layout::ShardRange own = owners_[rank_];
     update_begin_ = own.begin;
@@ -123,12 +125,11 @@ absl::Status DataParallel::SumInPlace(std::vector<double>* values) {
 
 absl::Status DataParallel::GatherParameters(float* params) {
   if (!options_.zero1 || group_ == nullptr) return absl::OkStatus();
-  float* own = padded_buffer_.data() + shard_ * static_cast<size_t>(rank_);
-  std::memcpy(own, params + update_begin_, (update_end_ - update_begin_) * sizeof(float));
-  RETURN_IF_ERROR(group_->AllGather(own, padded_buffer_.data(), shard_, comm::DataType::kFloat32,
-                                    options_.timeout));
-  std::memcpy(params, padded_buffer_.data(), num_params_ * sizeof(float));
-  return absl::OkStatus();
+  // In place, each owner's range straight into every rank's parameters: a
+  // padded copy for the communicator's AllGather cost two copies of the
+  // whole model per step (and per checkpoint restore) and a model-sized
+  // buffer per rank.
+  return TreeReducer::GatherRange(group_, owners_, 0, num_params_, params, options_.timeout);
 }
 
 }  // namespace cohort::train

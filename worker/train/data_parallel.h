@@ -118,8 +118,8 @@ class DataParallel {
   size_t update_begin_ = 0;
   size_t update_end_ = 0;
   // Allocated once: ZeRO-1's staging of the padded gradient (the
-  // transport's reduction) and parameters; the deterministic reduction's
-  // result for small gradients without ZeRO-1.
+  // transport's reduction); the deterministic reduction's result for small
+  // gradients without ZeRO-1.
   std::vector<float> padded_buffer_;
   std::vector<float> shard_buffer_;  // the transport's ZeRO-1 reduce-scatter
   std::vector<layout::ShardRange> owners_;  // every rank's shard, clipped

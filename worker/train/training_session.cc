@@ -196,11 +196,11 @@ absl::StatusOr<uint64_t> TrainingSession::EstimateBytes(const TrainingConfig& co
   const uint64_t padded = layout::PaddedShardedSize(n, dp);
   const uint64_t shard = padded / static_cast<uint64_t>(std::max(1, dp));
   if (dp > 1 && config.deterministic_reduction) {
-    // ZeRO-1's parameter staging or a small gradient's padded copy; the
+    // A small gradient's padded copy (without ZeRO-1); the
     // peers' node slices of the own shard and this rank's slices staged for
     // a peer when it holds several nodes (the pairwise exchange's; an upper
     // bound where shared memory reduces in place).
-    if (config.zero1 || padded <= kSmallGradientFloats) floats += padded;
+    if (!config.zero1 && padded <= kSmallGradientFloats) floats += padded;
     for (int q = 0; q < dp; ++q) {
       const uint64_t nodes = RangeNodes(leaves, ranges[q].begin, ranges[q].end).size();
       if (q != dp_rank) floats += nodes * shard;
