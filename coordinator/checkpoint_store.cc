@@ -33,6 +33,12 @@ absl::Status VerifyChunk(const v1::CheckpointManifest& manifest, const v1::Tenso
   return absl::OkStatus();
 }
 
+ChunkBytes::ChunkBytes(std::string bytes) {
+  auto owned = std::make_shared<const std::string>(std::move(bytes));
+  view_ = *owned;
+  owner_ = std::move(owned);
+}
+
 // --- InMemoryCheckpointStore ---
 
 class InMemoryCheckpointStore::Reader : public CheckpointReader {
@@ -41,17 +47,16 @@ class InMemoryCheckpointStore::Reader : public CheckpointReader {
          std::map<std::pair<std::string, uint32_t>, std::shared_ptr<const std::string>> chunks)
       : manifest_(std::move(manifest)), chunks_(std::move(chunks)) {}
   const v1::CheckpointManifest& manifest() const override { return manifest_; }
-  absl::StatusOr<std::string> ReadChunk(const v1::TensorInfo& tensor,
-                                        const v1::ChunkInfo& chunk) override {
+  absl::StatusOr<ChunkBytes> ReadChunk(const v1::TensorInfo& tensor,
+                                       const v1::ChunkInfo& chunk) override {
     auto it = chunks_.find({tensor.name(), chunk.index()});
     if (it == chunks_.end()) {
       return absl::DataLossError(absl::StrCat("checkpoint of job ", manifest_.job_id(), " step ",
                                               manifest_.step(), ": tensor ", tensor.name(),
                                               " chunk ", chunk.index(), " is missing"));
     }
-    std::string bytes = *it->second;
-    if (absl::Status s = VerifyChunk(manifest_, tensor, chunk, bytes); !s.ok()) return s;
-    return bytes;
+    if (absl::Status s = VerifyChunk(manifest_, tensor, chunk, *it->second); !s.ok()) return s;
+    return ChunkBytes(*it->second, it->second);
   }
 
  private:

@@ -48,6 +48,28 @@ inline std::optional<Step> StepOrNewest(int64_t requested) {
   return requested < 0 ? std::nullopt : std::optional<Step>(Step(requested));
 }
 
+// The bytes of one chunk as a store hands them out: a view of memory that
+// this object, and every copy of it, keeps alive. A store may lend the
+// buffer its read filled (RocksDB pins a blob in the buffer it read it into)
+// rather than copy every byte once more; a download's messages then refer to
+// that buffer until gRPC has sent them. The store must outlive it.
+class ChunkBytes {
+ public:
+  ChunkBytes() = default;
+  explicit ChunkBytes(std::string bytes);
+  // `bytes` stays valid while `owner` lives.
+  ChunkBytes(std::string_view bytes, std::shared_ptr<const void> owner)
+      : owner_(std::move(owner)), view_(bytes) {}
+
+  std::string_view view() const { return view_; }
+  const char* data() const { return view_.data(); }
+  size_t size() const { return view_.size(); }
+
+ private:
+  std::shared_ptr<const void> owner_;
+  std::string_view view_;
+};
+
 // A committed checkpoint as of one moment: its manifest and chunks stay
 // readable through this object even if the checkpoint is deleted meanwhile.
 class CheckpointReader {
@@ -59,8 +81,8 @@ class CheckpointReader {
   // tensor and chunk when they do not match or the storage reports
   // corruption; Internal for other storage errors. Thread-safe: a download
   // reads several chunks at once.
-  virtual absl::StatusOr<std::string> ReadChunk(const v1::TensorInfo& tensor,
-                                                const v1::ChunkInfo& chunk) = 0;
+  virtual absl::StatusOr<ChunkBytes> ReadChunk(const v1::TensorInfo& tensor,
+                                               const v1::ChunkInfo& chunk) = 0;
 };
 
 class CheckpointStore {

@@ -119,16 +119,19 @@ class RocksDbCheckpointStore::Reader : public CheckpointReader {
 
   const v1::CheckpointManifest& manifest() const override { return manifest_; }
 
-  absl::StatusOr<std::string> ReadChunk(const v1::TensorInfo& tensor,
-                                        const v1::ChunkInfo& chunk) override {
+  absl::StatusOr<ChunkBytes> ReadChunk(const v1::TensorInfo& tensor,
+                                       const v1::ChunkInfo& chunk) override {
     const PendingCheckpoint attempt{JobId(manifest_.job_id()), Step(manifest_.step()),
                                     Generation(manifest_.generation())};
     const std::string key = ChunkKey(
         attempt, tensor.name(),
         std::vector<int64_t>(chunk.box().start().begin(), chunk.box().start().end()));
-    std::string bytes;
+    // Into a PinnableSlice, which keeps the blob in the buffer RocksDB read
+    // it into: the std::string overload copies it once more (a fifth of the
+    // coordinator's CPU during a restore).
+    auto bytes = std::make_shared<rocksdb::PinnableSlice>();
     rocksdb::Status status =
-        store_->db_->Get(ChunkRead(snapshot_), store_->chunks_family(), key, &bytes);
+        store_->db_->Get(ChunkRead(snapshot_), store_->chunks_family(), key, bytes.get());
     const std::string where = absl::StrCat("checkpoint of job ", manifest_.job_id(), " step ",
                                            manifest_.step(), ": tensor ", tensor.name(),
                                            " chunk ", chunk.index());
@@ -137,8 +140,9 @@ class RocksDbCheckpointStore::Reader : public CheckpointReader {
       return absl::DataLossError(absl::StrCat(where, " is corrupt: ", status.ToString()));
     }
     RETURN_IF_ERROR(FromRocksDb(status, store_->dir_, absl::StrCat("read of ", where)));
-    RETURN_IF_ERROR(VerifyChunk(manifest_, tensor, chunk, bytes));
-    return bytes;
+    const std::string_view view(bytes->data(), bytes->size());
+    RETURN_IF_ERROR(VerifyChunk(manifest_, tensor, chunk, view));
+    return ChunkBytes(view, std::move(bytes));
   }
 
  private:

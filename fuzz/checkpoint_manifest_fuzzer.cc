@@ -54,6 +54,7 @@ namespace {
 
 using coordinator::CheckpointReader;
 using coordinator::CheckpointStore;
+using coordinator::ChunkBytes;
 using coordinator::PendingCheckpoint;
 
 // Largest tensor the brute-force coverage count handles.
@@ -218,7 +219,7 @@ void RoundTrip(CheckpointStore& store, const StoreCase& c, const char* name) {
     Require(SameManifest((*reader)->manifest(), m), "Open returns another manifest");
     for (const v1::TensorInfo& t : m.tensors()) {
       for (const v1::ChunkInfo& chunk : t.chunks()) {
-        absl::StatusOr<std::string> bytes = (*reader)->ReadChunk(t, chunk);
+        absl::StatusOr<ChunkBytes> bytes = (*reader)->ReadChunk(t, chunk);
         CheckHandlerError(bytes.status(), "ReadChunk");
         Require(bytes.ok() || bytes.status().code() == absl::StatusCode::kDataLoss,
                 "ReadChunk failed with a code other than DATA_LOSS");
@@ -228,7 +229,7 @@ void RoundTrip(CheckpointStore& store, const StoreCase& c, const char* name) {
         const bool intact = put.size() == chunk.bytes() && Crc32c(put) == chunk.crc32c();
         Require(bytes.ok() == intact, bytes.ok() ? "ReadChunk returned bytes that do not verify"
                                                  : "ReadChunk refused intact bytes");
-        if (bytes.ok()) Require(*bytes == put, "ReadChunk returned other bytes");
+        if (bytes.ok()) Require(bytes->view() == put, "ReadChunk returned other bytes");
       }
     }
   }

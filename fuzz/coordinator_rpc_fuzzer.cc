@@ -498,7 +498,7 @@ class Harness {
       }
     }
     for (const auto& [tensor, chunk] : todo) {
-      absl::StatusOr<std::string> bytes = (*reader)->ReadChunk(*tensor, *chunk);
+      absl::StatusOr<coordinator::ChunkBytes> bytes = (*reader)->ReadChunk(*tensor, *chunk);
       if (!Check(bytes.status(), "Checkpoints.Download")) return;
       Require(bytes->size() == chunk->bytes(), "a downloaded chunk has the wrong size");
     }

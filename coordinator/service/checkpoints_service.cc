@@ -388,7 +388,7 @@ class DownloadReactor : public grpc::ServerWriteReactor<grpc::ByteBuffer> {
 
   void OnWriteDone(bool ok) override {
     if (!ok) return Finish(absl::CancelledError("the client went away"));
-    if (offset_ < current_->size()) return WriteNextPiece();
+    if (offset_ < current_.size()) return WriteNextPiece();
     std::optional<Read> next;
     bool done = false;
     {
@@ -412,7 +412,7 @@ class DownloadReactor : public grpc::ServerWriteReactor<grpc::ByteBuffer> {
   struct Read {
     const v1::TensorInfo* tensor = nullptr;
     const v1::ChunkInfo* chunk = nullptr;
-    absl::StatusOr<std::string> bytes;
+    absl::StatusOr<ChunkBytes> bytes;
   };
 
   void Open() {
@@ -501,9 +501,9 @@ class DownloadReactor : public grpc::ServerWriteReactor<grpc::ByteBuffer> {
       LOG(WARNING) << "checkpoint download: " << read.bytes.status();
       return Finish(read.bytes.status());
     }
-    current_ = std::make_shared<const std::string>(*std::move(read.bytes));
+    current_ = *std::move(read.bytes);
     offset_ = 0;
-    service_->metrics_->CheckpointTransfer("download", static_cast<int64_t>(current_->size()));
+    service_->metrics_->CheckpointTransfer("download", static_cast<int64_t>(current_.size()));
     v1::DownloadResponse header;
     header.mutable_chunk()->set_tensor(read.tensor->name());
     *header.mutable_chunk()->mutable_info() = *read.chunk;
@@ -516,12 +516,12 @@ class DownloadReactor : public grpc::ServerWriteReactor<grpc::ByteBuffer> {
   }
 
   void WriteNextPiece() {
-    const size_t n = std::min(service_->limits_.download_piece_bytes, current_->size() - offset_);
+    const size_t n = std::min(service_->limits_.download_piece_bytes, current_.size() - offset_);
     // Each message's slice keeps the chunk alive for as long as gRPC holds it.
-    auto* hold = new std::shared_ptr<const std::string>(current_);
+    auto* hold = new ChunkBytes(current_);
     message_ = BytesFieldMessage(
-        v1::DownloadResponse::kDataFieldNumber, current_->data() + offset_, n,
-        [](void* held) { delete static_cast<std::shared_ptr<const std::string>*>(held); }, hold);
+        v1::DownloadResponse::kDataFieldNumber, current_.data() + offset_, n,
+        [](void* held) { delete static_cast<ChunkBytes*>(held); }, hold);
     offset_ += n;
     StartWrite(&message_);
   }
@@ -547,7 +547,7 @@ class DownloadReactor : public grpc::ServerWriteReactor<grpc::ByteBuffer> {
   std::unique_ptr<CheckpointReader> reader_;  // set before any read is scheduled
   // The sender's state: one chunk is sent at a time, by reactions or by the
   // read that completes while nothing is being sent, never both (sending_).
-  std::shared_ptr<const std::string> current_;
+  ChunkBytes current_;
   size_t offset_ = 0;
   grpc::ByteBuffer message_;  // the one being written
   absl::Mutex mu_;

@@ -314,7 +314,7 @@ TEST(CheckpointReshardTest, ACorruptChunkIsDataLossNamingTensorAndChunk) {
   // Flip one byte of the stored value under its own key.
   auto reader = server.store().Open(JobId(kJob), Step(3));
   ASSERT_TRUE(reader.ok());
-  std::string bytes = *(*reader)->ReadChunk(*fcw, chunk);
+  std::string bytes((*reader)->ReadChunk(*fcw, chunk)->view());
   bytes[bytes.size() / 2] ^= 0x01;
   const std::string key = coordinator::RocksDbCheckpointStore::ChunkKey(
       coordinator::PendingCheckpoint{JobId(kJob), Step(3), Generation(1)}, fcw->name(),

@@ -90,9 +90,9 @@ TEST(RocksDbCheckpointStoreTest, CommittedCheckpointsSurviveReopenAndReadBackWho
   EXPECT_EQ((*newest)->manifest().step(), 20);
   const v1::TensorInfo& tensor = (*newest)->manifest().tensors(0);
   for (int i = 0; i < tensor.chunks_size(); ++i) {
-    absl::StatusOr<std::string> bytes = (*newest)->ReadChunk(tensor, tensor.chunks(i));
+    absl::StatusOr<ChunkBytes> bytes = (*newest)->ReadChunk(tensor, tensor.chunks(i));
     ASSERT_TRUE(bytes.ok()) << bytes.status();
-    EXPECT_EQ(*bytes, b.chunks[i]);
+    EXPECT_EQ(bytes->view(), b.chunks[i]);
   }
   EXPECT_TRUE(absl::IsNotFound((*store)->Open(JobId("job-1"), Step(15)).status()));
   EXPECT_TRUE(absl::IsNotFound((*store)->Open(JobId("job-2"), std::nullopt).status()));
@@ -122,7 +122,7 @@ TEST(RocksDbCheckpointStoreTest, AFlippedByteIsDataLossNamingTensorAndChunk) {
   ASSERT_TRUE(reader.ok());
   const v1::TensorInfo& tensor = (*reader)->manifest().tensors(0);
   EXPECT_TRUE((*reader)->ReadChunk(tensor, tensor.chunks(1)).ok());
-  absl::StatusOr<std::string> bad = (*reader)->ReadChunk(tensor, tensor.chunks(2));
+  absl::StatusOr<ChunkBytes> bad = (*reader)->ReadChunk(tensor, tensor.chunks(2));
   EXPECT_TRUE(absl::IsDataLoss(bad.status())) << bad.status();
   EXPECT_THAT(bad.status().message(), HasSubstr("tensor param/w chunk 2 is corrupt"));
 }
@@ -149,7 +149,7 @@ TEST(RocksDbCheckpointStoreTest, DeleteAndDropFreeTheBytesAndAReaderKeepsItsSnap
   // The reader opened before the delete still reads every chunk.
   const v1::TensorInfo& tensor = (*reader)->manifest().tensors(0);
   for (int i = 0; i < tensor.chunks_size(); ++i) {
-    ASSERT_EQ(*(*reader)->ReadChunk(tensor, tensor.chunks(i)), a.chunks[i]);
+    ASSERT_EQ((*reader)->ReadChunk(tensor, tensor.chunks(i))->view(), a.chunks[i]);
   }
   reader->reset();
   // Abandon an uncommitted attempt too.
@@ -183,7 +183,7 @@ TEST(RocksDbCheckpointStoreTest, ACommitReplacesTheSameStepOfAnotherGeneration) 
   ASSERT_TRUE(reader.ok());
   EXPECT_EQ((*reader)->manifest().generation(), 2u);
   const v1::TensorInfo& tensor = (*reader)->manifest().tensors(0);
-  EXPECT_EQ(*(*reader)->ReadChunk(tensor, tensor.chunks(0)), second.chunks[0]);
+  EXPECT_EQ((*reader)->ReadChunk(tensor, tensor.chunks(0))->view(), second.chunks[0]);
 }
 
 // tmpfs refuses O_DIRECT: the store falls back to the page cache there.
@@ -199,7 +199,7 @@ TEST(RocksDbCheckpointStoreTest, WorksOnAFileSystemWithoutDirectIo) {
     auto reader = (*store)->Open(JobId("job-1"), Step(1));
     ASSERT_TRUE(reader.ok());
     const v1::TensorInfo& t = (*reader)->manifest().tensors(0);
-    EXPECT_EQ(*(*reader)->ReadChunk(t, t.chunks(3)), a.chunks[3]);
+    EXPECT_EQ((*reader)->ReadChunk(t, t.chunks(3))->view(), a.chunks[3]);
   }
   std::filesystem::remove_all(dir);
 }
