@@ -592,6 +592,7 @@ absl::StatusOr<int64_t> EngineTrainer::RestoreFromCheckpoint(const Assignment& a
                                              session.config().model, session.model().table(),
                                              buffers, options_.checkpoint_timeout, &stats,
                                              options_.checkpoint_load_streams));
+  const absl::Duration downloading = absl::Now() - start;
   if (gather) {
     absl::Status gathered = session.runner().GatherParameters();
     if (!gathered.ok()) {
@@ -607,6 +608,12 @@ absl::StatusOr<int64_t> EngineTrainer::RestoreFromCheckpoint(const Assignment& a
   const uint64_t restored =
       (session.model().num_params() + 2 * (run->optimizer.end - run->optimizer.begin)) *
       sizeof(float);
+  auto ms = [](absl::Duration d) {
+    return absl::FormatDuration(absl::Trunc(d, absl::Milliseconds(1)));
+  };
+  const std::string split = gather ? absl::StrCat(" (download ", ms(downloading), ", gather ",
+                                                  ms(took - downloading), ")")
+                                   : "";
   LOG(INFO) << "job " << assignment.job_id << " generation " << assignment.generation
             << " resumes at step " << manifest->step() << " from the checkpoint of job "
             << manifest->job_id() << " (saved by generation " << manifest->generation() << " as ("
@@ -614,8 +621,7 @@ absl::StatusOr<int64_t> EngineTrainer::RestoreFromCheckpoint(const Assignment& a
             << "," << manifest->layout().pipeline_parallel() << ")): " << stats.chunks
             << " chunks, " << stats.bytes << " bytes downloaded"
             << (gather ? " (its data shard of the weights, the rest gathered)" : "") << ", "
-            << restored << " bytes restored in "
-            << absl::FormatDuration(absl::Trunc(took, absl::Milliseconds(1)));
+            << restored << " bytes restored in " << ms(took) << split;
   return manifest->step();
 }
 

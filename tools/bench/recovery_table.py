@@ -6,6 +6,7 @@ last-recovery phases (RecoveryStats), its step time, and each receiving
 worker's restore from its log line (worker/engine_trainer.cc):
   ... job J generation G resumes at step S from peers (...): received B bytes, ... in D
   ... job J generation G resumes at step S from the checkpoint of job K (...): C chunks, B bytes in D
+      [(download D1, gather D2)]
 D is an Abseil duration ("812ms", "1.204s", "1m3.5s").
   recovery_table.py --record CASE JOB LOG... [--dd_gbps X] < job.json >> results.jsonl
 
@@ -54,7 +55,7 @@ def receivers(job, logs):
     # data rank downloads its shard of the weights and gathers the rest).
     pattern = re.compile(r"job " + re.escape(job) + r" generation \d+ resumes at step \d+ from "
                          r"(?:peers.*received (\d+) bytes.* in (\S+)|the checkpoint.*chunks, "
-                         r".*, (\d+) bytes restored in (\S+))$")
+                         r".*, (\d+) bytes restored in (\S+)(?: \(download \S+, gather \S+\))?)$")
     for path in logs:
         with open(path, errors="replace") as f:
             for line in f:
