@@ -146,10 +146,17 @@ TEST(RocksDbCheckpointStoreTest, DeleteAndDropFreeTheBytesAndAReaderKeepsItsSnap
   ASSERT_TRUE((*store)->Delete(JobId("job-1"), Step(10)).ok());
   EXPECT_TRUE(absl::IsNotFound((*store)->Delete(JobId("job-1"), Step(10))));
   EXPECT_EQ((*store)->List(JobId("job-1"))->size(), 1u);
-  // The reader opened before the delete still reads every chunk.
+  // The reader opened before the delete still reads every chunk. What it
+  // hands out (RocksDB's own read buffers, lent) stays valid after the
+  // reader, the checkpoint and its blob files are gone: a download's
+  // messages may outlive all three.
   const v1::TensorInfo& tensor = (*reader)->manifest().tensors(0);
+  std::vector<ChunkBytes> held;
   for (int i = 0; i < tensor.chunks_size(); ++i) {
-    ASSERT_EQ((*reader)->ReadChunk(tensor, tensor.chunks(i))->view(), a.chunks[i]);
+    absl::StatusOr<ChunkBytes> bytes = (*reader)->ReadChunk(tensor, tensor.chunks(i));
+    ASSERT_TRUE(bytes.ok()) << bytes.status();
+    ASSERT_EQ(bytes->view(), a.chunks[i]);
+    held.push_back(*std::move(bytes));
   }
   reader->reset();
   // Abandon an uncommitted attempt too.
@@ -170,6 +177,7 @@ TEST(RocksDbCheckpointStoreTest, DeleteAndDropFreeTheBytesAndAReaderKeepsItsSnap
   EXPECT_LT(after, 1u << 20);
   EXPECT_LT(DirectoryBytes(dir), two_on_disk - (12u << 20));
   EXPECT_TRUE((*store)->ListPending()->empty());
+  for (size_t i = 0; i < held.size(); ++i) EXPECT_EQ(held[i].view(), a.chunks[i]) << "chunk " << i;
 }
 
 TEST(RocksDbCheckpointStoreTest, ACommitReplacesTheSameStepOfAnotherGeneration) {
