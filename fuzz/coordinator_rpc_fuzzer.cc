@@ -22,12 +22,11 @@
 #include <map>
 #include <memory>
 #include <optional>
-#include <utility>
 #include <string>
 #include <string_view>
+#include <utility>
 #include <vector>
 
-#include "fuzz/coordinator_rpc_ops.h"
 #include "absl/strings/str_cat.h"
 #include "cohort/v1/checkpoints.pb.h"
 #include "cohort/v1/jobs.pb.h"
@@ -36,12 +35,14 @@
 #include "common/clock.h"
 #include "common/command_target.h"
 #include "common/status_macros.h"
+#include "coordinator/attach_protocol.h"
 #include "coordinator/checkpoint_store.h"
 #include "coordinator/checkpoint_uploads.h"
 #include "coordinator/coordinator.h"
-#include "coordinator/upload_framing.h"
 #include "coordinator/coordinator_metrics.h"
 #include "coordinator/job_store.h"
+#include "coordinator/upload_framing.h"
+#include "fuzz/coordinator_rpc_ops.h"
 #include "fuzz/fuzz_support.h"
 #include "prometheus/registry.h"
 
@@ -122,10 +123,10 @@ class FuzzWatchSink : public coordinator::JobEventSink {
   bool finished_ = false;
 };
 
-// One Attach stream, as attach_streams.cc's AttachCall sees it.
+// One Attach stream, as attach_streams.cc's AttachCall sees it; its
+// messages go through the server's own HandleAttachMessage.
 struct AttachStream {
-  std::optional<WorkerId> worker;
-  Incarnation incarnation;
+  std::optional<coordinator::AttachedWorker> worker;
   std::shared_ptr<FuzzWorkerSink> sink;
 };
 
@@ -349,31 +350,11 @@ class Harness {
                             });
   }
 
-  // attach_streams.cc's AttachCall::Handle.
+  // An Attach stream message, through the server's own protocol code.
   absl::Status HandleAttach(AttachStream& stream, const v1::WorkerMessage& message) {
-    if (!stream.worker.has_value()) {
-      if (message.kind_case() != v1::WorkerMessage::kHello) {
-        return absl::InvalidArgumentError("the first message of an Attach stream must be a Hello");
-      }
-      const v1::Hello& hello = message.hello();
-      if (hello.incarnation() != message.incarnation()) {
-        return absl::InvalidArgumentError(
-            "WorkerMessage.incarnation differs from Hello.incarnation");
-      }
-      stream.sink = std::make_shared<FuzzWorkerSink>();
-      absl::StatusOr<v1::Welcome> welcome = coordinator_->Attach(hello, stream.sink);
-      if (!welcome.ok()) return welcome.status();
-      stream.worker = WorkerId(hello.worker_id());
-      stream.incarnation = Incarnation(hello.incarnation());
-      return absl::OkStatus();
-    }
-    absl::Status status = coordinator_->OnWorkerMessage(*stream.worker, message, stream.sink.get());
-    if (status.code() == absl::StatusCode::kAborted &&
-        message.kind_case() == v1::WorkerMessage::kStatus) {
-      return absl::OkStatus();
-    }
-    if (status.code() == absl::StatusCode::kNotFound) return absl::OkStatus();
-    return status;
+    if (!stream.worker.has_value()) stream.sink = std::make_shared<FuzzWorkerSink>();
+    return coordinator::HandleAttachMessage(*coordinator_, coordinator::WorkerIdentity::Any(),
+                                            message, stream.sink, stream.worker);
   }
 
   void AttachMessage(std::string_view payload) {
@@ -391,7 +372,7 @@ class Harness {
   void CloseStream(int slot) {
     AttachStream& stream = streams_[slot];
     if (stream.worker.has_value()) {
-      coordinator_->Detach(*stream.worker, stream.incarnation, stream.sink.get());
+      coordinator_->Detach(stream.worker->id, stream.worker->incarnation, stream.sink.get());
     }
     stream = AttachStream();
   }
@@ -407,7 +388,7 @@ class Harness {
       step |= static_cast<int64_t>(static_cast<uint8_t>(rest[i])) << (8 * (i - 1));
     }
     v1::WorkerMessage message;
-    message.set_incarnation(stream.incarnation.value());
+    message.set_incarnation(stream.worker->incarnation.value());
     if (state & 0x80) {
       v1::Heartbeat* heartbeat = message.mutable_heartbeat();
       heartbeat->set_sequence(static_cast<uint64_t>(step) + 1);

@@ -10,7 +10,7 @@
 #include "absl/strings/str_cat.h"
 #include "common/grpc_status.h"
 #include "common/log.h"
-#include "common/safe_text.h"
+#include "coordinator/attach_protocol.h"
 
 namespace cohort::coordinator {
 namespace {
@@ -154,7 +154,7 @@ class AttachCall {
     absl::Status status = Handle(incoming_);
     if (!status.ok()) {
       LOG(WARNING) << "Attach from " << peer_ << " ("
-                   << (worker_ ? worker_->value() : std::string("no hello")) << "): " << status;
+                   << (worker_ ? worker_->id.value() : std::string("no hello")) << "): " << status;
       Lost("refused");
       FinishOnce(ToGrpcStatus(status));
       return;
@@ -200,43 +200,13 @@ class AttachCall {
   }
 
   absl::Status Handle(const v1::WorkerMessage& message) {
-    Coordinator* coordinator = streams_->coordinator();
-    if (!worker_.has_value()) {
-      if (message.kind_case() != v1::WorkerMessage::kHello) {
-        return absl::InvalidArgumentError("the first message of an Attach stream must be a Hello");
-      }
-      const v1::Hello& hello = message.hello();
-      if (hello.incarnation() != message.incarnation()) {
-        return absl::InvalidArgumentError(
-            "WorkerMessage.incarnation differs from Hello.incarnation");
-      }
-      if (!identity_.AllowsWorker(hello.worker_id(), hello.host())) {
-        return absl::PermissionDeniedError(absl::StrCat(
-            "hello.worker_id: this client certificate may act as ", identity_.Describe(),
-            ", not as worker ", Quoted(hello.worker_id()), " on host ", Quoted(hello.host())));
-      }
-      sink_ = std::make_shared<StreamSink>(this);
-      // Set before Attach: the Welcome may be queued from inside it.
-      absl::StatusOr<v1::Welcome> welcome = coordinator->Attach(hello, sink_);
-      if (!welcome.ok()) {
-        sink_->Clear();
-        return welcome.status();
-      }
-      worker_ = WorkerId(hello.worker_id());
-      incarnation_ = Incarnation(hello.incarnation());
-      return absl::OkStatus();
-    }
-    absl::Status status = coordinator->OnWorkerMessage(*worker_, message, sink_.get());
-    // A stale generation in a status is the worker's problem, not the stream's.
-    if (status.code() == absl::StatusCode::kAborted &&
-        message.kind_case() == v1::WorkerMessage::kStatus) {
-      LOG(INFO) << "worker " << *worker_ << ": " << status.message();
-      return absl::OkStatus();
-    }
-    if (status.code() == absl::StatusCode::kNotFound) {
-      LOG(INFO) << "worker " << *worker_ << ": " << status.message();
-      return absl::OkStatus();
-    }
+    const bool hello = !worker_.has_value();
+    // Made before the Hello is handled: the Welcome may be queued from
+    // inside Attach.
+    if (hello) sink_ = std::make_shared<StreamSink>(this);
+    absl::Status status =
+        HandleAttachMessage(*streams_->coordinator(), identity_, message, sink_, worker_);
+    if (hello && !worker_.has_value()) sink_->Clear();
     return status;
   }
 
@@ -244,8 +214,8 @@ class AttachCall {
   void Lost(const char* why) {
     if (lost_reported_ || !worker_.has_value()) return;
     lost_reported_ = true;
-    LOG(DEBUG) << "worker " << *worker_ << ": " << why;
-    streams_->coordinator()->Detach(*worker_, incarnation_, sink_.get());
+    LOG(DEBUG) << "worker " << worker_->id << ": " << why;
+    streams_->coordinator()->Detach(worker_->id, worker_->incarnation, sink_.get());
   }
 
   void FinishOnce(grpc::Status status) {
@@ -312,8 +282,7 @@ class AttachCall {
   StreamLimiter::Lease lease_;  // this client's stream slot
   WorkerIdentity identity_;     // who the client certificate may act as
   v1::WorkerMessage incoming_;  // the outstanding read's
-  std::optional<WorkerId> worker_;
-  Incarnation incarnation_;
+  std::optional<AttachedWorker> worker_;
   std::shared_ptr<StreamSink> sink_;
   bool lost_reported_ = false;
 

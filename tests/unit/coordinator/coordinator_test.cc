@@ -5,6 +5,7 @@
 #include <vector>
 
 #include "absl/synchronization/mutex.h"
+#include "coordinator/attach_protocol.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "tests/testing/job_specs.h"
@@ -227,6 +228,71 @@ TEST_F(CoordinatorTest, ItsOwnStallIsNotCountedAgainstTheWorkers) {
     }
     EXPECT_TRUE(lost());
   }
+}
+
+// An Attach stream's protocol (attach_protocol.h), as the server and the
+// RPC fuzzer run it: the Hello's checks come before anything is attached,
+// and errors that are the worker's business do not end the stream.
+TEST_F(CoordinatorTest, AnAttachStreamAttachesOnlyAValidPermittedHello) {
+  auto sink = std::make_shared<RecordingSink>();
+  std::optional<AttachedWorker> attached;
+  v1::WorkerMessage hello;
+  hello.set_incarnation(7);
+  hello.mutable_hello()->set_worker_id("w0");
+  hello.mutable_hello()->set_host("h");
+  hello.mutable_hello()->set_device_kind(v1::DEVICE_KIND_CPU);
+  hello.mutable_hello()->set_incarnation(7);
+  v1::WorkerMessage heartbeat;
+  heartbeat.set_incarnation(7);
+  heartbeat.mutable_heartbeat()->set_sequence(1);
+
+  absl::Status status =
+      HandleAttachMessage(*coordinator_, WorkerIdentity::Any(), heartbeat, sink, attached);
+  EXPECT_EQ(status.code(), absl::StatusCode::kInvalidArgument) << status;
+  EXPECT_THAT(status.message(), HasSubstr("must be a Hello"));
+
+  v1::WorkerMessage mismatched = hello;
+  mismatched.set_incarnation(8);
+  status = HandleAttachMessage(*coordinator_, WorkerIdentity::Any(), mismatched, sink, attached);
+  EXPECT_EQ(status.code(), absl::StatusCode::kInvalidArgument) << status;
+  EXPECT_THAT(status.message(), HasSubstr("incarnation"));
+
+  const WorkerIdentity only_w1 = WorkerIdentity::FromUris({"cohort://worker/w1"});
+  status = HandleAttachMessage(*coordinator_, only_w1, hello, sink, attached);
+  EXPECT_EQ(status.code(), absl::StatusCode::kPermissionDenied) << status;
+  EXPECT_THAT(status.message(), HasSubstr("hello.worker_id"));
+  EXPECT_FALSE(attached.has_value());
+  EXPECT_TRUE(sink->Take().empty());  // nothing attached, no Welcome
+
+  ASSERT_TRUE(
+      HandleAttachMessage(*coordinator_, WorkerIdentity::Any(), hello, sink, attached).ok());
+  ASSERT_TRUE(attached.has_value());
+  EXPECT_EQ(attached->id, WorkerId("w0"));
+  EXPECT_EQ(attached->incarnation, Incarnation(7));
+  std::vector<v1::CoordinatorMessage> messages = sink->Take();
+  ASSERT_EQ(messages.size(), 1u);
+  EXPECT_TRUE(messages[0].has_welcome());
+
+  // Later messages go to the coordinator as w0.
+  ASSERT_TRUE(
+      HandleAttachMessage(*coordinator_, WorkerIdentity::Any(), heartbeat, sink, attached).ok());
+  messages = sink->Take();
+  ASSERT_EQ(messages.size(), 1u);
+  EXPECT_EQ(messages[0].heartbeat_ack().sequence(), 1u);
+  // A status about a job the coordinator does not have is the worker's
+  // business: the stream goes on.
+  v1::WorkerMessage unknown;
+  unknown.set_incarnation(7);
+  unknown.mutable_status()->set_job_id("no-such-job");
+  unknown.mutable_status()->set_generation(1);
+  unknown.mutable_status()->set_state(v1::ASSIGNMENT_STATE_READY);
+  EXPECT_TRUE(
+      HandleAttachMessage(*coordinator_, WorkerIdentity::Any(), unknown, sink, attached).ok());
+  // Another incarnation's message is fenced off, and that ends the stream.
+  v1::WorkerMessage stale = heartbeat;
+  stale.set_incarnation(6);
+  EXPECT_EQ(HandleAttachMessage(*coordinator_, WorkerIdentity::Any(), stale, sink, attached).code(),
+            absl::StatusCode::kAborted);
 }
 
 TEST_F(CoordinatorTest, WelcomeComesFirstAndHeartbeatsAreAcked) {
