@@ -33,12 +33,6 @@ absl::Status VerifyChunk(const v1::CheckpointManifest& manifest, const v1::Tenso
   return absl::OkStatus();
 }
 
-ChunkBytes::ChunkBytes(std::string bytes) {
-  auto owned = std::make_shared<const std::string>(std::move(bytes));
-  view_ = *owned;
-  owner_ = std::move(owned);
-}
-
 // --- InMemoryCheckpointStore ---
 
 class InMemoryCheckpointStore::Reader : public CheckpointReader {

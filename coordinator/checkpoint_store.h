@@ -56,7 +56,6 @@ inline std::optional<Step> StepOrNewest(int64_t requested) {
 class ChunkBytes {
  public:
   ChunkBytes() = default;
-  explicit ChunkBytes(std::string bytes);
   // `bytes` stays valid while `owner` lives.
   ChunkBytes(std::string_view bytes, std::shared_ptr<const void> owner)
       : owner_(std::move(owner)), view_(bytes) {}
