@@ -50,8 +50,14 @@ class StreamSink : public WorkerSink {
 // One Attach stream. Its completions all come through one queue, whose one
 // thread runs them in order; Enqueue and Supersede come from any thread.
 // At most one read, one write and one Finish are outstanding; messages wait
-// in `outbox_`, and no read is started while it holds kMaxOutbox. The object
-// deletes itself once gRPC holds none of its tags.
+// in `outbox_`, and no read is started while it holds kMaxOutbox. The
+// message being written is held apart from the outbox (`in_flight_`), until
+// its write's completion, so that what empties the outbox (the call's end,
+// a Finish) never touches it: gRPC may report the call done before an
+// outstanding write completes, and that write may still complete ok (issue
+// 43: a completion that popped the outbox the end had emptied destroyed a
+// message twice). The object deletes itself once gRPC holds none of its
+// tags.
 class AttachCall {
  public:
   enum class Op { kRequested, kRead, kWrite, kFinish, kDone };
@@ -170,11 +176,8 @@ class AttachCall {
   void OnWrite(bool ok) {
     absl::MutexLock lock(&mu_);
     writing_ = false;
-    if (ok) {
-      outbox_.pop_front();
-    } else {
-      outbox_.clear();  // the stream broke; the failed read reports it
-    }
+    in_flight_.reset();
+    if (!ok) outbox_.clear();  // the stream broke; the failed read reports it
     if (finished_) {
       if (!finish_started_) StartFinishLocked();
       return;
@@ -186,7 +189,9 @@ class AttachCall {
     }
   }
 
-  // The call is over: finished, cancelled, or the connection is gone.
+  // The call is over: finished, cancelled, or the connection is gone. A
+  // write may still be outstanding; its message stays in `in_flight_`
+  // until it completes.
   void OnDone() {
     {
       absl::MutexLock lock(&mu_);
@@ -225,7 +230,7 @@ class AttachCall {
     finish_status_ = std::move(status);
     // Queued messages are moot; the one being written completes first (one
     // write-like operation at a time).
-    while (outbox_.size() > (writing_ ? 1 : 0)) outbox_.pop_back();
+    outbox_.clear();
     if (!writing_) StartFinishLocked();
   }
 
@@ -240,7 +245,11 @@ class AttachCall {
   }
 
   void StartNextWriteLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
-    writing_ = StartOp([&] { stream_.Write(outbox_.front(), &write_event_); });
+    writing_ = StartOp([&] {
+      in_flight_ = std::move(outbox_.front());
+      outbox_.pop_front();
+      stream_.Write(*in_flight_, &write_event_);
+    });
     if (!writing_) outbox_.clear();
   }
 
@@ -299,8 +308,11 @@ class AttachCall {
   bool finished_ ABSL_GUARDED_BY(mu_) = false;
   bool finish_started_ ABSL_GUARDED_BY(mu_) = false;
   grpc::Status finish_status_ ABSL_GUARDED_BY(mu_);
-  // The front is being written while writing_.
+  // Messages waiting for their write, oldest first.
   std::deque<v1::CoordinatorMessage> outbox_ ABSL_GUARDED_BY(mu_);
+  // The message of the outstanding write (set while writing_): gRPC's until
+  // the write completes, whatever happens to the call meanwhile.
+  std::optional<v1::CoordinatorMessage> in_flight_ ABSL_GUARDED_BY(mu_);
   // No read is outstanding because the outbox is full (kMaxOutbox).
   bool read_paused_ ABSL_GUARDED_BY(mu_) = false;
 };

@@ -5,7 +5,9 @@
 // with streams open ends every one of them and exits cleanly (its queues
 // close only after gRPC's shutdown, or the process would abort). A worker
 // that sends and never reads makes the coordinator stop reading it, not
-// queue an ack per message.
+// queue an ack per message. Workers that cancel their streams while the
+// coordinator is writing to them leave it running (issue 43: a write that
+// completed after the stream's end popped an outbox the end had emptied).
 
 #include <csignal>
 #include <memory>
@@ -132,6 +134,73 @@ TEST_F(AttachStreamsTest, ManyStreamsOverFewQueuesAreAnsweredInOrderAndEndWithTh
   absl::StatusOr<int> exit_code = cluster_.coordinator()->Wait(absl::Seconds(30));
   ASSERT_TRUE(exit_code.ok()) << exit_code.status();
   EXPECT_EQ(*exit_code, 0) << cluster_.coordinator()->ReadLog();
+}
+
+// A worker on a connection of its own: gRPC shares a connection between
+// channels with the same arguments unless told not to, and one cancelled
+// connection per worker is what a flapping host looks like.
+std::unique_ptr<v1::Workers::Stub> OwnConnection(const std::string& address) {
+  grpc::ChannelArguments args;
+  args.SetInt(GRPC_ARG_USE_LOCAL_SUBCHANNEL_POOL, 1);
+  return v1::Workers::NewStub(
+      grpc::CreateCustomChannel(address, grpc::InsecureChannelCredentials(), args));
+}
+
+// Each round, workers attach, queue acks on their streams (heartbeats they
+// do not read, but one: the coordinator is then writing to them) and cancel
+// all at once. The old stream code died with SIGSEGV when a write completed
+// after the call's end: the end had emptied the outbox, and the write's
+// completion popped the empty deque, destroying a message twice.
+TEST_F(AttachStreamsTest, WorkersThatCancelWhileTheCoordinatorWritesToThemLeaveItRunning) {
+  constexpr int kRounds = 30;
+  constexpr int kWorkers = 8;
+  constexpr int kHeartbeats = 48;  // under the outbox bound: reading goes on
+  uint64_t incarnation = 100;
+  for (int round = 0; round < kRounds; ++round) {
+    std::vector<std::unique_ptr<v1::Workers::Stub>> stubs;
+    std::vector<std::unique_ptr<RawWorker>> workers;
+    for (int i = 0; i < kWorkers; ++i) {
+      stubs.push_back(OwnConnection(cluster_.address()));
+      workers.push_back(Attach(absl::StrCat("flap-", i), ++incarnation, stubs.back().get()));
+    }
+    ASSERT_FALSE(HasFailure()) << "round " << round << "; coordinator log:\n"
+                               << cluster_.coordinator()->ReadLog();
+    for (int i = 0; i < kWorkers; ++i) {
+      const uint64_t own = incarnation - kWorkers + 1 + i;
+      for (int h = 1; h <= kHeartbeats; ++h) {
+        // A write fails only once the coordinator is gone; the check below says why.
+        if (!workers[i]->stream->Write(Heartbeat(own, h))) break;
+      }
+    }
+    for (int i = 0; i < kWorkers; ++i) {
+      v1::CoordinatorMessage ack;
+      workers[i]->stream->Read(&ack);
+    }
+    for (const std::unique_ptr<RawWorker>& worker : workers) worker->context.TryCancel();
+    for (const std::unique_ptr<RawWorker>& worker : workers) worker->stream->Finish();
+    // The coordinator has handled every stream's end once no worker is
+    // listed; a crash while doing so ends the wait too.
+    Subprocess& coordinator = *cluster_.coordinator();
+    WaitUntil(
+        [&] { return !coordinator.Running() || cluster_.CountWorkers(v1::WORKER_STATE_IDLE) == 0; },
+        absl::Seconds(30));
+    if (!coordinator.Running()) {
+      absl::StatusOr<int> code = coordinator.Wait(absl::ZeroDuration());
+      FAIL() << "the coordinator ended in round " << round << " ("
+             << (code.ok() ? absl::StrCat("exit status ", *code,
+                                          *code > 128 ? absl::StrCat(", signal ", *code - 128) : "")
+                           : code.status().ToString())
+             << "); its log:\n"
+             << coordinator.ReadLog();
+    }
+    ASSERT_EQ(cluster_.CountWorkers(v1::WORKER_STATE_IDLE), 0) << "round " << round;
+  }
+  // The coordinator still serves.
+  std::unique_ptr<RawWorker> after = Attach("after", ++incarnation);
+  EXPECT_FALSE(HasFailure());
+  EXPECT_TRUE(cluster_.coordinator()->Running()) << cluster_.coordinator()->ReadLog();
+  after->context.TryCancel();
+  after->stream->Finish();
 }
 
 // The coordinator's cohort_heartbeats_received_total.
