@@ -7,7 +7,9 @@
 // step's micro-batches, so every run below on the same global batch must
 // be bitwise equal to one process: every step's loss (printed with %a) and
 // the final weights (memcmp).
-//   the same run twice; OMP threads 1 vs 2;
+//   the same run twice; OMP threads 1 vs 2; the small model (whose products
+//     the kernels tile) with each rank at its own thread count, 1 to 4, a
+//     validation included;
 //   dp 1, 2, 4, 8 over 8 micro-batches, ZeRO-1 on and off, over shared
 //     memory and over TCP;
 //   uneven shares: dp 3 over 8 micro-batches (3 + 3 + 2), dp 4 over 6
@@ -46,6 +48,10 @@ struct RunOptions {
   int micro_batch = 4;
   bool zero1 = false;
   int threads = 1;
+  // Per rank, instead of `threads` (rank r takes rank_threads[r]).
+  std::vector<int> rank_threads = {};
+  std::string model = "tiny";
+  int validation_batches = 0;
   std::string transport = "default";
   std::string reduction = "deterministic";
 };
@@ -64,16 +70,19 @@ RunResult Train(const RunOptions& o) {
   for (int r = 0; r < o.dp; ++r) {
     Subprocess::Options options;
     options.binary = BinaryPath("tests/cohort-train-test-rank");
-    options.args = {absl::StrCat("--rank=", r),
-                    absl::StrCat("--size=", o.dp),
-                    "--kv_dir=" + dir + "/kv",
-                    absl::StrCat("--steps=", kSteps),
-                    absl::StrCat("--global_batch=", o.global_batch),
-                    absl::StrCat("--micro_batch=", o.micro_batch),
-                    "--reduction=" + o.reduction,
-                    absl::StrCat("--threads=", o.threads),
-                    o.zero1 ? "--zero1" : "--nozero1",
-                    absl::StrCat("--out=", dir, "/rank", r, ".txt")};
+    options.args = {
+        absl::StrCat("--rank=", r),
+        absl::StrCat("--size=", o.dp),
+        "--kv_dir=" + dir + "/kv",
+        absl::StrCat("--steps=", kSteps),
+        absl::StrCat("--global_batch=", o.global_batch),
+        absl::StrCat("--micro_batch=", o.micro_batch),
+        "--reduction=" + o.reduction,
+        absl::StrCat("--threads=", o.rank_threads.empty() ? o.threads : o.rank_threads[r]),
+        "--model=" + o.model,
+        absl::StrCat("--validation_batches=", o.validation_batches),
+        o.zero1 ? "--zero1" : "--nozero1",
+        absl::StrCat("--out=", dir, "/rank", r, ".txt")};
     options.env = {{"UCX_WARN_UNUSED_ENV_VARS", "n"}};
     if (o.transport == "tcp") {
       options.env.push_back({"UCX_TLS", "tcp"});
@@ -168,6 +177,29 @@ TEST_P(DeterministicDegreeTest, EqualsOneProcessBitwiseWithAndWithoutZeroOneOver
       const RunOptions o{.dp = dp, .micro_batch = 1, .zero1 = zero1, .transport = transport};
       ExpectBitwiseEqual(Train(o), single, o);
     }
+  }
+}
+
+// Issue 43: the result may depend on neither OpenMP's nor OpenBLAS's thread
+// count. The small model's products are large enough to be tiled and for
+// OpenBLAS to thread them if it were allowed to.
+TEST(DataParallelTest, EachRanksThreadCountFromOneToFourGivesTheSameBits) {
+  const RunOptions reference{
+      .global_batch = 8, .micro_batch = 2, .threads = 1, .model = "small", .validation_batches = 2};
+  const RunResult single = Train(reference);
+  ASSERT_NE(single.text.find("validation "), std::string::npos) << single.text;
+  for (int threads = 2; threads <= 4; ++threads) {
+    RunOptions o = reference;
+    o.threads = threads;
+    SCOPED_TRACE(absl::StrCat("one process at ", threads, " threads"));
+    ExpectBitwiseEqual(Train(o), single, o);
+  }
+  for (const std::vector<int>& rank_threads : {std::vector<int>{1, 4}, std::vector<int>{3, 2}}) {
+    RunOptions o = reference;
+    o.dp = 2;
+    o.rank_threads = rank_threads;
+    SCOPED_TRACE(absl::StrCat("dp 2 at ", rank_threads[0], " and ", rank_threads[1], " threads"));
+    ExpectBitwiseEqual(Train(o), single, o);
   }
 }
 

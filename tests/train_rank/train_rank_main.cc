@@ -6,6 +6,7 @@
 //
 //   step <s> <loss as %a>          one line per step (hex float: exact bits)
 //   params <FNV-1a of this rank's final parameters>
+//   validation <loss as %a>        with --validation_batches: after the last step
 //
 // the raw final parameters of this rank's shard to --out.params, and (with
 // --grads) the step-0 gradient after the data-parallel reduction, before
@@ -54,6 +55,9 @@ ABSL_FLAG(bool, tie_per_step, false,
           "even without pipeline parallelism");
 ABSL_FLAG(bool, grads, false, "write the step-0 reduced gradient to --out.grads");
 ABSL_FLAG(int, threads, 1, "OpenMP threads");
+ABSL_FLAG(int, validation_batches, 0,
+          "validate on this many held-out batches after the last step (the corpus's last 20% "
+          "held out); 0: no validation, nothing held out");
 ABSL_FLAG(std::string, backend, "cpu",
           "where the layers run: cpu, guarded (GuardedBackend, tests/testing/guarded_backend.h: "
           "the CPU's arithmetic behind memory the host may not touch) or cuda");
@@ -112,6 +116,8 @@ absl::StatusOr<TrainingConfig> TestConfig() {
   c.data.markov.branching = 4;
   c.data.synthetic_tokens = 200000;
   c.data.sample_seed = 11;
+  c.validation_batches = absl::GetFlag(FLAGS_validation_batches);
+  if (c.validation_batches > 0) c.data.held_out_fraction = 0.2;
   return c;
 }
 
@@ -213,6 +219,16 @@ int main(int argc, char** argv) {
     }
     char line[96];
     std::snprintf(line, sizeof(line), "step %d %a\n", s, result->loss);
+    report += line;
+  }
+  if (config->validation_batches > 0) {
+    absl::StatusOr<double> validation = (*session)->Validate();
+    if (!validation.ok()) {
+      LOG(ERROR) << "validation: " << validation.status();
+      return 3;
+    }
+    char line[96];
+    std::snprintf(line, sizeof(line), "validation %a\n", *validation);
     report += line;
   }
   cohort::model::GptModel& model = (*session)->model();

@@ -11,7 +11,7 @@
 // fixed by the code (index order, or the fixed lanes of the vector
 // primitives below), so the result does not depend on `threads`. Matrix
 // products go through cblas_sgemm, always single-threaded inside OpenBLAS
-// (its threaded driver rounds differently for different thread counts), over
+// (UseSingleThreadedBlas: its threaded driver rounds differently), over
 // tiles of the output fixed by the shapes and spread across OpenMP threads.
 //
 // Thread-safety: the functions are reentrant; calls must not overlap outputs.
@@ -35,19 +35,18 @@ inline int TeamSize(int threads, int64_t iterations, int64_t work) {
   return static_cast<int>(std::max<int64_t>(1, std::min<int64_t>(threads, iterations)));
 }
 
-// Sets OpenBLAS's thread count for the lifetime of the object and restores
-// the previous count afterwards. OpenBLAS keeps the count process-wide; the
-// kernels pin it to 1 around their sgemm calls.
-class ScopedBlasThreads {
- public:
-  explicit ScopedBlasThreads(int threads);
-  ~ScopedBlasThreads();
-  ScopedBlasThreads(const ScopedBlasThreads&) = delete;
-  ScopedBlasThreads& operator=(const ScopedBlasThreads&) = delete;
-
- private:
-  int previous_;
-};
+// Makes OpenBLAS run the calling thread's products on that thread alone.
+// Every kernel calls it before its first cblas call. OpenBLAS (Debian's
+// pthreads build, which the project links) keeps one thread count for the
+// whole process, and its threaded driver rounds differently from its
+// single-threaded one on some CPUs (its Haswell and Zen kernels), so a
+// product it threads has other bits. The count is set to 1 where it is not,
+// and never restored: a count set and restored around each call (as before
+// issue 43) let one caller's restore hand another caller's products, in
+// flight on another thread of the same process, to the threaded driver.
+// Nothing in a Cohort process wants OpenBLAS's own threads: the kernels
+// spread products over OpenMP threads in tiles fixed by the shapes.
+void UseSingleThreadedBlas();
 
 // ---- cpu_kernels_pointwise.cc ----------------------------------------------
 // The encoder over a vocab shard; wpe and dwpe may be null (absent). Backend's

@@ -1,8 +1,8 @@
 // Naive causal multi-head attention that materialises att (B,NH,T,T), like
 // llm.c's CPU attention, but with the score and value products done by
 // cblas_sgemm per (batch, head). OpenMP runs over the B*NH independent
-// (batch, head) pairs; inside, each sgemm runs single-threaded (a product's
-// result does not depend on its thread count anyway) and each softmax row
+// (batch, head) pairs; inside, each sgemm runs single-threaded
+// (UseSingleThreadedBlas) and each softmax row
 // is reduced by one thread (the forward's with the vector primitives of
 // cpu_kernels_vector.cc, the backward's serially).
 
@@ -24,7 +24,7 @@ void AttentionForward(float* out, float* att, const float* qkv, int B, int T, in
   const int C3 = 3 * C;
   const float scale = 1.0f / std::sqrt(static_cast<float>(hs));
   const int pairs = B * NH;
-  ScopedBlasThreads blas(1);
+  UseSingleThreadedBlas();
   const int team = TeamSize(threads, pairs, int64_t{pairs} * T * T * hs);
 #pragma omp parallel for num_threads(team) schedule(static)
   for (int bh = 0; bh < pairs; ++bh) {
@@ -55,7 +55,7 @@ void AttentionBackward(float* dqkv, const float* dout, const float* qkv, const f
   const int C3 = 3 * C;
   const float scale = 1.0f / std::sqrt(static_cast<float>(hs));
   const int pairs = B * NH;
-  ScopedBlasThreads blas(1);
+  UseSingleThreadedBlas();
   const int team = TeamSize(threads, pairs, int64_t{pairs} * T * T * hs);
 #pragma omp parallel num_threads(team)
   {

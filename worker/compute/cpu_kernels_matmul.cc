@@ -80,7 +80,7 @@ void BlockedSgemm(CBLAS_TRANSPOSE trans_a, CBLAS_TRANSPOSE trans_b, int M, int N
                   float* C, int ldc, int threads) {
   const Tiling tiling = ChooseTiling(M, N, K);
   const int tiles = tiling.row_tiles * tiling.col_tiles;
-  ScopedBlasThreads blas(1);
+  UseSingleThreadedBlas();
   const int team = TeamSize(threads, tiles, int64_t{M} * N * K);
 #pragma omp parallel for num_threads(team) schedule(static)
   for (int tile = 0; tile < tiles; ++tile) {
@@ -99,12 +99,10 @@ void BlockedSgemm(CBLAS_TRANSPOSE trans_a, CBLAS_TRANSPOSE trans_b, int M, int N
 
 }  // namespace
 
-ScopedBlasThreads::ScopedBlasThreads(int threads) : previous_(openblas_get_num_threads()) {
-  if (previous_ != threads) openblas_set_num_threads(threads);
-}
-
-ScopedBlasThreads::~ScopedBlasThreads() {
-  if (openblas_get_num_threads() != previous_) openblas_set_num_threads(previous_);
+void UseSingleThreadedBlas() {
+  // Only ever lowered to 1 here, so once a caller has seen 1 it stays 1 for
+  // its products, whatever other callers do meanwhile.
+  if (openblas_get_num_threads() != 1) openblas_set_num_threads(1);
 }
 
 void MatmulForward(float* out, const float* inp, const float* weight, const float* bias, int N,

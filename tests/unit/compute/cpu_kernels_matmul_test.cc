@@ -1,5 +1,11 @@
-// Linear layer on CpuBackend against double references.
+// Linear layer on CpuBackend against double references, and its bits with
+// several callers at once.
 
+#include <cblas.h>
+
+#include <cstring>
+#include <latch>
+#include <thread>
 #include <vector>
 
 #include "gtest/gtest.h"
@@ -63,6 +69,67 @@ TEST(CpuMatmulTest, BackwardWithoutInputGradientOrBias) {
     for (int o = 0; o < kOC; ++o)
       for (int c = 0; c < kC; ++c) want_dw[o * kC + c] += dout[n * kOC + o] * x[n * kC + c];
   EXPECT_LT(RelativeError(dw, want_dw), 1e-6);
+}
+
+// Ranks that share a process (in-process tests, a worker's threads) call the
+// kernels at the same time with their own thread counts. Each call must get
+// the bits of a lone call, whatever OpenBLAS's process-wide thread count
+// was before (its default is one thread per core): a count set and restored
+// around each call let one caller's restore hand another's products to
+// OpenBLAS's threaded driver, whose Haswell kernels round differently
+// (issue 43: a validation loss that changed with the schedule). CMake runs
+// this test with OPENBLAS_CORETYPE=Haswell, so that it can fail on any CPU
+// with AVX2. Shapes: the test model's layers (64 rows) and one that the
+// kernels tile.
+TEST(CpuMatmulTest, ConcurrentCallersGetTheBitsOfALoneCall) {
+  struct Shape {
+    int n, c, oc;
+  };
+  for (const Shape shape : {Shape{64, 64, 192}, Shape{64, 256, 64}, Shape{256, 128, 512}}) {
+    SCOPED_TRACE(testing::Message() << shape.n << " x " << shape.c << " -> " << shape.oc);
+    std::vector<float> x = RandomFloats(shape.n * shape.c, 11);
+    std::vector<float> w = RandomFloats(shape.oc * shape.c, 12);
+    std::vector<float> dout = RandomFloats(shape.n * shape.oc, 13);
+    struct Result {
+      std::vector<float> out, dx, dw;
+      bool operator==(const Result& o) const {
+        auto same = [](const std::vector<float>& a, const std::vector<float>& b) {
+          return std::memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0;
+        };
+        return same(out, o.out) && same(dx, o.dx) && same(dw, o.dw);
+      }
+    };
+    auto run = [&](int threads) {
+      CpuBackend backend(CpuBackendOptions{.num_threads = threads});
+      Result r{std::vector<float>(shape.n * shape.oc), std::vector<float>(shape.n * shape.c, 0.0f),
+               std::vector<float>(shape.oc * shape.c, 0.0f)};
+      backend.MatmulForward(Span(r.out), Span(x), Span(w), TensorSpan{}, shape.n, shape.c,
+                            shape.oc);
+      backend.MatmulBackward(Span(r.dx), Span(r.dw), TensorSpan{}, Span(dout), Span(x), Span(w),
+                             shape.n, shape.c, shape.oc);
+      return r;
+    };
+    const Result lone = run(1);
+    constexpr int kCallers = 4;
+    constexpr int kRounds = 40;
+    int mismatches = 0;
+    for (int round = 0; round < kRounds; ++round) {
+      openblas_set_num_threads(kCallers);
+      std::latch start(kCallers);
+      std::vector<int> differs(kCallers, 0);
+      std::vector<std::thread> callers;
+      for (int k = 0; k < kCallers; ++k) {
+        callers.emplace_back([&, k] {
+          start.arrive_and_wait();
+          differs[k] = run(1 + (k + round) % 4) == lone ? 0 : 1;
+        });
+      }
+      for (std::thread& caller : callers) caller.join();
+      for (const int d : differs) mismatches += d;
+    }
+    EXPECT_EQ(mismatches, 0) << "calls (of " << kCallers * kRounds
+                             << ") whose bits differ from a lone call";
+  }
 }
 
 TEST(CpuMatmulTest, UndersizedOutputIsAProgrammerError) {

@@ -8,12 +8,11 @@
 #include <cmath>
 #include <cstring>
 #include <memory>
-#include <thread>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
 #include "gtest/gtest.h"
-#include "tests/testing/thread_comms.h"
+#include "tests/testing/thread_ranks.h"
 #include "tests/testing/training_configs.h"
 #include "worker/data/validation_sampler.h"
 #include "worker/model/model_layout.h"
@@ -123,52 +122,23 @@ TEST(ValidationTest, TheValidationDataIsNeverTrainedOn) {
   EXPECT_TRUE(std::equal(held.begin(), held.end(), corpus.begin() + kept.size()));
 }
 
-struct Layout {
-  int dp = 1;
-  int tp = 1;
-  int pp = 1;
-};
+using Layout = testing::ThreadLayout;
 
 // Validate on every rank of `layout` (threads over in-process groups);
 // returns each rank's result.
 std::vector<double> ValidateIn(const TrainingConfig& config, Layout layout) {
-  const int world = layout.dp * layout.tp * layout.pp;
-  // Megatron ranks: rank = (p * dp + d) * tp + t.
-  auto rank_of = [&](int d, int t, int p) { return (p * layout.dp + d) * layout.tp + t; };
-  std::vector<std::shared_ptr<testing::ThreadGroup>> data(layout.tp * layout.pp),
-      tensor(layout.dp * layout.pp), pipeline(layout.dp * layout.tp);
-  for (auto& g : data) g = std::make_shared<testing::ThreadGroup>(layout.dp);
-  for (auto& g : tensor) g = std::make_shared<testing::ThreadGroup>(layout.tp);
-  for (auto& g : pipeline) g = std::make_shared<testing::ThreadGroup>(layout.pp);
-  std::vector<double> results(static_cast<size_t>(world), -1);
-  std::vector<std::thread> threads;
-  for (int p = 0; p < layout.pp; ++p) {
-    for (int d = 0; d < layout.dp; ++d) {
-      for (int t = 0; t < layout.tp; ++t) {
-        threads.emplace_back([&, d, t, p] {
-          testing::ThreadCommunicator data_comm(data[p * layout.tp + t], d);
-          testing::ThreadCommunicator tensor_comm(tensor[p * layout.dp + d], t);
-          testing::ThreadCommunicator pipeline_comm(pipeline[d * layout.tp + t], p);
-          TrainingGroups groups;
-          groups.data = layout.dp > 1 ? &data_comm : nullptr;
-          groups.tensor = layout.tp > 1 ? &tensor_comm : nullptr;
-          groups.pipeline = layout.pp > 1 ? &pipeline_comm : nullptr;
-          TrainingSessionOptions options;
-          options.num_threads = 1;
-          options.collective_timeout = absl::Seconds(30);
-          const model::ModelLayout model_layout{
-              .tp = layout.tp, .tp_rank = t, .pp = layout.pp, .stage = p};
-          absl::StatusOr<std::unique_ptr<TrainingSession>> session =
-              TrainingSession::Create(config, model_layout, groups, options);
-          ASSERT_TRUE(session.ok()) << session.status();
-          absl::StatusOr<double> loss = (*session)->Validate();
-          ASSERT_TRUE(loss.ok()) << loss.status();
-          results[static_cast<size_t>(rank_of(d, t, p))] = *loss;
-        });
-      }
-    }
-  }
-  for (std::thread& thread : threads) thread.join();
+  std::vector<double> results(static_cast<size_t>(layout.world()), -1);
+  testing::RunRanksInThreads(layout, [&](const testing::ThreadRank& rank) {
+    TrainingSessionOptions options;
+    options.num_threads = 1;
+    options.collective_timeout = absl::Seconds(30);
+    absl::StatusOr<std::unique_ptr<TrainingSession>> session =
+        TrainingSession::Create(config, rank.model_layout, rank.groups, options);
+    ASSERT_TRUE(session.ok()) << session.status();
+    absl::StatusOr<double> loss = (*session)->Validate();
+    ASSERT_TRUE(loss.ok()) << loss.status();
+    results[static_cast<size_t>(rank.rank)] = *loss;
+  });
   return results;
 }
 
