@@ -18,6 +18,7 @@
 #include "absl/time/time.h"
 #include "cohort/v1/checkpoints.pb.h"
 #include "common/box.h"
+#include "common/message_limits.h"
 #include "common/tls_credentials.h"
 
 namespace grpc {
@@ -79,9 +80,6 @@ class CheckpointClient {
   virtual absl::Status Delete(const std::string& job_id, int64_t step,
                               absl::Duration timeout) = 0;
 };
-
-// Bytes per `data` message of an upload.
-inline constexpr size_t kUploadPieceBytes = 1 << 20;
 
 // A client over `channel` (shared; may be the agent's). With
 // `wait_for_ready` a call waits (up to its timeout) for a coordinator that is

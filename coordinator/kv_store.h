@@ -20,6 +20,7 @@
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
 #include "common/ids.h"
+#include "common/message_limits.h"
 
 namespace cohort::coordinator {
 
@@ -46,7 +47,7 @@ struct KvCompletion {
 class KvStore {
  public:
   struct Options {
-    size_t max_value_bytes = 1 << 20;       // per value
+    size_t max_value_bytes = kDefaultMaxKvValueBytes;  // per value
     size_t max_keys_per_scope = 1 << 16;
     size_t max_key_bytes = 1024;
     // Keys plus values held for one job (all its scopes), and in all: what

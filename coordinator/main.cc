@@ -14,6 +14,7 @@
 #include "common/flag_help.h"
 #include "common/huge_page_malloc.h"
 #include "common/log.h"
+#include "common/message_limits.h"
 #include "coordinator/server_flags.h"
 #include "coordinator/service/coordinator_server.h"
 
@@ -37,9 +38,11 @@ ABSL_FLAG(bool, allow_insecure, false,
 ABSL_FLAG(int, max_streams_per_client, 1024,
           "long-lived calls (Attach, Watch, checkpoint streams, KeyValue.WaitFor) one client "
           "address may hold open; more get RESOURCE_EXHAUSTED. 0: no limit");
-ABSL_FLAG(int, max_message_bytes, 4 << 20,
-          "largest gRPC request message accepted; larger ones get RESOURCE_EXHAUSTED");
-ABSL_FLAG(int64_t, grpc_memory_bytes, int64_t{512} << 20,
+ABSL_FLAG(int, max_message_bytes, static_cast<int>(cohort::kDefaultMaxMessageBytes),
+          "largest gRPC request message accepted; larger ones get RESOURCE_EXHAUSTED. At least "
+          "the default (264 KiB: a checkpoint upload's data piece or a KeyValue value of the "
+          "default --max_kv_value_bytes, whole)");
+ABSL_FLAG(int64_t, grpc_memory_bytes, cohort::coordinator::kDefaultGrpcMemoryBytes,
           "memory gRPC may hold for all connections together (its resource quota): bounds "
           "what peers, authenticated or not, can make the coordinator buffer");
 ABSL_FLAG(int, max_streams_per_connection, 256,
@@ -48,7 +51,7 @@ ABSL_FLAG(int, attach_queues, 8,
           "gRPC completion queues, one thread each, that serve workers' Attach streams (1-64); "
           "with tens of thousands of workers more queues keep each queue's bookkeeping short "
           "(docs/operations.md)");
-ABSL_FLAG(int, max_kv_value_bytes, 1 << 20,
+ABSL_FLAG(int, max_kv_value_bytes, static_cast<int>(cohort::kDefaultMaxKvValueBytes),
           "largest KeyValue value; larger Sets get RESOURCE_EXHAUSTED");
 ABSL_FLAG(int64_t, max_kv_bytes_per_job, 64 << 20,
           "KeyValue keys plus values one job may hold (all its generations); Sets beyond get "
@@ -182,12 +185,26 @@ int main(int argc, char** argv) {
       std::max(1, absl::GetFlag(FLAGS_max_kv_value_bytes)));
   const int64_t kv_per_job = absl::GetFlag(FLAGS_max_kv_bytes_per_job);
   const int64_t kv_total = absl::GetFlag(FLAGS_max_kv_bytes);
-  if (config.max_streams_per_client < 0 || config.max_message_bytes < (64 << 10) ||
+  if (config.max_streams_per_client < 0 ||
+      config.max_message_bytes < static_cast<int>(cohort::kDefaultMaxMessageBytes) ||
       absl::GetFlag(FLAGS_max_kv_value_bytes) < 1 || kv_per_job < (1 << 20) ||
       kv_total < kv_per_job) {
     std::cerr << "cohort-coordinator: --max_streams_per_client must be >= 0, "
-                 "--max_message_bytes >= 64 KiB, --max_kv_value_bytes >= 1, "
+                 "--max_message_bytes >= "
+              << cohort::kDefaultMaxMessageBytes
+              << " (a checkpoint upload's data messages are 256 KiB), --max_kv_value_bytes >= 1, "
                  "--max_kv_bytes_per_job >= 1 MiB and --max_kv_bytes >= --max_kv_bytes_per_job\n";
+    return 64;
+  }
+  // A value the limit would cut off in the transport would fail with gRPC's
+  // message about message sizes instead of the KeyValue limit's.
+  if (static_cast<size_t>(absl::GetFlag(FLAGS_max_kv_value_bytes)) + cohort::kMessageEnvelopeBytes >
+      static_cast<size_t>(config.max_message_bytes)) {
+    std::cerr << "cohort-coordinator: --max_kv_value_bytes ("
+              << absl::GetFlag(FLAGS_max_kv_value_bytes) << ") plus "
+              << cohort::kMessageEnvelopeBytes
+              << " bytes for the rest of a KeyValue.Set must fit in --max_message_bytes ("
+              << config.max_message_bytes << ")\n";
     return 64;
   }
   config.grpc_memory_bytes = absl::GetFlag(FLAGS_grpc_memory_bytes);

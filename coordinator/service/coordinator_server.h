@@ -10,6 +10,7 @@
 
 #include "absl/status/statusor.h"
 #include "absl/synchronization/notification.h"
+#include "common/message_limits.h"
 #include "common/metrics_server.h"
 #include "common/tls_credentials.h"
 #include "coordinator/checkpoint_uploads.h"
@@ -25,6 +26,13 @@ class Server;
 }  // namespace grpc
 
 namespace cohort::coordinator {
+
+// gRPC's resource quota by default (--grpc_memory_bytes). As it fills,
+// gRPC shrinks flow-control windows and then cancels streams, any stream:
+// with 32 MiB a checkpoint save after a restore was cancelled (RST_STREAM
+// 11) and idle workers' Attach streams with it (docs/operations.md). What
+// a stalled message may hold is bounded by the receive limit instead.
+inline constexpr int64_t kDefaultGrpcMemoryBytes = int64_t{512} << 20;
 
 class WorkersService;
 class JobsService;
@@ -50,11 +58,11 @@ struct CoordinatorServerConfig {
   // Per-client cap on long-lived calls (StreamLimiter); <= 0: none.
   int max_streams_per_client = 1024;
   // Largest request message gRPC accepts (ResourceExhausted above it).
-  int max_message_bytes = 4 << 20;
+  int max_message_bytes = static_cast<int>(kDefaultMaxMessageBytes);
   // Memory gRPC may hold for all connections together (its resource
   // quota): what peers, authenticated or not, can make it buffer, e.g.
   // messages sent all but their last byte.
-  int64_t grpc_memory_bytes = int64_t{512} << 20;
+  int64_t grpc_memory_bytes = kDefaultGrpcMemoryBytes;
   // Concurrent calls on one HTTP/2 connection.
   int max_streams_per_connection = 256;
   // Completion queues (one thread each) serving Attach streams

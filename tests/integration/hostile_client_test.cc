@@ -17,6 +17,7 @@
 #include "cohort/v1/jobs.grpc.pb.h"
 #include "cohort/v1/kv.grpc.pb.h"
 #include "cohort/v1/workers.grpc.pb.h"
+#include "common/message_limits.h"
 #include "gmock/gmock.h"
 #include "grpcpp/client_context.h"
 #include "gtest/gtest.h"
@@ -119,7 +120,9 @@ TEST_F(HostileClientTest, AnUploadChunkOfTwoToTheSixtyThreeBytesIsRefusedAndFree
 // Found 4 and 5: worker ids of megabytes (kept 10 minutes as lost-worker
 // records, logged, listed) and job specs with megabyte strings (kept
 // forever, returned by every Jobs.List). Both are refused before anything
-// is stored, and memory stays where it was.
+// is stored, and memory stays where it was. Since the receive limit is
+// 264 KiB (issue 43) the fields here are 256 KiB: a megabyte no longer
+// passes the transport.
 TEST_F(HostileClientTest, HugeHelloFieldsAndSpecStringsAreRefusedAndNothingIsKept) {
   cluster_.StartCoordinator();
   const pid_t pid = cluster_.coordinator()->pid();
@@ -132,7 +135,7 @@ TEST_F(HostileClientTest, HugeHelloFieldsAndSpecStringsAreRefusedAndNothingIsKep
     auto stream = workers->Attach(&context);
     v1::WorkerMessage hello;
     hello.set_incarnation(1000 + i);
-    hello.mutable_hello()->set_worker_id(absl::StrCat("w", i, "\n", std::string(3 << 20, 'x')));
+    hello.mutable_hello()->set_worker_id(absl::StrCat("w", i, "\n", std::string(256 << 10, 'x')));
     hello.mutable_hello()->set_device_kind(v1::DEVICE_KIND_CPU);
     hello.mutable_hello()->set_incarnation(1000 + i);
     stream->Write(hello);
@@ -152,7 +155,8 @@ TEST_F(HostileClientTest, HugeHelloFieldsAndSpecStringsAreRefusedAndNothingIsKep
     context.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(10));
     v1::SubmitJobRequest request;
     *request.mutable_spec() = LocalCluster::Spec(1, 1, 1);
-    request.mutable_spec()->mutable_data()->mutable_shards()->set_pattern(std::string(3 << 20, 'p'));
+    request.mutable_spec()->mutable_data()->mutable_shards()->set_pattern(
+        std::string(256 << 10, 'p'));
     v1::Job job;
     const grpc::Status status = jobs->Submit(&context, request, &job);
     ASSERT_EQ(status.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
@@ -162,11 +166,14 @@ TEST_F(HostileClientTest, HugeHelloFieldsAndSpecStringsAreRefusedAndNothingIsKep
   ASSERT_TRUE(listed.ok()) << listed.status();
   EXPECT_TRUE(listed->empty());
   const int rss_after = RssMiB(pid);
-  std::printf("  coordinator RSS %d MiB before, %d MiB after %d Hellos with 3 MiB worker ids and "
-              "%d specs with 3 MiB patterns\n",
-              rss_before, rss_after, kHellos, kSpecs);
+  std::printf(
+      "  coordinator RSS %d MiB before, %d MiB after %d Hellos with 256 KiB worker ids and "
+      "%d specs with 256 KiB patterns\n",
+      rss_before, rss_after, kHellos, kSpecs);
   // Messages pass through gRPC's buffers one at a time; nothing is kept.
-  EXPECT_LT(rss_after - rss_before, 64);
+  if (!ProgramsAreSanitized()) {
+    EXPECT_LT(rss_after - rss_before, 64);
+  }
   EXPECT_THAT(cluster_.coordinator()->ReadLog(), ::testing::Not(HasSubstr("xxxxxxxxxxxxxxxx")));
 }
 
@@ -268,17 +275,19 @@ TEST_F(HostileClientTest, ARequestThatDoesNotParseIsInvalidArgumentWithAMessage)
 
 // Found 2: 100 Jobs.Submit streams, each sending all but the last byte of a
 // 4 MiB message, took a coordinator from 45 to 457 MB before any credential
-// could be checked. gRPC's memory now has a quota (--grpc_memory_bytes):
-// twice as many such streams stay within it.
+// could be checked. gRPC's memory has a quota (--grpc_memory_bytes), and
+// since issue 43 the receive limit (264 KiB) fits the largest message
+// Cohort's own peers send, so that each such stream holds a quarter of a
+// MiB. Here 200 streams announce messages of that limit.
 TEST_F(HostileClientTest, PartialMessagesOfUnauthenticatedPeersStayWithinTheGrpcQuota) {
-  constexpr int kQuotaMiB = 64;
-  cluster_.StartCoordinator("10s", {absl::StrCat("--grpc_memory_bytes=", kQuotaMiB << 20)});
-  absl::StatusOr<CommandResult> attack = RunCommand(
-      "/usr/bin/python3",
-      {absl::StrCat(COHORT_SOURCE_DIR, "/tools/bench/hostile_memory.py"),
-       "--target=" + cluster_.address(), absl::StrCat("--pid=", cluster_.coordinator()->pid()),
-       "--connections=2", "--streams=100", "--hold=1"},
-      absl::Seconds(120));
+  cluster_.StartCoordinator();
+  absl::StatusOr<CommandResult> attack =
+      RunCommand("/usr/bin/python3",
+                 {absl::StrCat(COHORT_SOURCE_DIR, "/tools/bench/hostile_memory.py"),
+                  "--target=" + cluster_.address(),
+                  absl::StrCat("--pid=", cluster_.coordinator()->pid()), "--connections=2",
+                  "--streams=100", "--hold=1", absl::StrCat("--bytes=", kDefaultMaxMessageBytes)},
+                 absl::Seconds(120));
   ASSERT_TRUE(attack.ok()) << attack.status();
   ASSERT_EQ(attack->exit_code, 0) << attack->output;
   std::printf("  %s", attack->output.c_str());
@@ -287,10 +296,12 @@ TEST_F(HostileClientTest, PartialMessagesOfUnauthenticatedPeersStayWithinTheGrpc
   ASSERT_TRUE(std::regex_search(attack->output, match, rss)) << attack->output;
   const int before = std::stoi(match[1]), peak = std::stoi(match[2]);
   // The quota plus gRPC's bookkeeping plus what the allocator keeps of
-  // freed buffers, which varies with timing: 76 to 127 MiB above the fresh
-  // RSS alone, 281 MiB once in CI with another test running beside it.
-  // Without the quota the peak is about before + 800 MiB.
-  EXPECT_LT(peak - before, kQuotaMiB + 384) << attack->output;
+  // freed buffers, which varies with timing: 35 to 45 MiB above the fresh
+  // RSS on the development VM; the old defaults (a 512 MiB quota, 4 MiB
+  // messages) let the same attack take 330 MiB.
+  if (!ProgramsAreSanitized()) {
+    EXPECT_LT(peak - before, 128) << attack->output;
+  }
   // The coordinator still serves.
   EXPECT_TRUE(cluster_.ListWorkers().ok());
 }
@@ -312,6 +323,12 @@ TEST_F(HostileClientTest, BadFlagsAndABusyPortStopTheCoordinatorAtStartUp) {
       {{"--listen=127.0.0.1:0", "--readopt_grace=-5s"}, 64, "--readopt_grace=-5s"},
       {{"--listen=127.0.0.1:0", "--checkpoint_abandon_after=0"}, 64, "--checkpoint_abandon_after="},
       {{"--listen=127.0.0.1:99999"}, 64, "--listen=127.0.0.1:99999: the port must be"},
+      // Cohort's own workers send 256 KiB checkpoint pieces.
+      {{"--listen=127.0.0.1:0", "--max_message_bytes=262144"}, 64, "--max_message_bytes >= 270336"},
+      {{"--listen=127.0.0.1:0", "--max_kv_value_bytes=270000"},
+       64,
+       "--max_kv_value_bytes (270000) plus 8192 bytes for the rest of a KeyValue.Set must fit in "
+       "--max_message_bytes (270336)"},
       {{"--listen=" + cluster_.address()}, 1, "is the port in use"},
   };
   for (const Case& c : cases) {

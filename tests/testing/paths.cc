@@ -75,7 +75,19 @@ std::string BinaryPath(std::string_view name) {
   } else if (name == "cohortctl" || name == "cohort-sim") {
     subdir = "tools/";
   }
-  return absl::StrCat(BinaryDir(), "/", subdir, std::string(name));
+  const std::string relative = subdir + std::string(name);
+  const char* programs = std::getenv("COHORT_TEST_PROGRAMS_DIR");
+  if (programs != nullptr && programs[0] != '\0') {
+    std::string path = absl::StrCat(programs, "/", relative);
+    if (::access(path.c_str(), X_OK) == 0) return path;
+  }
+  return absl::StrCat(BinaryDir(), "/", relative);
+}
+
+bool ProgramsAreSanitized() {
+  const char* programs = std::getenv("COHORT_TEST_PROGRAMS_DIR");
+  if (programs == nullptr || programs[0] == '\0') return false;
+  return BinaryPath("cohort-coordinator").rfind(programs, 0) == 0;
 }
 
 std::string MakeTempDir(std::string_view prefix) {

@@ -14,8 +14,19 @@ std::string BinaryDir();
 // Path of a project binary in the build tree: "cohort-coordinator",
 // "cohort-worker", "cohortctl" or "cohort-sim" map to their folders
 // (coordinator/, worker/, tools/); any other name is taken relative to
-// BinaryDir(). The file need not exist.
+// BinaryDir(). The file need not exist. Where $COHORT_TEST_PROGRAMS_DIR names
+// another build tree (a sanitizer build: tools/dev test --sanitize=...) that
+// holds the program, its copy there is taken instead, so that the processes
+// a test starts are the instrumented ones; programs that build lacks come
+// from BinaryDir().
 std::string BinaryPath(std::string_view name);
+
+// Whether the coordinator and worker that tests start come from a sanitizer
+// build ($COHORT_TEST_PROGRAMS_DIR, BinaryPath). Memory figures of such
+// processes (RSS) say nothing of the release build's: ASan keeps freed
+// memory in quarantine and maps shadow memory, so tests skip their RSS
+// bounds then (and still run what they send).
+bool ProgramsAreSanitized();
 
 // A fresh, empty directory under ::testing::TempDir() (which honours
 // $TEST_TMPDIR / $TMPDIR) whose name starts with `prefix`. Removed with

@@ -233,8 +233,9 @@ def main():
     parser.add_argument("--pid", type=int, required=True, help="the coordinator's process id")
     parser.add_argument("--connections", type=int, default=1)
     parser.add_argument("--streams", type=int, default=100, help="per connection")
-    parser.add_argument("--bytes", type=int, default=(4 << 20) - 1,
-                        help="announced message size (all but one byte is sent)")
+    parser.add_argument("--bytes", type=int, default=(256 << 10) + (8 << 10),
+                        help="announced message size (all but one byte is sent); default: the "
+                             "coordinator's default --max_message_bytes, the most it accepts")
     parser.add_argument("--path", default="/cohort.v1.Jobs/Submit")
     parser.add_argument("--hold", type=float, default=5.0)
     parser.add_argument("--watch", default="",

@@ -7,6 +7,7 @@
 
 #include <atomic>
 #include <cstdlib>
+#include <fstream>
 #include <string>
 #include <thread>
 
@@ -136,6 +137,22 @@ TEST(PathsTest, BinaryDirMatchesBuildTree) {
   } else {
     ::unsetenv("COHORT_BINARY_DIR");
   }
+}
+
+TEST(PathsTest, ProgramsComeFromTheSanitizerBuildWhereItHasThem) {
+  const std::string programs = MakeTempDir("programs");
+  ASSERT_EQ(::mkdir((programs + "/coordinator").c_str(), 0755), 0);
+  const std::string coordinator = programs + "/coordinator/cohort-coordinator";
+  { std::ofstream(coordinator) << "#!/bin/sh\n"; }
+  ASSERT_EQ(::chmod(coordinator.c_str(), 0755), 0);
+  ::setenv("COHORT_TEST_PROGRAMS_DIR", programs.c_str(), 1);
+  EXPECT_EQ(BinaryPath("cohort-coordinator"), coordinator);
+  EXPECT_TRUE(ProgramsAreSanitized());
+  // Not in that build: the test's own.
+  EXPECT_EQ(BinaryPath("cohort-worker"), BinaryDir() + "/worker/cohort-worker");
+  ::unsetenv("COHORT_TEST_PROGRAMS_DIR");
+  EXPECT_EQ(BinaryPath("cohort-coordinator"), BinaryDir() + "/coordinator/cohort-coordinator");
+  EXPECT_FALSE(ProgramsAreSanitized());
 }
 
 TEST(PathsTest, MakeTempDirCreatesFreshDirectories) {
