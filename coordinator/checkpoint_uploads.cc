@@ -7,6 +7,7 @@
 #include "absl/strings/str_join.h"
 #include "common/box_proto.h"
 #include "common/crc32c.h"
+#include "common/enum_names.h"
 #include "common/job_spec_defaults.h"
 #include "common/log.h"
 #include "common/status_macros.h"
@@ -238,9 +239,18 @@ absl::StatusOr<std::unique_ptr<CheckpointUploads::Writer>> CheckpointUploads::Be
     if (!marked.ok() || slot->abandoned) {
       auto it = attempts_.find(key);
       if (it != attempts_.end() && it->second == slot) attempts_.erase(it);
-      if (slot->abandoned && slot->in_flight == 0) {
+      // A write refused by the store fails the attempt, unless the job
+      // moved on meanwhile (then it was abandoned, and that is no failure).
+      std::optional<FailedCheckpoint> failed;
+      if (!marked.ok() && !slot->abandoned) {
+        failed =
+            FailureLocked(key, v1::CHECKPOINT_FAILURE_KIND_STORAGE, std::string(marked.message()));
+      }
+      const bool drop = slot->abandoned && slot->in_flight == 0;
+      if (drop || failed.has_value()) {
         mu_.Unlock();
-        Drop(slot);
+        if (drop) Drop(slot);
+        Report(failed);
         mu_.Lock();
       }
       if (!marked.ok()) return marked;
@@ -309,10 +319,18 @@ absl::Status CheckpointUploads::AddChunk(Writer* writer, const v1::ChunkHeader& 
   }
   absl::Status stored = store_->PutChunk(attempt.key, tensor.name(), box, bytes);
   bool drop = false;
+  std::optional<FailedCheckpoint> failed;
   {
     absl::MutexLock lock(&mu_);
     --attempt.in_flight;
     attempt.last_activity = clock_->Now();
+    // The attempt lingers (its writer may retry the chunk) until it is
+    // abandoned, but a store that refused a chunk has failed it now: that
+    // is what the user must hear of (the disk is full), once.
+    if (!stored.ok() && !attempt.abandoned) {
+      failed = FailureLocked(attempt.key, v1::CHECKPOINT_FAILURE_KIND_STORAGE,
+                             std::string(stored.message()));
+    }
     if (stored.ok() && !attempt.abandoned) {
       v1::ChunkInfo& info = attempt.chunks[tensor.name()][box.start];
       *info.mutable_box() = chunk.box();
@@ -325,6 +343,7 @@ absl::Status CheckpointUploads::AddChunk(Writer* writer, const v1::ChunkHeader& 
     drop = attempt.abandoned && attempt.in_flight == 0;
   }
   if (drop) Drop(writer->attempt_);
+  Report(failed);
   if (stored.ok()) ++writer->chunks_;
   return stored;
 }
@@ -398,7 +417,7 @@ absl::Status CheckpointUploads::CommitAttempt(std::shared_ptr<Attempt> attempt) 
     const std::vector<int64_t> shape(declared->global_shape().begin(),
                                      declared->global_shape().end());
     if (absl::Status covered = CheckCoverage(name, shape, boxes); !covered.ok()) {
-      Fail(attempt, std::string(covered.message()));
+      Fail(attempt, std::string(covered.message()), v1::CHECKPOINT_FAILURE_KIND_INCOMPLETE);
       return absl::FailedPreconditionError(absl::StrCat(
           "the checkpoint of ", PendingName(key), " was not committed: ", covered.message()));
     }
@@ -407,7 +426,7 @@ absl::Status CheckpointUploads::CommitAttempt(std::shared_ptr<Attempt> attempt) 
   manifest.set_committed_unix_ms(absl::ToUnixMillis(clock_->Now()));
   for (const auto& [name, value] : attempt->objects) (*manifest.mutable_objects())[name] = value;
   if (absl::Status s = store_->Commit(manifest); !s.ok()) {
-    Fail(attempt, s.ToString());
+    Fail(attempt, s.ToString(), v1::CHECKPOINT_FAILURE_KIND_STORAGE, std::string(s.message()));
     return s;
   }
   LOG(INFO) << "committed the checkpoint of " << PendingName(key) << ": "
@@ -432,6 +451,10 @@ absl::Status CheckpointUploads::CommitAttempt(std::shared_ptr<Attempt> attempt) 
     }
   }
   for (const auto& older : to_drop) Drop(older);
+  if (options_.on_commit) {
+    options_.on_commit(
+        CommittedCheckpoint{key, absl::FromUnixMillis(manifest.committed_unix_ms())});
+  }
   if (options_.defer) {
     // Deleting checkpoints compacts the store; the writer's reply should
     // not wait for that.
@@ -472,14 +495,39 @@ bool CheckpointUploads::AbandonLocked(const std::shared_ptr<Attempt>& attempt,
   return attempt->in_flight == 0;
 }
 
-void CheckpointUploads::Fail(const std::shared_ptr<Attempt>& attempt, const std::string& why) {
+void CheckpointUploads::Fail(const std::shared_ptr<Attempt>& attempt, const std::string& why,
+                             v1::CheckpointFailureKind kind, std::string reason) {
+  std::optional<FailedCheckpoint> failed;
+  bool drop = false;
   {
     absl::MutexLock lock(&mu_);
     auto it = attempts_.find(attempt->key);
     if (it != attempts_.end() && it->second == attempt) attempts_.erase(it);
-    if (!AbandonLocked(attempt, why)) return;
+    drop = AbandonLocked(attempt, why);
+    if (kind != v1::CHECKPOINT_FAILURE_KIND_UNSPECIFIED) {
+      failed = FailureLocked(attempt->key, kind, reason.empty() ? why : std::move(reason));
+    }
   }
-  Drop(attempt);
+  if (drop) Drop(attempt);
+  Report(failed);
+}
+
+std::optional<FailedCheckpoint> CheckpointUploads::FailureLocked(const PendingCheckpoint& key,
+                                                                 v1::CheckpointFailureKind kind,
+                                                                 std::string reason) {
+  if (!reported_.insert(key).second) return std::nullopt;
+  reported_order_.push_back(key);
+  if (reported_order_.size() > kRememberedFailures) {
+    reported_.erase(reported_order_.front());
+    reported_order_.pop_front();
+  }
+  LOG(WARNING) << "the checkpoint attempt of " << PendingName(key) << " failed ("
+               << ShortEnumName(kind) << "): " << reason;
+  return FailedCheckpoint{key, kind, std::move(reason), clock_->Now()};
+}
+
+void CheckpointUploads::Report(const std::optional<FailedCheckpoint>& failure) {
+  if (failure.has_value() && options_.on_failure) options_.on_failure(*failure);
 }
 
 void CheckpointUploads::Drop(const std::shared_ptr<Attempt>& attempt) {
@@ -502,11 +550,13 @@ void CheckpointUploads::Tick() {
   std::map<JobId, absl::StatusOr<CheckpointJobState>> states;
   for (const JobId& job : jobs) states.emplace(job, jobs_(job));
   std::vector<std::shared_ptr<Attempt>> to_drop;
+  std::vector<std::optional<FailedCheckpoint>> failed;
   {
     absl::MutexLock lock(&mu_);
     const absl::Time now = clock_->Now();
     for (auto it = attempts_.begin(); it != attempts_.end();) {
       std::string why;
+      bool idle = false;
       if (it->second->committing) {
         ++it;
         continue;
@@ -518,6 +568,7 @@ void CheckpointUploads::Tick() {
         why = absl::StrCat("the job moved to generation ", state->second->generation.value());
       } else if (now - it->second->last_activity > options_.abandon_after) {
         why = absl::StrCat("no activity for ", absl::FormatDuration(options_.abandon_after));
+        idle = true;
       }
       if (why.empty()) {
         ++it;
@@ -526,9 +577,19 @@ void CheckpointUploads::Tick() {
       std::shared_ptr<Attempt> attempt = it->second;
       it = attempts_.erase(it);
       if (AbandonLocked(attempt, why)) to_drop.push_back(attempt);
+      // Writers of a job that ended stopped with it; writers of a running
+      // job that went silent lost the checkpoint. (An attempt a store
+      // error failed before was reported then, and is not again.)
+      if (idle && state != states.end() && state->second->accepts_checkpoints &&
+          !state->second->finished) {
+        failed.push_back(FailureLocked(attempt->key, v1::CHECKPOINT_FAILURE_KIND_ABANDONED,
+                                       absl::StrCat("its writers sent nothing for ",
+                                                    absl::FormatDuration(options_.abandon_after))));
+      }
     }
   }
   for (const auto& attempt : to_drop) Drop(attempt);
+  for (const auto& failure : failed) Report(failure);
 }
 
 UploadCounters CheckpointUploads::counters() const {

@@ -19,14 +19,25 @@
 // when a newer checkpoint of the job commits, when it sees no activity for
 // `abandon_after`, or when it fails its coverage check.
 //
+// Failures: an attempt fails when the store refuses a write of it (its
+// marker, a chunk, the commit: kind STORAGE), when its chunks do not cover
+// the tensors at the commit (INCOMPLETE), or when its writers go idle for
+// `abandon_after` while the job still takes checkpoints (ABANDONED). Each is
+// told to Options::on_failure, once per (job, step, generation). An attempt
+// given up because the job moved on (a stale generation, a newer step
+// committed first, the job finished or gone) is no failure: elastic re-plans
+// cause those.
+//
 // Thread-safe. Store I/O happens outside the internal lock, so writers of
 // different checkpoints, and of the same one, proceed in parallel.
 
 #include <atomic>
 #include <cstdint>
+#include <deque>
 #include <functional>
 #include <map>
 #include <memory>
+#include <optional>
 #include <set>
 #include <string>
 #include <vector>
@@ -48,12 +59,32 @@ struct CheckpointJobState {
   Generation generation;
   v1::CheckpointPolicy policy;
   bool accepts_checkpoints = true;  // false once cancelled or failed
+  // COMPLETED, FAILED or CANCELLED: an attempt its writers leave idle then
+  // is no failure (they stopped with the job).
+  bool finished = false;
   // The generation's mesh degrees (0: not known, not checked). An upload's
   // layout, and with it its writer count, must be this mesh's: a client
   // cannot make the coordinator wait for writers that do not exist.
   int data_parallel = 0, tensor_parallel = 0, pipeline_parallel = 0;
 };
 using CheckpointJobLookup = std::function<absl::StatusOr<CheckpointJobState>(const JobId&)>;
+
+// A checkpoint attempt that failed (see the class comment).
+struct FailedCheckpoint {
+  PendingCheckpoint attempt;
+  v1::CheckpointFailureKind kind = v1::CHECKPOINT_FAILURE_KIND_UNSPECIFIED;
+  // The store's message (e.g. "RocksDB write of ... failed: IO error: No
+  // space left on device: ..."), the coverage check's, or how long the
+  // writers were idle. Unbounded: the receiver bounds what it keeps.
+  std::string reason;
+  absl::Time time;
+};
+
+// A checkpoint that committed.
+struct CommittedCheckpoint {
+  PendingCheckpoint attempt;
+  absl::Time time;  // the manifest's committed_unix_ms
+};
 
 struct CheckpointUploadsOptions {
   int64_t max_chunk_bytes = 64 << 20;
@@ -63,6 +94,14 @@ struct CheckpointUploadsOptions {
   // committing writer's End returns. Must run what it is given (it may run
   // after End returned, while this object lives).
   std::function<void(std::function<void()>)> defer;
+  // Told of every failed attempt (at most once per job, step and
+  // generation) and every commit; unset: nobody. Called without the
+  // internal lock, on the thread of the call that failed or committed (a
+  // writer's Begin, AddChunk or End, or Tick), before that call returns: a
+  // slow callback delays that writer's reply, so it may take other locks
+  // (the coordinator's) but should not wait on uploads.
+  std::function<void(const FailedCheckpoint&)> on_failure;
+  std::function<void(const CommittedCheckpoint&)> on_commit;
 };
 
 // Whether `name` may name a tensor: 1-128 characters of [A-Za-z0-9_/.-]
@@ -128,8 +167,18 @@ class CheckpointUploads {
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Deletes an abandoned attempt's chunks and marker (without the lock).
   void Drop(const std::shared_ptr<Attempt>& attempt);
-  // Abandons and drops an attempt whose commit failed.
-  void Fail(const std::shared_ptr<Attempt>& attempt, const std::string& why);
+  // Abandons and drops an attempt whose commit failed; a `kind` other than
+  // UNSPECIFIED reports it as a failure, with `reason` (empty: `why`).
+  void Fail(const std::shared_ptr<Attempt>& attempt, const std::string& why,
+            v1::CheckpointFailureKind kind = v1::CHECKPOINT_FAILURE_KIND_UNSPECIFIED,
+            std::string reason = "");
+  // A failure of `key` to report: set unless one of `key` was reported
+  // already (each attempt counts once, however many of its writers fail).
+  std::optional<FailedCheckpoint> FailureLocked(const PendingCheckpoint& key,
+                                                v1::CheckpointFailureKind kind, std::string reason)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Tells options_.on_failure of `failure`, if set (without the lock).
+  void Report(const std::optional<FailedCheckpoint>& failure) ABSL_LOCKS_EXCLUDED(mu_);
 
   CheckpointStore* const store_;
   const CheckpointJobLookup jobs_;
@@ -142,6 +191,12 @@ class CheckpointUploads {
   // their key may start until they are.
   std::set<PendingCheckpoint> dropping_ ABSL_GUARDED_BY(mu_);
   UploadCounters counters_ ABSL_GUARDED_BY(mu_);
+  // Attempts whose failure was reported, oldest first, the newest
+  // kRememberedFailures of them: a writer retrying an attempt that failed
+  // (whose marker write failed, say) does not count it again.
+  static constexpr size_t kRememberedFailures = 1024;
+  std::set<PendingCheckpoint> reported_ ABSL_GUARDED_BY(mu_);
+  std::deque<PendingCheckpoint> reported_order_ ABSL_GUARDED_BY(mu_);
   uint64_t next_writer_serial_ ABSL_GUARDED_BY(mu_) = 1;
 };
 

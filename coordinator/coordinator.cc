@@ -618,6 +618,21 @@ void Coordinator::Unwatch(uint64_t handle) {
   watchers_.erase(handle);
 }
 
+void Coordinator::OnCheckpointFailed(const JobId& job, v1::CheckpointFailure failure) {
+  metrics_->CheckpointFailed(failure.kind());
+  WithEffects([&](Effects* effects) {
+    jobs_.OnCheckpointFailed(job, std::move(failure), effects);
+    return 0;
+  });
+}
+
+void Coordinator::OnCheckpointCommitted(const JobId& job, const v1::CheckpointCommit& commit) {
+  WithEffects([&](Effects* effects) {
+    jobs_.OnCheckpointCommitted(job, commit, effects);
+    return 0;
+  });
+}
+
 absl::Status Coordinator::CheckKvScope(const KvScope& scope) const {
   ASSIGN_OR_RETURN(Generation current, jobs_.CurrentGeneration(scope.job));
   if (scope.generation < current) {

@@ -154,6 +154,16 @@ class Coordinator {
   absl::Status CheckParticipant(const WorkerIdentity& caller, const JobId& job,
                                 Generation generation) const;
 
+  // --- Checkpoints ---
+  // A checkpoint attempt of `job` failed, or one committed
+  // (CheckpointUploadsOptions::on_failure, on_commit): recorded in the job's
+  // checkpoint_status (JobManager::OnCheckpointFailed, OnCheckpointCommitted),
+  // published to its watchers and persisted; a failure also counts in
+  // cohort_checkpoint_failures_total. An unknown job is ignored (the
+  // metric still counts).
+  void OnCheckpointFailed(const JobId& job, v1::CheckpointFailure failure);
+  void OnCheckpointCommitted(const JobId& job, const v1::CheckpointCommit& commit);
+
   // --- KeyValue ---
   absl::Status KvSet(const KvScope& scope, const std::string& key, std::string value);
   absl::StatusOr<std::string> KvGet(const KvScope& scope, const std::string& key);

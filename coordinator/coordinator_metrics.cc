@@ -230,6 +230,18 @@ CoordinatorMetrics::CoordinatorMetrics(std::shared_ptr<prometheus::Registry> reg
                                  .Help("Bytes of the checkpoint store's live files (SST and blob).")
                                  .Register(*registry_)
                                  .Add({});
+  checkpoint_failures_ =
+      &prometheus::BuildCounter()
+           .Name("cohort_checkpoint_failures_total")
+           .Help(
+               "Checkpoint attempts that failed, each counted once, by reason: storage (the "
+               "store refused a write, e.g. a full disk), incomplete (the chunks did not "
+               "cover the tensors), abandoned (the writers went idle). Attempts given up "
+               "because the job moved on are not counted.")
+           .Register(*registry_);
+  for (const char* reason : {"storage", "incomplete", "abandoned"}) {
+    checkpoint_failures_->Add({{"reason", reason}});
+  }
   for (const char* direction : {"upload", "download"}) {
     checkpoint_bytes_->Add({{"direction", direction}});
     checkpoint_chunks_->Add({{"direction", direction}});
@@ -324,6 +336,12 @@ void CoordinatorMetrics::CheckpointTransfer(const std::string& direction, int64_
 
 void CoordinatorMetrics::SetCheckpointStreams(const std::string& direction, int n) {
   checkpoint_streams_->Add({{"direction", direction}}).Set(n);
+}
+
+void CoordinatorMetrics::CheckpointFailed(v1::CheckpointFailureKind kind) {
+  // The label is the kind's name in lower case ("storage"); an unexpected
+  // kind gets its own series rather than hiding in another's.
+  checkpoint_failures_->Add({{"reason", absl::AsciiStrToLower(ShortEnumName(kind))}}).Increment();
 }
 
 void CoordinatorMetrics::CheckpointCommitted(absl::Duration duration) {

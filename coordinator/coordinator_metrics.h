@@ -88,6 +88,9 @@ class CoordinatorMetrics {
   void CheckpointsAbandoned(int64_t n) { checkpoint_abandoned_->Increment(static_cast<double>(n)); }
   void CheckpointsRetired(int64_t n) { checkpoint_retired_->Increment(static_cast<double>(n)); }
   void SetCheckpointPending(int n) { checkpoint_pending_->Set(n); }
+  // A checkpoint attempt failed (CheckpointUploads: STORAGE, INCOMPLETE or
+  // ABANDONED): cohort_checkpoint_failures_total{reason="storage"...}.
+  void CheckpointFailed(v1::CheckpointFailureKind kind);
   void SetCheckpointStoredBytes(uint64_t bytes) {
     checkpoint_stored_bytes_->Set(static_cast<double>(bytes));
   }
@@ -126,6 +129,7 @@ class CoordinatorMetrics {
   prometheus::Counter* checkpoint_commits_;
   prometheus::Histogram* checkpoint_commit_seconds_;
   prometheus::Counter* checkpoint_abandoned_;
+  prometheus::Family<prometheus::Counter>* checkpoint_failures_;
   prometheus::Counter* checkpoint_retired_;
   prometheus::Gauge* checkpoint_pending_;
   prometheus::Gauge* checkpoint_stored_bytes_;

@@ -6,9 +6,10 @@
 // serialises calls).
 //
 // Where it lives: job_manager.cc (the state machine, scheduling, timeouts),
-// job_manager_replan.cc (suspend, plan, rejoin), stall_detector.h (when a
-// running generation counts as stalled), worker_commands.h (every command
-// sent to workers).
+// job_manager_replan.cc (suspend, plan, rejoin), job_manager_warm.cc (warm
+// spares), job_manager_checkpoints.cc (Job.checkpoint_status),
+// stall_detector.h (when a running generation counts as stalled),
+// worker_commands.h (every command sent to workers).
 //
 // Job states:
 //
@@ -149,6 +150,10 @@ struct Effects {
 inline constexpr absl::Duration kHistoryPersistInterval = absl::Seconds(10);
 // Validation results a Job's progress shows (Progress.validation).
 inline constexpr int kRecentValidationsShown = 8;
+// Bytes of a failed checkpoint attempt's reason kept in the job's record
+// (CheckpointFailure.reason): a store's message names the data dir and a
+// file, a few hundred bytes; more would only make every Job reply larger.
+inline constexpr size_t kCheckpointReasonBytes = 512;
 
 class JobManager {
  public:
@@ -256,6 +261,18 @@ class JobManager {
   // the membership table. No-op when it is in no job.
   void OnWorkerDraining(const WorkerId& worker, const std::string& reason, absl::Time now,
                         Effects* effects);
+  // A checkpoint attempt of `job` failed (CheckpointUploads): it becomes the
+  // job's checkpoint_status.last_failure (its reason bounded to
+  // kCheckpointReasonBytes and made printable) unless a newer one is there,
+  // failed_attempts counts it, and the record is persisted and published (a
+  // CHECKPOINT event). An unknown job is ignored.
+  void OnCheckpointFailed(const JobId& job, v1::CheckpointFailure failure, Effects* effects);
+  // A checkpoint of `job` committed: it becomes checkpoint_status.last_commit
+  // unless that is a newer step; persisted and published likewise. The
+  // last failure stays (a reader compares the times). An unknown job is
+  // ignored.
+  void OnCheckpointCommitted(const JobId& job, const v1::CheckpointCommit& commit,
+                             Effects* effects);
   // Ends re-adoption grace periods that have passed and retries failed
   // persistence.
   void Tick(absl::Time now, Effects* effects);

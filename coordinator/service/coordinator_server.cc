@@ -2,6 +2,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "common/log.h"
+#include "common/proto_time.h"
 #include "common/status_macros.h"
 #include "coordinator/rocksdb_job_store.h"
 #include "rocksdb/db.h"  // RocksDbJobStore holds a unique_ptr<rocksdb::DB>
@@ -79,6 +80,26 @@ absl::StatusOr<std::unique_ptr<CoordinatorServer>> CoordinatorServer::Start(
   uploads.defer = [self](std::function<void()> work) {
     self->checkpoint_executor_->Schedule(std::move(work));
   };
+  // Failures and commits go to the job's record, where `cohortctl get`
+  // shows them (the writers train on and only log theirs), and to the
+  // failure metric. Called without the uploads' lock; the coordinator takes
+  // its own.
+  uploads.on_failure = [coordinator](const FailedCheckpoint& failed) {
+    v1::CheckpointFailure failure;
+    failure.set_step(failed.attempt.step.value());
+    failure.set_generation(failed.attempt.generation.value());
+    *failure.mutable_time() = ToProtoTime(failed.time);
+    failure.set_kind(failed.kind);
+    failure.set_reason(failed.reason);
+    coordinator->OnCheckpointFailed(failed.attempt.job, std::move(failure));
+  };
+  uploads.on_commit = [coordinator](const CommittedCheckpoint& committed) {
+    v1::CheckpointCommit commit;
+    commit.set_step(committed.attempt.step.value());
+    commit.set_generation(committed.attempt.generation.value());
+    *commit.mutable_time() = ToProtoTime(committed.time);
+    coordinator->OnCheckpointCommitted(committed.attempt.job, commit);
+  };
   server->checkpoint_uploads_ = std::make_unique<CheckpointUploads>(
       server->checkpoint_store_.get(),
       [coordinator](const JobId& id) -> absl::StatusOr<CheckpointJobState> {
@@ -88,6 +109,7 @@ absl::StatusOr<std::unique_ptr<CoordinatorServer>> CoordinatorServer::Start(
         state.policy = job.spec().checkpoint();
         state.accepts_checkpoints =
             job.state() != v1::JOB_STATE_CANCELLED && job.state() != v1::JOB_STATE_FAILED;
+        state.finished = job.state() == v1::JOB_STATE_COMPLETED || !state.accepts_checkpoints;
         state.data_parallel = job.mesh().data_parallel();
         state.tensor_parallel = job.mesh().tensor_parallel();
         state.pipeline_parallel = job.mesh().pipeline_parallel();

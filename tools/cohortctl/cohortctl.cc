@@ -7,9 +7,11 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <utility>
 
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
+#include "absl/time/clock.h"
 #include "common/job_spec_io.h"
 #include "client/api_client.h"
 #include "tools/cohortctl/checkpoint_export.h"
@@ -77,15 +79,13 @@ int RunWatch(client::ApiClient& client, const CtlConfig& config, const Command& 
   bool bar_drawn = false;
   LossSparkline sparkline;
   const absl::Status status = client.Watch(command.operand, [&](const v1::JobEvent& event) {
-    last = event.job();
+    const std::optional<v1::Job> before = std::exchange(last, event.job());
     if (json) {
       out << ToJson(event, /*multiline=*/false) << "\n";
     } else if (live) {
-      // State and mesh changes and recoveries stay on screen as lines above
-      // the bar.
-      if (event.kind() == v1::JOB_EVENT_KIND_STATE_CHANGED ||
-          event.kind() == v1::JOB_EVENT_KIND_MESH_CHANGED ||
-          event.kind() == v1::JOB_EVENT_KIND_RECOVERED) {
+      // State and mesh changes, recoveries and checkpoint failures stay on
+      // screen as lines above the bar.
+      if (KeepsALine(event, before.has_value() ? &*before : nullptr)) {
         out << "\r\x1b[K" << FormatEventLine(event) << "\n";
       }
       if (event.job().progress().step() > 0) {
@@ -228,7 +228,9 @@ int RunCommand(client::ApiClient& client, const CtlConfig& config, const Command
     case CommandKind::kGet: {
       auto reply = client.Get(command.operand);
       if (!reply.ok()) return ReportError(reply.status(), command.name, err);
-      return PrintReply(config, *reply, FormatJobDetails, out);
+      return PrintReply(
+          config, *reply, [](const v1::Job& job) { return FormatJobDetails(job, absl::Now()); },
+          out);
     }
     case CommandKind::kWatch:
       return RunWatch(client, config, command, out, err);

@@ -6,6 +6,7 @@
 #include <string>
 #include <vector>
 
+#include "absl/strings/ascii.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_format.h"
@@ -81,6 +82,25 @@ std::string RecoveryHeadline(const v1::RecoveryPlan& plan) {
     default:
       return absl::StrCat(RecoveryKindName(plan.kind()), " at step ", plan.step());
   }
+}
+
+// `text` within `max` characters: its start and its end around " ... ",
+// cut between words where a word boundary is near.
+std::string CutInTheMiddle(absl::string_view text, size_t max) {
+  constexpr absl::string_view kGap = " ... ";
+  if (text.size() <= max) return std::string(text);
+  if (max <= kGap.size()) return std::string(text.substr(0, max));
+  size_t head = (max - kGap.size()) / 3;  // the end says why: keep more of it
+  size_t tail_start = text.size() - (max - kGap.size() - head);
+  if (const size_t space = text.rfind(' ', head);
+      space != absl::string_view::npos && space >= head / 2) {
+    head = space;
+  }
+  if (const size_t space = text.find(' ', tail_start);
+      space != absl::string_view::npos && space - tail_start < (text.size() - tail_start) / 2) {
+    tail_start = space + 1;
+  }
+  return absl::StrCat(text.substr(0, head), kGap, text.substr(tail_start));
 }
 
 }  // namespace
@@ -213,7 +233,42 @@ std::string FormatRecovered(const v1::Job& job) {
   return line;
 }
 
-std::string FormatJobDetails(const v1::Job& job) {
+bool CheckpointsFailing(const v1::CheckpointStatus& status) {
+  if (!status.has_last_failure()) return false;
+  if (!status.has_last_commit()) return true;
+  return FromProtoTime(status.last_failure().time()) > FromProtoTime(status.last_commit().time());
+}
+
+std::string FormatCheckpointStatus(const v1::CheckpointStatus& status, absl::Time now) {
+  if (!status.has_last_commit() && !status.has_last_failure()) return "";
+  std::string line =
+      status.has_last_commit()
+          ? absl::StrCat("step ", status.last_commit().step(), " committed ",
+                         FormatAge(now - FromProtoTime(status.last_commit().time())), " ago")
+          : std::string("none committed");
+  if (status.has_last_failure()) {
+    const v1::CheckpointFailure& failure = status.last_failure();
+    const std::string age = FormatAge(now - FromProtoTime(failure.time()));
+    // Failing now is what the user must not miss; an old failure that a
+    // commit followed is history.
+    if (CheckpointsFailing(status)) {
+      absl::StrAppend(&line, "; FAILING: step ", failure.step(), " failed ", age, " ago");
+    } else {
+      absl::StrAppend(&line, "; last failure step ", failure.step(), " ", age, " ago");
+    }
+    // The reason is printable already (the coordinator escapes it); the
+    // replacements keep a record from elsewhere on one line all the same.
+    const std::string reason = CutInTheMiddle(
+        absl::StrReplaceAll(failure.reason(), {{"\n", " "}, {"\r", " "}}), kCheckpointReasonShown);
+    absl::StrAppend(&line, " (", absl::AsciiStrToLower(ShortEnumName(failure.kind())));
+    if (!reason.empty()) absl::StrAppend(&line, ": ", reason);
+    absl::StrAppend(&line, "), ",
+                    Count(status.failed_attempts(), "attempt failed", "attempts failed"));
+  }
+  return line;
+}
+
+std::string FormatJobDetails(const v1::Job& job, absl::Time now) {
   const v1::JobSpec& spec = job.spec();
   const v1::Progress& progress = job.progress();
   std::string out;
@@ -250,6 +305,10 @@ std::string FormatJobDetails(const v1::Job& job) {
       absl::StrAppendFormat(&line, " (%.4f at step %d)", before.loss(), before.step());
     }
     AddLine(&out, "Validation", line);
+  }
+  if (const std::string checkpoints = FormatCheckpointStatus(job.checkpoint_status(), now);
+      !checkpoints.empty()) {
+    AddLine(&out, "Checkpoints", checkpoints);
   }
   AddLine(&out, "Device", spec.device_kind() == v1::DEVICE_KIND_GPU ? "GPU" : "CPU");
   AddLine(&out, "Model",

@@ -38,9 +38,28 @@ std::string FormatAge(absl::Duration age);
 // Table of jobs: JOB, NAME, STATE, GEN, WORKERS, MESH, STEP/STEPS, MESSAGE.
 std::string FormatJobTable(const v1::ListJobsResponse& response);
 
-// A job's details: identity, state, progress, spec, then the mesh table
-// (RANK, WORKER, HOST, DEVICE, DATA, TENSOR, PIPELINE). Times print in UTC.
-std::string FormatJobDetails(const v1::Job& job);
+// A job's details: identity, state, progress, checkpoints, spec, then the
+// mesh table (RANK, WORKER, HOST, DEVICE, DATA, TENSOR, PIPELINE). Times
+// print in UTC; ages are taken at `now`.
+std::string FormatJobDetails(const v1::Job& job, absl::Time now);
+
+// The job's checkpoints as of `now`, for `get` and `watch`:
+//   step 1200 committed 3m07s ago
+//   step 1500 committed 12.0s ago; last failure step 1400 3m07s ago
+//     (storage: <reason>), 7 attempts failed
+//   step 1200 committed 3m07s ago; FAILING: step 1400 failed 4.0s ago
+//     (storage: <reason>), 7 attempts failed
+//   none committed; FAILING: step 1400 failed 4.0s ago (incomplete:
+//     <reason>), 1 attempt failed
+// (one line; FAILING when the last failure is newer than the last commit,
+// so checkpoints are failing now). The reason is cut in the middle to
+// kCheckpointReasonShown characters, keeping its start and its end (where
+// a store's message says why). Empty when the job has neither.
+inline constexpr size_t kCheckpointReasonShown = 120;
+std::string FormatCheckpointStatus(const v1::CheckpointStatus& status, absl::Time now);
+// Whether the last failure is newer than the last commit (or there is no
+// commit): checkpoints of the job are failing now.
+bool CheckpointsFailing(const v1::CheckpointStatus& status);
 
 // How the job's current generation got its training state, for `get`:
 //   PEER at step 120 (generation 3 from generation 2's memory, 1 donor,

@@ -9,6 +9,7 @@
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_replace.h"
 #include "absl/strings/strip.h"
+#include "absl/time/clock.h"
 #include "absl/time/time.h"
 #include "common/proto_time.h"
 #include "tools/cohortctl/job_format.h"
@@ -128,6 +129,13 @@ std::string FormatEventLine(const v1::JobEvent& event) {
   if (event.kind() == v1::JOB_EVENT_KIND_RECOVERED) {
     return absl::StrCat(time, " RECOVERED job=", job.job_id(), " ", FormatRecovered(job));
   }
+  if (event.kind() == v1::JOB_EVENT_KIND_CHECKPOINT) {
+    // Ages as of the event (the coordinator's clock), so a line means the
+    // same whenever it is read.
+    const absl::Time at = event.has_time() ? FromProtoTime(event.time()) : absl::Now();
+    return absl::StrCat(time, " CHECKPOINT job=", job.job_id(), " ",
+                        FormatCheckpointStatus(job.checkpoint_status(), at));
+  }
   std::string line = absl::StrFormat(
       "%s %s job=%s state=%s gen=%d step=%s loss=%s tok/s=%.0f mesh=%s "
       "workers=%d",
@@ -144,6 +152,25 @@ std::string FormatEventLine(const v1::JobEvent& event) {
         absl::StrReplaceAll(job.message(), {{"\\", "\\\\"}, {"\"", "\\\""}, {"\n", " "}}), "\"");
   }
   return line;
+}
+
+bool KeepsALine(const v1::JobEvent& event, const v1::Job* before) {
+  switch (event.kind()) {
+    case v1::JOB_EVENT_KIND_STATE_CHANGED:
+    case v1::JOB_EVENT_KIND_MESH_CHANGED:
+    case v1::JOB_EVENT_KIND_RECOVERED:
+      return true;
+    case v1::JOB_EVENT_KIND_CHECKPOINT: {
+      const v1::CheckpointStatus& now = event.job().checkpoint_status();
+      if (before == nullptr) return CheckpointsFailing(now);
+      const v1::CheckpointStatus& was = before->checkpoint_status();
+      // A new failure, or the commit that ends a run of them.
+      return now.failed_attempts() > was.failed_attempts() ||
+             (CheckpointsFailing(was) && !CheckpointsFailing(now));
+    }
+    default:
+      return false;
+  }
 }
 
 std::string FormatFinalLine(const v1::Job& job) {

@@ -57,7 +57,17 @@ std::string RedrawProgressBar(const v1::Job& job, int width,
 // except RECOVERED events, which say how the new generation got its state:
 //   2024-05-01T10:00:00Z RECOVERED job=j1 generation 3: PEER at step 120,
 //   0 steps lost, 0.184 s from detection to running
+// and CHECKPOINT events, which give the job's checkpoints as of the event
+// (FormatCheckpointStatus):
+//   2024-05-01T10:00:00Z CHECKPOINT job=j1 step 1200 committed 3m07s ago;
+//   FAILING: step 1400 failed 0ms ago (storage: <reason>), 7 attempts failed
 std::string FormatEventLine(const v1::JobEvent& event);
+
+// Whether watch on a terminal keeps `event` as a line above the bar
+// (`before`: the job as the previous event had it; null for the first):
+// state and mesh changes, recoveries, a checkpoint failure, and the first
+// commit after failures. A routine commit only redraws the bar.
+bool KeepsALine(const v1::JobEvent& event, const v1::Job* before);
 
 // The line watch ends with: "job j1 COMPLETED at step 200/200" or
 // "job j1 FAILED at step 120/200: <message>".

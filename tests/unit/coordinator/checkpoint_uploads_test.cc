@@ -6,8 +6,11 @@
 #include <string>
 #include <vector>
 
+#include "absl/strings/ascii.h"
+#include "absl/strings/str_cat.h"
 #include "common/clock.h"
 #include "common/crc32c.h"
+#include "common/enum_names.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "tests/testing/wait.h"
@@ -43,6 +46,47 @@ v1::UploadHeader UploadHeaderOf(const std::string& job_id, uint32_t writer, uint
   return h;
 }
 
+// An in-memory store whose disk fills up when a test says so: its writes
+// then fail as RocksDbCheckpointStore's do on ENOSPC (RocksDB's IOError, as
+// FromRocksDb words it).
+class FullDiskStore : public InMemoryCheckpointStore {
+ public:
+  static absl::Status NoSpace(const std::string& action) {
+    return absl::InternalError(absl::StrCat(
+        "RocksDB ", action,
+        " in data dir /data/checkpoints failed: IO error: No space left on device: While "
+        "appending to file: /data/checkpoints/000012.blob: No space left on device"));
+  }
+  absl::Status BeginPending(const PendingCheckpoint& pending) override {
+    if (full_markers) return NoSpace("write of the marker of " + PendingName(pending));
+    return InMemoryCheckpointStore::BeginPending(pending);
+  }
+  absl::Status PutChunk(const PendingCheckpoint& pending, const std::string& tensor, const Box& box,
+                        std::string_view bytes) override {
+    if (full_chunks) {
+      return NoSpace(absl::StrCat("write of a chunk of ", tensor, " for ", PendingName(pending)));
+    }
+    return InMemoryCheckpointStore::PutChunk(pending, tensor, box, bytes);
+  }
+  absl::Status Commit(const v1::CheckpointManifest& manifest) override {
+    if (full_commits) return NoSpace("flush of the chunks");
+    return InMemoryCheckpointStore::Commit(manifest);
+  }
+
+  // Set before the uploads run (the tests that use them are single-threaded).
+  bool full_markers = false;
+  bool full_chunks = false;
+  bool full_commits = false;
+};
+
+// "storage job-1 step 10 generation 2 at 1000: <reason>": a reported failure.
+std::string Described(const FailedCheckpoint& f) {
+  return absl::StrCat(absl::AsciiStrToLower(ShortEnumName(f.kind)), " ", f.attempt.job.value(),
+                      " step ", f.attempt.step.value(), " generation ",
+                      f.attempt.generation.value(), " at ", absl::ToUnixSeconds(f.time), ": ",
+                      f.reason);
+}
+
 // A 4 x 6 fp32 tensor "param/w" written by two writers, rows 0-1 and 2-3.
 class CheckpointUploadsTest : public ::testing::Test {
  protected:
@@ -53,9 +97,19 @@ class CheckpointUploadsTest : public ::testing::Test {
               if (job.value() != "job-1") return absl::NotFoundError("no job " + job.value());
               return job_;
             },
-            &clock_) {
+            &clock_, Options()) {
     job_.generation = Generation(2);
     job_.policy.set_keep_last(2);
+  }
+
+  // Failures and commits are recorded in failures_ and commits_.
+  CheckpointUploadsOptions Options() {
+    CheckpointUploadsOptions options;
+    options.on_failure = [this](const FailedCheckpoint& f) { failures_.push_back(Described(f)); };
+    options.on_commit = [this](const CommittedCheckpoint& c) {
+      commits_.push_back(absl::StrCat(PendingName(c.attempt), " at ", absl::ToUnixSeconds(c.time)));
+    };
+    return options;
   }
 
   v1::UploadHeader Header(uint32_t writer, uint64_t generation = 2, int64_t step = 10) {
@@ -93,9 +147,20 @@ class CheckpointUploadsTest : public ::testing::Test {
     return (*writer)->End(end);
   }
 
+  // Writer `w` sends rows [2w, 2w+2) without ending; returns the chunk's status.
+  absl::Status StoreHalf(uint32_t w, int64_t step = 10) {
+    absl::StatusOr<std::unique_ptr<CheckpointUploads::Writer>> writer =
+        uploads_.Begin(Header(w, 2, step));
+    if (!writer.ok()) return writer.status();
+    auto [chunk, bytes] = Rows(2 * static_cast<int>(w), 2);
+    return (*writer)->AddChunk(chunk, bytes);
+  }
+
   FakeClock clock_{absl::FromUnixSeconds(1000)};
-  InMemoryCheckpointStore store_;
+  FullDiskStore store_;
   CheckpointJobState job_;
+  std::vector<std::string> failures_;
+  std::vector<std::string> commits_;
   CheckpointUploads uploads_;
 };
 
@@ -340,6 +405,144 @@ TEST(CheckpointUploadsMarkerTest, AMarkerAtTheDiskHoldsUpOnlyItsOwnCheckpointsWr
   ASSERT_TRUE(first.ok()) << first.status();
   ASSERT_TRUE(second.ok()) << second.status();
   EXPECT_EQ(store.entered(), 2) << "one marker per checkpoint";
+}
+
+// Issue 43: with the coordinator's disk full every chunk failed, the job
+// trained on, and nothing but the log said so. The attempt's failure is
+// reported once, with the store's words, however many chunks fail.
+TEST_F(CheckpointUploadsTest, AFullDiskFailsTheAttemptOnceWithTheStoresMessage) {
+  store_.full_chunks = true;
+  const absl::Status first = StoreHalf(0);
+  EXPECT_THAT(first.message(), HasSubstr("No space left on device"));
+  clock_.Advance(absl::Seconds(5));
+  EXPECT_FALSE(StoreHalf(1).ok());  // the other writer's chunk
+  EXPECT_FALSE(StoreHalf(0).ok());  // a retried stream of the first
+  const std::string reason =
+      "RocksDB write of a chunk of param/w for job job-1 step 10 generation 2 in data dir "
+      "/data/checkpoints failed: IO error: No space left on device: While appending to file: "
+      "/data/checkpoints/000012.blob: No space left on device";
+  EXPECT_THAT(failures_,
+              ::testing::ElementsAre("storage job-1 step 10 generation 2 at 1000: " + reason));
+  EXPECT_EQ(first.message(), reason) << "the writer hears what the job's record says";
+  // The next checkpoint fails too: a second attempt, a second failure.
+  EXPECT_FALSE(StoreHalf(0, 20).ok());
+  ASSERT_EQ(failures_.size(), 2u);
+  EXPECT_THAT(failures_[1], HasSubstr("storage job-1 step 20 generation 2 at 1005: "));
+  // The failed attempts linger until idle; abandoning them then is no
+  // second failure.
+  clock_.Advance(absl::Minutes(11));
+  uploads_.Tick();
+  EXPECT_EQ(uploads_.pending_attempts(), 0);
+  EXPECT_EQ(failures_.size(), 2u);
+  // Space is freed: the next checkpoint commits, and is reported.
+  store_.full_chunks = false;
+  ASSERT_EQ(Result(WriteHalf(0, 30)), "pending");
+  ASSERT_EQ(Result(WriteHalf(1, 30)), "committed");
+  EXPECT_THAT(commits_, ::testing::ElementsAre("job job-1 step 30 generation 2 at 1665"));
+  EXPECT_EQ(failures_.size(), 2u);
+}
+
+TEST_F(CheckpointUploadsTest, AMarkerTheStoreRefusesFailsTheAttemptOnceAcrossRetries) {
+  store_.full_markers = true;
+  EXPECT_THAT(StoreHalf(0).message(), HasSubstr("No space left on device"));
+  EXPECT_FALSE(StoreHalf(1).ok());
+  EXPECT_FALSE(StoreHalf(0).ok());  // each Begin tries the marker again
+  ASSERT_EQ(failures_.size(), 1u);
+  EXPECT_THAT(failures_[0], HasSubstr("storage job-1 step 10 generation 2 at 1000: RocksDB write "
+                                      "of the marker of job job-1 step 10 generation 2"));
+  EXPECT_TRUE(commits_.empty());
+  // The retries succeed once there is room again.
+  store_.full_markers = false;
+  ASSERT_EQ(Result(WriteHalf(0)), "pending");
+  ASSERT_EQ(Result(WriteHalf(1)), "committed");
+  EXPECT_THAT(commits_, ::testing::ElementsAre("job job-1 step 10 generation 2 at 1000"));
+  EXPECT_EQ(failures_.size(), 1u);
+}
+
+TEST_F(CheckpointUploadsTest, ACommitTheStoreRefusesIsAStorageFailure) {
+  store_.full_commits = true;
+  ASSERT_EQ(Result(WriteHalf(0)), "pending");
+  const absl::StatusOr<bool> ended = WriteHalf(1);
+  EXPECT_THAT(ended.status().message(), HasSubstr("No space left on device"));
+  EXPECT_THAT(failures_, ::testing::ElementsAre(
+                             "storage job-1 step 10 generation 2 at 1000: RocksDB flush of the "
+                             "chunks in data dir /data/checkpoints failed: IO error: No space "
+                             "left on device: While appending to file: "
+                             "/data/checkpoints/000012.blob: No space left on device"));
+  EXPECT_TRUE(commits_.empty());
+}
+
+TEST_F(CheckpointUploadsTest, IncompleteCoverageIsAFailureNamingTheTensor) {
+  ASSERT_EQ(Result(WriteHalf(0)), "pending");
+  auto writer = uploads_.Begin(Header(1));
+  ASSERT_TRUE(writer.ok());
+  auto [chunk, bytes] = Rows(2, 1);  // row 3 never arrives
+  ASSERT_TRUE((*writer)->AddChunk(chunk, bytes).ok());
+  v1::UploadEnd end;
+  end.set_chunks(1);
+  EXPECT_FALSE((*writer)->End(end).ok());
+  ASSERT_EQ(failures_.size(), 1u);
+  EXPECT_THAT(failures_[0], HasSubstr("incomplete job-1 step 10 generation 2 at 1000: "));
+  EXPECT_THAT(failures_[0], HasSubstr("param/w: chunks cover 18 of its 24 elements"));
+  EXPECT_TRUE(commits_.empty());
+}
+
+TEST_F(CheckpointUploadsTest, WritersIdleWhileTheJobRunsAbandonTheAttemptAsAFailure) {
+  ASSERT_EQ(Result(WriteHalf(1)), "pending");  // writer 0 never comes
+  clock_.Advance(absl::Minutes(9));
+  uploads_.Tick();
+  EXPECT_TRUE(failures_.empty()) << "not idle for abandon_after yet";
+  clock_.Advance(absl::Minutes(2));
+  uploads_.Tick();
+  EXPECT_THAT(failures_, ::testing::ElementsAre(
+                             "abandoned job-1 step 10 generation 2 at 1660: its writers sent "
+                             "nothing for 10m"));
+  EXPECT_EQ(uploads_.pending_attempts(), 0);
+}
+
+// Elastic re-plans and finished jobs give attempts up all the time; none of
+// that is a failure the user must hear of.
+TEST_F(CheckpointUploadsTest, AttemptsTheJobMovedOnFromAreNoFailures) {
+  // A newer step commits first.
+  ASSERT_EQ(Result(WriteHalf(1, 5)), "pending");
+  ASSERT_EQ(Result(WriteHalf(0, 10)), "pending");
+  ASSERT_EQ(Result(WriteHalf(1, 10)), "committed");
+  // A re-plan moves the job on: seen by Tick, and by the commit.
+  ASSERT_EQ(Result(WriteHalf(1, 20)), "pending");
+  job_.generation = Generation(3);
+  uploads_.Tick();
+  EXPECT_EQ(uploads_.pending_attempts(), 0);
+  job_.generation = Generation(2);
+  ASSERT_EQ(Result(WriteHalf(1, 30)), "pending");
+  {
+    auto writer = uploads_.Begin(Header(0, 2, 30));
+    ASSERT_TRUE(writer.ok()) << writer.status();
+    auto [chunk, bytes] = Rows(0, 2);
+    ASSERT_TRUE((*writer)->AddChunk(chunk, bytes).ok());
+    job_.generation = Generation(3);
+    v1::UploadEnd end;
+    end.set_chunks(1);
+    const absl::StatusOr<bool> ended = (*writer)->End(end);
+    EXPECT_TRUE(absl::IsAborted(ended.status())) << ended.status();
+  }
+  EXPECT_EQ(uploads_.pending_attempts(), 0);
+  // The job finishes, or is cancelled, with an attempt under way; its
+  // writers stop with it.
+  job_.generation = Generation(2);
+  ASSERT_EQ(Result(WriteHalf(1, 40)), "pending");
+  job_.finished = true;
+  clock_.Advance(absl::Minutes(11));
+  uploads_.Tick();
+  job_.finished = false;
+  ASSERT_EQ(Result(WriteHalf(1, 50)), "pending");
+  job_.accepts_checkpoints = false;
+  job_.finished = true;
+  clock_.Advance(absl::Minutes(11));
+  uploads_.Tick();
+  EXPECT_EQ(uploads_.pending_attempts(), 0);
+  EXPECT_EQ(uploads_.counters().abandoned, 5);
+  EXPECT_TRUE(failures_.empty()) << ::testing::PrintToString(failures_);
+  EXPECT_THAT(commits_, ::testing::ElementsAre("job job-1 step 10 generation 2 at 1000"));
 }
 
 TEST(StepsToRetireTest, KeepsTheNewestAndEveryNth) {

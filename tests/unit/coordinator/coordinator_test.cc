@@ -5,6 +5,7 @@
 #include <vector>
 
 #include "absl/synchronization/mutex.h"
+#include "common/proto_time.h"
 #include "coordinator/attach_protocol.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
@@ -571,6 +572,64 @@ TEST_F(CoordinatorTest, AWorkerThatLeavesIsNotCountedAsAFailure) {
     if (family.name != "cohort_worker_failures_detected_total") continue;
     for (const auto& metric : family.metric) EXPECT_EQ(metric.counter.value, 0);
   }
+}
+
+// Value of cohort_checkpoint_failures_total{reason}; -1 if the series is missing.
+double CheckpointFailures(const CoordinatorMetrics& metrics, const std::string& reason) {
+  for (const auto& family : metrics.registry()->Collect()) {
+    if (family.name != "cohort_checkpoint_failures_total") continue;
+    for (const auto& metric : family.metric) {
+      for (const auto& label : metric.label) {
+        if (label.name == "reason" && label.value == reason) return metric.counter.value;
+      }
+    }
+  }
+  return -1;
+}
+
+// Issue 43: checkpoint failures reach the job's record, its watchers and the
+// failure metric, whose every reason exists from the start.
+TEST_F(CoordinatorTest, CheckpointFailuresAreCountedPublishedAndShownOnTheJob) {
+  for (const char* reason : {"storage", "incomplete", "abandoned"}) {
+    EXPECT_EQ(CheckpointFailures(metrics_, reason), 0) << reason;
+  }
+  v1::SubmitJobRequest request;
+  *request.mutable_spec() = testing::SmallJobSpec("ckpt", 1, 1, 1);
+  absl::StatusOr<v1::Job> job = coordinator_->Submit(request);
+  ASSERT_TRUE(job.ok()) << job.status();
+  const JobId id(job->job_id());
+  auto watch = std::make_shared<RecordingWatch>();
+  ASSERT_TRUE(coordinator_->Watch(id, watch).ok());
+
+  v1::CheckpointFailure failure;
+  failure.set_step(10);
+  failure.set_generation(1);
+  *failure.mutable_time() = ToProtoTime(clock_.Now());
+  failure.set_kind(v1::CHECKPOINT_FAILURE_KIND_STORAGE);
+  failure.set_reason("IO error: No space left on device");
+  coordinator_->OnCheckpointFailed(id, failure);
+  failure.set_kind(v1::CHECKPOINT_FAILURE_KIND_ABANDONED);
+  coordinator_->OnCheckpointFailed(JobId("gone-1"), failure);  // counted, not recorded
+  EXPECT_EQ(CheckpointFailures(metrics_, "storage"), 1);
+  EXPECT_EQ(CheckpointFailures(metrics_, "abandoned"), 1);
+  EXPECT_EQ(CheckpointFailures(metrics_, "incomplete"), 0);
+  v1::CheckpointCommit commit;
+  commit.set_step(20);
+  commit.set_generation(1);
+  *commit.mutable_time() = ToProtoTime(clock_.Now());
+  coordinator_->OnCheckpointCommitted(id, commit);
+
+  const v1::CheckpointStatus status = coordinator_->GetJob(id)->checkpoint_status();
+  EXPECT_EQ(status.last_failure().reason(), "IO error: No space left on device");
+  EXPECT_EQ(status.failed_attempts(), 1);
+  EXPECT_EQ(status.last_commit().step(), 20);
+  std::vector<v1::JobEvent> events = watch->events();
+  ASSERT_EQ(events.size(), 3u);  // the snapshot, the failure, the commit
+  EXPECT_EQ(events[1].kind(), v1::JOB_EVENT_KIND_CHECKPOINT);
+  EXPECT_EQ(events[1].job().checkpoint_status().failed_attempts(), 1);
+  EXPECT_FALSE(events[1].job().checkpoint_status().has_last_commit());
+  EXPECT_EQ(events[2].kind(), v1::JOB_EVENT_KIND_CHECKPOINT);
+  EXPECT_EQ(events[2].job().checkpoint_status().last_commit().step(), 20);
 }
 
 TEST_F(CoordinatorTest, KeyValueIsFencedByGeneration) {

@@ -3,7 +3,9 @@
 #include <string>
 #include <vector>
 
+#include "absl/strings/ascii.h"
 #include "absl/strings/str_cat.h"
+#include "common/proto_time.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "tests/testing/job_specs.h"
@@ -704,6 +706,104 @@ TEST_F(JobManagerTest, RankZerosLossesAndValidationsFormAHistoryThatSurvivesARes
   EXPECT_EQ(jobs_->LatestValidationLosses().count(job.job_id()), 1u) << "a finished job's stays";
   ASSERT_TRUE(jobs_->Delete(JobId(job.job_id())).ok());
   EXPECT_TRUE(jobs_->LatestValidationLosses().empty());
+}
+
+v1::CheckpointFailure CheckpointFailureAt(int64_t step, absl::Time time,
+                                          v1::CheckpointFailureKind kind,
+                                          const std::string& reason) {
+  v1::CheckpointFailure failure;
+  failure.set_step(step);
+  failure.set_generation(1);
+  *failure.mutable_time() = ToProtoTime(time);
+  failure.set_kind(kind);
+  failure.set_reason(reason);
+  return failure;
+}
+
+v1::CheckpointCommit CheckpointCommitAt(int64_t step, absl::Time time) {
+  v1::CheckpointCommit commit;
+  commit.set_step(step);
+  commit.set_generation(1);
+  *commit.mutable_time() = ToProtoTime(time);
+  return commit;
+}
+
+// Issue 43: a full disk failed every checkpoint and only the coordinator's
+// log said so. The job's record keeps the newest commit, the newest failure
+// and the count, publishes each change, and survives a restart.
+TEST_F(JobManagerTest, CheckpointCommitsAndFailuresAreKeptOnTheJobAcrossARestart) {
+  const v1::Job job = Submit(Spec(1, 1, 1));
+  const JobId id(job.job_id());
+  EXPECT_FALSE(Get(job).has_checkpoint_status());
+  Effects committed;
+  jobs_->OnCheckpointCommitted(id, CheckpointCommitAt(100, now_), &committed);
+  ASSERT_EQ(committed.events.size(), 1u);
+  EXPECT_EQ(committed.events[0].kind, v1::JOB_EVENT_KIND_CHECKPOINT);
+  EXPECT_EQ(committed.events[0].job.checkpoint_status().last_commit().step(), 100);
+
+  const std::string no_space =
+      "RocksDB write of a chunk of param/w for job train-1 step 200 generation 1 in data dir "
+      "/data/checkpoints failed: IO error: No space left on device";
+  now_ += absl::Minutes(1);
+  Effects failed;
+  jobs_->OnCheckpointFailed(
+      id, CheckpointFailureAt(200, now_, v1::CHECKPOINT_FAILURE_KIND_STORAGE, no_space), &failed);
+  ASSERT_EQ(failed.events.size(), 1u);
+  EXPECT_EQ(failed.events[0].kind, v1::JOB_EVENT_KIND_CHECKPOINT);
+  EXPECT_EQ(failed.events[0].job.checkpoint_status().failed_attempts(), 1);
+  // A report from another thread that arrives late counts, but does not
+  // replace the newer failure; an older step's commit changes nothing.
+  Effects late;
+  jobs_->OnCheckpointFailed(id,
+                            CheckpointFailureAt(150, now_ - absl::Seconds(30),
+                                                v1::CHECKPOINT_FAILURE_KIND_ABANDONED, "idle"),
+                            &late);
+  jobs_->OnCheckpointCommitted(id, CheckpointCommitAt(90, now_), &late);
+  // An unknown (deleted) job's reports are dropped.
+  jobs_->OnCheckpointFailed(JobId("gone-9"),
+                            CheckpointFailureAt(1, now_, v1::CHECKPOINT_FAILURE_KIND_STORAGE, "x"),
+                            &late);
+  EXPECT_EQ(late.events.size(), 1u) << "only the late failure changed the job";
+
+  auto check = [&](const v1::CheckpointStatus& status) {
+    EXPECT_EQ(status.last_commit().step(), 100);
+    EXPECT_EQ(FromProtoTime(status.last_commit().time()), now_ - absl::Minutes(1));
+    EXPECT_EQ(status.last_failure().step(), 200);
+    EXPECT_EQ(status.last_failure().generation(), 1u);
+    EXPECT_EQ(status.last_failure().kind(), v1::CHECKPOINT_FAILURE_KIND_STORAGE);
+    EXPECT_EQ(status.last_failure().reason(), no_space);
+    EXPECT_EQ(FromProtoTime(status.last_failure().time()), now_);
+    EXPECT_EQ(status.failed_attempts(), 2);
+  };
+  check(Get(job).checkpoint_status());
+  // A later commit keeps the failure: the reader sees both, and their times.
+  now_ += absl::Seconds(5);
+  jobs_->OnCheckpointCommitted(id, CheckpointCommitAt(300, now_), &late);
+  EXPECT_EQ(Get(job).checkpoint_status().last_commit().step(), 300);
+  EXPECT_EQ(Get(job).checkpoint_status().last_failure().step(), 200);
+
+  // The coordinator restarts: the status comes back with the job.
+  const v1::CheckpointStatus before = Get(job).checkpoint_status();
+  Reset();
+  ASSERT_TRUE(jobs_->Restore(now_).ok());
+  EXPECT_EQ(Get(job).checkpoint_status().SerializeAsString(), before.SerializeAsString());
+  EXPECT_EQ(Get(job).checkpoint_status().failed_attempts(), 2);
+}
+
+// A store's message is kept to kCheckpointReasonBytes and made printable:
+// it is in every Job reply and on the user's terminal.
+TEST_F(JobManagerTest, ACheckpointFailuresReasonIsBoundedAndPrintable) {
+  const v1::Job job = Submit(Spec(1, 1, 1));
+  const std::string reason = "IO error:\n\x1b[2J" + std::string(2000, 'x');
+  Effects effects;
+  jobs_->OnCheckpointFailed(
+      JobId(job.job_id()),
+      CheckpointFailureAt(10, now_, v1::CHECKPOINT_FAILURE_KIND_STORAGE, reason), &effects);
+  const std::string kept = Get(job).checkpoint_status().last_failure().reason();
+  EXPECT_THAT(kept, ::testing::StartsWith("IO error:\\n\\x1b[2Jxxx"));
+  EXPECT_THAT(kept, ::testing::EndsWith(absl::StrCat("...(", reason.size(), " bytes)")));
+  EXPECT_LE(kept.size(), kCheckpointReasonBytes + 32);
+  for (char c : kept) EXPECT_TRUE(absl::ascii_isprint(c)) << static_cast<int>(c);
 }
 
 // CountByState is kept as jobs come, change state and go (the gauges read it

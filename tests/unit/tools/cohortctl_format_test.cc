@@ -2,6 +2,7 @@
 
 #include <string>
 
+#include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
 #include "absl/time/time.h"
 #include "common/proto_time.h"
@@ -18,6 +19,9 @@ namespace {
 using ::testing::HasSubstr;
 using ::testing::Not;
 using ::testing::StartsWith;
+
+// When `get` runs, in these tests: ten minutes after RunningJob() was created.
+const absl::Time kNow = absl::FromUnixSeconds(1'700'000'600);
 
 // A RUNNING demo job at step 120 on a 2x2x1 mesh of four workers.
 v1::Job RunningJob() {
@@ -110,7 +114,7 @@ TEST(JobFormatTest, JobTable) {
 }
 
 TEST(JobFormatTest, JobDetailsShowSpecProgressAndMesh) {
-  const std::string details = FormatJobDetails(RunningJob());
+  const std::string details = FormatJobDetails(RunningJob(), kNow);
   EXPECT_THAT(details, StartsWith("Job:         j-7f3a\nName:        demo\n"
                                   "State:       RUNNING\n"));
   EXPECT_THAT(details, HasSubstr("Created:     2023-11-14 22:13:20 UTC\n"));
@@ -122,14 +126,14 @@ TEST(JobFormatTest, JobDetailsShowSpecProgressAndMesh) {
   // How the step's micro-batches split, when the mesh says.
   v1::Job split = RunningJob();
   for (int share : {3, 3, 2}) split.mutable_mesh()->add_micro_batches(share);
-  EXPECT_THAT(FormatJobDetails(split),
+  EXPECT_THAT(FormatJobDetails(split, kNow),
               HasSubstr("Split:       3+3+2 micro-batches per data rank (deterministic "
                         "reduction)\n"));
   EXPECT_THAT(details, Not(HasSubstr("Split:")));
   // The windowed rate beside the last step's, once a worker reports it.
   v1::Job averaged = RunningJob();
   averaged.mutable_progress()->set_tokens_per_second_average(11800);
-  EXPECT_THAT(FormatJobDetails(averaged),
+  EXPECT_THAT(FormatJobDetails(averaged, kNow),
               HasSubstr("Progress:    step 120/200, loss 3.2105, 12345 tokens/s (average "
                         "11800), 0.125 s/step\n"));
   EXPECT_THAT(details, HasSubstr("Optimizer:   lr 0.001 -> 0.0001, warmup 10, "
@@ -147,7 +151,7 @@ TEST(JobFormatTest, JobDetailsShowSpecProgressAndMesh) {
 
 TEST(JobFormatTest, JobDetailsShowTheValidationDataAndTheNewestResults) {
   v1::Job job = RunningJob();
-  EXPECT_THAT(FormatJobDetails(job), Not(HasSubstr("Validation")));
+  EXPECT_THAT(FormatJobDetails(job, kNow), Not(HasSubstr("Validation")));
   v1::ValidationConfig* validation = job.mutable_spec()->mutable_data()->mutable_validation();
   validation->set_pattern("/data/val_*.bin");
   validation->set_interval_steps(50);
@@ -157,14 +161,14 @@ TEST(JobFormatTest, JobDetailsShowTheValidationDataAndTheNewestResults) {
     p->set_step(step);
     p->set_loss(loss);
   }
-  const std::string details = FormatJobDetails(job);
+  const std::string details = FormatJobDetails(job, kNow);
   EXPECT_THAT(details, HasSubstr("Held out:    shards /data/val_*.bin, every 50 steps and "
                                  "the last, 4 batches\n"));
   EXPECT_THAT(details, HasSubstr("Validation:  loss 3.2500 at step 100 (3.5000 at step 50)\n"));
   validation->clear_pattern();
   validation->set_held_out_fraction(0.1);
   validation->set_interval_steps(0);
-  EXPECT_THAT(FormatJobDetails(job),
+  EXPECT_THAT(FormatJobDetails(job, kNow),
               HasSubstr("the last 10% of the data, after the last step, 4 batches\n"));
   // The bar and the event line show the newest.
   EXPECT_THAT(RenderProgressBar(job, 140), HasSubstr("loss  3.2105  val  3.2500  12.3k tok/s"));
@@ -178,7 +182,7 @@ TEST(JobFormatTest, PendingJobHasNoMeshTable) {
   v1::Job job = RunningJob();
   job.clear_mesh();
   job.mutable_progress()->set_step(0);
-  const std::string details = FormatJobDetails(job);
+  const std::string details = FormatJobDetails(job, kNow);
   EXPECT_THAT(details, HasSubstr("Progress:    step 0/200\n"));  // no loss yet
   EXPECT_THAT(details, HasSubstr("Mesh:        none yet\n"));
   EXPECT_THAT(details, Not(HasSubstr("RANK")));
@@ -305,7 +309,7 @@ TEST(RecoveryFormatTest, NoPlanAndNoRecoveriesPrintNothing) {
   const v1::Job job = RunningJob();
   EXPECT_EQ(FormatRecoveryPlan(job), "");
   EXPECT_EQ(FormatRecoveryStats(job.recovery_stats()), "");
-  const std::string details = FormatJobDetails(job);
+  const std::string details = FormatJobDetails(job, kNow);
   EXPECT_THAT(details, Not(HasSubstr("Recovery")));
   EXPECT_THAT(details, Not(HasSubstr("Recoveries")));
 }
@@ -325,7 +329,7 @@ TEST(RecoveryFormatTest, Totals) {
 }
 
 TEST(RecoveryFormatTest, JobDetailsShowThePlanAndTotalsAfterTheGeneration) {
-  EXPECT_THAT(FormatJobDetails(PeerRecoveredJob()),
+  EXPECT_THAT(FormatJobDetails(PeerRecoveredJob(), kNow),
               HasSubstr("Generation:  3\n"
                         "Recovery:    PEER at step 120 (generation 3 from generation 2's memory, "
                         "0 steps lost): every piece of generation 2's state survives; resuming "
@@ -340,7 +344,7 @@ TEST(RecoveryFormatTest, JobDetailsShowThePlanAndTotalsAfterTheGeneration) {
   v1::Job job = RunningJob();
   job.mutable_recovery()->set_kind(v1::RECOVERY_KIND_NONE);
   job.mutable_recovery()->set_reason("no state to recover");
-  EXPECT_THAT(FormatJobDetails(job),
+  EXPECT_THAT(FormatJobDetails(job, kNow),
               HasSubstr("Generation:  3\n"
                         "Recovery:    NONE, fresh start at step 0, 0 steps lost: no state to "
                         "recover\n"
@@ -366,6 +370,149 @@ TEST(RecoveryFormatTest, RecoveredEventLine) {
   event.mutable_job()->clear_recovery_stats();
   EXPECT_EQ(FormatEventLine(event),
             "- RECOVERED job=j-7f3a generation 3: CHECKPOINT step 100, 20 steps lost");
+}
+
+// The store's words for a full disk, as the coordinator records them.
+constexpr char kNoSpace[] =
+    "RocksDB write of a chunk of param/w for job j-7f3a step 1400 generation 3 in data dir "
+    "/data/checkpoints failed: IO error: No space left on device: While appending to file: "
+    "/data/checkpoints/000012.blob: No space left on device";
+
+v1::CheckpointCommit CommitAt(int64_t step, absl::Time time) {
+  v1::CheckpointCommit commit;
+  commit.set_step(step);
+  commit.set_generation(3);
+  *commit.mutable_time() = ToProtoTime(time);
+  return commit;
+}
+
+v1::CheckpointFailure FailureAt(int64_t step, absl::Time time, v1::CheckpointFailureKind kind,
+                                const std::string& reason) {
+  v1::CheckpointFailure failure;
+  failure.set_step(step);
+  failure.set_generation(3);
+  *failure.mutable_time() = ToProtoTime(time);
+  failure.set_kind(kind);
+  failure.set_reason(reason);
+  return failure;
+}
+
+// RunningJob() whose step 1200 committed 3m07s before kNow and whose step
+// 1400 failed for want of disk 4 s before kNow, the 7th attempt to fail.
+v1::Job CheckpointsFailingJob() {
+  v1::Job job = RunningJob();
+  v1::CheckpointStatus& status = *job.mutable_checkpoint_status();
+  *status.mutable_last_commit() = CommitAt(1200, kNow - absl::Seconds(187));
+  *status.mutable_last_failure() =
+      FailureAt(1400, kNow - absl::Seconds(4), v1::CHECKPOINT_FAILURE_KIND_STORAGE, kNoSpace);
+  status.set_failed_attempts(7);
+  return job;
+}
+
+TEST(CheckpointFormatTest, NothingToShowPrintsNothing) {
+  EXPECT_EQ(FormatCheckpointStatus(v1::CheckpointStatus(), kNow), "");
+  EXPECT_THAT(FormatJobDetails(RunningJob(), kNow), Not(HasSubstr("Checkpoints:")));
+  v1::CheckpointStatus status;
+  *status.mutable_last_commit() = CommitAt(1200, kNow - absl::Seconds(187));
+  EXPECT_EQ(FormatCheckpointStatus(status, kNow), "step 1200 committed 3m07s ago");
+  EXPECT_FALSE(CheckpointsFailing(status));
+}
+
+TEST(CheckpointFormatTest, AFailureNewerThanTheLastCommitStandsOut) {
+  const v1::CheckpointStatus status = CheckpointsFailingJob().checkpoint_status();
+  EXPECT_TRUE(CheckpointsFailing(status));
+  // The reason is cut in the middle: its start, and the end that says why.
+  EXPECT_EQ(FormatCheckpointStatus(status, kNow),
+            "step 1200 committed 3m07s ago; FAILING: step 1400 failed 4.0s ago (storage: "
+            "RocksDB write of a chunk of param/w ... appending to file: "
+            "/data/checkpoints/000012.blob: No space left on device), 7 attempts failed");
+  // get shows it after the progress.
+  EXPECT_THAT(FormatJobDetails(CheckpointsFailingJob(), kNow),
+              HasSubstr("tokens/s, 0.125 s/step\n"
+                        "Checkpoints: step 1200 committed 3m07s ago; FAILING: step 1400 failed "
+                        "4.0s ago (storage: RocksDB write"));
+}
+
+TEST(CheckpointFormatTest, AFailureACommitFollowedIsHistory) {
+  v1::CheckpointStatus status = CheckpointsFailingJob().checkpoint_status();
+  *status.mutable_last_commit() = CommitAt(1500, kNow - absl::Seconds(2));
+  status.mutable_last_failure()->set_reason("IO error: No space left on device");
+  EXPECT_FALSE(CheckpointsFailing(status));
+  EXPECT_EQ(FormatCheckpointStatus(status, kNow),
+            "step 1500 committed 2.0s ago; last failure step 1400 4.0s ago (storage: IO error: "
+            "No space left on device), 7 attempts failed");
+}
+
+TEST(CheckpointFormatTest, FailuresWithoutACommit) {
+  v1::CheckpointStatus status;
+  *status.mutable_last_failure() =
+      FailureAt(100, kNow - absl::Minutes(12), v1::CHECKPOINT_FAILURE_KIND_INCOMPLETE,
+                "param/w: chunks cover 18 of its 24 elements");
+  status.set_failed_attempts(1);
+  EXPECT_TRUE(CheckpointsFailing(status));
+  EXPECT_EQ(FormatCheckpointStatus(status, kNow),
+            "none committed; FAILING: step 100 failed 12m00s ago (incomplete: param/w: chunks "
+            "cover 18 of its 24 elements), 1 attempt failed");
+  *status.mutable_last_failure() = FailureAt(100, kNow, v1::CHECKPOINT_FAILURE_KIND_ABANDONED, "");
+  EXPECT_EQ(FormatCheckpointStatus(status, kNow),
+            "none committed; FAILING: step 100 failed 0ms ago (abandoned), 1 attempt failed");
+}
+
+TEST(CheckpointFormatTest, ALongOrMultilineReasonStaysOnOneBoundedLine) {
+  v1::CheckpointStatus status = CheckpointsFailingJob().checkpoint_status();
+  status.mutable_last_failure()->set_reason(std::string(2000, 'x') + "\nsecond line: why");
+  const std::string line = FormatCheckpointStatus(status, kNow);
+  EXPECT_THAT(line, Not(HasSubstr("\n")));
+  EXPECT_THAT(line, HasSubstr("x ... x"));
+  EXPECT_THAT(line, HasSubstr("x second line: why), 7 attempts failed"));
+  constexpr absl::string_view kBefore =
+      "step 1200 committed 3m07s ago; FAILING: step 1400 failed 4.0s ago (storage: ";
+  constexpr absl::string_view kAfter = "), 7 attempts failed";
+  EXPECT_EQ(line.size(), kBefore.size() + kCheckpointReasonShown + kAfter.size());
+  // Between words where it can.
+  const std::string a(30, 'a'), b(200, 'b'), c(60, 'c');
+  status.mutable_last_failure()->set_reason(absl::StrCat(a, " ", b, " ", c, " end"));
+  EXPECT_THAT(FormatCheckpointStatus(status, kNow),
+              HasSubstr(absl::StrCat("(storage: ", a, " ... ", c, " end), 7 attempts failed")));
+}
+
+TEST(CheckpointFormatTest, WatchPrintsCheckpointEventsAndKeepsFailuresAboveTheBar) {
+  v1::JobEvent event;
+  event.set_kind(v1::JOB_EVENT_KIND_CHECKPOINT);
+  *event.mutable_job() = CheckpointsFailingJob();
+  event.mutable_job()->mutable_checkpoint_status()->mutable_last_failure()->set_reason(
+      "IO error: No space left on device");
+  *event.mutable_time() = ToProtoTime(kNow);
+  EXPECT_EQ(FormatEventLine(event),
+            "2023-11-14T22:23:20.000Z CHECKPOINT job=j-7f3a step 1200 committed 3m07s ago; "
+            "FAILING: step 1400 failed 4.0s ago (storage: IO error: No space left on device), 7 "
+            "attempts failed");
+
+  // On a terminal: a new failure keeps its line, and so does the first commit
+  // after failures; a routine commit only redraws the bar.
+  v1::Job before = event.job();
+  before.mutable_checkpoint_status()->set_failed_attempts(6);
+  EXPECT_TRUE(KeepsALine(event, &before));
+  EXPECT_TRUE(KeepsALine(event, nullptr)) << "failing when watch starts";
+  v1::JobEvent commit = event;
+  *commit.mutable_job()->mutable_checkpoint_status()->mutable_last_commit() = CommitAt(1500, kNow);
+  EXPECT_TRUE(KeepsALine(commit, &event.job()));
+  v1::JobEvent routine = commit;
+  *routine.mutable_job()->mutable_checkpoint_status()->mutable_last_commit() =
+      CommitAt(1600, kNow + absl::Minutes(1));
+  EXPECT_FALSE(KeepsALine(routine, &commit.job()));
+  EXPECT_FALSE(KeepsALine(routine, nullptr));
+  // The other kinds as before.
+  v1::JobEvent other = event;
+  for (v1::JobEventKind kind : {v1::JOB_EVENT_KIND_STATE_CHANGED, v1::JOB_EVENT_KIND_MESH_CHANGED,
+                                v1::JOB_EVENT_KIND_RECOVERED}) {
+    other.set_kind(kind);
+    EXPECT_TRUE(KeepsALine(other, &before)) << JobEventKindName(kind);
+  }
+  for (v1::JobEventKind kind : {v1::JOB_EVENT_KIND_PROGRESS, v1::JOB_EVENT_KIND_SNAPSHOT}) {
+    other.set_kind(kind);
+    EXPECT_FALSE(KeepsALine(other, &before)) << JobEventKindName(kind);
+  }
 }
 
 TEST(JobFormatTest, DrainedWorker) {
