@@ -519,6 +519,9 @@ class JobManager {
   void TrackUnpersisted(const JobEntry& entry);
   // Points were added to `entry`'s loss history: its record is behind.
   void HistoryChanged(JobEntry& entry);
+  // `entry`'s record changed in what only informs (its checkpoint status):
+  // the next tick writes it.
+  void MarkBehind(JobEntry& entry);
   absl::flat_hash_map<WorkerId, Awaited> awaiting_;
   // What each warm spare was last told to prepare.
   struct WarmTarget {

@@ -26,7 +26,7 @@ void JobManager::OnCheckpointFailed(const JobId& job, v1::CheckpointFailure fail
       FromProtoTime(failure.time()) >= FromProtoTime(status->last_failure().time())) {
     *status->mutable_last_failure() = std::move(failure);
   }
-  Persist(*entry);
+  MarkBehind(*entry);
   Emit(*entry, v1::JOB_EVENT_KIND_CHECKPOINT, effects);
 }
 
@@ -44,8 +44,16 @@ void JobManager::OnCheckpointCommitted(const JobId& job, const v1::CheckpointCom
     }
   }
   *status->mutable_last_commit() = commit;
-  Persist(*entry);
+  MarkBehind(*entry);
   Emit(*entry, v1::JOB_EVENT_KIND_CHECKPOINT, effects);
+}
+
+void JobManager::MarkBehind(JobEntry& entry) {
+  // The next tick writes the record (within 50 ms): a commit's reply, and
+  // the coordinator's lock it is reported under, need not wait for a synced
+  // write of the whole record, loss history included.
+  entry.dirty = true;
+  TrackUnpersisted(entry);
 }
 
 }  // namespace cohort::coordinator

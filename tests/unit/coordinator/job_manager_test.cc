@@ -782,8 +782,17 @@ TEST_F(JobManagerTest, CheckpointCommitsAndFailuresAreKeptOnTheJobAcrossARestart
   EXPECT_EQ(Get(job).checkpoint_status().last_commit().step(), 300);
   EXPECT_EQ(Get(job).checkpoint_status().last_failure().step(), 200);
 
-  // The coordinator restarts: the status comes back with the job.
+  // The next tick writes the record (not the report itself: a commit's
+  // reply does not wait for it), and after a restart the status comes back
+  // with the job.
   const v1::CheckpointStatus before = Get(job).checkpoint_status();
+  absl::StatusOr<std::vector<v1::Job>> stored = store_.LoadAll();
+  ASSERT_TRUE(stored.ok()) << stored.status();
+  ASSERT_EQ(stored->size(), 1u);
+  EXPECT_NE((*stored)[0].checkpoint_status().SerializeAsString(), before.SerializeAsString())
+      << "written before the tick";
+  Effects ticked;
+  jobs_->Tick(now_, &ticked);
   Reset();
   ASSERT_TRUE(jobs_->Restore(now_).ok());
   EXPECT_EQ(Get(job).checkpoint_status().SerializeAsString(), before.SerializeAsString());
