@@ -362,11 +362,15 @@ void WorkerAgent::HeartbeatLoop(const std::shared_ptr<AttachStream>& stream,
                                 absl::Duration interval, absl::Duration timeout) {
   absl::Time next = absl::Now();
   while (true) {
+    bool extra = false;  // asked for by ReportProgressNow before `next`
     {
       absl::MutexLock lock(&mu_);
-      while (!session_ended_ && !StoppingLocked() && !cv_.WaitWithDeadline(&mu_, next)) {
+      while (!session_ended_ && !StoppingLocked() && !progress_due_ &&
+             !cv_.WaitWithDeadline(&mu_, next)) {
       }
       if (session_ended_ || StoppingLocked()) return;
+      extra = progress_due_ && absl::Now() < next;
+      progress_due_ = false;
       const absl::Duration silence = clock_->Now() - last_received_;
       if (silence > timeout) {
         LOG(WARNING) << "nothing from the coordinator for " << silence << " (heartbeat timeout "
@@ -376,11 +380,18 @@ void WorkerAgent::HeartbeatLoop(const std::shared_ptr<AttachStream>& stream,
       }
     }
     SendHeartbeat(stream);
+    if (extra) continue;  // the regular one still goes at `next`
     const absl::Time now = absl::Now();
     next += interval;
     // After a stall, resume the cadence instead of sending a burst.
     if (next < now) next = now + interval;
   }
+}
+
+void WorkerAgent::ReportProgressNow() {
+  absl::MutexLock lock(&mu_);
+  progress_due_ = true;
+  cv_.SignalAll();
 }
 
 void WorkerAgent::SendHeartbeat(const std::shared_ptr<AttachStream>& stream) {

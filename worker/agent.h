@@ -129,6 +129,10 @@ class WorkerAgent {
   // otherwise FAILED with the status as the message. Ignored when the
   // assignment has since changed. Thread-safe.
   void ReportTrainingFinished(const JobId& job, Generation generation, const absl::Status& status);
+  // Sends a heartbeat with the trainer's progress now, besides the regular
+  // ones (whose cadence stays): the trainer completed a generation's first
+  // step, which the coordinator times a recovery by. From any thread.
+  void ReportProgressNow();
   // Called by the trainer when training of the held generation stopped
   // because a peer failed (the state is kept): reported SUSPENDED with
   // `held`, so the coordinator can recover even before it notices the loss.
@@ -219,6 +223,8 @@ class WorkerAgent {
   // The current stream (at most one at a time; its reader is joined before
   // the next starts).
   bool session_ended_ ABSL_GUARDED_BY(mu_) = false;
+  // ReportProgressNow asked for a heartbeat before the next regular one.
+  bool progress_due_ ABSL_GUARDED_BY(mu_) = false;
   std::optional<v1::Welcome> session_welcome_ ABSL_GUARDED_BY(mu_);
   absl::Time last_received_ ABSL_GUARDED_BY(mu_);  // by clock_
   // The stream that statuses go to: set once it has been welcomed.

@@ -946,24 +946,29 @@ void EngineTrainer::Train(Run* run) {
   input.stop = &run->stop;
   TrainingLoopHooks hooks;
   hooks.on_step = [this, run](Step done, const train::StepResult& result, absl::Duration took) {
+    const bool first = !run->trained;
     run->trained = true;
-    const double seconds = absl::ToDoubleSeconds(took);
-    absl::MutexLock lock(&progress_mu_);
-    progress_.step = done;
-    progress_.loss = result.loss;
-    progress_.step_time_seconds = seconds;
-    progress_.tokens_per_second = static_cast<double>(result.tokens) / seconds;
-    // Tokens over seconds of the window: a slow step weighs by its time.
-    run->rate_window.emplace_back(result.tokens, seconds);
-    if (run->rate_window.size() > static_cast<size_t>(kRateWindowSteps)) {
-      run->rate_window.pop_front();
+    {
+      const double seconds = absl::ToDoubleSeconds(took);
+      absl::MutexLock lock(&progress_mu_);
+      progress_.step = done;
+      progress_.loss = result.loss;
+      progress_.step_time_seconds = seconds;
+      progress_.tokens_per_second = static_cast<double>(result.tokens) / seconds;
+      // Tokens over seconds of the window: a slow step weighs by its time.
+      run->rate_window.emplace_back(result.tokens, seconds);
+      if (run->rate_window.size() > static_cast<size_t>(kRateWindowSteps)) {
+        run->rate_window.pop_front();
+      }
+      double tokens = 0, window_seconds = 0;
+      for (const auto& [step_tokens, step_seconds] : run->rate_window) {
+        tokens += static_cast<double>(step_tokens);
+        window_seconds += step_seconds;
+      }
+      progress_.tokens_per_second_average = window_seconds > 0 ? tokens / window_seconds : 0;
     }
-    double tokens = 0, window_seconds = 0;
-    for (const auto& [step_tokens, step_seconds] : run->rate_window) {
-      tokens += static_cast<double>(step_tokens);
-      window_seconds += step_seconds;
-    }
-    progress_.tokens_per_second_average = window_seconds > 0 ? tokens / window_seconds : 0;
+    // After the progress is set: the callback's report carries it.
+    if (first && options_.on_first_step) options_.on_first_step(run->job_id, run->generation);
   };
   hooks.on_validation = [this](Step done, double loss, absl::Duration) {
     absl::MutexLock lock(&progress_mu_);

@@ -101,6 +101,12 @@ struct EngineTrainerOptions {
   int checkpoint_load_streams = checkpoint::kDefaultLoadStreams;
   // Called from the training thread when a run ends on its own (see above).
   std::function<void(const JobId&, Generation, const absl::Status&)> on_finished;
+  // Called from the training thread when a generation completes its first
+  // step, so that the agent reports the progress at once rather than with
+  // its next heartbeat: the coordinator times a recovery's first step by
+  // that report (RecoveryStats.last_first_step_seconds), which otherwise
+  // included up to a heartbeat interval of waiting (issue 43).
+  std::function<void(const JobId&, Generation)> on_first_step;
   // Called from the training thread when a peer failed mid-step, with the
   // step's error (comm::FailedPeer names the peer where it is known).
   std::function<void(const JobId&, Generation, const std::vector<v1::HeldState>&,

@@ -94,6 +94,7 @@ absl::StatusOr<std::unique_ptr<WorkerDaemon>> WorkerDaemon::Create(const WorkerC
                                 const absl::Status& status) {
       self->agent_->ReportTrainingFinished(job, generation, status);
     };
+    engine.on_first_step = [self](const JobId&, Generation) { self->agent_->ReportProgressNow(); };
     daemon->trainer_ = std::make_unique<EngineTrainer>(std::move(engine));
   }
   std::shared_ptr<grpc::Channel> channel = NewCoordinatorChannel(target);

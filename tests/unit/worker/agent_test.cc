@@ -435,6 +435,27 @@ TEST_F(AgentTest, HeartbeatsFollowTheWelcomeInterval) {
   EXPECT_GE(agent_->metrics().heartbeat_rtt.Collect().histogram.sample_count, 1u);
 }
 
+// A generation's first step is reported at once (the coordinator times a
+// recovery's first step by it), not with the next heartbeat, a minute away
+// here; the regular heartbeats keep their cadence.
+TEST_F(AgentTest, ProgressAskedForNowGoesOutBeforeTheNextHeartbeat) {
+  StartServer({.heartbeat_interval_ms = 60'000});
+  StartAgent();
+  ASSERT_TRUE(AttachedAndWelcomed(0));
+  ASSERT_EQ(fake_->seen().Of(WorkerMessage::kHeartbeat).size(), 1u);
+  const absl::Time asked = absl::Now();
+  agent_->ReportProgressNow();
+  ASSERT_TRUE(
+      fake_->WaitFor([](const Seen& s) { return s.Of(WorkerMessage::kHeartbeat).size() >= 2; }))
+      << "no heartbeat within " << kWait << " of ReportProgressNow";
+  const auto heartbeats = fake_->seen().Of(WorkerMessage::kHeartbeat);
+  EXPECT_LT(heartbeats[1].at - asked, absl::Seconds(5));
+  EXPECT_EQ(heartbeats[1].message.heartbeat().sequence(), 2u);
+  agent_->ReportProgressNow();
+  ASSERT_TRUE(
+      fake_->WaitFor([](const Seen& s) { return s.Of(WorkerMessage::kHeartbeat).size() >= 3; }));
+}
+
 TEST_F(AgentTest, AssignIsAnsweredReadyForTheSameJobAndGeneration) {
   StartServer();
   StartAgent();

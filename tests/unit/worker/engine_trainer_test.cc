@@ -64,6 +64,10 @@ class EngineTrainerTest : public ::testing::Test {
       absl::MutexLock lock(&mu_);
       finished_.push_back({generation, s});
     };
+    options.on_first_step = [this](const JobId&, Generation generation) {
+      absl::MutexLock lock(&mu_);
+      first_steps_.push_back(generation);
+    };
     return std::make_unique<EngineTrainer>(std::move(options));
   }
 
@@ -221,6 +225,8 @@ class EngineTrainerTest : public ::testing::Test {
   testing::ThreadMesh mesh_;
   absl::Mutex mu_;
   std::vector<std::pair<Generation, absl::Status>> finished_ ABSL_GUARDED_BY(mu_);
+  // Generations whose first step a trainer reported (on_first_step).
+  std::vector<Generation> first_steps_ ABSL_GUARDED_BY(mu_);
 };
 
 TEST_F(EngineTrainerTest, TwoDataParallelMembersTrainTheJobOfOneProcess) {
@@ -244,6 +250,11 @@ TEST_F(EngineTrainerTest, TwoDataParallelMembersTrainTheJobOfOneProcess) {
     EXPECT_NEAR(*p.loss, reference.back(), 1e-5);
   }
   EXPECT_EQ(*a->progress().loss, *b->progress().loss);  // one all-reduced loss
+  {
+    // Each member reported its first step once, of 8.
+    absl::MutexLock lock(&mu_);
+    EXPECT_EQ(first_steps_, std::vector<Generation>({Generation(1), Generation(1)}));
+  }
   // Where the Prepare's time went, as sent with READY: both parts measured,
   // nothing received on a fresh start.
   EXPECT_GT(a->last_prepare().build_seconds(), 0);
