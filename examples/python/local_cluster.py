@@ -103,9 +103,19 @@ class LocalCluster:
         self._processes.append((name, process, log_path))
         return process
 
+    def _program(self, folder, name):
+        """A program of the build; a sanitizer build's copy where $COHORT_TEST_PROGRAMS_DIR
+        holds one (tools/sanitize.sh), as tests/testing/paths.h picks them."""
+        programs = os.environ.get("COHORT_TEST_PROGRAMS_DIR")
+        if programs:
+            path = os.path.join(programs, folder, name)
+            if os.access(path, os.X_OK):
+                return path
+        return os.path.join(self._build_dir, folder, name)
+
     def start_coordinator(self, timeout=30.0):
         """Starts the coordinator on a free loopback port; sets and returns self.address."""
-        binary = os.path.join(self._build_dir, "coordinator", "cohort-coordinator")
+        binary = self._program("coordinator", "cohort-coordinator")
         process = self._start("coordinator", [
             binary, "--listen=127.0.0.1:0", "--metrics_address=127.0.0.1:0",
             "--data_dir=" + os.path.join(self.dir, "data"),
@@ -128,7 +138,7 @@ class LocalCluster:
 
     def start_worker(self, worker_id, device_index):
         """Starts a CPU worker with one compute thread (the machine may have two cores)."""
-        binary = os.path.join(self._build_dir, "worker", "cohort-worker")
+        binary = self._program("worker", "cohort-worker")
         return self._start(worker_id, [
             binary, "--coordinator=" + self.address, "--worker_id=" + worker_id,
             "--host=pytest-host", "--device=cpu", "--device_index={}".format(device_index),

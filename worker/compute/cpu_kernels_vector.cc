@@ -11,6 +11,12 @@
 // flat range at any multiple of kVectorWidth gets the same bits. Sums run in
 // lanes combined in a fixed order: bitwise reproducible on a given CPU. (The
 // AVX2 and scalar paths round differently, as OpenBLAS's per-CPU kernels do.)
+//
+// The project compiles with -ffp-contract=off (CMakeLists.txt): the compiler
+// fuses no multiply and add of its own, so the bits do not depend on the
+// optimisation level (g++ fuses at -O2 and above, not at -O1, where the
+// sanitizer builds compile) or on inlining. The AVX2 path fuses where it says
+// so (MulAdd), in the exponential's polynomial.
 
 #include <bit>
 #include <cmath>
@@ -131,6 +137,9 @@ constexpr int kLanes = 8;
 
 COHORT_AVX2_INLINE V8f Broadcast(float v) { return V8f{} + v; }
 
+// a * b + c rounded once (vfmadd).
+COHORT_AVX2_INLINE V8f MulAdd(V8f a, V8f b, V8f c) { return __builtin_ia32_vfmaddps256(a, b, c); }
+
 COHORT_AVX2_INLINE V8f Load(const float* p) {
   V8f v;
   std::memcpy(&v, p, sizeof v);
@@ -158,13 +167,13 @@ COHORT_AVX2_INLINE V8f Exp(V8f x) {
   const V8f n = (xc * kLog2e + kRoundMagic) - kRoundMagic;
   const V8f r = (xc - n * kLn2Hi) - n * kLn2Lo;
   V8f p = Broadcast(1.0f / 5040.0f);
-  p = p * r + 1.0f / 720.0f;
-  p = p * r + 1.0f / 120.0f;
-  p = p * r + 1.0f / 24.0f;
-  p = p * r + 1.0f / 6.0f;
-  p = p * r + 0.5f;
-  p = p * r + 1.0f;
-  p = p * r + 1.0f;
+  p = MulAdd(p, r, Broadcast(1.0f / 720.0f));
+  p = MulAdd(p, r, Broadcast(1.0f / 120.0f));
+  p = MulAdd(p, r, Broadcast(1.0f / 24.0f));
+  p = MulAdd(p, r, Broadcast(1.0f / 6.0f));
+  p = MulAdd(p, r, Broadcast(0.5f));
+  p = MulAdd(p, r, Broadcast(1.0f));
+  p = MulAdd(p, r, Broadcast(1.0f));
   const V8i ni = __builtin_convertvector(n, V8i);
   const V8i n1 = ni >> 1;
   const V8f y =
