@@ -76,7 +76,7 @@ RankRun SingleProcess(int threads, bool tie_per_step = false) {
 
 // Every rank of `layout` in this process, rank r with 1 + (r + offset) % 4
 // threads.
-std::vector<RankRun> RanksInThreads(const testing::ThreadLayout& layout, int offset) {
+std::vector<RankRun> RanksInThreads(const layout::MeshShape& layout, int offset) {
   std::vector<RankRun> runs(static_cast<size_t>(layout.world()));
   openblas_set_num_threads(4);
   testing::RunRanksInThreads(layout, [&](const testing::ThreadRank& rank) {
@@ -109,15 +109,15 @@ TEST(ThreadCountDeterminismTest, RanksInOneProcessWithTheirOwnThreadCountsComput
   ASSERT_EQ(one.losses.size(), static_cast<size_t>(kSteps));
   // dp 4 splits the 6 micro-batches 2, 2, 1, 1. Each layout twice, with the
   // thread counts shifted across the ranks.
-  for (const testing::ThreadLayout layout :
-       {testing::ThreadLayout{.dp = 2}, testing::ThreadLayout{.dp = 4},
-        testing::ThreadLayout{.pp = 2}, testing::ThreadLayout{.dp = 2, .pp = 2},
-        testing::ThreadLayout{.dp = 3, .pp = 2}}) {
+  using Shape = layout::MeshShape;
+  for (const Shape layout : {Shape{.data = 2}, Shape{.data = 4}, Shape{.pipeline = 2},
+                             Shape{.data = 2, .pipeline = 2}, Shape{.data = 3, .pipeline = 2}}) {
     for (const int offset : {0, 2}) {
-      SCOPED_TRACE(absl::StrCat("dp ", layout.dp, " pp ", layout.pp, ", thread offset ", offset));
+      SCOPED_TRACE(
+          absl::StrCat("dp ", layout.data, " pp ", layout.pipeline, ", thread offset ", offset));
       const std::vector<RankRun> runs = RanksInThreads(layout, offset);
       // A pipeline adds the tied embedding's parts once per step.
-      const RankRun& reference = layout.pp > 1 ? one_tied_per_step : one;
+      const RankRun& reference = layout.pipeline > 1 ? one_tied_per_step : one;
       for (size_t r = 0; r < runs.size(); ++r) {
         // Every stage reports the step's loss (the last stage's, passed on)
         // and the validation loss.
@@ -125,7 +125,7 @@ TEST(ThreadCountDeterminismTest, RanksInOneProcessWithTheirOwnThreadCountsComput
         EXPECT_EQ(runs[r].validation, reference.validation) << "rank " << r;
       }
       // Without pipeline stages every rank holds the whole model.
-      if (layout.pp == 1) {
+      if (layout.pipeline == 1) {
         for (size_t r = 0; r < runs.size(); ++r) {
           EXPECT_TRUE(runs[r].params == one.params) << "rank " << r << "'s weights differ";
         }

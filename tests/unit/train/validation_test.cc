@@ -122,7 +122,7 @@ TEST(ValidationTest, TheValidationDataIsNeverTrainedOn) {
   EXPECT_TRUE(std::equal(held.begin(), held.end(), corpus.begin() + kept.size()));
 }
 
-using Layout = testing::ThreadLayout;
+using Layout = layout::MeshShape;
 
 // Validate on every rank of `layout` (threads over in-process groups);
 // returns each rank's result.
@@ -149,9 +149,9 @@ TEST(ValidationTest, EveryDataAndPipelineLayoutComputesTheSameBits) {
   absl::StatusOr<double> reference = single->Validate();
   ASSERT_TRUE(reference.ok()) << reference.status();
   // dp 4 splits the 6 micro-batches 2, 2, 1, 1.
-  for (const Layout layout : {Layout{.dp = 2}, Layout{.dp = 4}, Layout{.pp = 2},
-                              Layout{.dp = 3, .pp = 2}}) {
-    SCOPED_TRACE(absl::StrCat("dp ", layout.dp, " pp ", layout.pp));
+  for (const Layout layout : {Layout{.data = 2}, Layout{.data = 4}, Layout{.pipeline = 2},
+                              Layout{.data = 3, .pipeline = 2}}) {
+    SCOPED_TRACE(absl::StrCat("dp ", layout.data, " pp ", layout.pipeline));
     for (const double loss : ValidateIn(config, layout)) EXPECT_EQ(loss, *reference);
   }
 }
@@ -162,7 +162,7 @@ TEST(ValidationTest, TensorParallelRanksAgreeWithTheSingleProcessWithinRounding)
   ASSERT_NE(single, nullptr);
   absl::StatusOr<double> reference = single->Validate();
   ASSERT_TRUE(reference.ok());
-  const std::vector<double> losses = ValidateIn(config, Layout{.dp = 2, .tp = 2});
+  const std::vector<double> losses = ValidateIn(config, Layout{.data = 2, .tensor = 2});
   for (const double loss : losses) {
     EXPECT_EQ(loss, losses[0]) << "every rank reports the same loss";
     EXPECT_NEAR(loss, *reference, 1e-5 * *reference);
