@@ -188,6 +188,8 @@ TEST_F(CheckpointUploadsTest, TheLastWriterCommitsAndTheManifestListsEveryChunk)
   EXPECT_EQ(uploads_.counters().commits, 1);
 }
 
+// ... and is reported as a failed attempt, of kind incomplete, naming the
+// tensor (Job.checkpoint_status).
 TEST_F(CheckpointUploadsTest, IncompleteCoverageIsNotCommittedAndIsDropped) {
   ASSERT_EQ(Result(WriteHalf(0)), "pending");
   auto writer = uploads_.Begin(Header(1));
@@ -202,6 +204,10 @@ TEST_F(CheckpointUploadsTest, IncompleteCoverageIsNotCommittedAndIsDropped) {
   EXPECT_TRUE(store_.List(JobId("job-1"))->empty());
   EXPECT_EQ(store_.chunk_count(), 0u);
   EXPECT_TRUE(store_.ListPending()->empty());
+  ASSERT_EQ(failures_.size(), 1u);
+  EXPECT_THAT(failures_[0], HasSubstr("incomplete job-1 step 10 generation 2 at 1000: "));
+  EXPECT_THAT(failures_[0], HasSubstr("param/w: chunks cover 18 of its 24 elements"));
+  EXPECT_TRUE(commits_.empty());
 }
 
 TEST_F(CheckpointUploadsTest, OverlappingChunksAreNotCommitted) {
@@ -469,21 +475,6 @@ TEST_F(CheckpointUploadsTest, ACommitTheStoreRefusesIsAStorageFailure) {
                              "chunks in data dir /data/checkpoints failed: IO error: No space "
                              "left on device: While appending to file: "
                              "/data/checkpoints/000012.blob: No space left on device"));
-  EXPECT_TRUE(commits_.empty());
-}
-
-TEST_F(CheckpointUploadsTest, IncompleteCoverageIsAFailureNamingTheTensor) {
-  ASSERT_EQ(Result(WriteHalf(0)), "pending");
-  auto writer = uploads_.Begin(Header(1));
-  ASSERT_TRUE(writer.ok());
-  auto [chunk, bytes] = Rows(2, 1);  // row 3 never arrives
-  ASSERT_TRUE((*writer)->AddChunk(chunk, bytes).ok());
-  v1::UploadEnd end;
-  end.set_chunks(1);
-  EXPECT_FALSE((*writer)->End(end).ok());
-  ASSERT_EQ(failures_.size(), 1u);
-  EXPECT_THAT(failures_[0], HasSubstr("incomplete job-1 step 10 generation 2 at 1000: "));
-  EXPECT_THAT(failures_[0], HasSubstr("param/w: chunks cover 18 of its 24 elements"));
   EXPECT_TRUE(commits_.empty());
 }
 
