@@ -21,7 +21,7 @@
 #include "cohort/v1/workers.pb.h"
 #include "common/ids.h"
 #include "coordinator/coordinator.h"
-#include "coordinator/worker_identity.h"
+#include "coordinator/membership/worker_identity.h"
 
 namespace cohort::coordinator {
 

@@ -9,12 +9,12 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "common/job_spec/validator.h"
 #include "common/log.h"
 #include "common/proto_time.h"
 #include "common/status_macros.h"
-#include "coordinator/job_spec_validator.h"
+#include "coordinator/jobs/worker_commands.h"
 #include "coordinator/paging.h"
-#include "coordinator/worker_commands.h"
 
 namespace cohort::coordinator {
 namespace {

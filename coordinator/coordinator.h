@@ -25,12 +25,12 @@
 #include "cohort/v1/workers.pb.h"
 #include "common/clock.h"
 #include "coordinator/coordinator_metrics.h"
-#include "coordinator/job_manager.h"
-#include "coordinator/job_persister.h"
-#include "coordinator/job_store.h"
+#include "coordinator/jobs/job_manager.h"
+#include "coordinator/jobs/job_persister.h"
+#include "coordinator/jobs/job_store.h"
 #include "coordinator/kv_store.h"
-#include "coordinator/worker_identity.h"
-#include "coordinator/membership_table.h"
+#include "coordinator/membership/membership_table.h"
+#include "coordinator/membership/worker_identity.h"
 
 namespace cohort::coordinator {
 

@@ -8,7 +8,7 @@
 
 #include "absl/time/time.h"
 #include "cohort/v1/job.pb.h"
-#include "coordinator/membership_table.h"
+#include "coordinator/membership/membership_table.h"
 #include "prometheus/counter.h"
 #include "prometheus/family.h"
 #include "prometheus/gauge.h"

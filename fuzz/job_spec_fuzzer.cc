@@ -1,6 +1,6 @@
 // Fuzz target: job spec files as `cohortctl submit` reads them and the
-// coordinator then validates them (common/job_spec_io.h,
-// coordinator/job_spec_validator.h).
+// coordinator then validates them (common/job_spec/io.h,
+// common/job_spec/validator.h).
 //
 // Input: one selector byte, then the document.
 //   selector % 4 == 0  JSON            ParseJobSpec(kJson)
@@ -26,8 +26,8 @@
 
 #include "absl/strings/string_view.h"
 #include "cohort/v1/job.pb.h"
-#include "common/job_spec_io.h"
-#include "coordinator/job_spec_validator.h"
+#include "common/job_spec/io.h"
+#include "common/job_spec/validator.h"
 #include "fuzz/fuzz_support.h"
 #include "google/protobuf/util/field_comparator.h"
 #include "google/protobuf/util/message_differencer.h"
@@ -75,17 +75,17 @@ bool SameSpec(v1::JobSpec a, v1::JobSpec b) {
 }
 
 void CheckSpec(const v1::JobSpec& spec) {
-  absl::StatusOr<v1::JobSpec> normalized = coordinator::NormalizeJobSpec(spec);
+  absl::StatusOr<v1::JobSpec> normalized = NormalizeJobSpec(spec);
   CheckHandlerError(normalized.status(), "NormalizeJobSpec");
   if (!normalized.ok()) {
     Require(normalized.status().code() == absl::StatusCode::kInvalidArgument,
             "NormalizeJobSpec failed with a code other than INVALID_ARGUMENT");
     return;
   }
-  absl::StatusOr<v1::JobSpec> again = coordinator::NormalizeJobSpec(*normalized);
+  absl::StatusOr<v1::JobSpec> again = NormalizeJobSpec(*normalized);
   Require(again.ok(), "a normalized job spec does not validate again");
   Require(SameSpec(*again, *normalized), "normalizing a normalized job spec changed it");
-  Require(coordinator::MicroBatchesPerStep(*normalized) > 0,
+  Require(MicroBatchesPerStep(*normalized) > 0,
           "a valid job spec has no micro-batches per step");
 
   const std::string json = ToJson(*normalized, /*multiline=*/false);

@@ -20,7 +20,6 @@
 #include <string>
 #include <vector>
 
-#include "fuzz/coordinator_rpc_ops.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "cohort/v1/checkpoints.pb.h"
@@ -28,7 +27,8 @@
 #include "cohort/v1/kv.pb.h"
 #include "cohort/v1/workers.pb.h"
 #include "common/crc32c.h"
-#include "common/job_spec_io.h"
+#include "common/job_spec/io.h"
+#include "fuzz/coordinator_rpc_ops.h"
 #include "fuzz/fuzz_support.h"
 #include "google/protobuf/descriptor.h"
 #include "worker/data/token_shard.h"

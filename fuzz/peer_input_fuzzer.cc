@@ -1,6 +1,6 @@
 // Fuzz target: what a peer or an operator hands the coordinator before it is
-// trusted (issue 21): Hello messages (coordinator/hello_validator.h), the
-// URI names of worker certificates (coordinator/worker_identity.h), listen
+// trusted (issue 21): Hello messages (coordinator/membership/hello_validator.h), the
+// URI names of worker certificates (coordinator/membership/worker_identity.h), listen
 // addresses and timing flags (coordinator/server_flags.h), and the text
 // helpers that quote or log what peers sent (common/safe_text.h).
 //
@@ -28,9 +28,9 @@
 #include "absl/time/time.h"
 #include "cohort/v1/workers.pb.h"
 #include "common/safe_text.h"
-#include "coordinator/hello_validator.h"
+#include "coordinator/membership/hello_validator.h"
+#include "coordinator/membership/worker_identity.h"
 #include "coordinator/server_flags.h"
-#include "coordinator/worker_identity.h"
 #include "fuzz/fuzz_support.h"
 
 namespace cohort::fuzz {

@@ -20,8 +20,8 @@
 #include "common/flag_help.h"
 #include "common/huge_page_malloc.h"
 #include "common/log.h"
+#include "worker/agent/worker_daemon.h"
 #include "worker/comm/hierarchical_communicator.h"
-#include "worker/worker_daemon.h"
 
 ABSL_FLAG(std::string, coordinator, "localhost:7070",
           "Coordinator gRPC address, host:port. The worker keeps retrying (with backoff) "

@@ -1,13 +1,13 @@
 #include "common/layout/mesh_hosts.h"
 
-#include <algorithm>
 #include <string>
+
+#include "common/layout/mesh_proto.h"
 
 namespace cohort::layout {
 
 std::vector<CopyRing> CopyRingsOf(const v1::Mesh& mesh) {
-  const MeshShape shape{std::max(1, mesh.data_parallel()), std::max(1, mesh.tensor_parallel()),
-                        std::max(1, mesh.pipeline_parallel())};
+  const MeshShape shape = ShapeOf(mesh);
   const int groups = GroupsOnAxis(shape, Axis::kData);
   // A hole's label no host can have (host names hold no NUL).
   std::vector<std::vector<std::string>> hosts(static_cast<size_t>(groups));
@@ -18,11 +18,10 @@ std::vector<CopyRing> CopyRingsOf(const v1::Mesh& mesh) {
     }
   }
   for (const v1::MeshMember& m : mesh.members()) {
-    const v1::MeshCoordinates& c = m.coordinates();
-    const MeshCoords coords{c.data(), c.tensor(), c.pipeline()};
+    const MeshCoords coords = CoordsOf(m.coordinates());
     if (!InMesh(shape, coords)) continue;
-    const int g = coords.pipeline * shape.tensor + coords.tensor;
-    hosts[static_cast<size_t>(g)][static_cast<size_t>(coords.data)] = m.host();
+    hosts[static_cast<size_t>(GroupIndex(shape, Axis::kData, coords))]
+         [static_cast<size_t>(coords.data)] = m.host();
   }
   std::vector<CopyRing> rings;
   rings.reserve(static_cast<size_t>(groups));
@@ -32,8 +31,9 @@ std::vector<CopyRing> CopyRingsOf(const v1::Mesh& mesh) {
 
 CopyRing CopyRingOf(const v1::Mesh& mesh, const MeshCoords& coords) {
   std::vector<CopyRing> rings = CopyRingsOf(mesh);
-  const int g = coords.pipeline * std::max(1, mesh.tensor_parallel()) + coords.tensor;
-  if (g < 0 || g >= static_cast<int>(rings.size())) return CopyRing(mesh.data_parallel());
+  const MeshShape shape = ShapeOf(mesh);
+  if (!InMesh(shape, coords)) return CopyRing(shape.data);
+  const int g = GroupIndex(shape, Axis::kData, coords);
   return std::move(rings[static_cast<size_t>(g)]);
 }
 

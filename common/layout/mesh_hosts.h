@@ -11,7 +11,7 @@
 namespace cohort::layout {
 
 // The optimizer copy ring of every data group of `mesh`, indexed by the data
-// group index (pipeline * tensor_parallel + tensor): CopyRing::AcrossHosts
+// group index (GroupIndex(shape, Axis::kData, coords)): CopyRing::AcrossHosts
 // over its members' hosts in data order. A data rank with no member (a
 // hole) counts as a host of its own. One pass over the members.
 std::vector<CopyRing> CopyRingsOf(const v1::Mesh& mesh);

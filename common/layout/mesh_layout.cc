@@ -80,18 +80,36 @@ AxisGroup GroupOf(const MeshShape& shape, Axis axis, const MeshCoords& coords) {
   group.ranks.reserve(static_cast<size_t>(size));
   for (int i = 0; i < size; ++i) group.ranks.push_back(RankOf(shape, WithCoordinate(coords, axis, i)));
   group.index = AxisCoordinate(coords, axis);
+  group.group_index = GroupIndex(shape, axis, coords);
+  return group;
+}
+
+int GroupIndex(const MeshShape& shape, Axis axis, const MeshCoords& coords) {
   switch (axis) {
     case Axis::kTensor:
-      group.group_index = coords.pipeline * shape.data + coords.data;
+      return coords.pipeline * shape.data + coords.data;
+    case Axis::kData:
+      return coords.pipeline * shape.tensor + coords.tensor;
+    case Axis::kPipeline:
+      return coords.data * shape.tensor + coords.tensor;
+  }
+  return 0;
+}
+
+MeshCoords GroupMember(const MeshShape& shape, Axis axis, int group_index, int position) {
+  MeshCoords coords;
+  switch (axis) {
+    case Axis::kTensor:
+      coords = {group_index % shape.data, 0, group_index / shape.data};
       break;
     case Axis::kData:
-      group.group_index = coords.pipeline * shape.tensor + coords.tensor;
+      coords = {0, group_index % shape.tensor, group_index / shape.tensor};
       break;
     case Axis::kPipeline:
-      group.group_index = coords.data * shape.tensor + coords.tensor;
+      coords = {group_index / shape.tensor, group_index % shape.tensor, 0};
       break;
   }
-  return group;
+  return WithCoordinate(coords, axis, position);
 }
 
 int GroupsOnAxis(const MeshShape& shape, Axis axis) {

@@ -2,9 +2,10 @@
 // The mesh math every part of Cohort shares: where a rank sits in a
 // data x tensor x pipeline mesh, which ranks form each axis's groups, how
 // ZeRO-1 splits the flat parameter vector over data ranks, and which data
-// ranks hold each optimizer shard's copies. The coordinator's planners, the
-// worker's groups, communicators, state versions and live transfer, and
-// cohortctl all call this; nothing else computes a rank.
+// ranks hold each optimizer shard's copies. The coordinator's planners and
+// the worker's groups, communicators, state versions, checkpoint pieces and
+// live transfer all call this; nothing else computes a rank. A planned mesh
+// on the wire (v1::Mesh) converts to these types in mesh_proto.h.
 //
 // Ranks follow Megatron's order, tensor fastest, then data, then pipeline:
 //
@@ -65,6 +66,12 @@ struct AxisGroup {
   int index = 0;           // coords' position in `ranks`
 };
 AxisGroup GroupOf(const MeshShape& shape, Axis axis, const MeshCoords& coords);
+// GroupOf(...).group_index without building the group.
+int GroupIndex(const MeshShape& shape, Axis axis, const MeshCoords& coords);
+// The member of group `group_index` of `axis` at coordinate `position` along
+// it (the inverse of GroupIndex and AxisCoordinate): position 0 is the
+// group's first member.
+MeshCoords GroupMember(const MeshShape& shape, Axis axis, int group_index, int position);
 // Groups of `axis` in the mesh: the product of the other two degrees.
 int GroupsOnAxis(const MeshShape& shape, Axis axis);
 

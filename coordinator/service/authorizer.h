@@ -24,7 +24,7 @@
 
 #include "absl/container/flat_hash_map.h"
 #include "absl/status/statusor.h"
-#include "coordinator/worker_identity.h"
+#include "coordinator/membership/worker_identity.h"
 #include "grpcpp/server_context.h"
 
 namespace cohort::coordinator {

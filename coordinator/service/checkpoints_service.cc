@@ -18,7 +18,7 @@
 #include "common/grpc_status.h"
 #include "common/log.h"
 #include "common/raw_bytes_message.h"
-#include "coordinator/upload_framing.h"
+#include "coordinator/checkpoints/upload_framing.h"
 #include "grpcpp/impl/codegen/proto_utils.h"
 
 namespace cohort::coordinator {

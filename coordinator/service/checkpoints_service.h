@@ -11,12 +11,12 @@
 #include <functional>
 
 #include "cohort/v1/checkpoints.grpc.pb.h"
-#include "coordinator/checkpoint_store.h"
-#include "coordinator/checkpoint_uploads.h"
+#include "coordinator/checkpoints/checkpoint_store.h"
+#include "coordinator/checkpoints/checkpoint_uploads.h"
 #include "coordinator/coordinator_metrics.h"
-#include "coordinator/service/call_gate.h"
+#include "coordinator/membership/worker_identity.h"
 #include "coordinator/service/blocking_executor.h"
-#include "coordinator/worker_identity.h"
+#include "coordinator/service/call_gate.h"
 
 namespace cohort::coordinator {
 

@@ -4,18 +4,18 @@
 #include "common/log.h"
 #include "common/proto_time.h"
 #include "common/status_macros.h"
-#include "coordinator/rocksdb_job_store.h"
-#include "rocksdb/db.h"  // RocksDbJobStore holds a unique_ptr<rocksdb::DB>
 #include "coordinator/service/jobs_service.h"
 #include "coordinator/service/kv_service.h"
 #include "coordinator/service/parse_error_interceptor.h"
 #include "coordinator/service/workers_service.h"
+#include "coordinator/store/rocksdb_job_store.h"
 #include "grpcpp/ext/proto_server_reflection_plugin.h"
 #include "grpcpp/health_check_service_interface.h"
 #include "grpcpp/resource_quota.h"
 #include "grpcpp/security/server_credentials.h"
 #include "grpcpp/server.h"
 #include "grpcpp/server_builder.h"
+#include "rocksdb/db.h"  // RocksDbJobStore holds a unique_ptr<rocksdb::DB>
 
 namespace cohort::coordinator {
 

@@ -13,13 +13,13 @@
 #include "common/message_limits.h"
 #include "common/metrics_server.h"
 #include "common/tls_credentials.h"
-#include "coordinator/checkpoint_uploads.h"
+#include "coordinator/checkpoints/checkpoint_uploads.h"
 #include "coordinator/coordinator.h"
 #include "coordinator/coordinator_metrics.h"
-#include "coordinator/rocksdb_checkpoint_store.h"
 #include "coordinator/service/blocking_executor.h"
 #include "coordinator/service/call_gate.h"
 #include "coordinator/service/checkpoints_service.h"
+#include "coordinator/store/rocksdb_checkpoint_store.h"
 
 namespace grpc {
 class Server;

@@ -15,13 +15,13 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/mutex.h"
+#include "client/checkpoint_client.h"
 #include "common/box.h"
 #include "common/box_proto.h"
-#include "coordinator/checkpoint_coverage.h"
+#include "coordinator/checkpoints/checkpoint_coverage.h"
 #include "gtest/gtest.h"
 #include "tests/integration/local_cluster.h"
 #include "tests/integration/synthetic_checkpoint.h"
-#include "client/checkpoint_client.h"
 #include "worker/checkpoint/checkpoint_writer.h"
 #include "worker/train/data_parallel.h"
 

@@ -16,11 +16,11 @@
 
 #include "absl/strings/str_cat.h"
 #include "common/clock.h"
-#include "coordinator/checkpoint_uploads.h"
+#include "coordinator/checkpoints/checkpoint_uploads.h"
 #include "coordinator/coordinator_metrics.h"
-#include "coordinator/rocksdb_checkpoint_store.h"
 #include "coordinator/service/blocking_executor.h"
 #include "coordinator/service/checkpoints_service.h"
+#include "coordinator/store/rocksdb_checkpoint_store.h"
 #include "gmock/gmock.h"
 #include "grpcpp/security/server_credentials.h"
 #include "grpcpp/server.h"
@@ -115,7 +115,7 @@ std::vector<RankState> MakeRanks(const Layout& l, bool zero1, bool filled) {
     for (int d = 0; d < l.dp; ++d) {
       for (int t = 0; t < l.tp; ++t) {
         const model::ModelLayout layout{.tp = l.tp, .tp_rank = t, .pp = l.pp, .stage = stage};
-        RankState r{model::ParameterTable(kSmall, layout), RankPosition{layout, l.dp, d}, {}, {}, {}, {}};
+        RankState r{model::ParameterTable(kSmall, layout), RankPosition{{l.dp, l.tp, l.pp}, {d, t, stage}}, {}, {}, {}, {}};
         const size_t n = r.table.num_params();
         const layout::ShardRange own = layout::DataShardRange(n, l.dp, d);
         r.optimizer = zero1 ? ArenaRange{own.begin, own.end} : ArenaRange{0, n};

@@ -12,9 +12,9 @@
 
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
+#include "client/checkpoint_client.h"
 #include "common/box.h"
 #include "common/box_proto.h"
-#include "client/checkpoint_client.h"
 #include "worker/checkpoint/checkpoint_writer.h"
 
 namespace cohort::testing {
@@ -70,7 +70,7 @@ inline SyntheticUpload UploadSynthetic(
     options.job_id = job_id;
     options.generation = Generation(generation);
     options.writer = static_cast<uint32_t>(r);
-    options.position = {model::ModelLayout{}, dp, r};
+    options.position = {{.data = dp}, {.data = r}};
     options.max_chunk_elements = 8192;
     options.upload_timeout = absl::Seconds(10);
     options.busy_retries = 0;

@@ -292,7 +292,7 @@ grpc::Status AttachAs(const std::shared_ptr<grpc::Channel>& channel, const std::
 
 // Issue 21: a worker certificate could act as any worker id (evicting the
 // real one), write another job's KeyValue keys and upload its checkpoints.
-// Now its URI names bind it (coordinator/worker_identity.h).
+// Now its URI names bind it (coordinator/membership/worker_identity.h).
 TEST_F(TlsAuthTest, AWorkerCertificateActsOnlyAsTheWorkersItNames) {
   auto w0 = Client("worker-w0.pem", "worker-w0.key", "");
   auto h1 = Client("host-h1-worker.pem", "host-h1-worker.key", "");

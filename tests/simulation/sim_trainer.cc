@@ -1,4 +1,4 @@
-// SimWorker's trainer half: what worker/engine_trainer.cc does, in
+// SimWorker's trainer half: what worker/engine/engine_trainer.cc does, in
 // simulated time (see sim_worker.h).
 
 #include <algorithm>

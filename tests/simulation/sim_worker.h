@@ -1,7 +1,7 @@
 #pragma once
 // SimWorker: one simulated cohort-worker process, the protocol side of
-// worker/agent.cc (attach, heartbeats, the command queue, statuses kept
-// across reconnects) and of worker/engine_trainer.cc (Prepare: KV bootstrap,
+// worker/agent/agent.cc (attach, heartbeats, the command queue, statuses kept
+// across reconnects) and of worker/engine/engine_trainer.cc (Prepare: KV bootstrap,
 // peer transfer or checkpoint load; the step loop over collectives; the two
 // state versions a rank keeps; Suspend, Donate, Stop, Interrupt) as a state
 // machine on the simulator's clock. Where the real code decides something

@@ -20,7 +20,7 @@
 #include "cohort/v1/workers.pb.h"
 #include "common/clock.h"
 #include "coordinator/coordinator.h"
-#include "coordinator/job_store.h"
+#include "coordinator/jobs/job_store.h"
 #include "tests/simulation/event_queue.h"
 #include "tests/simulation/protocol_sim.h"
 

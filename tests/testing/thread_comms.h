@@ -4,7 +4,7 @@
 // exchange of each rank's contribution; point-to-point messages go through
 // mailboxes), ThreadCommunicator one rank's Communicator on it, and
 // ThreadMesh an EngineTrainer CommsFactory handing each generation's
-// participants communicators on shared groups (worker/generation_comms.h).
+// participants communicators on shared groups (worker/engine/generation_comms.h).
 // Correct, not fast: every collective copies every contribution.
 //
 // Thread-safe. Abort ends this rank's calls (Aborted); a peer of an aborted
@@ -26,7 +26,7 @@
 #include "absl/time/time.h"
 #include "worker/comm/communicator.h"
 #include "worker/comm/mesh_groups.h"
-#include "worker/generation_comms.h"
+#include "worker/engine/generation_comms.h"
 
 namespace cohort::testing {
 

@@ -40,10 +40,10 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
 #include "absl/time/clock.h"
-#include "common/huge_page_malloc.h"
-#include "common/job_spec_io.h"
-#include "common/log.h"
 #include "client/checkpoint_client.h"
+#include "common/huge_page_malloc.h"
+#include "common/job_spec/io.h"
+#include "common/log.h"
 #include "worker/checkpoint/checkpoint_loader.h"
 #include "worker/checkpoint/checkpoint_writer.h"
 #include "worker/train/data_parallel.h"
@@ -115,7 +115,7 @@ std::vector<Rank> MakeRanks(const model::ParameterTable& table, int writers) {
   std::vector<Rank> ranks(static_cast<size_t>(writers));
   for (int r = 0; r < writers; ++r) {
     Rank& rank = ranks[static_cast<size_t>(r)];
-    rank.position = {model::ModelLayout{}, writers, r};
+    rank.position = {{.data = writers}, {.data = r}};
     const layout::ShardRange own = layout::DataShardRange(table.num_params(), writers, r);
     rank.optimizer = {own.begin, own.end};
     rank.params.resize(table.num_params());
@@ -270,7 +270,7 @@ int Stall(client::CheckpointClient* client, const std::string& job_id) {
   checkpoint::CheckpointWriterOptions writer_options;
   writer_options.job_id = job_id;
   writer_options.generation = Generation(absl::GetFlag(FLAGS_generation));
-  writer_options.position = {model::ModelLayout{}, 1, 0};
+  writer_options.position = {};
   checkpoint::CheckpointWriter writer(client, config->model, s.model().table(), writer_options);
   const checkpoint::ArenaRange optimizer{0, s.model().num_params()};
   const int interval = std::max(1, absl::GetFlag(FLAGS_stall_interval));

@@ -52,6 +52,7 @@
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
 #include "absl/time/clock.h"
+#include "common/layout/mesh_layout.h"
 #include "common/log.h"
 #include "tools/bench/timed_communicator.h"
 #include "worker/comm/file_kv_client.h"
@@ -85,50 +86,49 @@ ABSL_FLAG(std::string, work_dir, "", "internal: KV directory and result files");
 namespace cohort::bench {
 namespace {
 
-struct Layout {
-  int dp = 1, tp = 1, pp = 1;
-  int world() const { return dp * tp * pp; }
-};
-
-bool ParseLayout(const std::string& text, Layout* out) {
+bool ParseLayout(const std::string& text, layout::MeshShape* out) {
   std::vector<std::string> parts = absl::StrSplit(text, 'x');
-  return parts.size() == 3 && absl::SimpleAtoi(parts[0], &out->dp) &&
-         absl::SimpleAtoi(parts[1], &out->tp) && absl::SimpleAtoi(parts[2], &out->pp) &&
-         out->dp > 0 && out->tp > 0 && out->pp > 0;
+  return parts.size() == 3 && absl::SimpleAtoi(parts[0], &out->data) &&
+         absl::SimpleAtoi(parts[1], &out->tensor) && absl::SimpleAtoi(parts[2], &out->pipeline) &&
+         out->data > 0 && out->tensor > 0 && out->pipeline > 0;
 }
 
-int ThreadsPerRank(const Layout& l) {
+int ThreadsPerRank(const layout::MeshShape& l) {
   int total = absl::GetFlag(FLAGS_threads);
   if (total <= 0) total = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
   return std::max(1, total / l.world());
 }
 
-train::TrainingConfig BenchConfig() {
-  train::TrainingConfig c;
+// The job every layout trains, read as a worker reads a job
+// (TrainingConfigFromSpec: the validator's rules and defaults).
+absl::StatusOr<train::TrainingConfig> BenchConfig(int data_parallel) {
   const bool gpt2 = absl::GetFlag(FLAGS_model) == "gpt2-124m";
-  c.model.layers = gpt2 ? 12 : 4;
-  c.model.heads = gpt2 ? 12 : 4;
-  c.model.width = gpt2 ? 768 : 128;
-  c.model.vocab_size = gpt2 ? 50257 : 512;
-  c.model.context_length = absl::GetFlag(FLAGS_seq);
-  c.init_seed = 42;
-  c.global_batch_size = absl::GetFlag(FLAGS_global_batch);
-  c.micro_batch_size = absl::GetFlag(FLAGS_micro_batch);
-  c.steps = absl::GetFlag(FLAGS_warmup) + absl::GetFlag(FLAGS_steps);
-  c.lr.max_lr = 1e-4;
-  c.lr.min_lr = 1e-5;
-  c.lr.total_steps = c.steps;
-  c.grad_clip = 1.0;
-  c.data.synthetic = true;
-  c.data.markov.seed = 7;
-  c.data.markov.vocab_size = c.model.vocab_size;
-  c.data.markov.alphabet_size = 64;
-  c.data.markov.branching = 4;
-  c.data.synthetic_tokens = 200000;
-  c.data.sample_seed = 11;
-  c.zero1 = absl::GetFlag(FLAGS_zero1);
-  c.deterministic_reduction = absl::GetFlag(FLAGS_reduction) != "transport";
-  return c;
+  v1::JobSpec spec;
+  spec.set_name("bench-layout");
+  v1::ModelConfig& model = *spec.mutable_model();
+  model.set_layers(gpt2 ? 12 : 4);
+  model.set_heads(gpt2 ? 12 : 4);
+  model.set_width(gpt2 ? 768 : 128);
+  model.set_vocab_size(gpt2 ? 50257 : 512);
+  model.set_context_length(absl::GetFlag(FLAGS_seq));
+  model.set_init_seed(42);
+  spec.mutable_batch()->set_global_batch_size(absl::GetFlag(FLAGS_global_batch));
+  spec.mutable_batch()->set_micro_batch_size(absl::GetFlag(FLAGS_micro_batch));
+  spec.set_steps(absl::GetFlag(FLAGS_warmup) + absl::GetFlag(FLAGS_steps));
+  spec.mutable_optimizer()->set_learning_rate(1e-4);
+  spec.mutable_optimizer()->set_min_learning_rate(1e-5);
+  spec.mutable_optimizer()->set_grad_clip(1.0);
+  spec.mutable_data()->set_seed(11);
+  v1::SyntheticSource& synthetic = *spec.mutable_data()->mutable_synthetic();
+  synthetic.set_seed(7);
+  synthetic.set_alphabet_size(64);
+  synthetic.set_branching(4);
+  synthetic.set_tokens(200000);
+  spec.mutable_parallelism()->set_zero1(absl::GetFlag(FLAGS_zero1));
+  spec.mutable_parallelism()->set_reduction(absl::GetFlag(FLAGS_reduction) == "transport"
+                                                ? v1::ParallelismConfig::REDUCTION_TRANSPORT
+                                                : v1::ParallelismConfig::REDUCTION_DETERMINISTIC);
+  return train::TrainingConfigFromSpec(spec, data_parallel);
 }
 
 double CpuMilliseconds() {
@@ -149,10 +149,10 @@ double ResidentMiB() {
 
 // One rank: trains and writes "step_ms rss_mib tp_ms pp_ms dp_ms" (per-step
 // means of the communication times) to <work_dir>/rank<r>.txt.
-int RunRank(int rank, const Layout& l) {
+int RunRank(int rank, const layout::MeshShape& l) {
   const std::string dir = absl::GetFlag(FLAGS_work_dir);
   log::SetProcessTag(absl::StrCat("rank ", rank));
-  const v1::Mesh mesh = train::LocalMesh(l.dp, l.tp, l.pp);
+  const v1::Mesh mesh = train::LocalMesh(l.data, l.tensor, l.pipeline);
   absl::StatusOr<comm::MeshGroups> groups =
       comm::ComputeMeshGroups(mesh, mesh.members(rank).coordinates());
   if (!groups.ok()) {
@@ -199,9 +199,13 @@ int RunRank(int rank, const Layout& l) {
   options.state_versions.keep_previous = absl::GetFlag(FLAGS_elastic);
   options.state_versions.optimizer_replicas =
       absl::GetFlag(FLAGS_elastic) ? absl::GetFlag(FLAGS_optimizer_replicas) : 1;
+  absl::StatusOr<train::TrainingConfig> config = BenchConfig(l.data);
+  if (!config.ok()) {
+    LOG(ERROR) << config.status();
+    return 2;
+  }
   auto session = train::TrainingSession::Create(
-      BenchConfig(), train::LayoutOf(mesh, mesh.members(rank).coordinates()), groups_timed,
-      options);
+      *config, train::LayoutOf(mesh, mesh.members(rank).coordinates()), groups_timed, options);
   if (!session.ok()) {
     LOG(ERROR) << session.status();
     return 2;
@@ -241,7 +245,7 @@ int RunRank(int rank, const Layout& l) {
 
 // Starts the ranks of one layout with `reduction` and prints its row;
 // returns the step time in ms, or a negative number if a rank failed.
-double RunLayout(const std::string& text, const Layout& l, const std::string& reduction,
+double RunLayout(const std::string& text, const layout::MeshShape& l, const std::string& reduction,
                  char** argv) {
   char dir_template[] = "/tmp/cohort-bench-layout-XXXXXX";
   const std::string dir = mkdtemp(dir_template);
@@ -304,13 +308,13 @@ double RunLayout(const std::string& text, const Layout& l, const std::string& re
   // The 1F1B bubble of the rank with the most micro-batches (shares are
   // uneven where dp does not divide them).
   const int micro_batches = absl::GetFlag(FLAGS_global_batch) / absl::GetFlag(FLAGS_micro_batch);
-  const int m = (micro_batches + l.dp - 1) / l.dp;
-  const double bubble = static_cast<double>(l.pp - 1) / (m + l.pp - 1);
+  const int m = (micro_batches + l.data - 1) / l.data;
+  const double bubble = static_cast<double>(l.pipeline - 1) / (m + l.pipeline - 1);
   const double tokens = static_cast<double>(absl::GetFlag(FLAGS_global_batch)) *
                         absl::GetFlag(FLAGS_seq);
   std::printf("| (%d,%d,%d) | %s | %d | %d | %.1f | %.0f | %.1f | %.1f | %.1f | %.1f | %.1f | "
               "%.1f | %.0f / %.0f |\n",
-              l.dp, l.tp, l.pp, reduction.c_str(), l.world(), ThreadsPerRank(l), step,
+              l.data, l.tensor, l.pipeline, reduction.c_str(), l.world(), ThreadsPerRank(l), step,
               tokens / (step / 1000.0), 100 * tp / step, 100 * pp / step, 100 * dp / step,
               dp_bytes / (1 << 20), 100 * bubble, cpu, rss_max, rss_min);
   std::fflush(stdout);
@@ -324,10 +328,10 @@ int main(int argc, char** argv) {
   absl::SetProgramUsageMessage(
       "cohort-bench-layout [--model small|gpt2-124m] [--layouts 1x1x1,1x2x1,...]");
   absl::ParseCommandLine(argc, argv);
-  using cohort::bench::Layout;
+  using cohort::layout::MeshShape;
   const int rank = absl::GetFlag(FLAGS_rank);
   if (rank >= 0) {
-    Layout l;
+    MeshShape l;
     if (!cohort::bench::ParseLayout(absl::GetFlag(FLAGS_layout), &l)) return 2;
     return cohort::bench::RunRank(rank, l);
   }
@@ -356,7 +360,7 @@ int main(int argc, char** argv) {
   std::vector<std::string> ratios;
   const std::vector<std::string> layouts = absl::StrSplit(absl::GetFlag(FLAGS_layouts), ',');
   for (const std::string& text : layouts) {
-    Layout l;
+    MeshShape l;
     if (!cohort::bench::ParseLayout(text, &l)) {
       std::fprintf(stderr, "--layouts: '%s' is not dp x tp x pp (e.g. 1x2x1)\n", text.c_str());
       return 2;
@@ -370,7 +374,7 @@ int main(int argc, char** argv) {
     const double transport = cohort::bench::RunLayout(text, l, "transport", argv);
     ok = tree >= 0 && transport >= 0 && ok;
     if (tree >= 0 && transport >= 0) {
-      ratios.push_back(absl::StrFormat("(%d,%d,%d) %.3f", l.dp, l.tp, l.pp, tree / transport));
+      ratios.push_back(absl::StrFormat("(%d,%d,%d) %.3f", l.data, l.tensor, l.pipeline, tree / transport));
     }
   }
   if (!ratios.empty()) {

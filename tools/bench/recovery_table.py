@@ -3,7 +3,7 @@
 Record mode (one run): the job's JSON (cohortctl get --output json) on stdin,
 the run's worker logs as arguments; prints one JSON line with the job's
 last-recovery phases (RecoveryStats), its step time, and each receiving
-worker's restore from its log line (worker/engine_trainer.cc):
+worker's restore from its log line (worker/engine/engine_trainer.cc):
   ... job J generation G resumes at step S from peers (...): received B bytes, ... in D
   ... job J generation G resumes at step S from the checkpoint of job K (...): C chunks, B bytes in D
       [(download D1, gather D2)]

@@ -15,7 +15,7 @@
 #include "absl/strings/str_split.h"
 #include "absl/time/time.h"
 #include "common/flag_checks.h"
-#include "common/job_spec_defaults.h"
+#include "common/job_spec/defaults.h"
 #include "common/tls_credentials.h"
 #include "tools/cohortctl/spec_builder.h"
 #include "tools/cohortctl/spec_fields.h"

@@ -8,12 +8,13 @@
 
 #include "absl/strings/ascii.h"
 #include "absl/strings/str_cat.h"
-#include "absl/strings/str_join.h"
 #include "absl/strings/str_format.h"
+#include "absl/strings/str_join.h"
 #include "absl/strings/str_replace.h"
 #include "absl/strings/strip.h"
 #include "absl/time/time.h"
 #include "common/enum_names.h"
+#include "common/layout/mesh_proto.h"
 #include "common/proto_time.h"
 #include "tools/cohortctl/text_table.h"
 
@@ -120,8 +121,7 @@ bool IsTerminal(v1::JobState state) {
 
 std::string MeshShape(const v1::Mesh& mesh) {
   if (mesh.data_parallel() == 0 && mesh.members().empty()) return "-";
-  return absl::StrCat(mesh.data_parallel(), "x", mesh.tensor_parallel(), "x",
-                      mesh.pipeline_parallel());
+  return layout::DegreesText(mesh);
 }
 
 std::string DeviceLabel(v1::DeviceKind kind, int32_t index) {

@@ -2,7 +2,7 @@
 
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
-#include "common/job_spec_io.h"
+#include "common/job_spec/io.h"
 #include "common/log.h"
 #include "tools/cohortctl/command_line.h"
 #include "tools/cohortctl/demo_job_yaml.h"

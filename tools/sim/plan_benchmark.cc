@@ -6,7 +6,7 @@
 
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
-#include "coordinator/mesh_planner.h"
+#include "coordinator/jobs/mesh_planner.h"
 #include "tools/sim/latency_stats.h"
 
 namespace cohort::sim {

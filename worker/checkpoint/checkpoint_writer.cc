@@ -62,12 +62,12 @@ void CheckpointWriter::Upload(Step step) {
   header.set_generation(options_.generation.value());
   header.set_step(step.value());
   const RankPosition& p = options_.position;
-  header.mutable_layout()->set_data_parallel(p.dp);
-  header.mutable_layout()->set_tensor_parallel(p.layout.tp);
-  header.mutable_layout()->set_pipeline_parallel(p.layout.pp);
+  header.mutable_layout()->set_data_parallel(p.shape.data);
+  header.mutable_layout()->set_tensor_parallel(p.shape.tensor);
+  header.mutable_layout()->set_pipeline_parallel(p.shape.pipeline);
   header.mutable_layout()->set_zero1(options_.zero1);
   header.set_writer(options_.writer);
-  header.set_writers(static_cast<uint32_t>(p.dp * p.layout.tp * p.layout.pp));
+  header.set_writers(static_cast<uint32_t>(p.shape.world()));
   for (const v1::TensorInfo& t : catalog_) *header.add_tensors() = t;
   v1::UploadEnd end;
   end.set_chunks(static_cast<uint32_t>(chunks.size()));

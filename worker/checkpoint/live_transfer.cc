@@ -6,6 +6,7 @@
 #include <tuple>
 
 #include "common/layout/mesh_layout.h"
+#include "common/layout/mesh_proto.h"
 
 namespace cohort::checkpoint {
 namespace {
@@ -37,22 +38,12 @@ void Cut(const Box& box, int64_t max, std::vector<Box>& out) {
 }  // namespace
 
 StateLayout SourceLayoutOf(const v1::RecoveryPlan& plan) {
-  return StateLayout{std::max(1, plan.source_data_parallel()),
-                     std::max(1, plan.source_tensor_parallel()),
-                     std::max(1, plan.source_pipeline_parallel()), plan.source_zero1(),
+  return StateLayout{layout::SourceShapeOf(plan), plan.source_zero1(),
                      std::max(1, plan.source_optimizer_replicas())};
 }
 
 RankPosition PositionOf(const StateLayout& state, int rank) {
-  const layout::MeshCoords coords = layout::CoordsOf(state.shape(), rank);
-  RankPosition p;
-  p.layout.tp = state.tp;
-  p.layout.tp_rank = coords.tensor;
-  p.layout.pp = state.pp;
-  p.layout.stage = coords.pipeline;
-  p.dp = state.dp;
-  p.dp_rank = coords.data;
-  return p;
+  return RankPosition{state.shape, layout::CoordsOf(state.shape, rank)};
 }
 
 std::vector<Transfer> PlanTransfers(const model::GptConfig& config, const v1::RecoveryPlan& plan,
@@ -63,7 +54,7 @@ std::vector<Transfer> PlanTransfers(const model::GptConfig& config, const v1::Re
   std::vector<model::ParameterTable> source_tables;
   for (int r = 0; r < source.world() && r < plan.pieces_size(); ++r) {
     const RankPosition position = PositionOf(source, r);
-    const model::ParameterTable& table = source_tables.emplace_back(config, position.layout);
+    const model::ParameterTable& table = source_tables.emplace_back(config, position.model());
     for (const SavePiece& piece : PlanSave(table, position, 0)) {
       const model::ParameterInfo* info = table.Find(piece.tensor.substr(piece.tensor.find('/') + 1));
       pieces[{piece.kind, info->id}].push_back({r, piece.box});
@@ -85,9 +76,9 @@ std::vector<Transfer> PlanTransfers(const model::GptConfig& config, const v1::Re
   std::vector<Transfer> transfers;
   for (int q = 0; q < next.world(); ++q) {
     const RankPosition position = PositionOf(next, q);
-    const model::ParameterTable table(config, position.layout);
+    const model::ParameterTable table(config, position.model());
     const layout::ShardRange own =
-        layout::DataShardRange(table.num_params(), next.dp, position.dp_rank);
+        layout::DataShardRange(table.num_params(), next.shape.data, position.coords.data);
     const ArenaRange optimizer =
         next.zero1 ? ArenaRange{own.begin, own.end} : ArenaRange{0, table.num_params()};
     for (const LoadPiece& need : PlanLoad(table, optimizer)) {

@@ -1,5 +1,5 @@
 #pragma once
-// The transfers of a peer recovery (coordinator/recovery_planner.h): which
+// The transfers of a peer recovery (coordinator/jobs/recovery_planner.h): which
 // participant sends which box of which tensor to which, and in what order.
 // Pure: every participant computes the same list from the same plan.
 //
@@ -30,13 +30,10 @@ namespace cohort::checkpoint {
 
 // A generation's layout as far as state goes.
 struct StateLayout {
-  int dp = 1;
-  int tp = 1;
-  int pp = 1;
+  layout::MeshShape shape;
   bool zero1 = false;
   int optimizer_replicas = 1;
-  layout::MeshShape shape() const { return {dp, tp, pp}; }
-  int world() const { return shape().world(); }
+  int world() const { return shape.world(); }
   friend bool operator==(const StateLayout&, const StateLayout&) = default;
 };
 

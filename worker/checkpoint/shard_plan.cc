@@ -57,7 +57,7 @@ std::vector<v1::TensorInfo> Catalog(const model::GptConfig& config) {
 
 ArenaRange WriteRange(const model::ParameterTable& table, const RankPosition& position) {
   const layout::ShardRange range =
-      layout::DataShardRange(table.num_params(), position.dp, position.dp_rank);
+      layout::DataShardRange(table.num_params(), position.shape.data, position.coords.data);
   return {range.begin, range.end};
 }
 
@@ -67,7 +67,7 @@ std::vector<SavePiece> PlanSave(const model::ParameterTable& table, const RankPo
   std::vector<SavePiece> pieces;
   for (StateKind kind : kStateKinds) {
     for (const model::ParameterInfo& info : table.tensors()) {
-      if (!Owns(info, position.layout)) continue;
+      if (!Owns(info, position.model())) continue;
       const size_t begin = std::max(range.begin, info.offset);
       const size_t end = std::min(range.end, info.end());
       if (begin >= end) continue;

@@ -46,11 +46,12 @@ const char* StateKindPrefix(StateKind kind);
 // "param/wte", ...
 std::string TensorName(StateKind kind, const std::string& parameter);
 
-// Where a rank sits: its model shard and its place in the data group.
+// Where a rank sits in its generation's mesh.
 struct RankPosition {
-  model::ModelLayout layout;
-  int dp = 1;
-  int dp_rank = 0;
+  layout::MeshShape shape;
+  layout::MeshCoords coords;
+  // Its model shard.
+  model::ModelLayout model() const { return model::ModelLayout::Of(shape, coords); }
 };
 
 // The checkpoint's tensors for `config` (name, fp32, global shape; no

@@ -38,7 +38,7 @@ absl::StatusOr<ConstBoxedBuffer> SourceView(const SourceState& s, const Transfer
   }
   const RankPosition owner = PositionOf(s.layout, t.piece);
   auto held = std::find_if(s.mirrors.begin(), s.mirrors.end(),
-                           [&](const SourceState::Mirror& m) { return m.owner == owner.dp_rank; });
+                           [&](const SourceState::Mirror& m) { return m.owner == owner.coords.data; });
   if (held == s.mirrors.end()) {
     return absl::InvalidArgumentError(absl::StrCat("source rank ", s.rank, " holds no mirror of ",
                                                    "source rank ", t.piece));

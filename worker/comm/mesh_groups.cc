@@ -5,18 +5,14 @@
 
 #include "absl/strings/str_cat.h"
 #include "common/layout/mesh_layout.h"
+#include "common/layout/mesh_proto.h"
 #include "common/log.h"
 
 namespace cohort::comm {
 namespace {
 
-layout::MeshShape ShapeOf(const v1::Mesh& mesh) {
-  return {mesh.data_parallel(), mesh.tensor_parallel(), mesh.pipeline_parallel()};
-}
-
-layout::MeshCoords CoordsOf(const v1::MeshCoordinates& c) {
-  return {c.data(), c.tensor(), c.pipeline()};
-}
+using layout::CoordsOf;
+using layout::ShapeOf;
 
 std::string Describe(const v1::MeshCoordinates& c) {
   return absl::StrCat("(data ", c.data(), ", tensor ", c.tensor(), ", pipeline ", c.pipeline(),
@@ -78,12 +74,14 @@ uint16_t MeshCommunicatorId(MeshAxis axis, int group_index) {
 }
 
 absl::Status ValidateMesh(const v1::Mesh& mesh) {
-  const layout::MeshShape shape = ShapeOf(mesh);
-  if (shape.data < 1 || shape.tensor < 1 || shape.pipeline < 1) {
+  // Before ShapeOf, which counts an unset degree as 1.
+  if (mesh.data_parallel() < 1 || mesh.tensor_parallel() < 1 || mesh.pipeline_parallel() < 1) {
     return absl::InvalidArgumentError(absl::StrCat(
-        "mesh axis sizes must be >= 1: data_parallel ", shape.data, ", tensor_parallel ",
-        shape.tensor, ", pipeline_parallel ", shape.pipeline));
+        "mesh axis sizes must be >= 1: data_parallel ", mesh.data_parallel(),
+        ", tensor_parallel ", mesh.tensor_parallel(), ", pipeline_parallel ",
+        mesh.pipeline_parallel()));
   }
+  const layout::MeshShape shape = ShapeOf(mesh);
   // In 64 bits: the product of three int32s from the wire may overflow int.
   const int64_t world = int64_t{shape.data} * shape.tensor * shape.pipeline;
   if (world != mesh.members_size()) {

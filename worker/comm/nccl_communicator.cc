@@ -445,8 +445,9 @@ absl::Status CheckPeerAndTag(int peer, uint32_t tag, int rank, int size) {
 
 }  // namespace
 
-absl::Status NcclCommunicator::Send(const void* data, size_t bytes, int peer, uint32_t tag,
-                                    absl::Duration timeout) {
+absl::Status NcclCommunicator::PointToPoint(const char* what, const void* data, size_t bytes,
+                                            int peer, uint32_t tag, absl::Duration timeout,
+                                            Enqueue enqueue) {
   RETURN_IF_ERROR(CheckPeerAndTag(peer, tag, spec_.rank, spec_.size));
   RETURN_IF_ERROR(CheckCount(data, bytes, "data"));
   RETURN_IF_ERROR(UsableStatus());
@@ -454,23 +455,23 @@ absl::Status NcclCommunicator::Send(const void* data, size_t bytes, int peer, ui
   ScopedDevice device(spec_.device);
   RETURN_IF_ERROR(device.status());
   RETURN_IF_ERROR(CheckDeviceBuffer(data, "data"));
-  return Run("Send", timeout, [&](ncclComm_t comm, cudaStream_t stream) {
-    return ncclSend(data, bytes, ncclUint8, peer, comm, stream);
-  });
+  return Run(what, timeout, enqueue);
+}
+
+absl::Status NcclCommunicator::Send(const void* data, size_t bytes, int peer, uint32_t tag,
+                                    absl::Duration timeout) {
+  return PointToPoint("Send", data, bytes, peer, tag, timeout,
+                      [&](ncclComm_t comm, cudaStream_t stream) {
+                        return ncclSend(data, bytes, ncclUint8, peer, comm, stream);
+                      });
 }
 
 absl::Status NcclCommunicator::Recv(void* data, size_t bytes, int peer, uint32_t tag,
                                     absl::Duration timeout) {
-  RETURN_IF_ERROR(CheckPeerAndTag(peer, tag, spec_.rank, spec_.size));
-  RETURN_IF_ERROR(CheckCount(data, bytes, "data"));
-  RETURN_IF_ERROR(UsableStatus());
-  if (bytes == 0) return absl::OkStatus();
-  ScopedDevice device(spec_.device);
-  RETURN_IF_ERROR(device.status());
-  RETURN_IF_ERROR(CheckDeviceBuffer(data, "data"));
-  return Run("Recv", timeout, [&](ncclComm_t comm, cudaStream_t stream) {
-    return ncclRecv(data, bytes, ncclUint8, peer, comm, stream);
-  });
+  return PointToPoint("Recv", data, bytes, peer, tag, timeout,
+                      [&](ncclComm_t comm, cudaStream_t stream) {
+                        return ncclRecv(data, bytes, ncclUint8, peer, comm, stream);
+                      });
 }
 
 absl::Status NcclCommunicator::SendRecv(const void* send_data, size_t send_bytes, int send_peer,

@@ -141,6 +141,9 @@ class NcclCommunicator : public Communicator {
   absl::Status Init(const ncclUniqueId& id, absl::Time deadline);
   // Enqueues one NCCL operation and waits for it to finish (see class comment).
   absl::Status Run(const char* what, absl::Duration timeout, Enqueue enqueue);
+  // Send's and Recv's checks of peer, tag and buffer, then Run.
+  absl::Status PointToPoint(const char* what, const void* data, size_t bytes, int peer,
+                            uint32_t tag, absl::Duration timeout, Enqueue enqueue);
   // Polls until the last enqueued operation has completed on the stream.
   absl::Status WaitForCompletion(const char* what, absl::Time deadline);
   // OK while usable; otherwise the status every call returns from now on.

@@ -15,6 +15,33 @@ using Handle = UcxChannel::Handle;
 
 int Mod(int a, int n) { return ((a % n) + n) % n; }
 
+// The sends a ring has in flight, at most kRingSendWindow, retired in the
+// order they were posted.
+class SendWindow {
+ public:
+  bool empty() const { return count_ == 0; }
+  bool full() const { return count_ == kRingSendWindow; }
+  void Push(Handle handle) {
+    sends_[static_cast<size_t>((head_ + count_) % kRingSendWindow)] = handle;
+    ++count_;
+  }
+  // Retires the oldest sends that have completed, up to the first that has not.
+  absl::Status Retire(UcxChannel& channel) {
+    while (count_ > 0) {
+      ASSIGN_OR_RETURN(const bool done, channel.Test(&sends_[static_cast<size_t>(head_)]));
+      if (!done) break;
+      head_ = (head_ + 1) % kRingSendWindow;
+      --count_;
+    }
+    return absl::OkStatus();
+  }
+
+ private:
+  std::array<Handle, kRingSendWindow> sends_;
+  int head_ = 0;
+  int count_ = 0;
+};
+
 // Chunk and segment boundaries, in elements. Chunk c covers
 // [c * chunk, min((c + 1) * chunk, count)); segment s of it the s-th
 // `segment`-sized piece. Boundaries depend only on (count, n, element size),
@@ -66,13 +93,11 @@ absl::Status RunRing(UcxChannel& channel, const RingPlan& plan) {
   const int total = plan.steps * plan.segments;
   std::array<Handle, kRingRecvWindow> recvs;
   std::array<RingSegment, kRingRecvWindow> pending;
-  std::array<Handle, kRingSendWindow> sends;
-  int send_head = 0;
-  int send_count = 0;
+  SendWindow sends;
   int next_recv = 0;
   int next_send = 0;
   int next_done = 0;
-  while (next_done < total || send_count > 0) {
+  while (next_done < total || !sends.empty()) {
     while (next_recv < total && next_recv < next_done + kRingRecvWindow) {
       const int slot = next_recv % kRingRecvWindow;
       pending[slot] = plan.describe(next_recv, slot);
@@ -86,14 +111,8 @@ absl::Status RunRing(UcxChannel& channel, const RingPlan& plan) {
       }
       ++next_recv;
     }
-    while (send_count > 0) {
-      absl::StatusOr<bool> done = channel.Test(&sends[send_head]);
-      if (!done.ok()) return done.status();
-      if (!*done) break;
-      send_head = (send_head + 1) % kRingSendWindow;
-      --send_count;
-    }
-    while (next_send < total && send_count < kRingSendWindow &&
+    RETURN_IF_ERROR(sends.Retire(channel));
+    while (next_send < total && !sends.full() &&
            (next_send < plan.segments || next_send - plan.segments < next_done)) {
       const RingSegment segment = plan.describe(next_send, -1);
       Handle handle = UcxChannel::kDone;
@@ -104,8 +123,7 @@ absl::Status RunRing(UcxChannel& channel, const RingPlan& plan) {
         if (!h.ok()) return h.status();
         handle = *h;
       }
-      sends[(send_head + send_count) % kRingSendWindow] = handle;
-      ++send_count;
+      sends.Push(handle);
       ++next_send;
     }
     bool advanced = false;
@@ -351,12 +369,11 @@ absl::Status Broadcast(UcxChannel& channel, void* data, size_t bytes, int root) 
     return std::min(bytes - *begin, kRingSegmentBytes);
   };
   std::array<Handle, kRingRecvWindow> recvs;
-  std::array<Handle, kRingSendWindow> sends;
-  int send_head = 0, send_count = 0;
+  SendWindow sends;
   int next_recv = receives ? 0 : segments;
   int next_done = receives ? 0 : segments;
   int next_send = forwards ? 0 : segments;
-  while (next_done < segments || next_send < segments || send_count > 0) {
+  while (next_done < segments || next_send < segments || !sends.empty()) {
     while (next_recv < segments && next_recv < next_done + kRingRecvWindow) {
       size_t begin;
       const size_t length = range(next_recv, &begin);
@@ -367,14 +384,8 @@ absl::Status Broadcast(UcxChannel& channel, void* data, size_t bytes, int root) 
       recvs[next_recv % kRingRecvWindow] = *h;
       ++next_recv;
     }
-    while (send_count > 0) {
-      absl::StatusOr<bool> done = channel.Test(&sends[send_head]);
-      if (!done.ok()) return done.status();
-      if (!*done) break;
-      send_head = (send_head + 1) % kRingSendWindow;
-      --send_count;
-    }
-    while (next_send < segments && send_count < kRingSendWindow &&
+    RETURN_IF_ERROR(sends.Retire(channel));
+    while (next_send < segments && !sends.full() &&
            (!receives || next_send < next_done)) {
       size_t begin;
       const size_t length = range(next_send, &begin);
@@ -382,8 +393,7 @@ absl::Status Broadcast(UcxChannel& channel, void* data, size_t bytes, int root) 
           channel.PostSend(right, channel.CollectiveTag(me, static_cast<uint32_t>(next_send)),
                            buffer + begin, length);
       if (!h.ok()) return h.status();
-      sends[(send_head + send_count) % kRingSendWindow] = *h;
-      ++send_count;
+      sends.Push(*h);
       ++next_send;
     }
     bool advanced = false;

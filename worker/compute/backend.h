@@ -3,8 +3,10 @@
 // backward (the llm.c set: encoder, layernorm, matmul, attention, GELU,
 // residual, softmax + cross-entropy), plus the little memory management the
 // model needs around them. Implementations: CpuBackend (fp32, OpenBLAS and
-// OpenMP); a CUDA backend (device memory, bf16 activations) can implement the
-// same interface later.
+// OpenMP) and CudaBackend (cuda_backend.h: device memory, cuBLASLt and the
+// kernels of cuda_kernels.h); the tests' GuardedBackend
+// (tests/testing/guarded_backend.h) runs the CPU kernels on memory the host
+// may not touch, to check the callers.
 //
 // Memory. Every tensor argument is a TensorSpan: a typed, non-owning view of
 // backend memory (host memory for CpuBackend, device memory for a GPU

@@ -5,6 +5,7 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
+#include "common/job_spec/sharding.h"
 
 namespace cohort::model {
 namespace {
@@ -18,9 +19,7 @@ absl::Status RequirePositive(const char* field, int value) {
 
 int GptConfig::PaddedVocab() const {
   if (padded_vocab != 0) return padded_vocab;
-  const int64_t rounded = (static_cast<int64_t>(vocab_size) + kVocabPadMultiple - 1) /
-                          kVocabPadMultiple * kVocabPadMultiple;
-  return static_cast<int>(rounded);
+  return static_cast<int>(PaddedVocabulary(vocab_size));
 }
 
 absl::Status GptConfig::Validate() const {

@@ -2,7 +2,7 @@
 // GptConfig: the shape of a GPT-2 style model (llm.c's GPT2Config).
 
 #include "absl/status/status.h"
-#include "common/job_spec_defaults.h"
+#include "common/job_spec/defaults.h"
 
 namespace cohort::model {
 

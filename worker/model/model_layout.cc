@@ -1,6 +1,7 @@
 #include "worker/model/model_layout.h"
 
 #include "absl/strings/str_cat.h"
+#include "common/job_spec/sharding.h"
 
 namespace cohort::model {
 
@@ -17,15 +18,17 @@ absl::Status ModelLayout::Validate(const GptConfig& config) const {
     return absl::InvalidArgumentError(
         absl::StrCat("ModelLayout.stage ", stage, " outside [0, pp=", pp, ")"));
   }
-  if (config.heads % tp != 0) {
+  const ShardingCheck sharding =
+      CheckSharding(config.heads, config.PaddedVocab(), config.layers, tp, pp);
+  if (!sharding.tensor_divides_heads) {
     return absl::InvalidArgumentError(absl::StrCat("ModelLayout.tp ", tp, " does not divide ",
                                                    config.heads, " attention heads"));
   }
-  if (config.PaddedVocab() % tp != 0) {
+  if (!sharding.tensor_divides_vocabulary) {
     return absl::InvalidArgumentError(absl::StrCat(
         "ModelLayout.tp ", tp, " does not divide the padded vocabulary ", config.PaddedVocab()));
   }
-  if (pp > config.layers) {
+  if (!sharding.pipeline_fits_layers) {
     return absl::InvalidArgumentError(absl::StrCat("ModelLayout.pp ", pp, " exceeds ",
                                                    config.layers,
                                                    " layers: every stage needs at least one"));

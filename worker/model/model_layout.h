@@ -16,6 +16,7 @@
 // Thread-safety: plain data.
 
 #include "absl/status/status.h"
+#include "common/layout/mesh_layout.h"
 #include "worker/model/gpt_config.h"
 
 namespace cohort::model {
@@ -27,6 +28,12 @@ struct ModelLayout {
   int stage = 0;
 
   friend bool operator==(const ModelLayout&, const ModelLayout&) = default;
+
+  // The model shard of the rank at `coords` in `shape` (its tensor and
+  // pipeline coordinates; the data axis does not shard the model).
+  static ModelLayout Of(const layout::MeshShape& shape, const layout::MeshCoords& coords) {
+    return {shape.tensor, coords.tensor, shape.pipeline, coords.pipeline};
+  }
 
   bool first_stage() const { return stage == 0; }
   bool last_stage() const { return stage == pp - 1; }

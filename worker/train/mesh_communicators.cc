@@ -1,10 +1,10 @@
 #include "worker/train/mesh_communicators.h"
 
-#include <algorithm>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
 #include "common/layout/mesh_layout.h"
+#include "common/layout/mesh_proto.h"
 #include "common/status_macros.h"
 
 namespace cohort::train {
@@ -41,12 +41,7 @@ absl::StatusOr<MeshCommunicators> CreateMeshCommunicators(
 }
 
 model::ModelLayout LayoutOf(const v1::Mesh& mesh, const v1::MeshCoordinates& self) {
-  model::ModelLayout layout;
-  layout.tp = std::max(1, mesh.tensor_parallel());
-  layout.tp_rank = self.tensor();
-  layout.pp = std::max(1, mesh.pipeline_parallel());
-  layout.stage = self.pipeline();
-  return layout;
+  return model::ModelLayout::Of(layout::ShapeOf(mesh), layout::CoordsOf(self));
 }
 
 v1::Mesh LocalMesh(int dp, int tp, int pp) {
@@ -58,12 +53,7 @@ v1::Mesh LocalMesh(int dp, int tp, int pp) {
   for (int r = 0; r < shape.world(); ++r) {
     v1::MeshMember* member = mesh.add_members();
     member->set_worker_id(absl::StrCat("rank-", r));
-    const layout::MeshCoords coords = layout::CoordsOf(shape, r);
-    v1::MeshCoordinates* c = member->mutable_coordinates();
-    c->set_rank(r);
-    c->set_tensor(coords.tensor);
-    c->set_data(coords.data);
-    c->set_pipeline(coords.pipeline);
+    layout::SetCoordinates(shape, layout::CoordsOf(shape, r), member->mutable_coordinates());
   }
   return mesh;
 }

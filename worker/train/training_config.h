@@ -2,9 +2,11 @@
 // TrainingConfig: what a worker needs from a JobSpec to train, in engine
 // types, plus the data source it names.
 //
-// The coordinator validates and normalises specs (coordinator/
-// job_spec_validator.h) before any worker sees them; the checks here guard
-// the engine's own assumptions and name the spec field when one fails.
+// Every spec is read through the one validator and its defaults
+// (common/job_spec/validator.h): the coordinator normalises a spec at submit,
+// and TrainingConfigFromSpec normalises what it is given again (a no-op for
+// the coordinator's, the defaults for one a tool or test built), so no
+// default or spec rule is restated here.
 
 #include <cstdint>
 #include <memory>
@@ -73,12 +75,11 @@ struct TrainingConfig {
 };
 
 // The engine's view of `spec` for a data-parallel degree `dp`.
-// InvalidArgument naming the field: model sizes (model.*), batch sizes that
-// do not divide (batch.*, or dp not dividing the micro-batches), a
-// non-positive step count, an invalid schedule. A GPU job runs its layers on
-// the CUDA backend in its precision (fp32, tf32, or bf16: the default), in
-// any layout (through host staging, gpt_model.h). Tensor and pipeline
-// parallelism are checked against the model by ModelLayout::Validate when the model is built.
+// InvalidArgument: the validator's message (every bad field, named), or the
+// micro-batches not fitting `dp` (batch). Internal: a validated spec the
+// engine still cannot hold (a defect). A GPU job runs on the CUDA backend in
+// its precision; tensor and pipeline degrees are the mesh's
+// (ModelLayout::Validate checks the shard when the model is built).
 absl::StatusOr<TrainingConfig> TrainingConfigFromSpec(const v1::JobSpec& spec, int dp);
 
 // The tokens `config` trains on (`train`): the synthetic stream generated in

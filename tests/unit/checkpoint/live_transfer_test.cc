@@ -18,7 +18,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/mutex.h"
-#include "coordinator/recovery_planner.h"
+#include "coordinator/jobs/recovery_planner.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "tests/testing/hub_communicator.h"
@@ -58,17 +58,17 @@ std::vector<float> Arena(const model::ParameterTable& table, StateKind kind) {
 
 v1::Mesh MeshOf(const StateLayout& l, const std::string& prefix) {
   v1::Mesh mesh;
-  mesh.set_data_parallel(l.dp);
-  mesh.set_tensor_parallel(l.tp);
-  mesh.set_pipeline_parallel(l.pp);
+  mesh.set_data_parallel(l.shape.data);
+  mesh.set_tensor_parallel(l.shape.tensor);
+  mesh.set_pipeline_parallel(l.shape.pipeline);
   for (int r = 0; r < l.world(); ++r) {
     const RankPosition p = PositionOf(l, r);
     v1::MeshMember* m = mesh.add_members();
     m->set_worker_id(absl::StrCat(prefix, r));
     m->mutable_coordinates()->set_rank(r);
-    m->mutable_coordinates()->set_data(p.dp_rank);
-    m->mutable_coordinates()->set_tensor(p.layout.tp_rank);
-    m->mutable_coordinates()->set_pipeline(p.layout.stage);
+    m->mutable_coordinates()->set_data(p.coords.data);
+    m->mutable_coordinates()->set_tensor(p.coords.tensor);
+    m->mutable_coordinates()->set_pipeline(p.coords.pipeline);
   }
   return mesh;
 }
@@ -104,7 +104,7 @@ TEST_P(LiveTransferTest, EveryNewRankGetsBitwiseTheStateItNeeds) {
   const std::vector<std::vector<int>> rounds = ScheduleRounds(transfers);
   // A rank that continues takes the weights its shard held from itself.
   for (const auto& [q, r] : c.continuing) {
-    const model::ParameterTable held(kSmall, PositionOf(c.source, r).layout);
+    const model::ParameterTable held(kSmall, PositionOf(c.source, r).model());
     for (const Transfer& t : transfers) {
       if (t.to != q || t.kind != StateKind::kParam) continue;
       const model::ParameterInfo& info = held[t.tensor];
@@ -133,11 +133,11 @@ TEST_P(LiveTransferTest, EveryNewRankGetsBitwiseTheStateItNeeds) {
   for (const auto& [participant, r] : source_rank_of) {
     Held& h = held[participant];
     const RankPosition pos = PositionOf(c.source, r);
-    h.table = std::make_unique<model::ParameterTable>(kSmall, pos.layout);
+    h.table = std::make_unique<model::ParameterTable>(kSmall, pos.model());
     const size_t n = h.table->num_params();
     h.params = Arena(*h.table, StateKind::kParam);
     std::vector<float> m = Arena(*h.table, StateKind::kAdamM), v = Arena(*h.table, StateKind::kAdamV);
-    const layout::ShardRange own = layout::DataShardRange(n, c.source.dp, pos.dp_rank);
+    const layout::ShardRange own = layout::DataShardRange(n, c.source.shape.data, pos.coords.data);
     const ArenaRange optimizer = c.source.zero1 ? ArenaRange{own.begin, own.end} : ArenaRange{0, n};
     h.m.assign(m.begin() + optimizer.begin, m.begin() + optimizer.end);
     h.v.assign(v.begin() + optimizer.begin, v.begin() + optimizer.end);
@@ -145,14 +145,14 @@ TEST_P(LiveTransferTest, EveryNewRankGetsBitwiseTheStateItNeeds) {
                           optimizer, {}};
     if (c.source.zero1) {
       for (int j = 1; j < c.source.optimizer_replicas; ++j) {
-        const int owner = (pos.dp_rank - j + c.source.dp) % c.source.dp;
-        const layout::ShardRange range = layout::DataShardRange(n, c.source.dp, owner);
+        const int owner = (pos.coords.data - j + c.source.shape.data) % c.source.shape.data;
+        const layout::ShardRange range = layout::DataShardRange(n, c.source.shape.data, owner);
         h.mirror_m.emplace_back(m.begin() + range.begin, m.begin() + range.end);
         h.mirror_v.emplace_back(v.begin() + range.begin, v.begin() + range.end);
       }
       for (size_t j = 0; j < h.mirror_m.size(); ++j) {
-        const int owner = (pos.dp_rank - static_cast<int>(j) - 1 + c.source.dp) % c.source.dp;
-        const layout::ShardRange range = layout::DataShardRange(n, c.source.dp, owner);
+        const int owner = (pos.coords.data - static_cast<int>(j) - 1 + c.source.shape.data) % c.source.shape.data;
+        const layout::ShardRange range = layout::DataShardRange(n, c.source.shape.data, owner);
         h.state.mirrors.push_back(SourceState::Mirror{owner, h.mirror_m[j].data(),
                                                       h.mirror_v[j].data(),
                                                       ArenaRange{range.begin, range.end}});
@@ -169,9 +169,9 @@ TEST_P(LiveTransferTest, EveryNewRankGetsBitwiseTheStateItNeeds) {
   for (int q = 0; q < c.next.world(); ++q) {
     const RankPosition pos = PositionOf(c.next, q);
     Dest& d = dests[static_cast<size_t>(q)];
-    d.table = std::make_unique<model::ParameterTable>(kSmall, pos.layout);
+    d.table = std::make_unique<model::ParameterTable>(kSmall, pos.model());
     const size_t n = d.table->num_params();
-    const layout::ShardRange own = layout::DataShardRange(n, c.next.dp, pos.dp_rank);
+    const layout::ShardRange own = layout::DataShardRange(n, c.next.shape.data, pos.coords.data);
     d.optimizer = c.next.zero1 ? ArenaRange{own.begin, own.end} : ArenaRange{0, n};
     d.params.assign(n, NAN);
     d.m.assign(d.optimizer.end - d.optimizer.begin, NAN);
@@ -230,14 +230,14 @@ TEST_P(LiveTransferTest, EveryNewRankGetsBitwiseTheStateItNeeds) {
 INSTANTIATE_TEST_SUITE_P(
     Recoveries, LiveTransferTest,
     ::testing::Values(
-        Case{"SpareReplacesDataRank", {4, 1, 1, true, 2}, {2}, {4, 1, 1, true, 2},
+        Case{"SpareReplacesDataRank", {{4, 1, 1}, true, 2}, {2}, {{4, 1, 1}, true, 2},
              {{0, 0}, {1, 1}, {3, 3}}},
-        Case{"ShrinkDp4ToDp2", {4, 1, 1, true, 2}, {1}, {2, 1, 1, true, 2}, {{0, 0}, {1, 2}}},
-        Case{"TensorMemberLost", {2, 2, 1, false, 1}, {1}, {1, 2, 1, false, 1}, {{0, 0}, {1, 3}}},
-        Case{"PipelineToTensor", {2, 1, 2, true, 2}, {3}, {2, 2, 1, true, 2},
+        Case{"ShrinkDp4ToDp2", {{4, 1, 1}, true, 2}, {1}, {{2, 1, 1}, true, 2}, {{0, 0}, {1, 2}}},
+        Case{"TensorMemberLost", {{2, 2, 1}, false, 1}, {1}, {{1, 2, 1}, false, 1}, {{0, 0}, {1, 3}}},
+        Case{"PipelineToTensor", {{2, 1, 2}, true, 2}, {3}, {{2, 2, 1}, true, 2},
              {{0, 0}, {1, 2}, {2, 1}}},
-        Case{"GrowDp2ToDp4", {2, 1, 1, true, 2}, {}, {4, 1, 1, true, 2}, {{0, 0}, {2, 1}}},
-        Case{"Mixed222To122", {2, 2, 2, true, 2}, {0, 6}, {1, 2, 2, false, 1},
+        Case{"GrowDp2ToDp4", {{2, 1, 1}, true, 2}, {}, {{4, 1, 1}, true, 2}, {{0, 0}, {2, 1}}},
+        Case{"Mixed222To122", {{2, 2, 2}, true, 2}, {0, 6}, {{1, 2, 2}, false, 1},
              {{0, 2}, {1, 1}, {2, 4}, {3, 7}}}),
     [](const ::testing::TestParamInfo<Case>& info) { return info.param.name; });
 

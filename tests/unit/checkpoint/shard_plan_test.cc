@@ -4,7 +4,7 @@
 #include <set>
 #include <vector>
 
-#include "coordinator/checkpoint_coverage.h"
+#include "coordinator/checkpoints/checkpoint_coverage.h"
 #include "gtest/gtest.h"
 #include "worker/train/data_parallel.h"
 
@@ -26,7 +26,7 @@ std::vector<std::pair<model::ParameterTable, RankPosition>> Ranks(const model::G
     for (int d = 0; d < l.dp; ++d) {
       for (int t = 0; t < l.tp; ++t) {
         const model::ModelLayout layout{.tp = l.tp, .tp_rank = t, .pp = l.pp, .stage = stage};
-        out.emplace_back(model::ParameterTable(config, layout), RankPosition{layout, l.dp, d});
+        out.emplace_back(model::ParameterTable(config, layout), RankPosition{{l.dp, l.tp, l.pp}, {d, t, stage}});
       }
     }
   }
@@ -94,7 +94,7 @@ TEST_P(ShardPlanTest, LoadPiecesCoverTheShardAndTheOptimizerRange) {
   const Layout l = GetParam();
   for (const auto& [table, position] : Ranks(kSmall, l)) {
     for (bool zero1 : {false, true}) {
-      const layout::ShardRange own = layout::DataShardRange(table.num_params(), l.dp, position.dp_rank);
+      const layout::ShardRange own = layout::DataShardRange(table.num_params(), l.dp, position.coords.data);
       const ArenaRange optimizer =
           zero1 ? ArenaRange{own.begin, own.end} : ArenaRange{0, table.num_params()};
       std::map<StateKind, std::vector<char>> covered;

@@ -9,7 +9,9 @@
 #include <sstream>
 #include <string>
 
+#include "absl/time/time.h"
 #include "gtest/gtest.h"
+#include "tests/testing/wait.h"
 
 namespace cohort::comm {
 namespace {
@@ -83,12 +85,8 @@ TEST(LocalPeerTest, AKilledProcessIsGoneEvenBeforeItIsReaped) {
   ::kill(child, SIGKILL);
   // Not reaped yet: a zombie counts as gone. Poll until the kernel has
   // turned it into one.
-  bool gone = false;
-  for (int i = 0; i < 1000 && !gone; ++i) {
-    gone = ProcessGone(identity);
-    if (!gone) ::usleep(1000);
-  }
-  EXPECT_TRUE(gone);
+  EXPECT_TRUE(testing::WaitUntil([&] { return ProcessGone(identity); }, absl::Seconds(1),
+                                 absl::Milliseconds(1)));
   ::waitpid(child, nullptr, 0);
   EXPECT_TRUE(ProcessGone(identity));
 }

@@ -4,6 +4,7 @@
 
 #include "worker/comm/ucx_communicator.h"
 
+#include <atomic>
 #include <cstdlib>
 #include <memory>
 #include <string>
@@ -14,6 +15,8 @@
 #include "absl/synchronization/mutex.h"
 #include "absl/time/clock.h"
 #include "gtest/gtest.h"
+#include "tests/testing/wait.h"
+#include "worker/comm/tracked_communicator.h"
 #include "worker/comm/ucx_context.h"
 
 namespace cohort::comm {
@@ -104,13 +107,18 @@ TEST_P(UcxCommunicatorTest, AllReduceAcrossTwoContexts) {
 TEST_P(UcxCommunicatorTest, AbortFromAnotherThreadUnblocksRecvAtOnce) {
   uint64_t buffer = 0;
   absl::Time aborted_at;
+  // The abort comes once Recv is in flight (the counter a trainer reports
+  // waiting by), so it finds Recv waiting rather than refusing a later call.
+  std::atomic<int> in_flight{0};
+  TrackedCommunicator tracked(comms_[1].get(), &in_flight);
   std::thread aborter([&] {
-    absl::SleepFor(absl::Milliseconds(100));  // let Recv start waiting
+    EXPECT_TRUE(testing::WaitUntil([&] { return in_flight.load() == 1; }, absl::Seconds(30),
+                                   absl::Microseconds(100)));
     aborted_at = absl::Now();
     comms_[1]->Abort(absl::CancelledError("test abort"));
   });
   const absl::Time start = absl::Now();
-  absl::Status status = comms_[1]->Recv(&buffer, 8, 0, 3, absl::Seconds(30));
+  absl::Status status = tracked.Recv(&buffer, 8, 0, 3, absl::Seconds(30));
   const absl::Time returned = absl::Now();
   aborter.join();
   EXPECT_TRUE(absl::IsAborted(status)) << status;

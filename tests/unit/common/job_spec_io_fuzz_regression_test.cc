@@ -3,7 +3,7 @@
 
 #include <string>
 
-#include "common/job_spec_io.h"
+#include "common/job_spec/io.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 

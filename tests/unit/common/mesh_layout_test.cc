@@ -2,8 +2,9 @@
 // enumeration, and the coordinator's plan against the groups a worker
 // derives from it, for every (dp, tp, pp) of up to 64 ranks (issue 22).
 
-#include "common/layout/mesh_layout.h"
 #include "common/layout/mesh_hosts.h"
+#include "common/layout/mesh_layout.h"
+#include "common/layout/mesh_proto.h"
 
 #include <algorithm>
 #include <map>
@@ -13,7 +14,7 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
-#include "coordinator/mesh_planner.h"
+#include "coordinator/jobs/mesh_planner.h"
 #include "gtest/gtest.h"
 #include "worker/comm/mesh_groups.h"
 
@@ -108,6 +109,39 @@ TEST(MeshLayoutTest, GroupsAreTheRanksThatShareTheOtherTwoCoordinates) {
       }
       EXPECT_EQ(static_cast<int>(ranks_of_group.size()), GroupsOnAxis(shape, axis));
     }
+  }
+}
+
+TEST(MeshLayoutTest, GroupMemberInvertsTheGroupIndexAndTheAxisCoordinate) {
+  for (const MeshShape& shape : AllShapes()) {
+    for (const Axis axis : {Axis::kTensor, Axis::kData, Axis::kPipeline}) {
+      for (int rank = 0; rank < shape.world(); ++rank) {
+        const MeshCoords self = CoordsOf(shape, rank);
+        const int index = GroupIndex(shape, axis, self);
+        ASSERT_EQ(index, GroupOf(shape, axis, self).group_index) << Name(shape);
+        ASSERT_EQ(GroupMember(shape, axis, index, AxisCoordinate(self, axis)), self)
+            << Name(shape) << " " << AxisName(axis) << " rank " << rank;
+      }
+    }
+  }
+}
+
+TEST(MeshLayoutTest, TheWiresMeshConvertsOnceWithUnsetDegreesAsOne) {
+  v1::Mesh mesh;
+  EXPECT_EQ(ShapeOf(mesh), (MeshShape{1, 1, 1}));
+  mesh.set_data_parallel(3);
+  mesh.set_pipeline_parallel(2);
+  EXPECT_EQ(ShapeOf(mesh), (MeshShape{3, 1, 2}));
+  EXPECT_EQ(DegreesText(mesh), "3x0x2");
+  v1::RecoveryPlan plan;
+  plan.set_source_tensor_parallel(4);
+  EXPECT_EQ(SourceShapeOf(plan), (MeshShape{1, 4, 1}));
+  const MeshShape shape{3, 2, 2};
+  for (int rank = 0; rank < shape.world(); ++rank) {
+    v1::MeshCoordinates wire;
+    SetCoordinates(shape, CoordsOf(shape, rank), &wire);
+    EXPECT_EQ(wire.rank(), rank);
+    EXPECT_EQ(CoordsOf(wire), CoordsOf(shape, rank));
   }
 }
 

@@ -10,8 +10,8 @@
 
 #include "common/box.h"
 #include "common/clock.h"
-#include "coordinator/checkpoint_store.h"
-#include "coordinator/checkpoint_uploads.h"
+#include "coordinator/checkpoints/checkpoint_store.h"
+#include "coordinator/checkpoints/checkpoint_uploads.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 

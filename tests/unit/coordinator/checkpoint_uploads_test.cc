@@ -1,4 +1,4 @@
-#include "coordinator/checkpoint_uploads.h"
+#include "coordinator/checkpoints/checkpoint_uploads.h"
 
 #include <map>
 #include <memory>
@@ -8,13 +8,13 @@
 
 #include "absl/strings/ascii.h"
 #include "absl/strings/str_cat.h"
+#include "absl/synchronization/notification.h"
 #include "common/clock.h"
 #include "common/crc32c.h"
 #include "common/enum_names.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "tests/testing/wait.h"
-#include "absl/synchronization/notification.h"
 
 namespace cohort::coordinator {
 namespace {

@@ -1,4 +1,4 @@
-#include "coordinator/hello_validator.h"
+#include "coordinator/membership/hello_validator.h"
 
 #include <string>
 

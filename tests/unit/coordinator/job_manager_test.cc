@@ -1,4 +1,4 @@
-#include "coordinator/job_manager.h"
+#include "coordinator/jobs/job_manager.h"
 
 #include <string>
 #include <vector>

@@ -3,7 +3,7 @@
 // the disk while it holds its mutex, and what it tells workers and clients
 // is durable first.
 
-#include "coordinator/job_persister.h"
+#include "coordinator/jobs/job_persister.h"
 
 #include <map>
 #include <memory>

@@ -1,4 +1,4 @@
-#include "coordinator/job_store.h"
+#include "coordinator/jobs/job_store.h"
 
 #include <string>
 #include <vector>

@@ -1,7 +1,7 @@
 // The coordinator's loss curve: points in step order, replaced from a step
 // that is trained again, thinned to a bound keeping the first and newest.
 
-#include "coordinator/loss_history.h"
+#include "coordinator/jobs/loss_history.h"
 
 #include "gtest/gtest.h"
 

@@ -1,4 +1,4 @@
-#include "coordinator/membership_table.h"
+#include "coordinator/membership/membership_table.h"
 
 #include <algorithm>
 #include <string>

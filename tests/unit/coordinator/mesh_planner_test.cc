@@ -1,4 +1,4 @@
-#include "coordinator/mesh_planner.h"
+#include "coordinator/jobs/mesh_planner.h"
 
 #include <algorithm>
 #include <map>

@@ -1,7 +1,7 @@
 // Reachability: which candidates a plan keeps when workers reported that
 // they cannot reach each other, and how long a cut holds.
 
-#include "coordinator/reachability.h"
+#include "coordinator/membership/reachability.h"
 
 #include <string>
 #include <vector>

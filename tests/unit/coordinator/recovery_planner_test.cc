@@ -1,4 +1,4 @@
-#include "coordinator/recovery_planner.h"
+#include "coordinator/jobs/recovery_planner.h"
 
 #include <string>
 

@@ -1,4 +1,4 @@
-#include "coordinator/rocksdb_checkpoint_store.h"
+#include "coordinator/store/rocksdb_checkpoint_store.h"
 
 #include <filesystem>
 #include <random>

@@ -1,5 +1,5 @@
 // cohort-coordinator replaces RocksDB's crc32c::Extend with Cohort's
-// (coordinator/rocksdb_crc32c.cc). That is only sound if both compute the
+// (coordinator/store/rocksdb_crc32c.cc). That is only sound if both compute the
 // same function: this binary does not link the replacement, so it calls
 // RocksDB's own and compares.
 

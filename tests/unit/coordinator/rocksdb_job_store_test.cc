@@ -1,4 +1,4 @@
-#include "coordinator/rocksdb_job_store.h"
+#include "coordinator/store/rocksdb_job_store.h"
 
 #include <poll.h>
 #include <signal.h>

@@ -1,7 +1,7 @@
-// StallDetector (coordinator/stall_detector.h): when a running generation
+// StallDetector (coordinator/membership/stall_detector.h): when a running generation
 // counts as stalled and whom it blames, on explicit times.
 
-#include "coordinator/stall_detector.h"
+#include "coordinator/membership/stall_detector.h"
 
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"

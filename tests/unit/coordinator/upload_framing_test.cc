@@ -2,7 +2,7 @@
 // is allocated (issue 21, found 1: a chunk of 2^63 bytes passed a signed
 // size check and wedged the call).
 
-#include "coordinator/upload_framing.h"
+#include "coordinator/checkpoints/upload_framing.h"
 
 #include <cstdint>
 #include <limits>

@@ -1,10 +1,10 @@
-// The worker commands (coordinator/worker_commands.h): each carries what
+// The worker commands (coordinator/jobs/worker_commands.h): each carries what
 // proto/README.md says it carries, and a generation's shared part merged with
 // a member's coordinates is that member's whole command.
 
-#include "coordinator/worker_commands.h"
+#include "coordinator/jobs/worker_commands.h"
 
-#include "coordinator/job_manager.h"
+#include "coordinator/jobs/job_manager.h"
 #include "gtest/gtest.h"
 #include "tests/testing/job_specs.h"
 

@@ -20,7 +20,7 @@
 #include "absl/time/clock.h"
 #include "cohort/v1/jobs.grpc.pb.h"
 #include "cohort/v1/workers.grpc.pb.h"
-#include "common/job_spec_io.h"
+#include "common/job_spec/io.h"
 #include "gmock/gmock.h"
 #include "google/protobuf/util/message_differencer.h"
 #include "grpcpp/security/server_credentials.h"

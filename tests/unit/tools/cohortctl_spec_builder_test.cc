@@ -1,6 +1,6 @@
 #include <string>
 
-#include "common/job_spec_io.h"
+#include "common/job_spec/io.h"
 #include "gmock/gmock.h"
 #include "google/protobuf/util/message_differencer.h"
 #include "gtest/gtest.h"

@@ -34,6 +34,8 @@ TEST(TrainingConfigTest, AGpuJobRunsOnTheCudaBackendInItsPrecision) {
   spec.set_device_kind(v1::DEVICE_KIND_GPU);
   spec.mutable_parallelism()->set_tensor(2);  // every layout (host staging)
   spec.mutable_parallelism()->set_pipeline(2);
+  spec.mutable_elastic()->set_min_workers(4);  // one replica of that layout
+  spec.mutable_elastic()->set_max_workers(4);
   for (auto [precision, expected] :
        {std::pair{v1::PRECISION_FP32, compute::Precision::kFp32},
         std::pair{v1::PRECISION_TF32, compute::Precision::kTf32},

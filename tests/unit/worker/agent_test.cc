@@ -1,7 +1,7 @@
 // WorkerAgent against an in-process fake coordinator on 127.0.0.1: the
 // Attach protocol, commands, generations, reconnects and clean exits.
 
-#include "worker/agent.h"
+#include "worker/agent/agent.h"
 
 #include <algorithm>
 #include <atomic>
@@ -21,7 +21,7 @@
 #include "gtest/gtest.h"
 #include "tests/testing/net.h"
 #include "tests/testing/wait.h"
-#include "worker/idle_trainer.h"
+#include "worker/agent/idle_trainer.h"
 
 namespace cohort::worker {
 namespace {

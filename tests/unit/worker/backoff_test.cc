@@ -1,4 +1,4 @@
-#include "worker/backoff.h"
+#include "worker/agent/backoff.h"
 
 #include "gtest/gtest.h"
 

@@ -1,4 +1,4 @@
-#include "worker/communication_metrics.h"
+#include "worker/engine/communication_metrics.h"
 
 #include <atomic>
 #include <string>

@@ -15,7 +15,7 @@
 #include "tests/testing/job_specs.h"
 #include "tests/testing/paths.h"
 #include "worker/comm/file_kv_client.h"
-#include "worker/engine_trainer.h"
+#include "worker/engine/engine_trainer.h"
 #include "worker/train/mesh_communicators.h"
 
 namespace cohort::worker {

@@ -13,16 +13,17 @@
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/clock.h"
-#include "coordinator/job_spec_validator.h"
-#include "coordinator/recovery_planner.h"
+#include "common/job_spec/validator.h"
+#include "coordinator/jobs/recovery_planner.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "tests/testing/fake_checkpoint_client.h"
 #include "tests/testing/job_specs.h"
 #include "tests/testing/reference_losses.h"
 #include "tests/testing/thread_comms.h"
+#include "tests/testing/wait.h"
 #include "worker/comm/tracked_communicator.h"
-#include "worker/engine_trainer.h"
+#include "worker/engine/engine_trainer.h"
 #include "worker/train/mesh_communicators.h"
 #include "worker/train/training_config.h"
 #include "worker/train/training_session.h"
@@ -31,6 +32,9 @@ namespace cohort::worker {
 namespace {
 
 using testing::ReferenceLosses;
+using testing::WaitUntil;
+// The tiny model steps fast: poll often enough to catch a given step.
+constexpr absl::Duration kPoll = absl::Milliseconds(1);
 
 constexpr absl::Duration kWait = absl::Seconds(60);
 
@@ -44,7 +48,7 @@ class EngineTrainerTest : public ::testing::Test {
     spec.set_steps(steps);
     spec.mutable_parallelism()->set_zero1(true);
     spec.mutable_elastic()->set_optimizer_replicas(replicas);
-    absl::StatusOr<v1::JobSpec> normalized = coordinator::NormalizeJobSpec(spec);
+    absl::StatusOr<v1::JobSpec> normalized = NormalizeJobSpec(spec);
     EXPECT_TRUE(normalized.ok()) << normalized.status();
     return normalized.ok() ? *normalized : spec;
   }
@@ -133,10 +137,7 @@ class EngineTrainerTest : public ::testing::Test {
 
   // Waits until `t` has completed `step` steps.
   static void WaitForStep(EngineTrainer& t, int64_t step) {
-    const absl::Time deadline = absl::Now() + kWait;
-    while (t.progress().step < Step(step) && absl::Now() < deadline) {
-      absl::SleepFor(absl::Milliseconds(1));  // polls the step; nothing to be told of
-    }
+    WaitUntil([&] { return t.progress().step >= Step(step); }, kWait, kPoll);
     ASSERT_GE(t.progress().step, Step(step));
   }
 
@@ -197,10 +198,7 @@ class EngineTrainerTest : public ::testing::Test {
 
   // Waits until `t`'s warm spare state is `state`.
   static v1::WarmSpare WaitWarm(EngineTrainer& t, v1::WarmSpareState state) {
-    const absl::Time deadline = absl::Now() + kWait;
-    while (t.warm_status().state() != state && absl::Now() < deadline) {
-      absl::SleepFor(absl::Milliseconds(1));  // polls; nothing to be told of
-    }
+    WaitUntil([&] { return t.warm_status().state() == state; }, kWait, kPoll);
     EXPECT_EQ(t.warm_status().state(), state) << t.warm_status().message();
     return t.warm_status();
   }
@@ -276,10 +274,7 @@ TEST_F(EngineTrainerTest, ASurvivorGoesOnFromMemoryWithTheLeaversShardDonated) {
     ASSERT_TRUE(s.ok()) << s;
   }
   // Some steps in, both suspend (as on a re-plan that drops rank 1).
-  const absl::Time deadline = absl::Now() + kWait;
-  while (a->progress().step < Step(5) && absl::Now() < deadline) {
-    absl::SleepFor(absl::Milliseconds(1));  // polls the step; nothing to be told of
-  }
+  WaitUntil([&] { return a->progress().step >= Step(5); }, kWait, kPoll);
   ASSERT_GE(a->progress().step, Step(5));
   std::vector<v1::HeldState> held_a, held_b;
   Together({[&] {
@@ -557,12 +552,13 @@ TEST_F(EngineTrainerTest, AWarmSpareReleasesOrRebuildsWhatItPreparedWhenThePlace
   // The job changed its layout (dp 2 -> 1): a new place, built anew.
   const v1::Mesh one = train::LocalMesh(1, 1, 1);
   spare->Warm(Member(spec, 2, one, 0, fresh));
-  const absl::Time deadline = absl::Now() + kWait;
-  while ((spare->warm_status().rank() != 0 || spare->warm_status().generation() != 2 ||
-          spare->warm_status().state() != v1::WARM_SPARE_STATE_WARM) &&
-         absl::Now() < deadline) {
-    absl::SleepFor(absl::Milliseconds(1));  // polls; nothing to be told of
-  }
+  WaitUntil(
+      [&] {
+        const v1::WarmSpare warm = spare->warm_status();
+        return warm.rank() == 0 && warm.generation() == 2 &&
+               warm.state() == v1::WARM_SPARE_STATE_WARM;
+      },
+      kWait, kPoll);
   EXPECT_EQ(spare->warm_status().rank(), 0);
   EXPECT_EQ(spare->warm_status().generation(), 2u);
   EXPECT_EQ(spare->warm_status().state(), v1::WARM_SPARE_STATE_WARM);
@@ -676,6 +672,7 @@ TEST_F(EngineTrainerTest, ATensorParallelChangeBuildsNewModelShardsAndKeepsTheTr
   const int64_t steps = 30;
   v1::JobSpec split = Spec(steps);
   split.mutable_parallelism()->set_tensor(2);
+  split.mutable_elastic()->set_min_workers(2);  // one replica of tp 2
   const v1::JobSpec whole = Spec(steps);
   const std::vector<double> reference = ReferenceLosses(whole);
   const v1::Mesh tensor = train::LocalMesh(1, 2, 1), data = train::LocalMesh(2, 1, 1);

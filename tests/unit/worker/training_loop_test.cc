@@ -1,4 +1,4 @@
-// RunTrainingLoop (worker/training_loop.h) on a real TrainingSession over fake
+// RunTrainingLoop (worker/engine/training_loop.h) on a real TrainingSession over fake
 // communicators: where it starts and ends, what it reports per step, when it
 // checkpoints, and how each way a step can fail ends the loop.
 
@@ -16,8 +16,8 @@
 #include "tests/testing/fake_checkpoint_client.h"
 #include "tests/testing/job_specs.h"
 #include "worker/comm/communicator.h"
+#include "worker/engine/training_loop.h"
 #include "worker/train/training_config.h"
-#include "worker/training_loop.h"
 
 namespace cohort::worker {
 namespace {
@@ -173,7 +173,7 @@ TEST_F(TrainingLoopTest, ACheckpointFollowsEveryIntervalAndTheLastStep) {
   checkpoint::CheckpointWriterOptions options;
   options.job_id = "loop-1";
   options.generation = Generation(3);
-  options.position = {model::ModelLayout{}, 1, 0};
+  options.position = {};
   checkpoint::CheckpointWriter writer(&client, session->config().model, session->model().table(),
                                       options);
   TrainingLoopInput input = Input(session.get(), 0, 5);

@@ -1,4 +1,4 @@
-#include "worker/worker_daemon.h"
+#include "worker/agent/worker_daemon.h"
 
 #include <arpa/inet.h>
 #include <netinet/in.h>

@@ -1,0 +1,56 @@
+#include "worker/agent/worker_metrics.h"
+
+namespace cohort::worker {
+namespace {
+
+prometheus::Gauge& NewGauge(prometheus::Registry& registry, const char* name, const char* help) {
+  return prometheus::BuildGauge().Name(name).Help(help).Register(registry).Add({});
+}
+
+prometheus::Counter& NewCounter(prometheus::Registry& registry, const char* name,
+                                const char* help) {
+  return prometheus::BuildCounter().Name(name).Help(help).Register(registry).Add({});
+}
+
+// Loopback round trips take well under a millisecond; a loaded coordinator
+// across a network can take seconds. 0.25 ms .. ~4 s in factors of 2.
+prometheus::Histogram::BucketBoundaries RttBuckets() {
+  prometheus::Histogram::BucketBoundaries bounds;
+  for (double b = 0.00025; b < 5.0; b *= 2) bounds.push_back(b);
+  return bounds;
+}
+
+}  // namespace
+
+WorkerMetrics::WorkerMetrics(std::shared_ptr<prometheus::Registry> registry)
+    : attached(NewGauge(*registry, "cohort_worker_attached",
+                        "1 while the worker holds a welcomed Attach stream to the coordinator")),
+      heartbeats_sent(NewCounter(*registry, "cohort_worker_heartbeats_sent_total",
+                                 "Heartbeats sent to the coordinator")),
+      heartbeat_rtt(prometheus::BuildHistogram()
+                        .Name("cohort_worker_heartbeat_rtt_seconds")
+                        .Help("Time from sending a heartbeat to receiving its ack")
+                        .Register(*registry)
+                        .Add({}, RttBuckets())),
+      reconnects(NewCounter(*registry, "cohort_worker_reconnects_total",
+                            "Attach attempts after the first (stream broken or refused)")),
+      assignment_generation(NewGauge(*registry, "cohort_worker_assignment_generation",
+                                     "Generation of the held assignment, 0 when none")),
+      resident_memory(NewGauge(*registry, "cohort_worker_resident_memory_bytes",
+                               "Resident set size of the worker process")),
+      step(NewGauge(*registry, "cohort_worker_step",
+                    "Optimizer steps completed in the held assignment")),
+      loss(NewGauge(*registry, "cohort_worker_loss",
+                    "Training loss of the last step (mean over the global batch's tokens)")),
+      tokens_per_second(NewGauge(*registry, "cohort_worker_tokens_per_second",
+                                 "Tokens of the global batch per second of the last step")),
+      tokens_per_second_average(
+          NewGauge(*registry, "cohort_worker_tokens_per_second_average",
+                   "Tokens of the global batch per second over the generation's last 20 steps")),
+      step_time(NewGauge(*registry, "cohort_worker_step_seconds",
+                         "Wall time of the last optimizer step")),
+      warm_spare_memory(NewGauge(*registry, "cohort_worker_warm_spare_bytes",
+                                 "Memory of the session a warm spare prepared ahead (estimate)")),
+      registry_(std::move(registry)) {}
+
+}  // namespace cohort::worker
