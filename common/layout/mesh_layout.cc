@@ -144,6 +144,16 @@ std::vector<int> MicroBatchShares(int micro_batches, int data_parallel) {
   return shares;
 }
 
+bool SharesFit(const std::vector<int>& shares, int64_t micro_batches, bool even_shares) {
+  if (shares.empty()) return false;
+  int64_t sum = 0;
+  for (const int share : shares) {
+    if (share < 1 || (even_shares && share != shares.front())) return false;
+    sum += share;
+  }
+  return sum == micro_batches;
+}
+
 bool MicroBatchesFit(int64_t micro_batches, int64_t data_parallel, bool even_shares) {
   return data_parallel >= 1 && data_parallel <= micro_batches &&
          (!even_shares || micro_batches % data_parallel == 0);

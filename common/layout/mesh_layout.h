@@ -105,6 +105,10 @@ std::vector<int> MicroBatchShares(int micro_batches, int data_parallel);
 // at least one, and with `even_shares` (the transport's reduction) the same
 // number. The planner, the spec validator and the worker all ask this.
 bool MicroBatchesFit(int64_t micro_batches, int64_t data_parallel, bool even_shares);
+// Whether `shares` (a plan's split: Mesh.micro_batches) is a split of
+// `micro_batches` a data group can train: at least one share, each >= 1,
+// summing to `micro_batches`, and all equal with `even_shares`.
+bool SharesFit(const std::vector<int>& shares, int64_t micro_batches, bool even_shares);
 
 // How many data ranks hold each optimizer-state piece: with ZeRO-1 the
 // piece's owner plus copies - 1 mirrors (`optimizer_replicas` clamped to

@@ -9,6 +9,7 @@
 #include "common/enum_names.h"
 #include "common/job_spec/defaults.h"
 #include "common/job_spec/validator.h"
+#include "common/layout/mesh_layout.h"
 #include "common/log.h"
 #include "common/proto_time.h"
 #include "common/status_macros.h"
@@ -82,6 +83,15 @@ absl::Status JobManager::Restore(absl::Time now) {
     } else {
       LOG(WARNING) << "job " << id << ": its stored spec does not pass today's validation ("
                    << spec.status().message() << "); kept as stored";
+    }
+    // Likewise a mesh planned before Mesh.micro_batches existed gets the
+    // split the planner makes: workers take the plan's split, never their own.
+    v1::Mesh& mesh = *entry.job.mutable_mesh();
+    if (const int micro_batches = MicroBatchesPerStep(entry.job.spec());
+        mesh.micro_batches_size() == 0 && mesh.data_parallel() > 0 && micro_batches > 0) {
+      for (const int share : layout::MicroBatchShares(micro_batches, mesh.data_parallel())) {
+        mesh.add_micro_batches(share);
+      }
     }
     entry.history = std::move(*entry.job.mutable_loss_history());
     entry.job.clear_loss_history();

@@ -434,7 +434,7 @@ TEST_F(MultiHostTest, AHostOnA100MbitLinkSlowsEveryRankAndTheJobCompletes) {
   // across, and ZeRO-1's gather of the updated weights the other half, so
   // host 2's link carries the gradients' size each way per step: the link
   // alone takes at least this long, and every rank waits for it.
-  absl::StatusOr<train::TrainingConfig> config = train::TrainingConfigFromSpec(spec, 1);
+  absl::StatusOr<train::TrainingConfig> config = train::TrainingConfigFromSpec(spec, {});
   ASSERT_TRUE(config.ok()) << config.status();
   const double gradient_bytes =
       4.0 * static_cast<double>(model::ParameterTable(config->model).num_params());

@@ -12,8 +12,8 @@ v1::JobSpec SmallJobSpec(const std::string& name, int tensor, int min_workers, i
   spec.mutable_model()->set_context_length(64);
   spec.mutable_data()->mutable_synthetic()->set_seed(1);
   spec.mutable_optimizer()->set_learning_rate(1e-3);
-  spec.mutable_batch()->set_global_batch_size(16);
-  spec.mutable_batch()->set_micro_batch_size(2);
+  spec.mutable_batch()->set_global_batch_size(kSmallJobMicroBatches * kSmallJobMicroBatchSize);
+  spec.mutable_batch()->set_micro_batch_size(kSmallJobMicroBatchSize);
   spec.mutable_parallelism()->set_tensor(tensor);
   spec.mutable_elastic()->set_min_workers(min_workers);
   spec.mutable_elastic()->set_max_workers(max_workers);

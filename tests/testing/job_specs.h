@@ -9,6 +9,11 @@
 
 namespace cohort::testing {
 
+// Its micro-batches per step, for the meshes tests plan themselves
+// (train::LocalMesh).
+inline constexpr int kSmallJobMicroBatches = 8;
+inline constexpr int kSmallJobMicroBatchSize = 2;
+
 v1::JobSpec SmallJobSpec(const std::string& name, int tensor, int min_workers, int max_workers);
 
 }  // namespace cohort::testing

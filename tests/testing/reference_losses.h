@@ -17,7 +17,7 @@ namespace cohort::testing {
 
 // `steps`: only the first that many (the schedule still spans spec.steps()).
 inline std::vector<double> ReferenceLosses(const v1::JobSpec& spec, int64_t steps = -1) {
-  absl::StatusOr<train::TrainingConfig> config = train::TrainingConfigFromSpec(spec, 1);
+  absl::StatusOr<train::TrainingConfig> config = train::TrainingConfigFromSpec(spec, {});
   EXPECT_TRUE(config.ok()) << config.status();
   if (!config.ok()) return {};
   train::TrainingSessionOptions options;

@@ -164,7 +164,8 @@ int main(int argc, char** argv) {
     LOG(ERROR) << "--size " << size << " is not a multiple of tp x pp = " << tp * pp;
     return 2;
   }
-  const cohort::v1::Mesh mesh = cohort::train::LocalMesh(size / (tp * pp), tp, pp);
+  const int micro_batches = absl::GetFlag(FLAGS_global_batch) / absl::GetFlag(FLAGS_micro_batch);
+  const cohort::v1::Mesh mesh = cohort::train::LocalMesh(size / (tp * pp), tp, pp, micro_batches);
   auto groups = cohort::comm::ComputeMeshGroups(mesh, mesh.members(rank).coordinates());
   if (!groups.ok()) {
     LOG(ERROR) << groups.status();
@@ -199,11 +200,13 @@ int main(int argc, char** argv) {
                  static_cast<std::streamsize>(n * sizeof(float)));
     };
   }
-  const absl::StatusOr<TrainingConfig> config = TestConfig();
+  absl::StatusOr<TrainingConfig> config = TestConfig();
   if (!config.ok()) {
     LOG(ERROR) << config.status();
     return 2;
   }
+  // The plan's split, as the worker takes it from its mesh.
+  config->micro_batch_shares.assign(mesh.micro_batches().begin(), mesh.micro_batches().end());
   auto session =
       cohort::train::TrainingSession::Create(*config, layout, comms.mesh.groups(), options);
   if (!session.ok()) {

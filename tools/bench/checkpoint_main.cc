@@ -253,7 +253,7 @@ int Stall(client::CheckpointClient* client, const std::string& job_id) {
     return 1;
   }
   spec->set_steps(absl::GetFlag(FLAGS_stall_steps));
-  absl::StatusOr<train::TrainingConfig> config = train::TrainingConfigFromSpec(*spec, 1);
+  absl::StatusOr<train::TrainingConfig> config = train::TrainingConfigFromSpec(*spec, {});
   if (!config.ok()) {
     LOG(ERROR) << config.status();
     return 1;

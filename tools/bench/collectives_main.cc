@@ -176,7 +176,10 @@ int RunRank(int rank, int ranks, Collective collective) {
       gradients = std::make_unique<cohort::train::DataParallel>(
           comm->get(), count,
           cohort::train::DataParallelOptions{
-              .zero1 = false, .timeout = kTimeout, .deterministic = true, .micro_batches = ranks});
+              .zero1 = false,
+              .timeout = kTimeout,
+              .deterministic = true,
+              .micro_batch_shares = std::vector<int>(static_cast<size_t>(ranks), 1)});
     }
     for (int warm = 0; warm < 2; ++warm) {
       auto t = TimeOperation(**comm, collective, buffer, output, count, 1, gradients.get());

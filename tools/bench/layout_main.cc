@@ -101,7 +101,7 @@ int ThreadsPerRank(const layout::MeshShape& l) {
 
 // The job every layout trains, read as a worker reads a job
 // (TrainingConfigFromSpec: the validator's rules and defaults).
-absl::StatusOr<train::TrainingConfig> BenchConfig(int data_parallel) {
+absl::StatusOr<train::TrainingConfig> BenchConfig(const v1::Mesh& mesh) {
   const bool gpt2 = absl::GetFlag(FLAGS_model) == "gpt2-124m";
   v1::JobSpec spec;
   spec.set_name("bench-layout");
@@ -128,7 +128,8 @@ absl::StatusOr<train::TrainingConfig> BenchConfig(int data_parallel) {
   spec.mutable_parallelism()->set_reduction(absl::GetFlag(FLAGS_reduction) == "transport"
                                                 ? v1::ParallelismConfig::REDUCTION_TRANSPORT
                                                 : v1::ParallelismConfig::REDUCTION_DETERMINISTIC);
-  return train::TrainingConfigFromSpec(spec, data_parallel);
+  return train::TrainingConfigFromSpec(
+      spec, std::vector<int>(mesh.micro_batches().begin(), mesh.micro_batches().end()));
 }
 
 double CpuMilliseconds() {
@@ -152,7 +153,8 @@ double ResidentMiB() {
 int RunRank(int rank, const layout::MeshShape& l) {
   const std::string dir = absl::GetFlag(FLAGS_work_dir);
   log::SetProcessTag(absl::StrCat("rank ", rank));
-  const v1::Mesh mesh = train::LocalMesh(l.data, l.tensor, l.pipeline);
+  const int micro_batches = absl::GetFlag(FLAGS_global_batch) / absl::GetFlag(FLAGS_micro_batch);
+  const v1::Mesh mesh = train::LocalMesh(l.data, l.tensor, l.pipeline, micro_batches);
   absl::StatusOr<comm::MeshGroups> groups =
       comm::ComputeMeshGroups(mesh, mesh.members(rank).coordinates());
   if (!groups.ok()) {
@@ -199,7 +201,7 @@ int RunRank(int rank, const layout::MeshShape& l) {
   options.state_versions.keep_previous = absl::GetFlag(FLAGS_elastic);
   options.state_versions.optimizer_replicas =
       absl::GetFlag(FLAGS_elastic) ? absl::GetFlag(FLAGS_optimizer_replicas) : 1;
-  absl::StatusOr<train::TrainingConfig> config = BenchConfig(l.data);
+  absl::StatusOr<train::TrainingConfig> config = BenchConfig(mesh);
   if (!config.ok()) {
     LOG(ERROR) << config.status();
     return 2;

@@ -68,6 +68,21 @@ checkpoint::StateLayout StateLayoutOf(const Assignment& assignment) {
                                  assignment.spec.elastic().optimizer_replicas()};
 }
 
+// The engine's view of `assignment`: its spec, with the plan's split of the
+// step's micro-batches over the data ranks (Mesh.micro_batches), which the
+// coordinator makes and the worker takes.
+absl::StatusOr<train::TrainingConfig> TrainingConfigOf(const Assignment& assignment) {
+  const v1::Mesh& mesh = assignment.mesh;
+  std::vector<int> shares(mesh.micro_batches().begin(), mesh.micro_batches().end());
+  const int dp = layout::ShapeOf(mesh).data;
+  if (static_cast<int>(shares.size()) != dp && !(shares.empty() && dp == 1)) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "the mesh (", layout::DegreesText(mesh), ") splits the step's micro-batches over ",
+        shares.size(), " data ranks, not its ", dp, " (Mesh.micro_batches)"));
+  }
+  return train::TrainingConfigFromSpec(assignment.spec, std::move(shares));
+}
+
 // Where `assignment`'s data group puts its optimizer copies.
 layout::CopyRing CopyRingOf(const Assignment& assignment) {
   return layout::CopyRingOf(assignment.mesh, layout::CoordsOf(assignment.coordinates));
@@ -305,23 +320,8 @@ bool SamePlace(const Assignment& a, const Assignment& b) {
 
 absl::Status EngineTrainer::BuildSession(const Assignment& assignment, Run* run,
                                          std::optional<uint64_t> memory_bound, Run* reuse) {
-  ASSIGN_OR_RETURN(train::TrainingConfig config,
-                   train::TrainingConfigFromSpec(assignment.spec, run->layout.shape.data));
+  ASSIGN_OR_RETURN(train::TrainingConfig config, TrainingConfigOf(assignment));
   run->steps = config.steps;
-  // The coordinator says how it split the step's micro-batches; the session
-  // splits them by the same rule, and a coordinator of another version that
-  // splits them otherwise must not go unnoticed.
-  const v1::Mesh& mesh = assignment.mesh;
-  const std::vector<int> shares =
-      layout::MicroBatchShares(config.micro_batches_per_step(), run->layout.shape.data);
-  if (mesh.micro_batches_size() > 0 &&
-      !std::equal(mesh.micro_batches().begin(), mesh.micro_batches().end(), shares.begin(),
-                  shares.end())) {
-    return absl::FailedPreconditionError(absl::StrCat(
-        "the mesh splits the step's micro-batches as ", absl::StrJoin(mesh.micro_batches(), "+"),
-        " but this worker splits them as ", absl::StrJoin(shares, "+"),
-        " (coordinator and worker of different versions?)"));
-  }
   auto track = [this](comm::Communicator* inner, std::unique_ptr<comm::TrackedCommunicator>* slot,
                       MeshGroup group) -> comm::Communicator* {
     if (inner == nullptr) return nullptr;
@@ -353,8 +353,9 @@ absl::Status EngineTrainer::BuildSession(const Assignment& assignment, Run* run,
   if (memory_bound.has_value()) {
     // Bounded before anything is allocated.
     const int dp_rank = inner.data != nullptr ? inner.data->rank() : 0;
-    ASSIGN_OR_RETURN(const uint64_t bytes, train::TrainingSession::EstimateBytes(
-                                               config, layout, run->layout.shape.data, dp_rank, session));
+    ASSIGN_OR_RETURN(const uint64_t bytes,
+                     train::TrainingSession::EstimateBytes(config, layout, run->layout.shape.data,
+                                                           dp_rank, session));
     if (bytes > *memory_bound) {
       return absl::ResourceExhaustedError(absl::StrCat(
           "the session takes ", bytes, " bytes, more than --warm_spare_memory ", *memory_bound));
@@ -521,11 +522,9 @@ std::unique_ptr<EngineTrainer::Run> EngineTrainer::TakeWarm(const Assignment& as
   // job without tensor or pipeline parallelism): a session for this place
   // is built around it.
   if (CanReuseSession(*taken, assignment)) {
-    const int dp = StateLayoutOf(assignment).shape.data;
-    absl::StatusOr<train::TrainingConfig> config = train::TrainingConfigFromSpec(assignment.spec, dp);
-    if (config.ok() &&
-        taken->session->ModelFitsFor(
-            *config, train::LayoutOf(assignment.mesh, assignment.coordinates), dp)) {
+    absl::StatusOr<train::TrainingConfig> config = TrainingConfigOf(assignment);
+    if (config.ok() && taken->session->ModelFitsFor(
+                           *config, train::LayoutOf(assignment.mesh, assignment.coordinates))) {
       return taken;
     }
   }

@@ -3,8 +3,10 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <numeric>
 
 #include "absl/strings/str_cat.h"
+#include "common/log.h"
 #include "common/status_macros.h"
 
 namespace cohort::train {
@@ -16,14 +18,19 @@ DataParallel::DataParallel(comm::Communicator* group, size_t num_params,
       options_(std::move(options)),
       dp_(group_ == nullptr ? 1 : group_->size()),
       rank_(group_ == nullptr ? 0 : group_->rank()),
-      reducer_(options_.micro_batches,
-               LeafRangesOf(layout::MicroBatchShares(options_.micro_batches, dp_))) {
+      micro_batches_(std::accumulate(options_.micro_batch_shares.begin(),
+                                     options_.micro_batch_shares.end(), 0)),
+      reducer_(micro_batches_, LeafRangesOf(options_.micro_batch_shares)) {
+  // The session checked the split against the group (TrainingSession::Create).
+  CHECK(static_cast<int>(options_.micro_batch_shares.size()) == dp_)
+      << "DataParallelOptions.micro_batch_shares: " << options_.micro_batch_shares.size()
+      << " shares for " << dp_ << " data ranks";
   // One node per rank: the tree above the ranks' nodes is a fixed order
   // of additions over whole ranks, which a communicator can run its own way.
   bool single = options_.deterministic;
   for (int r = 0; r < dp_ && single; ++r) single = reducer_.nodes_of(r).size() == 1;
   if (single && dp_ > 1) {
-    TreeFolder folder(options_.micro_batches);
+    TreeFolder folder(micro_batches_);
     std::vector<TreeMerge> merges;
     for (int r = 0; r < dp_; ++r) folder.Push(reducer_.nodes_of(r)[0], r, &merges);
     for (const TreeMerge& m : merges) rank_merges_.emplace_back(m.into, m.from);

@@ -57,10 +57,11 @@ struct DataParallelOptions {
   bool zero1 = false;
   // Bound on every collective of a step.
   absl::Duration timeout = absl::Minutes(5);
-  // The fixed-tree reduction (above) over `micro_batches` per step (the
-  // global count), split over the data ranks by layout::MicroBatchShares.
+  // The fixed-tree reduction (above) over the step's micro-batches, which
+  // the data ranks train `micro_batch_shares` of (data-rank order, one entry
+  // per rank: TrainingConfig::shares(), the plan's split).
   bool deterministic = true;
-  int micro_batches = 1;
+  std::vector<int> micro_batch_shares = {1};
   int num_threads = 0;  // OpenMP threads of the tree's additions; 0 = all
 };
 
@@ -82,7 +83,8 @@ class DataParallel {
   // The data group (null with a single replica).
   comm::Communicator* group() const { return group_; }
   bool deterministic() const { return options_.deterministic; }
-  int micro_batches() const { return options_.micro_batches; }
+  // The step's micro-batches: the sum of the shares.
+  int micro_batches() const { return micro_batches_; }
   // Every rank's micro-batches (leaves of the reduction tree), and this one's.
   const std::vector<LeafRange>& leaf_ranges() const { return reducer_.ranges(); }
   const LeafRange& leaf_range() const { return reducer_.ranges()[rank_]; }
@@ -113,6 +115,7 @@ class DataParallel {
   const DataParallelOptions options_;
   const int dp_;
   const int rank_;
+  const int micro_batches_;
   size_t padded_ = 0;
   size_t shard_ = 0;
   size_t update_begin_ = 0;

@@ -44,11 +44,12 @@ model::ModelLayout LayoutOf(const v1::Mesh& mesh, const v1::MeshCoordinates& sel
   return model::ModelLayout::Of(layout::ShapeOf(mesh), layout::CoordsOf(self));
 }
 
-v1::Mesh LocalMesh(int dp, int tp, int pp) {
+v1::Mesh LocalMesh(int dp, int tp, int pp, int micro_batches) {
   v1::Mesh mesh;
   mesh.set_data_parallel(dp);
   mesh.set_tensor_parallel(tp);
   mesh.set_pipeline_parallel(pp);
+  for (const int share : layout::MicroBatchShares(micro_batches, dp)) mesh.add_micro_batches(share);
   const layout::MeshShape shape{dp, tp, pp};
   for (int r = 0; r < shape.world(); ++r) {
     v1::MeshMember* member = mesh.add_members();

@@ -45,8 +45,9 @@ absl::StatusOr<MeshCommunicators> CreateMeshCommunicators(
 model::ModelLayout LayoutOf(const v1::Mesh& mesh, const v1::MeshCoordinates& self);
 
 // A complete mesh of dp x tp x pp ranks (coordinates from the layout
-// library), with worker ids "rank-<r>": for tests and benchmarks that start
-// their ranks themselves.
-v1::Mesh LocalMesh(int dp, int tp, int pp);
+// library), with worker ids "rank-<r>" and `micro_batches` split over the
+// data ranks by the planner's rule (layout::MicroBatchShares): the plan of
+// tests and benchmarks that start their ranks themselves.
+v1::Mesh LocalMesh(int dp, int tp, int pp, int micro_batches);
 
 }  // namespace cohort::train

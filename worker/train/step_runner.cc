@@ -48,11 +48,13 @@ absl::StatusOr<std::unique_ptr<StepRunner>> StepRunner::Create(
   }
   if (data_parallel->micro_batches() != config.micro_batches_per_step()) {
     return absl::InvalidArgumentError(absl::StrCat(
-        "DataParallelOptions.micro_batches: ", data_parallel->micro_batches(),
+        "DataParallelOptions.micro_batch_shares: ", data_parallel->micro_batches(),
         " but the batch has ", config.micro_batches_per_step(), " micro-batches per step"));
   }
-  if (!layout::MicroBatchesFit(config.micro_batches_per_step(), dp,
-                               !data_parallel->deterministic())) {
+  std::vector<int> shares;
+  for (const LeafRange& range : data_parallel->leaf_ranges()) shares.push_back(range.count());
+  if (!layout::SharesFit(shares, config.micro_batches_per_step(),
+                         !data_parallel->deterministic())) {
     return absl::InvalidArgumentError(absl::StrCat(
         "batch: ", config.micro_batches_per_step(), " micro-batches over ", dp,
         " data-parallel ranks: each needs one",

@@ -1,6 +1,7 @@
 #include "worker/train/training_config.h"
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
 #include "common/job_spec/validator.h"
 #include "common/layout/mesh_layout.h"
 #include "common/status_macros.h"
@@ -21,7 +22,8 @@ compute::Precision PrecisionOf(v1::Precision precision) {
 
 }  // namespace
 
-absl::StatusOr<TrainingConfig> TrainingConfigFromSpec(const v1::JobSpec& input, int dp) {
+absl::StatusOr<TrainingConfig> TrainingConfigFromSpec(const v1::JobSpec& input,
+                                                      std::vector<int> micro_batch_shares) {
   // The one validator and its defaults (common/job_spec/validator.h): a spec
   // from the coordinator is normalised already (normalising again changes
   // nothing), one built by a tool or test is filled in here. Below, nothing
@@ -49,15 +51,15 @@ absl::StatusOr<TrainingConfig> TrainingConfigFromSpec(const v1::JobSpec& input, 
   config.zero1 = spec.parallelism().zero1();
   config.deterministic_reduction =
       spec.parallelism().reduction() != v1::ParallelismConfig::REDUCTION_TRANSPORT;
-  // The one rule that depends on the generation's layout, not the spec: the
-  // data degree the coordinator planned must fit the micro-batches
-  // (layout::MicroBatchesFit, which the planner and validator ask too).
-  if (!layout::MicroBatchesFit(config.micro_batches_per_step(), dp,
-                               !config.deterministic_reduction)) {
+  // The one rule that depends on the generation, not the spec: the plan's
+  // split must be one of the spec's micro-batches.
+  config.micro_batch_shares = std::move(micro_batch_shares);
+  if (!layout::SharesFit(config.shares(), config.micro_batches_per_step(),
+                         !config.deterministic_reduction)) {
     return absl::InvalidArgumentError(absl::StrCat(
-        "batch: ", config.micro_batches_per_step(), " micro-batches per step ",
-        config.deterministic_reduction ? "are fewer than" : "do not divide over",
-        " data parallel degree ", dp));
+        "Mesh.micro_batches: the split ", absl::StrJoin(config.shares(), "+"), " is not ",
+        config.micro_batches_per_step(), " micro-batches per step with at least one on each "
+        "data rank", config.deterministic_reduction ? "" : " and the same on each (transport)"));
   }
   config.steps = spec.steps();
 

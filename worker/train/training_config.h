@@ -11,6 +11,7 @@
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "absl/status/statusor.h"
 #include "cohort/v1/job.pb.h"
@@ -52,6 +53,10 @@ struct TrainingConfig {
   // parallelism.reduction: the fixed-tree order (data_parallel.h) unless
   // REDUCTION_TRANSPORT.
   bool deterministic_reduction = true;
+  // The step's micro-batches each data rank trains, in data-rank order: the
+  // generation's plan's split (Mesh.micro_batches), which the worker takes
+  // and does not compute. Empty: one data rank trains them all.
+  std::vector<int> micro_batch_shares;
   // device_kind: where the model's layers run (the CUDA backend on a GPU
   // job; the optimizer and the reductions work in host memory either way,
   // gpt_model.h "Memory").
@@ -72,15 +77,24 @@ struct TrainingConfig {
            (done == steps || (validation_interval > 0 && done % validation_interval == 0));
   }
   int micro_batches_per_step() const { return global_batch_size / micro_batch_size; }
+  // micro_batch_shares, or the one share of a single data rank.
+  std::vector<int> shares() const {
+    return micro_batch_shares.empty() ? std::vector<int>{micro_batches_per_step()}
+                                      : micro_batch_shares;
+  }
 };
 
-// The engine's view of `spec` for a data-parallel degree `dp`.
-// InvalidArgument: the validator's message (every bad field, named), or the
-// micro-batches not fitting `dp` (batch). Internal: a validated spec the
+// The engine's view of `spec` for a generation whose plan splits the step's
+// micro-batches over its data ranks as `micro_batch_shares` (the mesh's
+// Mesh.micro_batches; empty: one data rank). InvalidArgument: the
+// validator's message (every bad field, named), or a split that is not one
+// of the spec's micro-batches (layout::SharesFit: each rank at least one,
+// the transport's reduction an even split). Internal: a validated spec the
 // engine still cannot hold (a defect). A GPU job runs on the CUDA backend in
 // its precision; tensor and pipeline degrees are the mesh's
 // (ModelLayout::Validate checks the shard when the model is built).
-absl::StatusOr<TrainingConfig> TrainingConfigFromSpec(const v1::JobSpec& spec, int dp);
+absl::StatusOr<TrainingConfig> TrainingConfigFromSpec(const v1::JobSpec& spec,
+                                                      std::vector<int> micro_batch_shares);
 
 // The tokens `config` trains on (`train`): the synthetic stream generated in
 // memory (identical on every worker), or the shards matching the pattern

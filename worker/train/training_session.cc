@@ -4,6 +4,7 @@
 #include <optional>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
 #include "common/layout/mesh_layout.h"
 #include "common/log.h"
 #include "common/status_macros.h"
@@ -40,14 +41,17 @@ absl::StatusOr<std::unique_ptr<TrainingSession>> TrainingSession::Create(
     const TrainingConfig& config, const model::ModelLayout& layout, const TrainingGroups& groups,
     const TrainingSessionOptions& options) {
   const int dp = groups.data == nullptr ? 1 : groups.data->size();
-  const int micro_batches = config.micro_batches_per_step();
-  // The deterministic reduction lets ranks hold uneven shares (8 over 3:
-  // 3, 3, 2); the transport's needs an even split.
-  if (config.global_batch_size % config.micro_batch_size != 0 ||
-      !layout::MicroBatchesFit(micro_batches, dp, !config.deterministic_reduction)) {
+  // The plan's split (TrainingConfig::micro_batch_shares): one share per
+  // data rank, each at least one; the deterministic reduction lets them
+  // differ (8 over 3: 3, 3, 2), the transport's needs them even.
+  const std::vector<int> shares = config.shares();
+  if (config.micro_batch_size < 1 || config.global_batch_size % config.micro_batch_size != 0 ||
+      static_cast<int>(shares.size()) != dp ||
+      !layout::SharesFit(shares, config.micro_batches_per_step(), !config.deterministic_reduction)) {
     return absl::InvalidArgumentError(absl::StrCat(
         "batch: global ", config.global_batch_size, " / micro ", config.micro_batch_size,
-        " does not give ", config.deterministic_reduction ? "at least one" : "a whole number of",
+        " split as ", absl::StrJoin(shares, "+"), " is not ",
+        config.deterministic_reduction ? "at least one" : "the same number of",
         " micro-batches on each of ", dp, " data-parallel ranks"));
   }
   TrainingSession* const reuse = options.reuse;
@@ -65,7 +69,7 @@ absl::StatusOr<std::unique_ptr<TrainingSession>> TrainingSession::Create(
   model_options.layout = layout;
   model_options.tensor_group = groups.tensor;
   model_options.collective_timeout = options.collective_timeout;
-  model_options.activation_slots = ActivationSlotsFor(config, layout, dp);
+  model_options.activation_slots = ActivationSlotsFor(config, layout);
   // (ModelFits implies the same precision, so the backend is shared too.)
   if (reuse != nullptr && ModelFits(*reuse, config, layout, model_options.activation_slots)) {
     session->model_ = reuse->model_;
@@ -128,7 +132,7 @@ absl::StatusOr<std::unique_ptr<TrainingSession>> TrainingSession::Create(
   data_parallel.zero1 = config.zero1;
   data_parallel.timeout = options.collective_timeout;
   data_parallel.deterministic = config.deterministic_reduction;
-  data_parallel.micro_batches = config.micro_batches_per_step();
+  data_parallel.micro_batch_shares = shares;
   data_parallel.num_threads = options.num_threads;
   session->data_parallel_ =
       std::make_unique<DataParallel>(groups.data, session->model_->num_params(), data_parallel);
@@ -155,9 +159,9 @@ absl::StatusOr<std::unique_ptr<TrainingSession>> TrainingSession::Create(
 }
 
 int TrainingSession::ActivationSlotsFor(const TrainingConfig& config,
-                                        const model::ModelLayout& layout, int dp) {
-  return StepRunner::ActivationSlots(
-      layout, layout::MicroBatchShares(config.micro_batches_per_step(), std::max(1, dp))[0]);
+                                        const model::ModelLayout& layout) {
+  const std::vector<int> shares = config.shares();
+  return StepRunner::ActivationSlots(layout, *std::max_element(shares.begin(), shares.end()));
 }
 
 absl::StatusOr<uint64_t> TrainingSession::EstimateBytes(const TrainingConfig& config,
@@ -172,9 +176,14 @@ absl::StatusOr<uint64_t> TrainingSession::EstimateBytes(const TrainingConfig& co
   const int B = config.micro_batch_size, T = config.model.context_length;
   const uint64_t tokens = static_cast<uint64_t>(B) * T;
   const int leaves = config.micro_batches_per_step();
-  const std::vector<LeafRange> ranges = LeafRangesOf(layout::MicroBatchShares(leaves, std::max(1, dp)));
+  const std::vector<LeafRange> ranges = LeafRangesOf(config.shares());
+  if (static_cast<int>(ranges.size()) != std::max(1, dp)) {
+    return absl::InvalidArgumentError(absl::StrCat("TrainingConfig.micro_batch_shares: ",
+                                                   ranges.size(), " shares for ", dp,
+                                                   " data ranks"));
+  }
   const LeafRange range = ranges[static_cast<size_t>(std::clamp(dp_rank, 0, std::max(1, dp) - 1))];
-  const uint64_t slots = ActivationSlotsFor(config, layout, dp);
+  const uint64_t slots = ActivationSlotsFor(config, layout);
   // The model: weights, gradients, activations (per slot) and their
   // gradients, token ids.
   uint64_t floats = 2 * n + (layout.has_embedding() ? wte : 0) +

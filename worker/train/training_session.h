@@ -155,12 +155,11 @@ class TrainingSession {
   bool reused_model() const { return reused_model_; }
   // Whether a session of `config` for `layout` with `dp` data ranks would
   // train on this one's model shard (TrainingSessionOptions::reuse).
-  // The activation slots a model shard needs to serve any data rank of `dp`
-  // (the largest share of the step's micro-batches).
-  static int ActivationSlotsFor(const TrainingConfig& config, const model::ModelLayout& layout,
-                                int dp);
-  bool ModelFitsFor(const TrainingConfig& config, const model::ModelLayout& layout, int dp) const {
-    return ModelFits(*this, config, layout, ActivationSlotsFor(config, layout, dp));
+  // The activation slots a model shard needs to serve any data rank of the
+  // config's split (its largest share of the step's micro-batches).
+  static int ActivationSlotsFor(const TrainingConfig& config, const model::ModelLayout& layout);
+  bool ModelFitsFor(const TrainingConfig& config, const model::ModelLayout& layout) const {
+    return ModelFits(*this, config, layout, ActivationSlotsFor(config, layout));
   }
   // The data pipeline (shared with the sessions that reused it).
   const data::TokenDataset& dataset() const { return *dataset_; }

@@ -126,6 +126,23 @@ TEST(MeshLayoutTest, GroupMemberInvertsTheGroupIndexAndTheAxisCoordinate) {
   }
 }
 
+TEST(MeshLayoutTest, TheSplitsTheRuleMakesFitAndOthersAreToldApart) {
+  for (int micro_batches = 1; micro_batches <= 12; ++micro_batches) {
+    for (int dp = 1; dp <= micro_batches; ++dp) {
+      const std::vector<int> shares = MicroBatchShares(micro_batches, dp);
+      EXPECT_TRUE(SharesFit(shares, micro_batches, /*even_shares=*/false));
+      EXPECT_EQ(SharesFit(shares, micro_batches, /*even_shares=*/true),
+                MicroBatchesFit(micro_batches, dp, /*even_shares=*/true));
+    }
+  }
+  EXPECT_FALSE(SharesFit({}, 0, false));
+  EXPECT_FALSE(SharesFit({3, 3}, 8, false));     // does not sum
+  EXPECT_FALSE(SharesFit({8, 0}, 8, false));     // a rank without one
+  EXPECT_FALSE(SharesFit({9, -1}, 8, false));
+  EXPECT_TRUE(SharesFit({2, 6}, 8, false));      // uneven the other way: still a split
+  EXPECT_FALSE(SharesFit({2, 6}, 8, true));
+}
+
 TEST(MeshLayoutTest, TheWiresMeshConvertsOnceWithUnsetDegreesAsOne) {
   v1::Mesh mesh;
   EXPECT_EQ(ShapeOf(mesh), (MeshShape{1, 1, 1}));

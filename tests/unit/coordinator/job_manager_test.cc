@@ -5,6 +5,7 @@
 
 #include "absl/strings/ascii.h"
 #include "absl/strings/str_cat.h"
+#include "common/job_spec/defaults.h"
 #include "common/proto_time.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
@@ -529,6 +530,27 @@ TEST_F(JobManagerTest, RestartReadoptsReturningWorkersWithoutReplan) {
   EXPECT_EQ(jobs_->awaiting_readoption(), 0u);
   EXPECT_EQ(Get(job).state(), v1::JOB_STATE_RECONFIGURING);
   EXPECT_THAT(Get(job).message(), HasSubstr(job.mesh().members(3).worker_id()));
+}
+
+TEST_F(JobManagerTest, RestartFillsWhatARecordFromBeforeAFieldLacks) {
+  for (int i = 0; i < 3; ++i) Join(absl::StrCat("w", i), "h", i);
+  const v1::Job job = Get(Submit(Spec(1, 3, 3)));
+  ASSERT_EQ(job.mesh().data_parallel(), 3);
+  // The record as a coordinator from before elastic.wait_for_workers_seconds
+  // and Mesh.micro_batches wrote it.
+  v1::Job old = (*store_.LoadAll())[0];
+  old.mutable_spec()->mutable_elastic()->clear_wait_for_workers_seconds();
+  old.mutable_mesh()->clear_micro_batches();
+  ASSERT_TRUE(store_.Put(old).ok());
+
+  Reset();
+  ASSERT_TRUE(jobs_->Restore(now_).ok());
+  const v1::Job restored = Get(job);
+  EXPECT_EQ(restored.spec().elastic().wait_for_workers_seconds(), kDefaultWaitForWorkersSeconds);
+  // The planner's split of the spec's 8 micro-batches over 3 data ranks.
+  EXPECT_THAT(restored.mesh().micro_batches(), ::testing::ElementsAre(3, 3, 2));
+  EXPECT_THAT(restored.mesh().micro_batches(),
+              ::testing::ElementsAreArray(job.mesh().micro_batches()));
 }
 
 TEST_F(JobManagerTest, RestartReasksReadoptedWorkersWhoseReadinessWasNotRecorded) {

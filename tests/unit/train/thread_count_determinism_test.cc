@@ -78,13 +78,17 @@ RankRun SingleProcess(int threads, bool tie_per_step = false) {
 // threads.
 std::vector<RankRun> RanksInThreads(const layout::MeshShape& layout, int offset) {
   std::vector<RankRun> runs(static_cast<size_t>(layout.world()));
+  // The layout's plan: the step's micro-batches over its data ranks.
+  TrainingConfig config = Config();
+  config.micro_batch_shares =
+      layout::MicroBatchShares(config.micro_batches_per_step(), layout.data);
   openblas_set_num_threads(4);
   testing::RunRanksInThreads(layout, [&](const testing::ThreadRank& rank) {
     TrainingSessionOptions options;
     options.num_threads = 1 + (rank.rank + offset) % 4;
     options.collective_timeout = absl::Seconds(60);
     absl::StatusOr<std::unique_ptr<TrainingSession>> session =
-        TrainingSession::Create(Config(), rank.model_layout, rank.groups, options);
+        TrainingSession::Create(config, rank.model_layout, rank.groups, options);
     ASSERT_TRUE(session.ok()) << session.status();
     TrainAndValidate(**session, runs[static_cast<size_t>(rank.rank)]);
   });

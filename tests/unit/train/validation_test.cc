@@ -126,8 +126,11 @@ using Layout = layout::MeshShape;
 
 // Validate on every rank of `layout` (threads over in-process groups);
 // returns each rank's result.
-std::vector<double> ValidateIn(const TrainingConfig& config, Layout layout) {
+std::vector<double> ValidateIn(TrainingConfig config, Layout layout) {
   std::vector<double> results(static_cast<size_t>(layout.world()), -1);
+  // The layout's plan: the step's micro-batches over its data ranks.
+  config.micro_batch_shares =
+      layout::MicroBatchShares(config.micro_batches_per_step(), layout.data);
   testing::RunRanksInThreads(layout, [&](const testing::ThreadRank& rank) {
     TrainingSessionOptions options;
     options.num_threads = 1;

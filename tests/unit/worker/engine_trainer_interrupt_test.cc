@@ -21,6 +21,8 @@
 namespace cohort::worker {
 namespace {
 
+using testing::kSmallJobMicroBatches;  // the meshes below are planned for SmallJobSpec
+
 class EngineTrainerInterruptTest : public ::testing::Test {
  protected:
   EngineTrainerInterruptTest() {
@@ -43,7 +45,7 @@ class EngineTrainerInterruptTest : public ::testing::Test {
     a.job_id = JobId("interrupted");
     a.generation = Generation(generation);
     a.spec = testing::SmallJobSpec("interrupted", 1, 2, 2);
-    a.mesh = train::LocalMesh(2, 1, 1);
+    a.mesh = train::LocalMesh(2, 1, 1, kSmallJobMicroBatches);
     a.coordinates = a.mesh.members(0).coordinates();
     a.recovery.set_kind(v1::RECOVERY_KIND_NONE);
     return a;

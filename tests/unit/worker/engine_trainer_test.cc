@@ -31,6 +31,8 @@
 namespace cohort::worker {
 namespace {
 
+using testing::kSmallJobMicroBatches;  // the meshes below are planned for SmallJobSpec
+
 using testing::ReferenceLosses;
 using testing::WaitUntil;
 // The tiny model steps fast: poll often enough to catch a given step.
@@ -122,7 +124,7 @@ class EngineTrainerTest : public ::testing::Test {
   // Trains `spec` with two fresh members from step 0 to the end, as
   // generation `generation`; the final loss.
   double FaultFreeLoss(const v1::JobSpec& spec, uint64_t generation) {
-    const v1::Mesh mesh = train::LocalMesh(2, 1, 1);
+    const v1::Mesh mesh = train::LocalMesh(2, 1, 1, kSmallJobMicroBatches);
     v1::RecoveryPlan fresh;
     fresh.set_kind(v1::RECOVERY_KIND_NONE);
     std::unique_ptr<EngineTrainer> a = NewTrainer(), b = NewTrainer();
@@ -144,7 +146,7 @@ class EngineTrainerTest : public ::testing::Test {
   // Generation 1 of `spec` on a two-member mesh, `a` at rank 0; some steps
   // in, rank 1 is lost (its state with it) and `a` suspends. What `a` holds.
   std::vector<v1::HeldState> TrainThenLoseRankOne(const v1::JobSpec& spec, EngineTrainer& a) {
-    const v1::Mesh two = train::LocalMesh(2, 1, 1);
+    const v1::Mesh two = train::LocalMesh(2, 1, 1, kSmallJobMicroBatches);
     v1::RecoveryPlan fresh;
     fresh.set_kind(v1::RECOVERY_KIND_NONE);
     std::unique_ptr<EngineTrainer> b = NewTrainer();
@@ -206,7 +208,7 @@ class EngineTrainerTest : public ::testing::Test {
   // The plan that puts a spare (worker "spare") in rank 1's place of the
   // two-member generation 1, from rank 0's memory at `step`.
   static v1::RecoveryPlan SparePlan(int64_t step) {
-    const v1::Mesh two = train::LocalMesh(2, 1, 1);
+    const v1::Mesh two = train::LocalMesh(2, 1, 1, kSmallJobMicroBatches);
     coordinator::RecoveryInput input;
     input.source = coordinator::StateSource{Generation(1), two, true, 2};
     input.holders = {{"rank-0", step}};
@@ -230,7 +232,7 @@ class EngineTrainerTest : public ::testing::Test {
 TEST_F(EngineTrainerTest, TwoDataParallelMembersTrainTheJobOfOneProcess) {
   const v1::JobSpec spec = Spec(8);
   const std::vector<double> reference = ReferenceLosses(spec);
-  const v1::Mesh mesh = train::LocalMesh(2, 1, 1);
+  const v1::Mesh mesh = train::LocalMesh(2, 1, 1, kSmallJobMicroBatches);
   v1::RecoveryPlan fresh;
   fresh.set_kind(v1::RECOVERY_KIND_NONE);
   std::unique_ptr<EngineTrainer> a = NewTrainer(), b = NewTrainer();
@@ -264,7 +266,7 @@ TEST_F(EngineTrainerTest, ASurvivorGoesOnFromMemoryWithTheLeaversShardDonated) {
   const int64_t steps = 40;
   const v1::JobSpec spec = Spec(steps);
   const std::vector<double> reference = ReferenceLosses(spec);
-  const v1::Mesh two = train::LocalMesh(2, 1, 1);
+  const v1::Mesh two = train::LocalMesh(2, 1, 1, kSmallJobMicroBatches);
   v1::RecoveryPlan fresh;
   fresh.set_kind(v1::RECOVERY_KIND_NONE);
   std::unique_ptr<EngineTrainer> a = NewTrainer(), b = NewTrainer();
@@ -293,7 +295,7 @@ TEST_F(EngineTrainerTest, ASurvivorGoesOnFromMemoryWithTheLeaversShardDonated) {
   coordinator::RecoveryInput input;
   input.source = coordinator::StateSource{Generation(1), two, true, 1};
   input.holders = {{"rank-0", held_a[0].step()}, {"rank-1", held_b[0].step()}};
-  const v1::Mesh one = train::LocalMesh(1, 1, 1);
+  const v1::Mesh one = train::LocalMesh(1, 1, 1, kSmallJobMicroBatches);
   input.next_mesh = one;
   const v1::RecoveryPlan plan = coordinator::PlanRecovery(input);
   ASSERT_EQ(plan.kind(), v1::RECOVERY_KIND_PEER) << plan.reason();
@@ -361,7 +363,7 @@ TEST_F(EngineTrainerTest, ASurvivorKeepsItsSessionWhenASpareTakesALostRanksPlace
   const int64_t steps = 30;
   const v1::JobSpec spec = Spec(steps, /*replicas=*/2);
   const double fault_free = FaultFreeLoss(spec, 9);
-  const v1::Mesh two = train::LocalMesh(2, 1, 1);
+  const v1::Mesh two = train::LocalMesh(2, 1, 1, kSmallJobMicroBatches);
   std::unique_ptr<EngineTrainer> a = NewTrainer();
   const std::vector<v1::HeldState> held = TrainThenLoseRankOne(spec, *a);
   ASSERT_EQ(held.size(), 1u);
@@ -399,7 +401,7 @@ TEST_F(EngineTrainerTest, AKeptSessionWhoseRestoreFailsStillHoldsItsStateForTheN
   const int64_t steps = 30;
   const v1::JobSpec spec = Spec(steps, /*replicas=*/2);
   const double fault_free = FaultFreeLoss(spec, 9);
-  const v1::Mesh two = train::LocalMesh(2, 1, 1);
+  const v1::Mesh two = train::LocalMesh(2, 1, 1, kSmallJobMicroBatches);
   // Generation 2's transfers fail on both sides (a peer dies during them).
   std::unique_ptr<EngineTrainer> a = NewTrainer(FailTransfersOf(mesh_.Factory(), 2));
   const std::vector<v1::HeldState> held = TrainThenLoseRankOne(spec, *a);
@@ -444,7 +446,7 @@ TEST_F(EngineTrainerTest, AWarmSpareTakesThePlaceItPreparedWithTheSessionItBuilt
   const int64_t steps = 30;
   const v1::JobSpec spec = Spec(steps, /*replicas=*/2);
   const double fault_free = FaultFreeLoss(spec, 9);
-  const v1::Mesh two = train::LocalMesh(2, 1, 1);
+  const v1::Mesh two = train::LocalMesh(2, 1, 1, kSmallJobMicroBatches);
   std::unique_ptr<EngineTrainer> a = NewTrainer();
   // The spare prepares rank 1 of generation 1 while the job trains.
   std::unique_ptr<EngineTrainer> spare = NewTrainer(nullptr, uint64_t{1} << 30);
@@ -497,7 +499,7 @@ TEST_F(EngineTrainerTest, AWarmSparePreparedForAnotherDataRankTakesTheLostOnesPl
   const int64_t steps = 30;
   const v1::JobSpec spec = Spec(steps, /*replicas=*/2);
   const double fault_free = FaultFreeLoss(spec, 9);
-  const v1::Mesh two = train::LocalMesh(2, 1, 1);
+  const v1::Mesh two = train::LocalMesh(2, 1, 1, kSmallJobMicroBatches);
   v1::RecoveryPlan fresh;
   fresh.set_kind(v1::RECOVERY_KIND_NONE);
   std::unique_ptr<EngineTrainer> lost = NewTrainer(), b = NewTrainer();
@@ -543,14 +545,14 @@ TEST_F(EngineTrainerTest, AWarmSparePreparedForAnotherDataRankTakesTheLostOnesPl
 
 TEST_F(EngineTrainerTest, AWarmSpareReleasesOrRebuildsWhatItPreparedWhenThePlaceChanges) {
   const v1::JobSpec spec = Spec(8, /*replicas=*/2);
-  const v1::Mesh two = train::LocalMesh(2, 1, 1);
+  const v1::Mesh two = train::LocalMesh(2, 1, 1, kSmallJobMicroBatches);
   v1::RecoveryPlan fresh;
   fresh.set_kind(v1::RECOVERY_KIND_NONE);
   std::unique_ptr<EngineTrainer> spare = NewTrainer(nullptr, uint64_t{1} << 30);
   spare->Warm(Member(spec, 1, two, 1, fresh));
   WaitWarm(*spare, v1::WARM_SPARE_STATE_WARM);
   // The job changed its layout (dp 2 -> 1): a new place, built anew.
-  const v1::Mesh one = train::LocalMesh(1, 1, 1);
+  const v1::Mesh one = train::LocalMesh(1, 1, 1, kSmallJobMicroBatches);
   spare->Warm(Member(spec, 2, one, 0, fresh));
   WaitUntil(
       [&] {
@@ -597,7 +599,7 @@ TEST_F(EngineTrainerTest, SurvivorsOfDataParallelChangesKeepTheirModelShard) {
   const int64_t steps = 40;
   const v1::JobSpec spec = Spec(steps);
   const std::vector<double> reference = ReferenceLosses(spec);
-  const v1::Mesh four = train::LocalMesh(4, 1, 1), two = train::LocalMesh(2, 1, 1);
+  const v1::Mesh four = train::LocalMesh(4, 1, 1, kSmallJobMicroBatches), two = train::LocalMesh(2, 1, 1, kSmallJobMicroBatches);
   std::vector<std::unique_ptr<EngineTrainer>> t;
   for (int i = 0; i < 4; ++i) t.push_back(NewTrainer());
   v1::RecoveryPlan fresh;
@@ -675,7 +677,7 @@ TEST_F(EngineTrainerTest, ATensorParallelChangeBuildsNewModelShardsAndKeepsTheTr
   split.mutable_elastic()->set_min_workers(2);  // one replica of tp 2
   const v1::JobSpec whole = Spec(steps);
   const std::vector<double> reference = ReferenceLosses(whole);
-  const v1::Mesh tensor = train::LocalMesh(1, 2, 1), data = train::LocalMesh(2, 1, 1);
+  const v1::Mesh tensor = train::LocalMesh(1, 2, 1, kSmallJobMicroBatches), data = train::LocalMesh(2, 1, 1, kSmallJobMicroBatches);
   std::unique_ptr<EngineTrainer> a = NewTrainer(), b = NewTrainer();
   const float* weights = nullptr;
   v1::RecoveryPlan fresh;

@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "absl/synchronization/mutex.h"
+#include "common/layout/mesh_layout.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "tests/testing/fake_checkpoint_client.h"
@@ -84,7 +85,9 @@ class TrainingLoopTest : public ::testing::Test {
       spec.mutable_data()->mutable_validation()->set_batches(1);
     }
     absl::StatusOr<train::TrainingConfig> config =
-        train::TrainingConfigFromSpec(spec, group == nullptr ? 1 : 2);
+        train::TrainingConfigFromSpec(
+            spec, group == nullptr ? std::vector<int>{}
+                                   : layout::MicroBatchShares(testing::kSmallJobMicroBatches, 2));
     EXPECT_TRUE(config.ok()) << config.status();
     train::TrainingGroups groups;
     groups.data = group;
