@@ -201,6 +201,10 @@ void World::Run() {
   if (coordinator_up_ && !job_id_.empty()) {
     absl::StatusOr<v1::Job> job = coordinator_->GetJob(JobId(job_id_));
     if (job.ok()) {
+      result_->completed = job->state() == v1::JOB_STATE_COMPLETED;
+      result_->peer_recoveries = job->recovery_stats().peer();
+      result_->checkpoint_recoveries = job->recovery_stats().checkpoint();
+      result_->lost_steps = job->recovery_stats().lost_steps();
       result_->outcome = absl::StrCat(
           job_id_, " ", v1::JobState_Name(job->state()), " at step ", job->progress().step(),
           ", generation ", job->generation(), ", recoveries: ", job->recovery_stats().peer(),

@@ -85,6 +85,11 @@ struct SimResult {
   std::vector<std::string> trace;       // the run, one line per notable event
   std::string scenario;                 // workers, job and faults, one line
   std::string outcome;                  // final job state, generations, recoveries
+  // The outcome's figures, for totals over many seeds.
+  bool completed = false;
+  int64_t peer_recoveries = 0;
+  int64_t checkpoint_recoveries = 0;
+  int64_t lost_steps = 0;
   uint64_t events = 0;
   absl::Duration simulated;
   bool ok() const { return violations.empty(); }
