@@ -330,7 +330,7 @@ void SimWorker::StepReduced(uint64_t epoch, absl::Status status) {
     ++train_epoch_;
     phase_ = Phase::kIdle;
     world_->LeaveFabric(index_, incarnation_);
-    ReportSuspended(run_->job, run_->generation, std::string(status.message()));
+    ReportSuspended(run_->job, run_->generation, status);
     return;
   }
   phase_ = Phase::kEndPhase;

@@ -5,22 +5,16 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
-#include "common/command_target.h"
 #include "tests/simulation/sim_world.h"
 
 namespace cohort::simulation {
 namespace {
 
-constexpr size_t kMaxPendingStatuses = 16;  // WorkerAgent::kMaxPendingStatuses
+// WorkerAgentOptions' and BackoffOptions' defaults, on the simulator's clock.
 constexpr absl::Duration kBackoffInitial = absl::Milliseconds(100);
 constexpr absl::Duration kBackoffMax = absl::Seconds(5);
 constexpr absl::Duration kBackoffMaxHolding = absl::Seconds(1);
 constexpr absl::Duration kWelcomeTimeout = absl::Seconds(5);
-
-bool Retriable(const absl::Status& status) {
-  return absl::IsUnavailable(status) || absl::IsAborted(status) || absl::IsCancelled(status) ||
-         absl::IsDeadlineExceeded(status);
-}
 
 const char* StateName(v1::AssignmentState state) {
   switch (state) {
@@ -46,16 +40,9 @@ void SimWorker::Start() {
   alive_ = true;
   stream_ = 0;
   welcomed_ = false;
-  pending_statuses_.clear();
-  commands_.clear();
   busy_ = false;
-  held_.reset();
-  held_state_ = v1::ASSIGNMENT_STATE_UNSPECIFIED;
+  protocol_.emplace(id_);
   newest_command_generation_.clear();
-  commanded_generation_.clear();
-  coordinator_id_.clear();
-  last_warm_sequence_ = 0;
-  warm_job_.clear();
   run_.reset();
   previous_.reset();
   phase_ = Phase::kIdle;
@@ -92,10 +79,8 @@ void SimWorker::Connect() {
   hello->set_device_kind(v1::DEVICE_KIND_CPU);
   hello->set_device_index(index_ % 2);
   hello->set_incarnation(incarnation_);
-  if (held_.has_value()) {
-    hello->mutable_held()->set_job_id(held_->job);
-    hello->mutable_held()->set_generation(held_->generation);
-    *hello->mutable_held()->mutable_coordinates() = held_->coordinates;
+  if (std::optional<v1::HeldAssignment> held = protocol_->HeldForHello()) {
+    *hello->mutable_held() = std::move(*held);
   }
   welcomed_ = false;
   last_received_ = world_->Now();
@@ -107,7 +92,8 @@ void SimWorker::Connect() {
 }
 
 void SimWorker::Reconnect() {
-  const absl::Duration cap = held_.has_value() ? kBackoffMaxHolding : kBackoffMax;
+  // As worker::Backoff: doubling from 100 ms, capped lower while holding.
+  const absl::Duration cap = protocol_->held().has_value() ? kBackoffMaxHolding : kBackoffMax;
   const absl::Duration base = std::min(backoff_, cap);
   backoff_ = std::min(backoff_ * 2, kBackoffMax);
   const absl::Duration delay = world_->Uniform(base * 0.8, base * 1.2);
@@ -141,17 +127,14 @@ void SimWorker::OnMessage(uint64_t stream, const v1::CoordinatorMessage& message
       return;
     case v1::CoordinatorMessage::kHeartbeatAck:
       return;
-    case v1::CoordinatorMessage::kSuspend:
-      // The reader thread interrupts a Prepare of the held job at once.
-      InterruptFor(message.suspend().job_id(), message.suspend().generation());
-      Enqueue(message);
-      return;
-    case v1::CoordinatorMessage::kStop:
-      InterruptFor(message.stop().job_id(), message.stop().generation());
-      Enqueue(message);
-      return;
     default:
-      Enqueue(message);
+      // As WorkerAgent's reader thread: a Suspend or Stop interrupts the
+      // Prepare it is meant for at once; then the command queues.
+      if (std::optional<CommandTarget> target = worker::InterruptTargetOf(message)) {
+        TrainerInterrupt(target->job_id, target->generation);
+      }
+      protocol_->Receive(message);
+      if (!busy_) RunNextCommand();
       return;
   }
 }
@@ -159,31 +142,10 @@ void SimWorker::OnMessage(uint64_t stream, const v1::CoordinatorMessage& message
 void SimWorker::OnWelcome(uint64_t stream, const v1::Welcome& welcome) {
   welcomed_ = true;
   backoff_ = kBackoffInitial;
-  if (welcome.coordinator_id() != coordinator_id_) {
-    commanded_generation_.clear();
-    last_warm_sequence_ = 0;
-  }
-  coordinator_id_ = welcome.coordinator_id();
   heartbeat_interval_ = absl::Milliseconds(welcome.heartbeat_interval_ms());
   heartbeat_timeout_ = absl::Milliseconds(welcome.heartbeat_timeout_ms());
   world_->Trace(absl::StrCat(id_, " welcomed on stream ", stream));
-  // As WorkerAgent::HandleWelcome: a COMPLETED the last coordinator may not
-  // have read is said again.
-  if (held_.has_value() && held_state_ == v1::ASSIGNMENT_STATE_COMPLETED) {
-    bool pending = false;
-    for (const v1::AssignmentStatus& status : pending_statuses_) {
-      pending |= status.job_id() == held_->job && status.generation() == held_->generation &&
-                 status.state() == v1::ASSIGNMENT_STATE_COMPLETED;
-    }
-    if (!pending) {
-      v1::AssignmentStatus status;
-      status.set_job_id(held_->job);
-      status.set_generation(held_->generation);
-      status.set_state(v1::ASSIGNMENT_STATE_COMPLETED);
-      *status.mutable_progress() = CurrentProgress();
-      pending_statuses_.push_back(std::move(status));
-    }
-  }
+  protocol_->OnWelcome(welcome, CurrentProgress());
   FlushStatuses();
   HeartbeatTick(stream);
 }
@@ -201,9 +163,9 @@ void SimWorker::HeartbeatTick(uint64_t stream) {
   message.set_incarnation(incarnation_);
   v1::Heartbeat* heartbeat = message.mutable_heartbeat();
   heartbeat->set_sequence(heartbeat_sequence_++);
-  if (held_.has_value()) {
-    heartbeat->set_job_id(held_->job);
-    heartbeat->set_generation(held_->generation);
+  if (const std::optional<worker::Assignment>& held = protocol_->held()) {
+    heartbeat->set_job_id(held->job_id.value());
+    heartbeat->set_generation(held->generation.value());
     *heartbeat->mutable_progress() = CurrentProgress();
   }
   world_->SendOnStream(stream, message);
@@ -214,114 +176,49 @@ void SimWorker::HeartbeatTick(uint64_t stream) {
 v1::Progress SimWorker::CurrentProgress() const {
   v1::Progress progress;
   if (run_.has_value()) progress.set_step(run_->newest);
-  if (held_.has_value() && held_->recovery.kind() != v1::RECOVERY_KIND_UNSPECIFIED &&
-      (!run_.has_value() || run_->generation != held_->generation)) {
-    progress.set_step(held_->recovery.step());  // restoring: the step it resumes at
+  const std::optional<worker::Assignment>& held = protocol_->held();
+  if (held.has_value() && held->recovery.kind() != v1::RECOVERY_KIND_UNSPECIFIED &&
+      (!run_.has_value() || run_->generation != held->generation.value())) {
+    progress.set_step(held->recovery.step());  // restoring: the step it resumes at
   }
   progress.set_step_time_seconds(0.09);
   progress.set_waiting_for_peers(phase_ == Phase::kCollective);
   return progress;
 }
 
-void SimWorker::SendStatus(const std::string& job, uint64_t generation,
-                           v1::AssignmentState state, const std::string& message,
-                           const std::vector<v1::HeldState>& held) {
-  v1::AssignmentStatus status;
-  status.set_job_id(job);
-  status.set_generation(generation);
-  status.set_state(state);
-  status.set_message(message);
-  for (const v1::HeldState& h : held) *status.add_held_states() = h;
+void SimWorker::SendStatus(v1::AssignmentStatus status) {
   *status.mutable_progress() = CurrentProgress();
   std::string held_text;
-  for (const v1::HeldState& h : held) {
+  for (const v1::HeldState& h : status.held_states()) {
     absl::StrAppend(&held_text, held_text.empty() ? " holding" : ",", " g", h.generation(), "@",
                     h.step());
   }
-  world_->Trace(absl::StrCat(id_, " -> ", StateName(state), " ", job, " g", generation, held_text,
-                             message.empty() ? "" : " (" + message + ")"));
-  if (pending_statuses_.size() >= kMaxPendingStatuses) pending_statuses_.pop_front();
-  pending_statuses_.push_back(std::move(status));
+  world_->Trace(absl::StrCat(id_, " -> ", StateName(status.state()), " ", status.job_id(), " g",
+                             status.generation(), held_text,
+                             status.message().empty() ? "" : " (" + status.message() + ")"));
+  protocol_->Say(std::move(status));
   FlushStatuses();
 }
 
 void SimWorker::FlushStatuses() {
   if (stream_ == 0 || !welcomed_) return;  // goes out after the next Welcome
-  while (!pending_statuses_.empty()) {
+  while (const v1::AssignmentStatus* next = protocol_->NextPending()) {
     v1::WorkerMessage message;
     message.set_incarnation(incarnation_);
-    *message.mutable_status() = pending_statuses_.front();
-    pending_statuses_.pop_front();
+    *message.mutable_status() = *next;
+    protocol_->PopPending();
     world_->SendOnStream(stream_, message);
   }
 }
 
 // --- agent: commands ---
 
-void SimWorker::Enqueue(const v1::CoordinatorMessage& command) {
-  commands_.push_back(command);
-  if (!busy_) RunNextCommand();
-}
-
-bool SimWorker::IsStale(const v1::CoordinatorMessage& command) {
-  // As WorkerAgent::IsStale: older than a generation already commanded.
-  const std::optional<CommandTarget> target = CommandTargetOf(command);
-  if (!target.has_value()) return false;
-  uint64_t& newest = commanded_generation_[target->job_id];
-  if (target->generation < newest) return true;
-  newest = target->generation;
-  return false;
-}
-
 void SimWorker::RunNextCommand() {
-  if (busy_ || commands_.empty()) return;
-  v1::CoordinatorMessage command = std::move(commands_.front());
-  commands_.pop_front();
-  if (IsStale(command)) {
-    RunNextCommand();
-    return;
-  }
+  if (busy_) return;
+  std::optional<v1::CoordinatorMessage> command = protocol_->NextCommand();
+  if (!command.has_value()) return;
   busy_ = true;
-  switch (command.kind_case()) {
-    case v1::CoordinatorMessage::kAssign:
-      ExecuteAssign(command.assign());
-      return;  // PrepareAndReport calls CommandDone
-    case v1::CoordinatorMessage::kReconfigure:
-      ExecuteReconfigure(command.reconfigure());
-      return;
-    case v1::CoordinatorMessage::kStop:
-      ExecuteStop(command.stop());
-      break;
-    case v1::CoordinatorMessage::kSuspend:
-      ExecuteSuspend(command.suspend());
-      break;
-    case v1::CoordinatorMessage::kWarmUp:
-      ExecuteWarmUp(command.warm_up());
-      break;
-    default:
-      break;
-  }
-  CommandDone();
-}
-
-void SimWorker::ExecuteWarmUp(const v1::WarmUp& warm) {
-  // As WorkerAgent::ExecuteWarmUp: an older one (two calls' messages
-  // crossed) or one naming a job while this worker holds an assignment is
-  // ignored.
-  if (warm.sequence() <= last_warm_sequence_) return;
-  last_warm_sequence_ = warm.sequence();
-  if (!warm.job_id().empty() && held_.has_value() &&
-      held_state_ != v1::ASSIGNMENT_STATE_COMPLETED) {
-    world_->Trace(absl::StrCat(id_, " ignores a WarmUp of ", warm.job_id(), ": it holds ",
-                               held_->job));
-    return;
-  }
-  warm_job_ = warm.job_id();
-  world_->Trace(absl::StrCat(id_, warm_job_.empty() ? " releases its warm session"
-                                                    : " warms up for " + warm_job_,
-                             warm_job_.empty() ? "" : absl::StrCat(" g", warm.generation(),
-                                                                    " rank ",
-                                                                    warm.coordinates().rank())));
+  Execute(*command);
 }
 
 void SimWorker::CommandDone() {
@@ -340,197 +237,168 @@ void SimWorker::ActingOn(const std::string& job, uint64_t generation, const char
   newest = std::max(newest, generation);
 }
 
-void SimWorker::ExecuteAssign(const v1::Assign& assign) {
-  warm_job_.clear();  // EngineTrainer::TakeWarm: taken or released
-  if (held_.has_value() && held_->job == assign.job_id()) {
-    if (assign.generation() < held_->generation) {
-      CommandDone();
-      return;  // stale
+void SimWorker::Execute(const v1::CoordinatorMessage& command) {
+  const std::optional<worker::Assignment> before = protocol_->held();
+  worker::CommandDecision decision = protocol_->Decide(command);
+  using Kind = worker::CommandDecision::Kind;
+  switch (decision.kind) {
+    case Kind::kNothing:
+      if (command.has_warm_up() && !decision.why.empty()) {
+        world_->Trace(absl::StrCat(id_, " ignores ", decision.why));
+      }
+      break;
+    case Kind::kSay:
+      SendStatus(std::move(decision.status));
+      break;
+    case Kind::kSayHeldStates:
+      for (const v1::HeldState& h : TrainerSuspend()) *decision.status.add_held_states() = h;
+      SendStatus(std::move(decision.status));
+      break;
+    case Kind::kPrepare:
+      if (decision.stop_first) TrainerStop();  // an Assign of another job replaces the held one
+      TraceCommand(command, before, decision);
+      PrepareAndReport(decision.assignment);
+      return;  // CommandDone when prepared
+    case Kind::kDonate:
+      TraceCommand(command, before, decision);
+      DonateAndReport(decision.assignment, decision.donate_refused);
+      return;  // CommandDone when donated
+    case Kind::kSuspend: {
+      const std::optional<worker::Assignment>& held = protocol_->held();
+      if (held.has_value() && held->job_id.value() == command.suspend().job_id()) {
+        ActingOn(command.suspend().job_id(), command.suspend().generation(), "Suspend");
+      }
+      const std::vector<v1::HeldState> kept = TrainerSuspend();
+      SendStatus(protocol_->FinishSuspend(command.suspend(), kept));
+      break;
     }
-    if (assign.generation() == held_->generation) {
-      SendStatus(assign.job_id(), assign.generation(), held_state_, "");
-      CommandDone();
-      return;
+    case Kind::kStop: {
+      const v1::Stop& stop = command.stop();
+      if (decision.stop_trainer) {
+        ActingOn(stop.job_id(), stop.generation(), "Stop");
+        world_->Trace(absl::StrCat(id_, " stops ", stop.job_id(), " g", stop.generation(), ": ",
+                                   stop.reason()));
+        TrainerStop();
+      }
+      SendStatus(protocol_->FinishStop(stop));
+      break;
     }
-  } else if (held_.has_value()) {
-    TrainerStop();  // an Assign of another job replaces the held one
+    case Kind::kWarm: {
+      const worker::Assignment& slot = decision.assignment;
+      world_->Trace(absl::StrCat(
+          id_,
+          slot.job_id.value().empty() ? " releases its warm session"
+                                      : " warms up for " + slot.job_id.value(),
+          slot.job_id.value().empty()
+              ? ""
+              : absl::StrCat(" g", slot.generation.value(), " rank ", slot.coordinates.rank())));
+      break;
+    }
+    case Kind::kDrain:
+      TrainerStop();
+      if (std::optional<v1::AssignmentStatus> released =
+              protocol_->FinishDrain(command.drain())) {
+        SendStatus(std::move(*released));
+      }
+      break;
   }
-  ActingOn(assign.job_id(), assign.generation(), "Assign");
-  Assignment a;
-  a.job = assign.job_id();
-  a.generation = assign.generation();
-  a.spec = assign.spec();
-  a.mesh = assign.mesh();
-  a.coordinates = assign.coordinates();
-  a.recovery = assign.recovery();
-  a.participant = assign.coordinates().rank();
-  world_->Trace(absl::StrCat(id_, " assigned ", a.job, " g", a.generation, " rank ",
+  CommandDone();
+}
+
+void SimWorker::TraceCommand(const v1::CoordinatorMessage& command,
+                             const std::optional<worker::Assignment>& before,
+                             const worker::CommandDecision& decision) {
+  const worker::Assignment& a = decision.assignment;
+  const std::string& job = a.job_id.value();
+  const bool reconfigures =
+      command.has_reconfigure() && before.has_value() && before->job_id == a.job_id;
+  ActingOn(job, a.generation.value(), reconfigures ? "Reconfigure" : "Assign");
+  if (reconfigures) {
+    world_->Trace(absl::StrCat(id_, " reconfigured ", job, " g", before->generation.value(),
+                               " -> g", a.generation.value(), a.donor ? " as donor" : "", " (",
+                               v1::RecoveryKind_Name(a.recovery.kind()), " at step ",
+                               a.recovery.step(), ")"));
+    return;
+  }
+  world_->Trace(absl::StrCat(id_, " assigned ", job, " g", a.generation.value(), " rank ",
                              a.coordinates.rank(), " (", v1::RecoveryKind_Name(a.recovery.kind()),
                              " at step ", a.recovery.step(), ")"));
-  PrepareAndReport(std::move(a));
 }
 
-void SimWorker::ExecuteReconfigure(const v1::Reconfigure& reconfigure) {
-  const std::string& job = reconfigure.job_id();
-  const uint64_t generation = reconfigure.generation();
-  if (!held_.has_value() || held_->job != job) {
-    if (reconfigure.role() != v1::RECONFIGURE_ROLE_DONOR && reconfigure.has_spec()) {
-      // As WorkerAgent: the Assign was overtaken; join from the Reconfigure.
-      v1::Assign assign;
-      assign.set_job_id(job);
-      assign.set_generation(generation);
-      *assign.mutable_spec() = reconfigure.spec();
-      *assign.mutable_mesh() = reconfigure.mesh();
-      *assign.mutable_coordinates() = reconfigure.coordinates();
-      *assign.mutable_recovery() = reconfigure.recovery();
-      ExecuteAssign(assign);
-      return;
+SimWorker::Assignment SimWorker::TrainerAssignment(const worker::Assignment& assignment) {
+  Assignment a;
+  a.job = assignment.job_id.value();
+  a.generation = assignment.generation.value();
+  a.spec = assignment.spec;
+  a.mesh = assignment.mesh;
+  a.coordinates = assignment.coordinates;
+  a.recovery = assignment.recovery;
+  a.donor = assignment.donor;
+  a.participant = assignment.participant;
+  return a;
+}
+
+void SimWorker::PrepareAndReport(const worker::Assignment& assignment) {
+  protocol_->Hold(assignment);
+  TrainerPrepare(TrainerAssignment(assignment), [this, assignment](absl::Status prepared) {
+    std::vector<v1::HeldState> kept;
+    switch (worker::PrepareOutcomeOf(prepared)) {
+      case worker::PrepareOutcome::kReady:
+        break;
+      case worker::PrepareOutcome::kCutShort:
+        kept = TrainerSuspend();
+        break;
+      case worker::PrepareOutcome::kFailed:
+        TrainerStop();
+        break;
     }
-    SendStatus(job, generation, v1::ASSIGNMENT_STATE_FAILED,
-               absl::StrCat("worker ", id_, " does not hold job ", job, "; it needs an Assign"));
-    CommandDone();
-    return;
-  }
-  if (generation < held_->generation) {
-    CommandDone();
-    return;  // stale
-  }
-  if (generation == held_->generation) {
-    std::vector<v1::HeldState> held;
-    if (held_state_ == v1::ASSIGNMENT_STATE_SUSPENDED) held = TrainerSuspend();
-    SendStatus(job, generation, held_state_, "", held);
-    CommandDone();
-    return;
-  }
-  ActingOn(job, generation, "Reconfigure");
-  Assignment next = *held_;
-  next.generation = generation;
-  next.mesh = reconfigure.mesh();
-  next.coordinates = reconfigure.coordinates();
-  next.recovery = reconfigure.recovery();
-  next.donor = reconfigure.role() == v1::RECONFIGURE_ROLE_DONOR;
-  next.participant = reconfigure.coordinates().rank();
-  world_->Trace(absl::StrCat(id_, " reconfigured ", job, " g", held_->generation, " -> g",
-                             generation, next.donor ? " as donor" : "", " (",
-                             v1::RecoveryKind_Name(next.recovery.kind()), " at step ",
-                             next.recovery.step(), ")"));
-  if (next.donor) {
-    next.participant = -1;
-    for (int i = 0; i < reconfigure.recovery().donors_size(); ++i) {
-      if (reconfigure.recovery().donors(i).worker_id() == id_) {
-        next.participant = reconfigure.mesh().members_size() + i;
-      }
-    }
-    ExecuteDonate(std::move(next));
-    return;
-  }
-  PrepareAndReport(std::move(next));
-}
-
-void SimWorker::ExecuteStop(const v1::Stop& stop) {
-  const bool holds = held_.has_value() && held_->job == stop.job_id();
-  if (holds && stop.generation() < held_->generation) return;  // stale
-  if (holds) {
-    ActingOn(stop.job_id(), stop.generation(), "Stop");
-    world_->Trace(absl::StrCat(id_, " stops ", stop.job_id(), " g", stop.generation(), ": ",
-                               stop.reason()));
-    TrainerStop();
-    held_.reset();
-    held_state_ = v1::ASSIGNMENT_STATE_UNSPECIFIED;
-  }
-  SendStatus(stop.job_id(), stop.generation(), v1::ASSIGNMENT_STATE_RELEASED, "");
-}
-
-void SimWorker::InterruptFor(const std::string& job, uint64_t generation) {
-  // As WorkerAgent::InterruptFor: not filtered by what is held (the message
-  // may overtake the Prepare it interrupts); the trainer keeps it.
-  TrainerInterrupt(job, generation);
-}
-
-void SimWorker::ExecuteSuspend(const v1::Suspend& suspend) {
-  const std::string& job = suspend.job_id();
-  if (held_.has_value() && held_->job == job && suspend.generation() < held_->generation) {
-    return;  // stale
-  }
-  if (held_.has_value() && held_->job == job) ActingOn(job, suspend.generation(), "Suspend");
-  const std::vector<v1::HeldState> held = TrainerSuspend();
-  if (held_.has_value() && held_->job == job) held_state_ = v1::ASSIGNMENT_STATE_SUSPENDED;
-  SendStatus(job, suspend.generation(), v1::ASSIGNMENT_STATE_SUSPENDED, suspend.reason(), held);
-}
-
-void SimWorker::ExecuteDonate(Assignment assignment) {
-  const std::string job = assignment.job;
-  const uint64_t generation = assignment.generation;
-  auto finish = [this, job, generation](absl::Status donated) {
-    if (donated.ok()) {
-      held_.reset();
-      held_state_ = v1::ASSIGNMENT_STATE_UNSPECIFIED;
-    } else {
-      held_state_ = v1::ASSIGNMENT_STATE_SUSPENDED;  // the source state is kept
-    }
-    SendStatus(job, generation, v1::ASSIGNMENT_STATE_DONATED,
-               donated.ok() ? "" : donated.ToString());
-    CommandDone();
-  };
-  held_ = assignment;  // as WorkerAgent::ExecuteDonate: older commands are stale now
-  held_state_ = v1::ASSIGNMENT_STATE_UNSPECIFIED;
-  if (assignment.participant < 0) {
-    finish(absl::InvalidArgumentError("not among the plan's donors"));
-    return;
-  }
-  TrainerDonate(assignment, std::move(finish));
-}
-
-void SimWorker::PrepareAndReport(Assignment assignment) {
-  const std::string job = assignment.job;
-  const uint64_t generation = assignment.generation;
-  held_ = assignment;
-  held_state_ = v1::ASSIGNMENT_STATE_UNSPECIFIED;
-  TrainerPrepare(assignment, [this, job, generation](absl::Status prepared) {
-    if (prepared.ok()) {
-      if (held_.has_value() && held_->job == job && held_->generation == generation) {
-        held_state_ = v1::ASSIGNMENT_STATE_READY;
-      }
-      SendStatus(job, generation, v1::ASSIGNMENT_STATE_READY, "");
-    } else if (Retriable(prepared)) {
-      const std::vector<v1::HeldState> held = TrainerSuspend();
-      if (held_.has_value() && held_->job == job) held_state_ = v1::ASSIGNMENT_STATE_SUSPENDED;
-      SendStatus(job, generation, v1::ASSIGNMENT_STATE_SUSPENDED, prepared.ToString(), held);
-    } else {
-      TrainerStop();
-      held_.reset();
-      held_state_ = v1::ASSIGNMENT_STATE_UNSPECIFIED;
-      SendStatus(job, generation, v1::ASSIGNMENT_STATE_FAILED, prepared.ToString());
-    }
+    SendStatus(protocol_->FinishPrepare(assignment, prepared, kept, {}));
     CommandDone();
   });
 }
 
+void SimWorker::DonateAndReport(const worker::Assignment& assignment,
+                                const absl::Status& refused) {
+  // Held while donating: older commands are stale now.
+  protocol_->Hold(assignment);
+  auto finish = [this, assignment](absl::Status donated) {
+    SendStatus(protocol_->FinishDonate(assignment, donated));
+    CommandDone();
+  };
+  if (!refused.ok()) {
+    finish(refused);
+    return;
+  }
+  TrainerDonate(TrainerAssignment(assignment), std::move(finish));
+}
+
 void SimWorker::ReportSuspended(const std::string& job, uint64_t generation,
-                                const std::string& reason) {
-  if (!held_.has_value() || held_->job != job || held_->generation != generation) return;
-  held_state_ = v1::ASSIGNMENT_STATE_SUSPENDED;
-  std::vector<v1::HeldState> held;
+                                const absl::Status& why) {
+  std::vector<v1::HeldState> kept;
   if (run_.has_value() && run_->generation == generation) {
     v1::HeldState state;
     state.set_generation(generation);
     state.set_step(run_->newest);
-    held.push_back(state);
+    kept.push_back(state);
     // The source generation, kept until this one trains (EngineTrainer's
     // Run::kept).
     if (!run_->trained && previous_.has_value()) {
       state.set_generation(previous_->generation);
       state.set_step(previous_->newest);
-      held.push_back(state);
+      kept.push_back(state);
     }
   }
-  SendStatus(job, generation, v1::ASSIGNMENT_STATE_SUSPENDED, reason, held);
+  if (std::optional<v1::AssignmentStatus> status =
+          protocol_->TrainingSuspended(JobId(job), Generation(generation), kept, why)) {
+    SendStatus(std::move(*status));
+  }
 }
 
 void SimWorker::ReportTrainingFinished(const std::string& job, uint64_t generation) {
-  if (!held_.has_value() || held_->job != job || held_->generation != generation) return;
-  held_state_ = v1::ASSIGNMENT_STATE_COMPLETED;
-  SendStatus(job, generation, v1::ASSIGNMENT_STATE_COMPLETED, "");
+  if (std::optional<v1::AssignmentStatus> status =
+          protocol_->TrainingFinished(JobId(job), Generation(generation), absl::OkStatus())) {
+    SendStatus(std::move(*status));
+  }
 }
 
 std::vector<v1::HeldState> SimWorker::HeldStates(const std::string& job) const {

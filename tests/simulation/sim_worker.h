@@ -1,18 +1,21 @@
 #pragma once
-// SimWorker: one simulated cohort-worker process, the protocol side of
-// worker/agent/agent.cc (attach, heartbeats, the command queue, statuses kept
-// across reconnects) and of worker/engine/engine_trainer.cc (Prepare: KV bootstrap,
-// peer transfer or checkpoint load; the step loop over collectives; the two
-// state versions a rank keeps; Suspend, Donate, Stop, Interrupt) as a state
-// machine on the simulator's clock. Where the real code decides something
-// (which commands are stale, what a status reports, when state is dropped),
-// this class decides it the same way; keep the two in step.
+// SimWorker: one simulated cohort-worker process on the simulator's clock.
+// Its agent half runs the worker's own protocol core, worker::WorkerProtocol
+// (worker/agent/worker_protocol.h: which commands are stale, what each asks
+// of the trainer, what each status says, the held assignment, the statuses
+// kept across reconnects), driven as WorkerAgent drives it: attach,
+// heartbeats, one command at a time. So the simulation tests the protocol
+// the worker runs, not a copy. What stays here is the transport (streams,
+// Welcome and heartbeat timeouts, backoff) and the trainer half, a model of
+// worker/engine/engine_trainer.cc (Prepare: KV bootstrap, peer transfer or
+// checkpoint load; the step loop over collectives; the two state versions a
+// rank keeps; Suspend, Donate, Stop, Interrupt), which the simulation models
+// rather than runs.
 //
 // Each process has an incarnation; every timer and callback carries it, so
 // nothing of a crashed process runs after the crash (World::AtWorker).
 
 #include <cstdint>
-#include <deque>
 #include <functional>
 #include <map>
 #include <optional>
@@ -23,6 +26,7 @@
 #include "absl/status/status.h"
 #include "absl/time/time.h"
 #include "cohort/v1/workers.pb.h"
+#include "worker/agent/worker_protocol.h"
 
 namespace cohort::simulation {
 
@@ -79,30 +83,30 @@ class SimWorker {
   };
   enum class Phase { kIdle, kCompute, kCollective, kEndPhase };
 
-  // --- agent ---
+  // --- agent: drives protocol_ as WorkerAgent does ---
   void Connect();
   void Reconnect();
   void OnWelcome(uint64_t stream, const v1::Welcome& welcome);
   void HeartbeatTick(uint64_t stream);
   void AbandonStream(const std::string& why);
-  void Enqueue(const v1::CoordinatorMessage& command);
-  bool IsStale(const v1::CoordinatorMessage& command);
+  // The command "thread": takes the next command when not busy.
   void RunNextCommand();
   void CommandDone();
-  void ExecuteAssign(const v1::Assign& assign);
-  void ExecuteReconfigure(const v1::Reconfigure& reconfigure);
-  void ExecuteStop(const v1::Stop& stop);
-  void ExecuteSuspend(const v1::Suspend& suspend);
-  void ExecuteWarmUp(const v1::WarmUp& warm);
-  void ExecuteDonate(Assignment assignment);
-  void InterruptFor(const std::string& job, uint64_t generation);
-  void PrepareAndReport(Assignment assignment);
-  void ReportSuspended(const std::string& job, uint64_t generation, const std::string& reason);
+  // Does what protocol_ decided for `command`; CommandDone when finished.
+  void Execute(const v1::CoordinatorMessage& command);
+  // A trace line for a command about to act (an Assign, a Reconfigure).
+  void TraceCommand(const v1::CoordinatorMessage& command,
+                    const std::optional<worker::Assignment>& before,
+                    const worker::CommandDecision& decision);
+  void PrepareAndReport(const worker::Assignment& assignment);
+  void DonateAndReport(const worker::Assignment& assignment, const absl::Status& refused);
+  void ReportSuspended(const std::string& job, uint64_t generation, const absl::Status& why);
   void ReportTrainingFinished(const std::string& job, uint64_t generation);
-  void SendStatus(const std::string& job, uint64_t generation, v1::AssignmentState state,
-                  const std::string& message, const std::vector<v1::HeldState>& held = {});
+  // Adds the progress, traces, keeps the status in protocol_ and flushes.
+  void SendStatus(v1::AssignmentStatus status);
   void FlushStatuses();
   v1::Progress CurrentProgress() const;
+  static Assignment TrainerAssignment(const worker::Assignment& assignment);
   // A command of `generation` about to act: one older than a command this
   // process already executed for the same job is a protocol violation.
   void ActingOn(const std::string& job, uint64_t generation, const char* what);
@@ -151,18 +155,10 @@ class SimWorker {
   absl::Duration heartbeat_timeout_;
   uint64_t heartbeat_sequence_ = 1;
   absl::Duration backoff_;
-  std::deque<v1::AssignmentStatus> pending_statuses_;
-  std::deque<v1::CoordinatorMessage> commands_;
   bool busy_ = false;  // the command thread is executing one
-  std::optional<Assignment> held_;
-  v1::AssignmentState held_state_ = v1::ASSIGNMENT_STATE_UNSPECIFIED;
+  // The worker's protocol state; a new one per process (Start).
+  std::optional<worker::WorkerProtocol> protocol_;
   std::map<std::string, uint64_t> newest_command_generation_;  // for the invariant
-  std::map<std::string, uint64_t> commanded_generation_;       // the agent's own filter
-  std::string coordinator_id_;
-  // The last WarmUp applied (WorkerAgent::ExecuteWarmUp) and the job it
-  // named (empty: nothing prepared; a Prepare takes or drops it).
-  uint64_t last_warm_sequence_ = 0;
-  std::string warm_job_;
 
   // Trainer.
   std::optional<Run> run_;

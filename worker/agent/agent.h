@@ -29,10 +29,10 @@
 // (job, generation, coordinates) in its Hello. A status that could not be
 // written (stream down) is re-sent after the next Welcome.
 //
-// Commands of an older generation of the held job are ignored. A repeated
-// Assign/Reconfigure of the held generation is answered with the held state
-// without preparing again. Stop of a job not held is answered RELEASED;
-// Reconfigure of a job not held is answered FAILED.
+// What each command means (stale commands, repeats, a Stop or Reconfigure of
+// a job not held, the statuses kept across reconnects) is decided by
+// WorkerProtocol (worker_protocol.h), which the protocol simulation runs too;
+// this class runs it over the gRPC stream with threads and the Trainer.
 //
 // Threads: Run() owns the attach loop and sends heartbeats; per stream one
 // reader thread; one command thread executes Assign/Reconfigure/Suspend/Stop/
@@ -42,7 +42,6 @@
 // are serialised by the stream's mutex.
 
 #include <cstdint>
-#include <deque>
 #include <functional>
 #include <memory>
 #include <optional>
@@ -62,6 +61,7 @@
 #include "worker/agent/backoff.h"
 #include "worker/agent/trainer.h"
 #include "worker/agent/worker_metrics.h"
+#include "worker/agent/worker_protocol.h"
 
 namespace cohort::worker {
 
@@ -103,9 +103,10 @@ struct WorkerAgentOptions {
 // any thread.
 class WorkerAgent {
  public:
-  // `trainer` and `clock` must outlive the agent. `clock` times heartbeat
-  // round trips, the ack timeout and log rate limits; waits between
-  // heartbeats and reconnects are in real time. Metrics are registered in
+  // `trainer` and `clock` must outlive the agent. Every time the agent reads
+  // (heartbeat cadence and round trips, the ack and Welcome timeouts,
+  // backoff delays, log rate limits) comes from `clock`; waits sleep in real
+  // time for what is left by it, re-reading it every kClockSlice. Metrics are registered in
   // `registry` (one agent per registry).
   WorkerAgent(std::unique_ptr<v1::Workers::StubInterface> stub, Trainer* trainer,
               const Clock* clock, std::shared_ptr<prometheus::Registry> registry,
@@ -151,14 +152,19 @@ class WorkerAgent {
     bool welcomed = false;
     absl::Status status;  // how the stream ended
   };
-  // Undelivered statuses kept across reconnects; older ones are dropped first.
-  static constexpr size_t kMaxPendingStatuses = 16;
+  // Each wait re-reads clock_ at least this often, so that a deadline on a
+  // test's FakeClock ends the wait once the clock passes it.
+  static constexpr absl::Duration kClockSlice = absl::Milliseconds(100);
 
   // One Attach stream from Hello to Finish.
   SessionResult RunSession();
   // Waits until `deadline`, a stop, or options_.wait_for_coordinator says
   // the coordinator is reachable, whichever comes first.
   void WaitForCoordinator(absl::Time deadline);
+  // Waits on cv_ for at most the time left until `deadline` (by clock_), in
+  // slices of kClockSlice. False once the deadline has passed: callers loop
+  // `while (!condition && WaitSliceLocked(deadline)) {}`.
+  bool WaitSliceLocked(absl::Time deadline) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Reads CoordinatorMessages until the stream ends.
   void ReadLoop(std::shared_ptr<AttachStream> stream);
   void HandleWelcome(const std::shared_ptr<AttachStream>& stream, const v1::Welcome& welcome);
@@ -171,35 +177,23 @@ class WorkerAgent {
   // Half-closes and waits up to close_timeout for the coordinator to end the stream.
   void CloseStream(const std::shared_ptr<AttachStream>& stream);
 
+  // Executes the protocol's commands in arrival order until a Drain or exit.
   void CommandLoop();
-  // Whether `command` names a generation older than one already commanded
-  // for its job (then it is skipped); records its generation otherwise.
-  bool IsStale(const v1::CoordinatorMessage& command) ABSL_LOCKS_EXCLUDED(mu_);
-  void ExecuteAssign(const v1::Assign& assign);
-  void ExecuteReconfigure(const v1::Reconfigure& reconfigure);
-  void ExecuteStop(const v1::Stop& stop);
-  void ExecuteDrain(const v1::Drain& drain);
-  void ExecuteSuspend(const v1::Suspend& suspend);
-  // Passes a WarmUp to the trainer unless it is older than the last one
-  // applied, or names a job while this worker holds an assignment.
-  void ExecuteWarmUp(const v1::WarmUp& warm);
-  void ExecuteDonate(Assignment assignment);
-  // An arriving Suspend or Stop for the held job interrupts a Prepare of it
-  // (reader thread).
-  void InterruptFor(const std::string& job, uint64_t generation);
-  // Prepares `assignment` and reports READY or FAILED.
-  void PrepareAndReport(Assignment assignment);
-  // Writes the status to the welcomed stream, or keeps it for the next one.
-  // `prepare` goes with READY only.
-  void SendStatus(const JobId& job, Generation generation, v1::AssignmentState state,
-                  const std::string& message, const std::vector<v1::HeldState>& held = {},
-                  const v1::PreparePhases& prepare = {},
-                  const std::vector<std::string>& unreachable = {});
+  // Does what protocol_ decided for `command`; false after a Drain.
+  bool Execute(const v1::CoordinatorMessage& command);
+  // Hold, Trainer::Prepare and the status its outcome calls for.
+  void PrepareAndReport(const Assignment& assignment);
+  // Hold, Trainer::Donate (unless refused) and DONATED.
+  void DonateAndReport(const Assignment& assignment, const absl::Status& refused);
+  // Adds the trainer's progress, keeps the status in protocol_ and writes
+  // what is pending to the welcomed stream, if any.
+  void SendStatus(v1::AssignmentStatus status);
   // Writes undelivered statuses, oldest first, until one fails.
   void FlushPendingStatuses(const std::shared_ptr<AttachStream>& stream)
       ABSL_LOCKS_EXCLUDED(flush_mu_);
 
   v1::WorkerMessage NewMessage() const;
+  static v1::Progress ProgressProto(const TrainingProgress& progress);
   bool StoppingLocked() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
     return shutdown_requested_ || drain_requested_;
   }
@@ -216,6 +210,8 @@ class WorkerAgent {
   // Order: flush_mu_ before mu_.
   absl::Mutex flush_mu_;
   mutable absl::Mutex mu_;
+  // The protocol's state: held assignment, command queue, pending statuses.
+  WorkerProtocol protocol_ ABSL_GUARDED_BY(mu_);
   bool running_ ABSL_GUARDED_BY(mu_) = false;
   bool shutdown_requested_ ABSL_GUARDED_BY(mu_) = false;
   bool drain_requested_ ABSL_GUARDED_BY(mu_) = false;
@@ -229,18 +225,6 @@ class WorkerAgent {
   absl::Time last_received_ ABSL_GUARDED_BY(mu_);  // by clock_
   // The stream that statuses go to: set once it has been welcomed.
   std::shared_ptr<AttachStream> welcomed_stream_ ABSL_GUARDED_BY(mu_);
-  std::deque<v1::CoordinatorMessage> commands_ ABSL_GUARDED_BY(mu_);
-  // The newest generation commanded per job, from the current coordinator.
-  static constexpr size_t kMaxRememberedJobs = 64;
-  absl::flat_hash_map<std::string, uint64_t> newest_generation_ ABSL_GUARDED_BY(mu_);
-  // WarmUp.sequence of the last WarmUp applied (0 with a new coordinator).
-  uint64_t last_warm_sequence_ ABSL_GUARDED_BY(mu_) = 0;
-  std::string coordinator_id_ ABSL_GUARDED_BY(mu_);
-  std::optional<Assignment> held_ ABSL_GUARDED_BY(mu_);
-  // The state last reported for held_ (READY once prepared).
-  v1::AssignmentState held_state_ ABSL_GUARDED_BY(mu_) = v1::ASSIGNMENT_STATE_UNSPECIFIED;
-  // Statuses not yet written to any stream, oldest first.
-  std::deque<v1::AssignmentStatus> pending_statuses_ ABSL_GUARDED_BY(mu_);
   uint64_t next_heartbeat_sequence_ ABSL_GUARDED_BY(mu_) = 1;
   // Send times of heartbeats still waiting for their ack.
   absl::flat_hash_map<uint64_t, absl::Time> heartbeat_sent_at_ ABSL_GUARDED_BY(mu_);

@@ -65,6 +65,26 @@ struct Seen {
   }
 };
 
+// A clock that stands still until started, then moves a second at every
+// reading: time passes for the agent only as fast as it looks.
+class SteppingClock : public Clock {
+ public:
+  absl::Time Now() const override {
+    absl::MutexLock lock(&mu_);
+    if (stepping_) now_ += absl::Seconds(1);
+    return now_;
+  }
+  void StartStepping() {
+    absl::MutexLock lock(&mu_);
+    stepping_ = true;
+  }
+
+ private:
+  mutable absl::Mutex mu_;
+  mutable absl::Time now_ ABSL_GUARDED_BY(mu_) = absl::FromUnixSeconds(1'700'000'000);
+  bool stepping_ ABSL_GUARDED_BY(mu_) = false;
+};
+
 // The coordinator side of Attach, driven by the test. Answers each Hello with
 // a Welcome and each heartbeat with an ack unless told otherwise.
 class FakeCoordinator final : public v1::Workers::Service {
@@ -331,7 +351,7 @@ class AgentTest : public ::testing::Test {
   // `backoff_initial` and `wait_for_coordinator`: see WorkerAgentOptions.
   void StartAgent(Trainer* trainer = nullptr,
                   absl::Duration backoff_initial = absl::Milliseconds(10),
-                  bool wait_for_coordinator = false) {
+                  bool wait_for_coordinator = false, const Clock* clock = RealClock::Get()) {
     WorkerAgentOptions options;
     options.identity.worker_id = "w0";
     options.identity.host = "host-a";
@@ -355,7 +375,7 @@ class AgentTest : public ::testing::Test {
     registry_ = std::make_shared<prometheus::Registry>();
     agent_ = std::make_unique<WorkerAgent>(v1::Workers::NewStub(channel),
                                            trainer != nullptr ? trainer : &trainer_,
-                                           RealClock::Get(), registry_, options);
+                                           clock, registry_, options);
     std::packaged_task<absl::Status()> task([this] { return agent_->Run(); });
     run_result_ = task.get_future();
     run_thread_ = std::thread(std::move(task));
@@ -382,7 +402,8 @@ class AgentTest : public ::testing::Test {
   std::atomic<bool> waited_for_coordinator_{false};
   std::unique_ptr<FakeCoordinator> fake_;
   std::unique_ptr<grpc::Server> server_;
-  // Trainers outlive the agent (declared before it).
+  // Trainers and the clock outlive the agent (declared before it).
+  SteppingClock stepping_clock_;
   IdleTrainer trainer_;
   FailingTrainer failing_trainer_;
   GatedTrainer gated_trainer_;
@@ -685,6 +706,21 @@ TEST_F(AgentTest, SilentCoordinatorIsAbandonedAfterTheHeartbeatTimeout) {
       fake_->WaitFor([](const Seen& s) { return !s.Of(WorkerMessage::kHello, 1).empty(); }));
   const Seen seen = fake_->seen();
   EXPECT_TRUE(seen.ended.at(0));
+}
+
+TEST_F(AgentTest, TheHeartbeatTimeoutIsMeasuredOnTheAgentsClock) {
+  // Twenty seconds of silence on the agent's clock, hardly any in real time,
+  // abandon the stream: the agent reads all its time from its Clock (here
+  // one that moves a second at every reading). On the real clock it would
+  // keep the stream past this test's deadline.
+  StartServer({.heartbeat_interval_ms = 500, .heartbeat_timeout_ms = 20'000,
+               .ack_heartbeats = false});
+  StartAgent(nullptr, /*backoff_initial=*/absl::ZeroDuration(), false, &stepping_clock_);
+  ASSERT_TRUE(AttachedAndWelcomed(0));
+  stepping_clock_.StartStepping();
+  ASSERT_TRUE(
+      fake_->WaitFor([](const Seen& s) { return !s.Of(WorkerMessage::kHello, 1).empty(); }));
+  EXPECT_TRUE(fake_->seen().ended.at(0));
 }
 
 TEST_F(AgentTest, StatusDecidedWhileAwayIsSentAfterReattaching) {
