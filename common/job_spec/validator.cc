@@ -394,7 +394,7 @@ void CheckCheckpoint(v1::CheckpointPolicy& checkpoint, Errors& errors) {
     errors.Add("checkpoint.interval_steps",
                absl::StrCat("must be >= 0 (0 disables), got ", checkpoint.interval_steps()));
   }
-  if (checkpoint.keep_last() == 0) checkpoint.set_keep_last(kDefaultKeepLast);
+  ApplyCheckpointDefaults(checkpoint);
   if (checkpoint.keep_last() < 0) {
     errors.Add("checkpoint.keep_last", absl::StrCat("must be >= 0 (0 means ", kDefaultKeepLast,
                                                     "), got ", checkpoint.keep_last()));
@@ -469,6 +469,10 @@ absl::StatusOr<v1::JobSpec> NormalizeJobSpec(const v1::JobSpec& input) {
 
   if (!errors.empty()) return absl::InvalidArgumentError(errors.Joined());
   return spec;
+}
+
+void ApplyCheckpointDefaults(v1::CheckpointPolicy& policy) {
+  if (policy.keep_last() == 0) policy.set_keep_last(kDefaultKeepLast);
 }
 
 int MicroBatchesPerStep(const v1::JobSpec& spec) {

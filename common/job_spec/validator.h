@@ -12,6 +12,11 @@ namespace cohort {
 //   "parallelism.tensor: tensor parallel 3 does not divide 8 attention heads (model.heads)".
 absl::StatusOr<v1::JobSpec> NormalizeJobSpec(const v1::JobSpec& spec);
 
+// Fills the checkpoint policy's defaults (keep_last) as NormalizeJobSpec
+// does: the one place they are applied, for code that holds a policy that
+// may not have come through a normalised spec. No validation.
+void ApplyCheckpointDefaults(v1::CheckpointPolicy& policy);
+
 // Number of micro-batches per optimizer step of a normalized spec.
 int MicroBatchesPerStep(const v1::JobSpec& spec);
 

@@ -9,6 +9,7 @@
 #include "common/crc32c.h"
 #include "common/enum_names.h"
 #include "common/job_spec/defaults.h"
+#include "common/job_spec/validator.h"
 #include "common/log.h"
 #include "common/status_macros.h"
 #include "coordinator/checkpoints/checkpoint_coverage.h"
@@ -110,8 +111,9 @@ bool ValidTensorName(const std::string& name) {
 }
 
 std::vector<int64_t> StepsToRetire(std::vector<int64_t> committed,
-                                   const v1::CheckpointPolicy& policy) {
-  const int keep_last = policy.keep_last() > 0 ? policy.keep_last() : kDefaultKeepLast;
+                                   v1::CheckpointPolicy policy) {
+  ApplyCheckpointDefaults(policy);
+  const int keep_last = policy.keep_last();
   std::sort(committed.begin(), committed.end(), std::greater<>());
   std::vector<int64_t> retire;
   for (size_t i = 0; i < committed.size(); ++i) {

@@ -109,10 +109,10 @@ struct CheckpointUploadsOptions {
 bool ValidTensorName(const std::string& name);
 
 // The committed steps `policy` no longer keeps: all but the newest
-// keep_last (0 means the default) and those that are multiples of
-// keep_every (0: none), in ascending order.
-std::vector<int64_t> StepsToRetire(std::vector<int64_t> committed,
-                                   const v1::CheckpointPolicy& policy);
+// keep_last and those that are multiples of keep_every (0: none), in
+// ascending order. The policy's defaults are filled first, by the job spec's
+// own ApplyCheckpointDefaults (common/job_spec/validator.h).
+std::vector<int64_t> StepsToRetire(std::vector<int64_t> committed, v1::CheckpointPolicy policy);
 
 struct UploadCounters {
   int64_t chunks = 0;
