@@ -341,7 +341,7 @@ void SimWorker::ActingOn(const std::string& job, uint64_t generation, const char
 }
 
 void SimWorker::ExecuteAssign(const v1::Assign& assign) {
-  warm_job_.clear();  // EngineTrainer::TakeWarm: taken or released
+  warm_job_.clear();  // WarmSpare::Take: taken or released
   if (held_.has_value() && held_->job == assign.job_id()) {
     if (assign.generation() < held_->generation) {
       CommandDone();
