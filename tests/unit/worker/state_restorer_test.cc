@@ -56,6 +56,20 @@ class StateRestorerTest : public ::testing::Test {
                              nullptr);
   }
 
+  // Generation 2 of a solo job, recovering from the memory of generation
+  // 1's only worker, which holds `held` steps.
+  static Assignment FromPeer(const v1::JobSpec& spec, int64_t held) {
+    const v1::Mesh one = testing::EngineMesh(1);
+    coordinator::RecoveryInput input;
+    input.source = coordinator::StateSource{Generation(1), one, true, 1};
+    input.holders = {{"rank-0", held}};
+    input.next_mesh = one;
+    Assignment next = testing::EngineMember(spec, 2, one, 0);
+    next.recovery = coordinator::PlanRecovery(input);
+    EXPECT_EQ(next.recovery.kind(), v1::RECOVERY_KIND_PEER) << next.recovery.reason();
+    return next;
+  }
+
   static bool SameParams(const train::TrainingSession& a, const float* b) {
     return std::memcmp(a.model().params(), b, a.model().num_params() * sizeof(float)) == 0;
   }
@@ -96,13 +110,7 @@ TEST_F(StateRestorerTest, APeerPlanCopiesTheVersionItNamesFromTheSourcesMemory) 
   for (int64_t s = 0; s < 2; ++s) ASSERT_TRUE(source->session->RunStep(Step(s)).ok());
   // The plan resumes at step 1: the source's previous version, not the
   // weights it trains on now.
-  coordinator::RecoveryInput input;
-  input.source = coordinator::StateSource{Generation(1), one, true, 1};
-  input.holders = {{"rank-0", 1}};
-  input.next_mesh = one;
-  Assignment next = testing::EngineMember(spec, 2, one, 0);
-  next.recovery = coordinator::PlanRecovery(input);
-  ASSERT_EQ(next.recovery.kind(), v1::RECOVERY_KIND_PEER) << next.recovery.reason();
+  const Assignment next = FromPeer(spec, 1);
   ASSERT_EQ(next.recovery.step(), 1);
   const absl::StatusOr<train::StateVersions::View> step1 = versions.Version(1);
   ASSERT_TRUE(step1.ok()) << step1.status();
@@ -119,15 +127,7 @@ TEST_F(StateRestorerTest, APeerPlanCopiesTheVersionItNamesFromTheSourcesMemory) 
 }
 
 TEST_F(StateRestorerTest, APeerPlanWithoutTheSourcesStateFailsTheTransfer) {
-  const v1::JobSpec spec = testing::EngineJobSpec(8);
-  const v1::Mesh one = testing::EngineMesh(1);
-  coordinator::RecoveryInput input;
-  input.source = coordinator::StateSource{Generation(1), one, true, 1};
-  input.holders = {{"rank-0", 3}};
-  input.next_mesh = one;
-  Assignment next = testing::EngineMember(spec, 2, one, 0);
-  next.recovery = coordinator::PlanRecovery(input);
-  ASSERT_EQ(next.recovery.kind(), v1::RECOVERY_KIND_PEER) << next.recovery.reason();
+  const Assignment next = FromPeer(testing::EngineJobSpec(8), 3);
   std::unique_ptr<GenerationRun> run = Build(next);
   ASSERT_NE(run, nullptr);
   // This worker was to serve step 3 and holds nothing of generation 1.
