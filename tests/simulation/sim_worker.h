@@ -117,7 +117,7 @@ class SimWorker {
   void TrainerDonate(const Assignment& assignment, Done done);
   std::vector<v1::HeldState> TrainerSuspend();
   void TrainerStop();
-  // As EngineTrainer::Interrupt, BeginInterruptible.
+  // As EngineTrainer::Interrupt, InterruptGate::Begin.
   void TrainerInterrupt(const std::string& job, uint64_t generation);
   void BeginInterruptible(const Assignment& assignment);
   // Fails the Prepare or Donate in flight (if any) as Cancelled.

@@ -14,6 +14,7 @@
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "common/clock.h"
 #include "worker/agent/trainer.h"
 #include "worker/comm/communicator.h"
 #include "worker/train/training_session.h"
@@ -35,6 +36,8 @@ struct CommsRequest {
   // Set when the build is to be abandoned (EngineTrainer::Interrupt): a
   // factory waiting for peers returns Cancelled soon after.
   const std::atomic<bool>* cancelled = nullptr;
+  // What the factory's deadlines are measured by (EngineTrainerOptions::clock).
+  const Clock* clock = RealClock::Get();
 };
 
 class GenerationComms {

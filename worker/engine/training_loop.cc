@@ -3,7 +3,6 @@
 #include <algorithm>
 #include <utility>
 
-#include "absl/time/clock.h"
 #include "common/log.h"
 
 namespace cohort::worker {
@@ -18,7 +17,7 @@ void LogLoss(const TrainingLoopInput& input, int64_t done, double loss) {
   std::fprintf(input.loss_log, "job %s generation %llu step %lld loss %a time %.6f\n",
                input.job.value().c_str(), static_cast<unsigned long long>(input.generation.value()),
                static_cast<long long>(done), loss,
-               absl::ToDoubleSeconds(absl::Now() - absl::UnixEpoch()));
+               absl::ToDoubleSeconds(input.clock->Now() - absl::UnixEpoch()));
   std::fflush(input.loss_log);
 }
 
@@ -28,7 +27,7 @@ void LogValidation(const TrainingLoopInput& input, int64_t done, double loss) {
   std::fprintf(input.loss_log, "job %s generation %llu validation %lld loss %a time %.6f\n",
                input.job.value().c_str(), static_cast<unsigned long long>(input.generation.value()),
                static_cast<long long>(done), loss,
-               absl::ToDoubleSeconds(absl::Now() - absl::UnixEpoch()));
+               absl::ToDoubleSeconds(input.clock->Now() - absl::UnixEpoch()));
   std::fflush(input.loss_log);
 }
 
@@ -53,7 +52,7 @@ void EndWithError(const TrainingLoopInput& input, const char* what, int64_t s,
 // it failed and the loop must end.
 bool Validate(const TrainingLoopInput& input, const TrainingLoopHooks& hooks, int64_t done,
               TrainingLoopOutcome* outcome) {
-  const absl::Time begin = absl::Now();
+  const absl::Time begin = input.clock->Now();
   // Validation reads the weights only (a checkpoint of this step may be
   // uploading meanwhile).
   absl::StatusOr<double> loss = input.session->Validate(input.stop);
@@ -63,7 +62,7 @@ bool Validate(const TrainingLoopInput& input, const TrainingLoopHooks& hooks, in
   }
   LogValidation(input, done, *loss);
   LOG(INFO) << "job " << input.job << " step " << done << " validation loss " << *loss;
-  if (hooks.on_validation) hooks.on_validation(Step(done), *loss, absl::Now() - begin);
+  if (hooks.on_validation) hooks.on_validation(Step(done), *loss, input.clock->Now() - begin);
   return true;
 }
 
@@ -89,7 +88,7 @@ void MaybeCheckpoint(const TrainingLoopInput& input, const TrainingLoopHooks& ho
 TrainingLoopOutcome RunTrainingLoop(const TrainingLoopInput& input,
                                     const TrainingLoopHooks& hooks) {
   TrainingLoopOutcome outcome;
-  const absl::Time started = absl::Now();
+  const absl::Time started = input.clock->Now();
   absl::Time last_log = started;
   train::TrainingSession& session = *input.session;
   // A generation that starts where a validation was due (one interrupted
@@ -104,14 +103,14 @@ TrainingLoopOutcome RunTrainingLoop(const TrainingLoopInput& input,
       outcome.end = TrainingLoopEnd::kStopped;
       return outcome;
     }
-    const absl::Time begin = absl::Now();
+    const absl::Time begin = input.clock->Now();
     // A Suspend or Stop ends the step within one layer's compute.
     absl::StatusOr<train::StepResult> result = session.RunStep(Step(s), input.stop);
     if (!result.ok()) {
       EndWithError(input, "step", s, result.status(), &outcome);
       return outcome;
     }
-    const absl::Duration took = std::max(absl::Now() - begin, absl::Nanoseconds(1));
+    const absl::Duration took = std::max(input.clock->Now() - begin, absl::Nanoseconds(1));
     const int64_t done = s + 1;
     ++outcome.steps_done;
     LogLoss(input, done, result->loss);
@@ -120,8 +119,8 @@ TrainingLoopOutcome RunTrainingLoop(const TrainingLoopInput& input,
     if (session.config().ValidatesAfter(done) && !Validate(input, hooks, done, &outcome)) {
       return outcome;
     }
-    if (absl::Now() - last_log >= absl::Seconds(10) || done == input.steps) {
-      last_log = absl::Now();
+    if (input.clock->Now() - last_log >= absl::Seconds(10) || done == input.steps) {
+      last_log = input.clock->Now();
       const double seconds = absl::ToDoubleSeconds(took);
       LOG(INFO) << "job " << input.job << " step " << done << "/" << input.steps << " loss "
                 << result->loss << " grad norm " << result->grad_norm << " lr "
@@ -139,7 +138,8 @@ TrainingLoopOutcome RunTrainingLoop(const TrainingLoopInput& input,
     }
   }
   LOG(INFO) << "job " << input.job << " finished " << input.steps << " steps in "
-            << absl::FormatDuration(absl::Trunc(absl::Now() - started, absl::Milliseconds(1)));
+            << absl::FormatDuration(
+                   absl::Trunc(input.clock->Now() - started, absl::Milliseconds(1)));
   outcome.end = TrainingLoopEnd::kCompleted;
   return outcome;
 }

@@ -20,6 +20,7 @@
 
 #include "absl/status/status.h"
 #include "absl/time/time.h"
+#include "common/clock.h"
 #include "common/ids.h"
 #include "worker/checkpoint/checkpoint_writer.h"
 #include "worker/train/step_runner.h"
@@ -43,6 +44,9 @@ struct TrainingLoopInput {
   // Set to end the loop between steps (a Suspend, a Stop, a new Prepare);
   // the communicators are aborted at the same time to end a step in flight.
   const std::atomic<bool>* stop = nullptr;
+  // Times the steps and validations and the loss log's lines; must outlive
+  // the call.
+  const Clock* clock = RealClock::Get();
 };
 
 struct TrainingLoopHooks {

@@ -4,7 +4,6 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
-#include "absl/time/clock.h"
 #include "common/status_macros.h"
 #include "worker/comm/mesh_groups.h"
 #include "worker/comm/ucx_communicator.h"
@@ -18,8 +17,9 @@ namespace {
 // WaitFor within a slice instead of the whole bootstrap timeout.
 class CancellableKvClient : public comm::KvClient {
  public:
-  CancellableKvClient(std::unique_ptr<comm::KvClient> inner, const std::atomic<bool>* cancelled)
-      : inner_(std::move(inner)), cancelled_(cancelled) {}
+  CancellableKvClient(std::unique_ptr<comm::KvClient> inner, const std::atomic<bool>* cancelled,
+                      const Clock* clock)
+      : inner_(std::move(inner)), cancelled_(cancelled), clock_(clock) {}
 
   absl::Status Set(const std::string& key, const std::string& value) override {
     if (Cancelled()) return CancelledError();
@@ -27,13 +27,15 @@ class CancellableKvClient : public comm::KvClient {
   }
 
   absl::StatusOr<std::string> WaitFor(const std::string& key, absl::Duration timeout) override {
-    const absl::Time deadline = absl::Now() + timeout;
+    // The deadline is the clock's; each slice is a real wait of the inner
+    // client (a gRPC call or a file poll, which no Clock can drive).
+    const absl::Time deadline = clock_->Now() + timeout;
     for (;;) {
       if (Cancelled()) return CancelledError();
-      const absl::Duration left = deadline - absl::Now();
+      const absl::Duration left = deadline - clock_->Now();
       absl::StatusOr<std::string> value =
           inner_->WaitFor(key, std::clamp(left, absl::ZeroDuration(), kSlice));
-      if (!absl::IsDeadlineExceeded(value.status()) || absl::Now() >= deadline) return value;
+      if (!absl::IsDeadlineExceeded(value.status()) || clock_->Now() >= deadline) return value;
     }
   }
 
@@ -45,6 +47,7 @@ class CancellableKvClient : public comm::KvClient {
   }
   std::unique_ptr<comm::KvClient> inner_;
   const std::atomic<bool>* cancelled_;
+  const Clock* clock_;
 };
 
 // Its parts are set by CreateUcxGenerationComms, the one maker.
@@ -72,7 +75,8 @@ absl::StatusOr<std::unique_ptr<GenerationComms>> CreateUcxGenerationComms(
     comm::CollectiveAlgorithm data_algorithm) {
   const Assignment& assignment = *request.assignment;
   auto comms = std::make_unique<UcxGenerationComms>();
-  comms->kv_ = std::make_unique<CancellableKvClient>(std::move(kv), request.cancelled);
+  comms->kv_ = std::make_unique<CancellableKvClient>(std::move(kv), request.cancelled,
+                                                     request.clock);
   comm::UcxContextOptions context;
   context.rank = request.participant;
   context.size = request.participants;
