@@ -51,6 +51,7 @@
 #include "common/clock.h"
 #include "common/ids.h"
 #include "coordinator/checkpoints/checkpoint_store.h"
+#include "coordinator/checkpoints/upload_rules.h"
 
 namespace cohort::coordinator {
 
@@ -104,15 +105,6 @@ struct CheckpointUploadsOptions {
   std::function<void(const CommittedCheckpoint&)> on_commit;
 };
 
-// Whether `name` may name a tensor: 1-128 characters of [A-Za-z0-9_/.-]
-// (the header check's rule, so names are safe in keys, logs and files).
-bool ValidTensorName(const std::string& name);
-
-// The committed steps `policy` no longer keeps: all but the newest
-// keep_last and those that are multiples of keep_every (0: none), in
-// ascending order. The policy's defaults are filled first, by the job spec's
-// own ApplyCheckpointDefaults (common/job_spec/validator.h).
-std::vector<int64_t> StepsToRetire(std::vector<int64_t> committed, v1::CheckpointPolicy policy);
 
 struct UploadCounters {
   int64_t chunks = 0;

@@ -2,7 +2,9 @@
 // and backward on a compute backend (the CUDA backend by default), one row per
 // precision, with tokens/s, model TFLOP/s and MFU against the device's peak.
 // tools/bench/torch_gpu_step.py measures the same step in PyTorch eager, and
-// tools/gpu-check runs both on a GPU machine.
+// tools/gpu-check runs both on a GPU machine. (A little over the ~600 lines
+// docs/conventions.md asks for: one benchmark's flags, model presets, timing
+// and table, read top to bottom.)
 //
 //   cohort-bench-gpu [--backend cuda|cpu] [--precision fp32,tf32,bf16] [--model gpt2|d12|tiny]
 //                    [--layers L --heads NH --width C --vocab V --context maxT]
