@@ -1413,7 +1413,7 @@ TEST_F(JobManagerTest, RestartDuringSuspensionWaitsForReattachingMembers) {
   EXPECT_EQ(after.recovery().step(), 11);
 }
 
-// --- Warm spares (JobManager::UpdateWarmSpares) ---
+// --- Warm spares (WarmSpares, through JobManager) ---
 
 TEST_F(JobManagerTest, AnIdleWorkerLeftOverPreparesTheLastPlaceAndIsReleasedWhenTheJobEnds) {
   for (int i = 0; i < 3; ++i) Join(absl::StrCat("w", i), "h", i);
