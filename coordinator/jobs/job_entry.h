@@ -30,7 +30,7 @@ struct Suspension {
   absl::flat_hash_set<WorkerId> awaiting;
   // Survivors holding state in the live state's layout: worker -> step.
   std::map<std::string, int64_t> holders;
-  bool growth = false;  // nobody was lost: a growth or a scale
+  bool growth = false;                      // nobody was lost: a growth or a scale
   std::optional<absl::Time> waiting_since;  // no mesh possible yet
   // The plan would give up state while lost holders may still come back:
   // planning waits for them until this time.

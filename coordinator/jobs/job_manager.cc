@@ -58,8 +58,8 @@ absl::Status JobManager::Restore(absl::Time now) {
     // may still come back with their state, as after any loss.
     for (const auto& member : entry.job.live_state().mesh().members()) {
       if (IsMember(entry, WorkerId(member.worker_id()))) continue;
-      entry.returning[member.worker_id()] = Returning{Incarnation(member.incarnation()), member,
-                                                      now + replanner_.RejoinGrace(entry)};
+      entry.returning[member.worker_id()] =
+          Returning{Incarnation(member.incarnation()), member, now + replanner_.RejoinGrace(entry)};
     }
   }
   if (!awaiting.empty()) {
@@ -131,8 +131,8 @@ absl::StatusOr<v1::Job> JobManager::Cancel(const JobId& id, absl::Time now, Effe
   JobEntry* entry = table_.Find(id);
   if (entry == nullptr) return absl::NotFoundError(absl::StrCat("job ", id.value(), " not found"));
   if (IsTerminal(entry->job.state())) {
-    return absl::FailedPreconditionError(absl::StrCat(
-        "job ", id.value(), " already finished (", ShortEnumName(entry->job.state()), ")"));
+    return absl::FailedPreconditionError(absl::StrCat("job ", id.value(), " already finished (",
+                                                      ShortEnumName(entry->job.state()), ")"));
   }
   Finish(*entry, v1::JOB_STATE_CANCELLED, "cancelled by user", now, effects);
   scheduler_.Schedule(now, effects);
@@ -200,8 +200,8 @@ void JobManager::OnWorkersLost(const std::vector<LostWorker>& lost, absl::Time n
   scheduler_.Schedule(now, effects);
 }
 
-void JobManager::OnProgress(const WorkerId& worker, const v1::Heartbeat& heartbeat,
-                            absl::Time now, Effects* effects) {
+void JobManager::OnProgress(const WorkerId& worker, const v1::Heartbeat& heartbeat, absl::Time now,
+                            Effects* effects) {
   JobEntry* entry = table_.Find(JobId(heartbeat.job_id()));
   if (entry == nullptr || heartbeat.generation() != entry->job.generation() ||
       !IsMember(*entry, worker)) {
@@ -220,7 +220,8 @@ void JobManager::OnProgress(const WorkerId& worker, const v1::Heartbeat& heartbe
     v1::RecoveryStats* stats = entry->job.mutable_recovery_stats();
     stats->set_last_first_step_seconds(absl::ToDoubleSeconds(now - wait.running));
     stats->set_last_detect_to_first_step_seconds(absl::ToDoubleSeconds(now - wait.started));
-    effects->recovery_phases.push_back({JobId(entry->job.job_id()), "first_step", now - wait.running});
+    effects->recovery_phases.push_back(
+        {JobId(entry->job.job_id()), "first_step", now - wait.running});
     LOG(INFO) << "job " << entry->job.job_id() << " generation " << entry->job.generation()
               << " completed its first step "
               << absl::FormatDuration(absl::Trunc(now - wait.started, absl::Milliseconds(1)))
@@ -252,8 +253,8 @@ void JobManager::OnProgress(const WorkerId& worker, const v1::Heartbeat& heartbe
   JobTable::Emit(*entry, v1::JOB_EVENT_KIND_PROGRESS, effects);
 }
 
-void JobManager::OnWorkerDraining(const WorkerId& worker, const std::string& reason,
-                                  absl::Time now, Effects* effects) {
+void JobManager::OnWorkerDraining(const WorkerId& worker, const std::string& reason, absl::Time now,
+                                  Effects* effects) {
   const WorkerRecord* record = membership_->Find(worker);
   if (record == nullptr || !record->job.has_value()) return;
   JobEntry* entry = table_.Find(*record->job);
@@ -342,7 +343,8 @@ void JobManager::CheckTimeouts(JobEntry& entry, absl::Time now, Effects* effects
   if (entry.prepare_deadline.has_value() && now >= *entry.prepare_deadline) {
     std::vector<std::string> preparing;
     for (const auto& member : entry.job.mesh().members()) {
-      if (!entry.ready.contains(WorkerId(member.worker_id()))) preparing.push_back(member.worker_id());
+      if (!entry.ready.contains(WorkerId(member.worker_id())))
+        preparing.push_back(member.worker_id());
     }
     std::sort(preparing.begin(), preparing.end());
     entry.prepare_deadline.reset();

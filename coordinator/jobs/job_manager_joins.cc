@@ -30,9 +30,9 @@ void JobManager::OnWorkerJoined(const v1::Hello& hello, absl::Time now, Effects*
       // At the job's current generation: the worker may have been sent a
       // command of a newer generation than the one it holds (a Suspend while
       // it rejoined), after which a Stop of its held generation is stale.
-      const uint64_t generation =
-          entry != nullptr ? std::max(entry->job.generation(), hello.held().generation())
-                           : hello.held().generation();
+      const uint64_t generation = entry != nullptr
+                                      ? std::max(entry->job.generation(), hello.held().generation())
+                                      : hello.held().generation();
       SendStop(*membership_, id, held_job, Generation(generation),
                "the coordinator no longer has this worker in that job generation", effects);
     }
@@ -55,10 +55,9 @@ bool JobManager::Readopt(const v1::Hello& hello, absl::Time now, Effects* effect
     if (m.worker_id() == id.value()) member = &m;
   }
   const bool same_process = member != nullptr && member->incarnation() == hello.incarnation();
-  const bool same_place = held_job == job_id &&
-                          hello.held().generation() == entry->job.generation() &&
-                          member != nullptr &&
-                          hello.held().coordinates().rank() == member->coordinates().rank();
+  const bool same_place =
+      held_job == job_id && hello.held().generation() == entry->job.generation() &&
+      member != nullptr && hello.held().coordinates().rank() == member->coordinates().rank();
   if (same_process && same_place && membership_->AssignToJob(id, job_id).ok()) {
     LOG(INFO) << "worker " << id << " re-adopted into job " << job_id << " generation "
               << entry->job.generation();
@@ -68,11 +67,10 @@ bool JobManager::Readopt(const v1::Hello& hello, absl::Time now, Effects* effect
     } else if (!entry->ready.contains(id)) {
       effects->messages.push_back(Effects::Message{
           id, Incarnation(hello.incarnation()),
-          commands::MemberCoordinates(v1::CoordinatorMessage::kReconfigure,
-                                      member->coordinates()),
+          commands::MemberCoordinates(v1::CoordinatorMessage::kReconfigure, member->coordinates()),
           std::make_shared<const v1::CoordinatorMessage>(commands::Reconfigure(
-              job_id, Generation(entry->job.generation()), entry->job.mesh(),
-              entry->job.recovery(), entry->job.spec(), "re-adopted; confirm readiness"))});
+              job_id, Generation(entry->job.generation()), entry->job.mesh(), entry->job.recovery(),
+              entry->job.spec(), "re-adopted; confirm readiness"))});
     }
     return true;
   }
@@ -91,11 +89,11 @@ bool JobManager::Readopt(const v1::Hello& hello, absl::Time now, Effects* effect
     if (entry->suspension.has_value()) {
       replanner_.AskToSuspend(*entry, id, Incarnation(hello.incarnation()), now, effects);
     } else {
-      replanner_.BeginSuspension(*entry,
-                                 absl::StrCat("worker ", id.value(),
-                                              " re-attached without generation ",
-                                              entry->job.generation(), "'s command"),
-                                 /*growth=*/false, now, effects);
+      replanner_.BeginSuspension(
+          *entry,
+          absl::StrCat("worker ", id.value(), " re-attached without generation ",
+                       entry->job.generation(), "'s command"),
+          /*growth=*/false, now, effects);
     }
     return true;
   }

@@ -77,10 +77,10 @@ absl::Status JobManager::OnDonated(JobEntry& entry, const WorkerId& worker,
     // out their own deadlines: re-plan now. The donor kept its state
     // (EngineTrainer::Donate), so it stays a donor and is asked to suspend
     // with the members (Replanner::BeginSuspension).
-    replanner_.Replan(entry,
-                      absl::StrCat("donor ", worker.value(), " could not serve its state: ",
-                                   status.message()),
-                      /*only_if_larger=*/false, now, effects);
+    replanner_.Replan(
+        entry,
+        absl::StrCat("donor ", worker.value(), " could not serve its state: ", status.message()),
+        /*only_if_larger=*/false, now, effects);
     scheduler_.Schedule(now, effects);
     return absl::OkStatus();
   }
@@ -190,8 +190,7 @@ void JobManager::RecordRecovery(JobEntry& entry, absl::Time now, Effects* effect
   stats->set_last_models_kept(entry.models_kept);
   stats->set_last_members(entry.job.mesh().members_size());
   effects->recovery_phases.push_back({job_id, "build", absl::Seconds(slowest.build_seconds())});
-  effects->recovery_phases.push_back(
-      {job_id, "restore", absl::Seconds(slowest.restore_seconds())});
+  effects->recovery_phases.push_back({job_id, "restore", absl::Seconds(slowest.restore_seconds())});
   stats->set_last_communicators_seconds(slowest.communicators_seconds());
   stats->set_last_session_seconds(slowest.session_seconds());
   stats->set_last_transfer_seconds(slowest.transfer_seconds());
@@ -217,8 +216,7 @@ void JobManager::RecordRecovery(JobEntry& entry, absl::Time now, Effects* effect
 }
 
 void JobManager::OnCompleted(JobEntry& entry, const WorkerId& worker,
-                             const v1::AssignmentStatus& status, absl::Time now,
-                             Effects* effects) {
+                             const v1::AssignmentStatus& status, absl::Time now, Effects* effects) {
   entry.completed.insert(worker);
   // The final step's progress, which the last heartbeat may not carry.
   if (status.has_progress() && status.progress().step() > entry.job.progress().step()) {

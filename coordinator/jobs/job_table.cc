@@ -76,10 +76,9 @@ JobEntry& JobTable::Add(v1::Job job, int64_t number) {
   CountState(entry.job.state(), 1);
   // In number order (ListPage relies on it), which concurrent submits, each
   // numbered before it is admitted, may reach out of order.
-  order_.insert(std::upper_bound(order_.begin(), order_.end(), number,
-                                 [this](int64_t n, const JobId& other) {
-                                   return n < jobs_.at(other).number;
-                                 }),
+  order_.insert(std::upper_bound(
+                    order_.begin(), order_.end(), number,
+                    [this](int64_t n, const JobId& other) { return n < jobs_.at(other).number; }),
                 id);
   active_.emplace(number, id);
   return entry;
@@ -108,10 +107,9 @@ std::vector<v1::Job> JobTable::ListPage(bool include_finished, int64_t after, si
   *more = false;
   *last = after;
   // order_ is in submit order, so numbers increase along it.
-  auto it = std::upper_bound(order_.begin(), order_.end(), after,
-                             [this](int64_t number, const JobId& id) {
-                               return number < jobs_.at(id).number;
-                             });
+  auto it = std::upper_bound(
+      order_.begin(), order_.end(), after,
+      [this](int64_t number, const JobId& id) { return number < jobs_.at(id).number; });
   for (; it != order_.end(); ++it) {
     const JobEntry& entry = jobs_.at(*it);
     if (!include_finished && IsTerminal(entry.job.state())) continue;

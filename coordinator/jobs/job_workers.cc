@@ -33,9 +33,9 @@ void AppendIdleCandidates(const MembershipTable& membership, const v1::JobSpec& 
   // proportional to the job, not to the cluster (a one-worker job among
   // 10,000 idle workers looked at all of them). The shape is the same as
   // with every idle worker, since it can never exceed max_workers.
-  const size_t enough = request->candidates.size() +
-                        static_cast<size_t>(std::max({spec.elastic().max_workers(),
-                                                      spec.elastic().min_workers(), 1}));
+  const size_t enough =
+      request->candidates.size() + static_cast<size_t>(std::max({spec.elastic().max_workers(),
+                                                                 spec.elastic().min_workers(), 1}));
   const std::string* host = nullptr;
   membership.ForEachIdle(spec.device_kind(), [&](const WorkerRecord& record) {
     if (request->candidates.size() >= enough && (host == nullptr || record.host != *host)) {

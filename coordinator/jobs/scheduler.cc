@@ -48,7 +48,8 @@ void Scheduler::Schedule(absl::Time now, Effects* effects) {
       continue;
     }
     const bool incomplete = MeshIncomplete(entry.job.mesh());
-    if (!incomplete && entry.job.mesh().members_size() >= entry.job.spec().elastic().max_workers()) {
+    if (!incomplete &&
+        entry.job.mesh().members_size() >= entry.job.spec().elastic().max_workers()) {
       continue;
     }
     replanner_->Replan(entry, incomplete ? "workers available" : "growing toward max_workers",

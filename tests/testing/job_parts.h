@@ -30,8 +30,7 @@ inline const absl::Time kJobPartsT0 = absl::FromUnixSeconds(1'700'000'000);
 struct JobParts {
   explicit JobParts(int warm_spares_per_job = 1)
       : table(coordinator::JobTable::Options{}, &store),
-        warm(coordinator::WarmSpares::Options{.per_job = warm_spares_per_job}, &table,
-             &membership),
+        warm(coordinator::WarmSpares::Options{.per_job = warm_spares_per_job}, &table, &membership),
         replanner(ReplannerOptions(), &table, &membership, &warm),
         scheduler(&table, &membership, &replanner, &warm) {}
 
@@ -55,8 +54,8 @@ struct JobParts {
   // A PENDING job of SmallJobSpec's shape, stored and added to the table.
   coordinator::JobEntry& Add(int min_workers, int max_workers) {
     v1::Job job;
-    *job.mutable_spec() = *NormalizeJobSpec(
-        SmallJobSpec("train", /*tensor=*/1, min_workers, max_workers));
+    *job.mutable_spec() =
+        *NormalizeJobSpec(SmallJobSpec("train", /*tensor=*/1, min_workers, max_workers));
     const int64_t number = next_number++;
     job.set_job_id("train-" + std::to_string(number));
     job.set_state(v1::JOB_STATE_PENDING);
@@ -87,9 +86,9 @@ struct JobParts {
 };
 
 // Messages of one kind sent to `worker` (their full text).
-inline std::vector<v1::CoordinatorMessage> MessagesOfKind(
-    const coordinator::Effects& effects, const std::string& worker,
-    v1::CoordinatorMessage::KindCase kind) {
+inline std::vector<v1::CoordinatorMessage> MessagesOfKind(const coordinator::Effects& effects,
+                                                          const std::string& worker,
+                                                          v1::CoordinatorMessage::KindCase kind) {
   std::vector<v1::CoordinatorMessage> out;
   for (const auto& m : effects.messages) {
     if (m.worker.value() == worker && m.message.kind_case() == kind) out.push_back(m.Full());

@@ -89,12 +89,11 @@ TEST_F(ReplannerTest, LastAnswerPlansTheNextGenerationFromTheSurvivorsMemory) {
 TEST_F(ReplannerTest, WaitsForWorkersWhenTheSurvivorsCannotFormAMesh) {
   JobEntry& entry = Running(2, 2);
   const WorkerRecord* w2 = parts_.membership.Find(WorkerId("w2"));
-  ASSERT_TRUE(parts_.membership
-                  .MarkLost(WorkerId("w2"), w2->incarnation, LossReason::kHang, parts_.now)
-                  .has_value());
+  ASSERT_TRUE(
+      parts_.membership.MarkLost(WorkerId("w2"), w2->incarnation, LossReason::kHang, parts_.now)
+          .has_value());
   Effects effects;
-  parts_.replanner.Replan(entry, "worker w2 lost", /*only_if_larger=*/false, parts_.now,
-                          &effects);
+  parts_.replanner.Replan(entry, "worker w2 lost", /*only_if_larger=*/false, parts_.now, &effects);
   EXPECT_TRUE(MessagesOfKind(effects, "w2", v1::CoordinatorMessage::kSuspend).empty());
   Suspended(entry, "w1", 3, &effects);
   ASSERT_TRUE(entry.suspension.has_value());

@@ -47,9 +47,8 @@ TEST(WarmSparesTest, SpareIsReleasedWhenItsJobFinishes) {
   testing::JobParts parts(/*warm_spares_per_job=*/1);
   Effects started;
   JobEntry& entry = StartWithOneIdle(parts, &started);
-  const uint64_t named = MessagesOfKind(started, "w3", v1::CoordinatorMessage::kWarmUp)[0]
-                             .warm_up()
-                             .sequence();
+  const uint64_t named =
+      MessagesOfKind(started, "w3", v1::CoordinatorMessage::kWarmUp)[0].warm_up().sequence();
   Effects effects;
   parts.table.MarkFinished(entry, parts.now);
   parts.table.SetState(entry, v1::JOB_STATE_CANCELLED, "", parts.now, &effects);
