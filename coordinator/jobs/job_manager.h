@@ -1,6 +1,8 @@
 #pragma once
-// JobManager: the job state machine, scheduling of workers onto jobs, and
-// re-planning on membership changes. Pure logic: inputs plus `now`, results
+// JobManager: the job state machine, and the one entry point for every event
+// about jobs (submits, workers joining and lost, statuses, progress, ticks),
+// which it routes to the parts that decide: scheduling of workers onto jobs
+// and re-planning on membership changes. Pure logic: inputs plus `now`, results
 // returned as Effects (messages to send, events to publish); no I/O besides
 // the injected JobStore, no threads. Not thread-safe (the Coordinator
 // serialises calls).

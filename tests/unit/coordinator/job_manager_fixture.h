@@ -16,6 +16,7 @@
 #include "coordinator/jobs/job_manager.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "tests/testing/job_parts.h"
 #include "tests/testing/job_specs.h"
 
 namespace cohort::coordinator::job_manager_test {
@@ -51,11 +52,7 @@ inline v1::Hello HelloHolding(const v1::MeshMember& member, const v1::Job& job) 
 inline std::vector<v1::CoordinatorMessage> MessagesTo(const Effects& effects,
                                                       const std::string& worker,
                                                       v1::CoordinatorMessage::KindCase kind) {
-  std::vector<v1::CoordinatorMessage> out;
-  for (const auto& m : effects.messages) {
-    if (m.worker.value() == worker && m.message.kind_case() == kind) out.push_back(m.Full());
-  }
-  return out;
+  return testing::MessagesOfKind(effects, worker, kind);
 }
 
 inline int CountKind(const Effects& effects, v1::CoordinatorMessage::KindCase kind) {
