@@ -14,7 +14,7 @@ namespace cohort::coordinator {
 
 void JobManager::OnCheckpointFailed(const JobId& job, v1::CheckpointFailure failure,
                                     Effects* effects) {
-  JobEntry* entry = FindEntry(job);
+  JobEntry* entry = table_.Find(job);
   if (entry == nullptr) return;  // deleted meanwhile
   // A store's message may name files of any bytes and run long; the record
   // is in every Job reply and printed by cohortctl.
@@ -26,13 +26,13 @@ void JobManager::OnCheckpointFailed(const JobId& job, v1::CheckpointFailure fail
       FromProtoTime(failure.time()) >= FromProtoTime(status->last_failure().time())) {
     *status->mutable_last_failure() = std::move(failure);
   }
-  MarkBehind(*entry);
-  Emit(*entry, v1::JOB_EVENT_KIND_CHECKPOINT, effects);
+  table_.MarkBehind(*entry);
+  JobTable::Emit(*entry, v1::JOB_EVENT_KIND_CHECKPOINT, effects);
 }
 
 void JobManager::OnCheckpointCommitted(const JobId& job, const v1::CheckpointCommit& commit,
                                        Effects* effects) {
-  JobEntry* entry = FindEntry(job);
+  JobEntry* entry = table_.Find(job);
   if (entry == nullptr) return;
   v1::CheckpointStatus* status = entry->job.mutable_checkpoint_status();
   if (status->has_last_commit()) {
@@ -44,16 +44,8 @@ void JobManager::OnCheckpointCommitted(const JobId& job, const v1::CheckpointCom
     }
   }
   *status->mutable_last_commit() = commit;
-  MarkBehind(*entry);
-  Emit(*entry, v1::JOB_EVENT_KIND_CHECKPOINT, effects);
-}
-
-void JobManager::MarkBehind(JobEntry& entry) {
-  // The next tick writes the record (within 50 ms): a commit's reply, and
-  // the coordinator's lock it is reported under, need not wait for a synced
-  // write of the whole record, loss history included.
-  entry.dirty = true;
-  TrackUnpersisted(entry);
+  table_.MarkBehind(*entry);
+  JobTable::Emit(*entry, v1::JOB_EVENT_KIND_CHECKPOINT, effects);
 }
 
 }  // namespace cohort::coordinator

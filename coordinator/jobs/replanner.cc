@@ -1,11 +1,12 @@
-// JobManager's re-planning: the two-phase suspend and plan of a job that
-// lost, gained or drained members (job_manager.h, "Re-planning"), the members
-// that may come back with the live state, and the installation of the next
-// generation. The state machine, scheduling and stall checks are in
-// job_manager.cc.
+// Replanner: the two-phase suspend and plan of a job that lost, gained or
+// drained members (replanner.h), the members that may come back with the live
+// state, and the installation of the next generation.
+
+#include "coordinator/jobs/replanner.h"
 
 #include <algorithm>
 #include <memory>
+#include <set>
 #include <utility>
 
 #include "absl/container/flat_hash_set.h"
@@ -13,7 +14,7 @@
 #include "absl/strings/str_join.h"
 #include "common/job_spec/defaults.h"
 #include "common/log.h"
-#include "coordinator/jobs/job_manager.h"
+#include "coordinator/jobs/job_workers.h"
 #include "coordinator/jobs/recovery_planner.h"
 #include "coordinator/jobs/worker_commands.h"
 
@@ -27,7 +28,7 @@ std::string MeshShapeString(const v1::Mesh& mesh) {
 
 }  // namespace
 
-bool JobManager::AwaitEveryMember(JobEntry& entry, const std::string& reason, absl::Time now,
+bool Replanner::AwaitEveryMember(JobEntry& entry, const std::string& reason, absl::Time now,
                                   Effects* effects) {
   // Only when the last member is gone, the job was running its live
   // generation, and every member of it may still be alive.
@@ -52,7 +53,7 @@ bool JobManager::AwaitEveryMember(JobEntry& entry, const std::string& reason, ab
   for (const v1::MeshMember& member : live.mesh().members()) {
     *entry.job.mutable_mesh()->add_members() = member;
     const absl::Time deadline = entry.returning.at(member.worker_id()).deadline;
-    awaiting_[WorkerId(member.worker_id())] = Awaited{id, deadline};
+    table_->awaiting()[WorkerId(member.worker_id())] = Awaited{id, deadline};
     until = std::max(until, deadline);
   }
   entry.returning.clear();
@@ -65,15 +66,15 @@ bool JobManager::AwaitEveryMember(JobEntry& entry, const std::string& reason, ab
       " to re-attach with the job's state");
   LOG(WARNING) << "job " << id << ": " << message;
   if (entry.job.state() != v1::JOB_STATE_RECONFIGURING) {
-    SetState(entry, v1::JOB_STATE_RECONFIGURING, message, now, effects);
+    table_->SetState(entry, v1::JOB_STATE_RECONFIGURING, message, now, effects);
   } else {
-    SetMessage(entry, message, now);
-    Emit(entry, v1::JOB_EVENT_KIND_STATE_CHANGED, effects);
+    table_->SetMessage(entry, message, now);
+    JobTable::Emit(entry, v1::JOB_EVENT_KIND_STATE_CHANGED, effects);
   }
   return true;
 }
 
-void JobManager::Replan(JobEntry& entry, const std::string& reason, bool only_if_larger,
+void Replanner::Replan(JobEntry& entry, const std::string& reason, bool only_if_larger,
                         absl::Time now, Effects* effects) {
   if (IsTerminal(entry.job.state())) return;
   const JobId id(entry.job.job_id());
@@ -87,7 +88,7 @@ void JobManager::Replan(JobEntry& entry, const std::string& reason, bool only_if
         ++current;
       }
     }
-    AppendIdleCandidates(entry.job.spec(), &request);
+    AppendIdleCandidates(*membership_, entry.job.spec(), &request);
     // Workers kept apart count once: growing onto them would split again.
     const std::vector<std::string> apart = KeepReachable(entry, &request, {}, now);
     current -= static_cast<int>(std::count_if(apart.begin(), apart.end(), [&](const std::string& w) {
@@ -105,10 +106,10 @@ void JobManager::Replan(JobEntry& entry, const std::string& reason, bool only_if
         absl::StrAppend(&s.reason, "; ", reason);
         // Published at once: operators (and failure-detection timing) see
         // every loss when it is noticed, not when the re-plan completes.
-        SetMessage(entry, absl::StrCat("re-planning (", s.reason, "): suspending ",
+        table_->SetMessage(entry, absl::StrCat("re-planning (", s.reason, "): suspending ",
                                        s.awaiting.size(), " members"),
                    now);
-        Emit(entry, v1::JOB_EVENT_KIND_STATE_CHANGED, effects);
+        JobTable::Emit(entry, v1::JOB_EVENT_KIND_STATE_CHANGED, effects);
       }
     }
     if (s.awaiting.empty()) CompleteSuspension(entry, now, effects);
@@ -117,7 +118,7 @@ void JobManager::Replan(JobEntry& entry, const std::string& reason, bool only_if
   BeginSuspension(entry, reason, only_if_larger, now, effects);
 }
 
-void JobManager::BeginSuspension(JobEntry& entry, const std::string& reason, bool growth,
+void Replanner::BeginSuspension(JobEntry& entry, const std::string& reason, bool growth,
                                  absl::Time now, Effects* effects, const std::string& answered) {
   const JobId id(entry.job.job_id());
   Suspension fresh;
@@ -161,15 +162,15 @@ void JobManager::BeginSuspension(JobEntry& entry, const std::string& reason, boo
   const std::string message =
       absl::StrCat("re-planning (", reason, "): suspending ", asked, " members");
   if (entry.job.state() != v1::JOB_STATE_RECONFIGURING) {
-    SetState(entry, v1::JOB_STATE_RECONFIGURING, message, now, effects);
+    table_->SetState(entry, v1::JOB_STATE_RECONFIGURING, message, now, effects);
   } else {
-    SetMessage(entry, message, now);
-    Emit(entry, v1::JOB_EVENT_KIND_STATE_CHANGED, effects);
+    table_->SetMessage(entry, message, now);
+    JobTable::Emit(entry, v1::JOB_EVENT_KIND_STATE_CHANGED, effects);
   }
   if (asked == 0) CompleteSuspension(entry, now, effects);
 }
 
-void JobManager::OnSuspended(JobEntry& entry, const WorkerId& worker,
+void Replanner::OnSuspended(JobEntry& entry, const WorkerId& worker,
                              const v1::AssignmentStatus& status, absl::Time now,
                              Effects* effects) {
   if (!entry.suspension.has_value()) {
@@ -204,7 +205,7 @@ void JobManager::OnSuspended(JobEntry& entry, const WorkerId& worker,
   if (s.awaiting.empty()) CompleteSuspension(entry, now, effects);
 }
 
-std::vector<std::string> JobManager::KeepReachable(JobEntry& entry, PlanRequest* request,
+std::vector<std::string> Replanner::KeepReachable(JobEntry& entry, PlanRequest* request,
                                                   const std::map<std::string, int64_t>& holders,
                                                   absl::Time now) {
   const JobId id(entry.job.job_id());
@@ -248,12 +249,12 @@ std::vector<std::string> JobManager::KeepReachable(JobEntry& entry, PlanRequest*
   return apart;
 }
 
-void JobManager::CompleteSuspension(JobEntry& entry, absl::Time now, Effects* effects) {
+void Replanner::CompleteSuspension(JobEntry& entry, absl::Time now, Effects* effects) {
   const JobId id(entry.job.job_id());
   Suspension& s = *entry.suspension;
   // After a coordinator restart, members that may still re-attach (with
   // their state) are waited for until the grace ends.
-  for (const auto& [worker, awaited] : awaiting_) {
+  for (const auto& [worker, awaited] : table_->awaiting()) {
     if (awaited.job == id) return;
   }
   PlanRequest request = MakePlanRequest(entry.job.spec());
@@ -283,12 +284,12 @@ void JobManager::CompleteSuspension(JobEntry& entry, absl::Time now, Effects* ef
         absl::StrJoin(pending, ", "), " to re-attach with the job's state");
     if (entry.job.message() != message) {
       LOG(INFO) << "job " << id << ": " << message;
-      SetMessage(entry, message, now);
-      Emit(entry, v1::JOB_EVENT_KIND_STATE_CHANGED, effects);
+      table_->SetMessage(entry, message, now);
+      JobTable::Emit(entry, v1::JOB_EVENT_KIND_STATE_CHANGED, effects);
     }
     return;
   }
-  AppendIdleCandidates(entry.job.spec(), &request);
+  AppendIdleCandidates(*membership_, entry.job.spec(), &request);
   const std::vector<std::string> apart = KeepReachable(entry, &request, s.holders, now);
   if (!apart.empty()) {
     // Members first in the candidates, kept in order.
@@ -306,11 +307,11 @@ void JobManager::CompleteSuspension(JobEntry& entry, absl::Time now, Effects* ef
     if (!s.waiting_since.has_value()) s.waiting_since = now;
     const std::string message =
         absl::StrCat(s.reason, "; waiting for workers: ", mesh.status().message(),
-                     NoneAttached(entry.job.spec().device_kind()),
+                     NoneAttached(*membership_, entry.job.spec().device_kind()),
                      " (the survivors keep their state)");
     if (entry.job.message() != message) {
-      SetMessage(entry, message, now);
-      Emit(entry, v1::JOB_EVENT_KIND_STATE_CHANGED, effects);
+      table_->SetMessage(entry, message, now);
+      JobTable::Emit(entry, v1::JOB_EVENT_KIND_STATE_CHANGED, effects);
     }
     return;
   }
@@ -354,8 +355,8 @@ void JobManager::CompleteSuspension(JobEntry& entry, absl::Time now, Effects* ef
           plan.reason());
       if (entry.job.message() != message) {
         LOG(INFO) << "job " << id << ": " << message;
-        SetMessage(entry, message, now);
-        Emit(entry, v1::JOB_EVENT_KIND_STATE_CHANGED, effects);
+        table_->SetMessage(entry, message, now);
+        JobTable::Emit(entry, v1::JOB_EVENT_KIND_STATE_CHANGED, effects);
       }
       return;
     }
@@ -371,7 +372,7 @@ void JobManager::CompleteSuspension(JobEntry& entry, absl::Time now, Effects* ef
   ApplyMesh(entry, *std::move(mesh), reason, plan, now, effects);
 }
 
-void JobManager::ApplyMesh(JobEntry& entry, v1::Mesh mesh, const std::string& reason,
+void Replanner::ApplyMesh(JobEntry& entry, v1::Mesh mesh, const std::string& reason,
                            const v1::RecoveryPlan& plan, absl::Time now, Effects* effects) {
   const JobId id(entry.job.job_id());
   const bool first = entry.job.generation() == 0;
@@ -402,7 +403,7 @@ void JobManager::ApplyMesh(JobEntry& entry, v1::Mesh mesh, const std::string& re
     const WorkerId worker(member.worker_id());
     const WorkerRecord* record = membership_->Find(worker);
     if (record != nullptr && record->job == id && record->state != WorkerState::kLost) {
-      SendStop(worker, id, generation, absl::StrCat("not part of generation ", generation.value()),
+      SendStop(*membership_, worker, id, generation, absl::StrCat("not part of generation ", generation.value()),
                effects);
       const bool draining = record->state == WorkerState::kDraining;
       membership_->Release(worker);
@@ -459,18 +460,24 @@ void JobManager::ApplyMesh(JobEntry& entry, v1::Mesh mesh, const std::string& re
   entry.models_kept = 0;
   entry.job.set_ready_workers(0);
   effects->generation_changes.push_back(Effects::GenerationChange{id, generation});
-  SetState(entry, first ? v1::JOB_STATE_RUNNING : v1::JOB_STATE_RECONFIGURING,
+  table_->SetState(entry, first ? v1::JOB_STATE_RUNNING : v1::JOB_STATE_RECONFIGURING,
            first ? "waiting for workers to report ready" : reason, now, effects);
-  Emit(entry, v1::JOB_EVENT_KIND_MESH_CHANGED, effects);
+  JobTable::Emit(entry, v1::JOB_EVENT_KIND_MESH_CHANGED, effects);
   // The spares' places are this generation's now.
-  UpdateWarmSpares(effects);
+  warm_->Update(effects);
 }
 
-absl::Duration JobManager::RejoinGrace(const JobEntry& entry) const {
+std::optional<int64_t> Replanner::LatestCheckpoint(const JobId& id) const {
+  if (!options_.latest_checkpoint) return std::nullopt;
+  const std::optional<Step> step = options_.latest_checkpoint(id);
+  return step.has_value() ? std::optional<int64_t>(step->value()) : std::nullopt;
+}
+
+absl::Duration Replanner::RejoinGrace(const JobEntry& entry) const {
   return std::min(options_.readopt_grace, WaitForWorkers(entry.job.spec()));
 }
 
-void JobManager::RememberReturning(JobEntry& entry, const LostWorker& lost, absl::Time now) {
+void Replanner::RememberReturning(JobEntry& entry, const LostWorker& lost, absl::Time now) {
   // Only a process that may still be alive: not one replaced by a new
   // process, gone on purpose, or fenced as hung.
   if ((lost.reason != LossReason::kStreamBroken && lost.reason != LossReason::kHeartbeatTimeout) ||
@@ -490,13 +497,13 @@ void JobManager::RememberReturning(JobEntry& entry, const LostWorker& lost, absl
   }
 }
 
-bool JobManager::Rejoin(const v1::Hello& hello, absl::Time now, Effects* effects) {
+bool Replanner::Rejoin(const v1::Hello& hello, absl::Time now, Effects* effects) {
   const WorkerId id(hello.worker_id());
   bool rejoined = false;
   // Only unfinished jobs await members (Finish clears `returning`): every
   // Hello must not cost a walk over the week of finished jobs.
-  for (const JobId& job_id : ActiveJobs()) {
-    JobEntry& entry = jobs_.at(job_id);
+  for (const JobId& job_id : table_->ActiveJobs()) {
+    JobEntry& entry = table_->At(job_id);
     auto it = entry.returning.find(id.value());
     if (it == entry.returning.end()) continue;
     const Returning returning = it->second;
@@ -546,7 +553,7 @@ bool JobManager::Rejoin(const v1::Hello& hello, absl::Time now, Effects* effects
   return rejoined;
 }
 
-void JobManager::AskToSuspend(JobEntry& entry, const WorkerId& worker, Incarnation incarnation,
+void Replanner::AskToSuspend(JobEntry& entry, const WorkerId& worker, Incarnation incarnation,
                               absl::Time now, Effects* effects) {
   Suspension& s = *entry.suspension;
   s.awaiting.insert(worker);

@@ -1,15 +1,11 @@
-// JobManager: warm spares (docs/architecture.md, "Elasticity"). An idle
-// worker left over once every job has what it can use is a spare; naming it
-// a spare of a running job lets it prepare the session of the place it would
-// most likely take, so that a recovery costs it only communicators and the
-// state transfer.
+#include "coordinator/jobs/warm_spares.h"
 
 #include <algorithm>
 #include <utility>
+#include <vector>
 
 #include "absl/container/flat_hash_set.h"
 #include "common/log.h"
-#include "coordinator/jobs/job_manager.h"
 
 namespace cohort::coordinator {
 namespace {
@@ -27,15 +23,15 @@ const v1::MeshMember* MemberAt(const v1::Mesh& mesh, int rank) {
 
 }  // namespace
 
-void JobManager::UpdateWarmSpares(Effects* effects) {
+void WarmSpares::Update(Effects* effects) {
   // This runs on every scheduling pass, under the coordinator's lock, with
   // up to tens of thousands of idle workers: it looks at each job's own
-  // spares (warm_targets_ holds a few per job) and at the first idle workers
+  // spares (targets_ holds a few per job) and at the first idle workers
   // it needs, never at every idle worker per job.
   // Each job's current spares that are still idle, as they were named (the
   // same incarnation), in the idle order.
   absl::flat_hash_map<JobId, std::vector<const WorkerRecord*>> spares_of;
-  for (const auto& [worker, target] : warm_targets_) {
+  for (const auto& [worker, target] : targets_) {
     const WorkerRecord* record = membership_->Find(worker);
     if (record != nullptr && record->state == WorkerState::kIdle &&
         record->incarnation == target.incarnation) {
@@ -48,10 +44,10 @@ void JobManager::UpdateWarmSpares(Effects* effects) {
     });
   }
   // What each spare should prepare, job by job in submit order.
-  absl::flat_hash_map<WorkerId, WarmTarget> wanted;
-  for (const auto& [number, id] : active_) {  // finishes none
-    if (options_.warm_spares_per_job <= 0) break;
-    const JobEntry& entry = jobs_.at(id);
+  absl::flat_hash_map<WorkerId, Target> wanted;
+  for (const auto& [number, id] : table_->active()) {  // finishes none
+    if (options_.per_job <= 0) break;
+    const JobEntry& entry = table_->At(id);
     const v1::Mesh& mesh = entry.job.mesh();
     const v1::JobState state = entry.job.state();
     const int world = mesh.members_size();
@@ -65,14 +61,14 @@ void JobManager::UpdateWarmSpares(Effects* effects) {
       // Mid-recovery: its spares keep what they prepared (the plan is about
       // to take one), and none is added until it has a whole mesh again.
       for (const WorkerRecord* record : its_spares) {
-        if (record->device_kind == kind) wanted[record->id] = warm_targets_.at(record->id);
+        if (record->device_kind == kind) wanted[record->id] = targets_.at(record->id);
       }
       continue;
     }
     // Spares it already has first (their prepared sessions stay useful),
     // then any other idle worker, in the idle order.
     std::vector<const WorkerRecord*> chosen;
-    const size_t count = static_cast<size_t>(options_.warm_spares_per_job);
+    const size_t count = static_cast<size_t>(options_.per_job);
     for (const WorkerRecord* record : its_spares) {
       if (chosen.size() == count) break;
       if (record->device_kind == kind && !wanted.contains(record->id)) chosen.push_back(record);
@@ -93,35 +89,35 @@ void JobManager::UpdateWarmSpares(Effects* effects) {
     for (size_t k = 0; k < chosen.size(); ++k) {
       const int rank = ((world - 1 - static_cast<int>(k)) % world + world) % world;
       wanted[chosen[k]->id] =
-          WarmTarget{chosen[k]->incarnation, id, Generation(entry.job.generation()), rank};
+          Target{chosen[k]->incarnation, id, Generation(entry.job.generation()), rank};
     }
   }
   // Tell what changed.
   for (const auto& [worker, target] : wanted) {
-    auto old = warm_targets_.find(worker);
-    if (old != warm_targets_.end() && old->second == target) continue;
-    const JobEntry& entry = jobs_.at(target.job);
+    auto old = targets_.find(worker);
+    if (old != targets_.end() && old->second == target) continue;
+    const JobEntry& entry = table_->At(target.job);
     const v1::MeshMember* member = MemberAt(entry.job.mesh(), target.rank);
     if (member == nullptr) continue;
     v1::CoordinatorMessage message;
     v1::WarmUp* warm = message.mutable_warm_up();
-    warm->set_sequence(++warm_sequence_);
+    warm->set_sequence(++sequence_);
     warm->set_job_id(target.job.value());
     warm->set_generation(target.generation.value());
     *warm->mutable_spec() = entry.job.spec();
     *warm->mutable_mesh() = entry.job.mesh();
     *warm->mutable_coordinates() = member->coordinates();
     effects->messages.emplace_back(worker, target.incarnation, std::move(message));
-    if (old == warm_targets_.end() || old->second.job != target.job ||
+    if (old == targets_.end() || old->second.job != target.job ||
         old->second.rank != target.rank) {
       LOG(INFO) << "worker " << worker << " is a warm spare of job " << target.job << " (rank "
                 << target.rank << " of generation " << target.generation << ")";
     }
-    warm_targets_[worker] = target;
+    targets_[worker] = target;
   }
   // Release idle spares no longer needed; forget the others (taken into a
   // job, lost, replaced: an Assign or the lost stream says it all).
-  for (auto it = warm_targets_.begin(); it != warm_targets_.end();) {
+  for (auto it = targets_.begin(); it != targets_.end();) {
     if (wanted.contains(it->first)) {
       ++it;
       continue;
@@ -130,12 +126,12 @@ void JobManager::UpdateWarmSpares(Effects* effects) {
     if (record != nullptr && record->state == WorkerState::kIdle &&
         record->incarnation == it->second.incarnation) {
       v1::CoordinatorMessage message;
-      message.mutable_warm_up()->set_sequence(++warm_sequence_);  // no job: release
+      message.mutable_warm_up()->set_sequence(++sequence_);  // no job: release
       effects->messages.emplace_back(it->first, it->second.incarnation, std::move(message));
       LOG(INFO) << "worker " << it->first << " is no longer a warm spare of job "
                 << it->second.job;
     }
-    warm_targets_.erase(it++);
+    targets_.erase(it++);
   }
 }
 
