@@ -97,7 +97,11 @@ absl::Status RunRing(Channel& channel, const RingPlan& plan) {
   int next_recv = 0;
   int next_send = 0;
   int next_done = 0;
-  while (next_done < total || !sends.empty()) {
+  // Until every operation is posted, received and retired: the last
+  // receives can complete in the same pass as those the last sends wait on
+  // (the left neighbour ran ahead), before those sends are posted, and the
+  // right neighbour still waits on them.
+  while (next_done < total || next_send < total || !sends.empty()) {
     while (next_recv < total && next_recv < next_done + kRingRecvWindow) {
       const int slot = next_recv % kRingRecvWindow;
       pending[slot] = plan.describe(next_recv, slot);
