@@ -163,6 +163,7 @@ void ExpectSum(DataType type, const std::vector<std::vector<uint8_t>>& inputs, s
 
 // Runs `body` on every rank of `fabric` with a call begun and returns each
 // rank's status; a failed rank releases its requests, as a communicator does.
+// A body whose buffers are its own must release them itself (Released).
 std::vector<absl::Status> OnChannels(
     InMemoryFabric& fabric, absl::Duration timeout,
     const std::function<absl::Status(InMemoryChannel&, int)>& body) {
@@ -174,6 +175,14 @@ std::vector<absl::Status> OnChannels(
     if (!status.ok()) channel.ReleaseAll();
     return status;
   });
+}
+
+// `status`, after releasing the channel's requests if it failed: a peer
+// could still complete a receive into the caller's buffers, so a failed call
+// releases before they go (as UcxCommunicator does).
+absl::Status Released(InMemoryChannel& channel, absl::Status status) {
+  if (!status.ok()) channel.ReleaseAll();
+  return status;
 }
 
 void ExpectAllOk(const std::vector<absl::Status>& statuses) {
@@ -477,8 +486,8 @@ TEST(RingAlgorithmsTest, BarrierCompletesOnEveryGroupSize) {
 absl::Status LargeRingAllReduce(InMemoryChannel& channel) {
   std::vector<float> data(SeveralSegments(DataType::kFloat32, channel.size()), 1.0f);
   ScratchBuffer scratch;
-  return RingAllReduce(channel, data.data(), data.size(), DataType::kFloat32, ReduceOp::kSum,
-                       scratch);
+  return Released(channel, RingAllReduce(channel, data.data(), data.size(), DataType::kFloat32,
+                                         ReduceOp::kSum, scratch));
 }
 
 TEST(RingAlgorithmsTest, ADeadPeerEndsTheCallWithAnErrorNotAHang) {
@@ -497,8 +506,8 @@ TEST(RingAlgorithmsTest, ADeadPeerEndsTheCallWithAnErrorNotAHang) {
           if (algorithm == Algorithm::kRing) return LargeRingAllReduce(channel);
           std::vector<float> data(100, 1.0f);
           ScratchBuffer scratch;
-          return DirectAllReduce(channel, data.data(), data.size(), DataType::kFloat32,
-                                 ReduceOp::kSum, scratch);
+          return Released(channel, DirectAllReduce(channel, data.data(), data.size(),
+                                                   DataType::kFloat32, ReduceOp::kSum, scratch));
         });
     EXPECT_LT(absl::Now() - start, timeout + absl::Seconds(1));
     // Rank 0 receives from rank 3 in both algorithms, rank 2 sends to it.
@@ -544,8 +553,8 @@ TEST(RingAlgorithmsTest, APeerThatNeverArrivesEndsTheCallAtTheDeadline) {
         channel.NextSequence();
         std::vector<double> data(10, 1.0);
         ScratchBuffer scratch;
-        return DirectAllReduce(channel, data.data(), data.size(), DataType::kFloat64,
-                               ReduceOp::kSum, scratch);
+        return Released(channel, DirectAllReduce(channel, data.data(), data.size(),
+                                                 DataType::kFloat64, ReduceOp::kSum, scratch));
       });
   const absl::Duration elapsed = absl::Now() - start;
   EXPECT_GE(elapsed, timeout);
@@ -564,8 +573,8 @@ TEST(RingAlgorithmsTest, AnAbortEndsAWaitingCallWithAborted) {
   std::thread waiting([&] {
     ScratchBuffer scratch;
     std::vector<float> data(1000, 1.0f);
-    status = RingAllReduce(channel, data.data(), data.size(), DataType::kFloat32, ReduceOp::kSum,
-                           scratch);
+    status = Released(channel, RingAllReduce(channel, data.data(), data.size(), DataType::kFloat32,
+                                             ReduceOp::kSum, scratch));
   });
   // Whether the abort lands before the call or during its wait, the call
   // ends Aborted, with the reason, long before its deadline.
