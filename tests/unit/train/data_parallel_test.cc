@@ -19,6 +19,7 @@
 #include "absl/time/clock.h"
 #include "common/layout/mesh_layout.h"
 #include "gtest/gtest.h"
+#include "tests/testing/random_values.h"
 #include "tests/testing/rank_threads.h"
 #include "worker/comm/in_memory_communicator.h"
 #include "worker/train/gradient_tree.h"
@@ -32,14 +33,7 @@ constexpr size_t kParams = 70'001;
 constexpr int kMicroBatches = 6;
 
 std::vector<std::vector<float>> RandomGradients(int count, uint32_t seed) {
-  std::mt19937 random(seed);
-  std::uniform_real_distribution<float> unit(-1.0f, 1.0f);
-  std::uniform_int_distribution<int> exponent(-10, 10);
-  std::vector<std::vector<float>> grads(static_cast<size_t>(count), std::vector<float>(kParams));
-  for (auto& g : grads) {
-    for (float& x : g) x = std::ldexp(unit(random), exponent(random));
-  }
-  return grads;
+  return testing::RandomMixedMagnitudes(count, kParams, seed, 10);
 }
 
 DataParallelOptions Options(bool zero1, bool deterministic, std::vector<int> shares) {

@@ -20,6 +20,7 @@
 #include "absl/time/clock.h"
 #include "common/layout/mesh_layout.h"
 #include "gtest/gtest.h"
+#include "tests/testing/random_values.h"
 #include "tests/testing/rank_threads.h"
 #include "worker/comm/failed_peer.h"
 #include "worker/comm/in_memory_communicator.h"
@@ -34,14 +35,7 @@ constexpr absl::Duration kTimeout = absl::Seconds(20);
 
 // Leaves with mixed magnitudes, so another association order would show.
 std::vector<std::vector<float>> RandomLeaves(int leaves, uint32_t seed) {
-  std::mt19937 random(seed);
-  std::uniform_real_distribution<float> unit(-1.0f, 1.0f);
-  std::uniform_int_distribution<int> exponent(-12, 12);
-  std::vector<std::vector<float>> values(static_cast<size_t>(leaves), std::vector<float>(kCount));
-  for (auto& leaf : values) {
-    for (float& x : leaf) x = std::ldexp(unit(random), exponent(random));
-  }
-  return values;
+  return testing::RandomMixedMagnitudes(leaves, kCount, seed, 12);
 }
 
 // Rank `rank`'s tree over its leaves; its nodes are what TreeReducer takes.
