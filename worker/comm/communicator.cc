@@ -33,6 +33,26 @@ const char* DataTypeName(DataType type) {
   return "unknown";
 }
 
+absl::Status CheckBuffer(const void* data, size_t count, const char* call) {
+  if (data == nullptr && count > 0) {
+    return absl::InvalidArgumentError(absl::StrCat(call, ": null buffer with count ", count));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status CheckDataType(DataType type) {
+  if (DataTypeSize(type) == 0) return absl::InvalidArgumentError("unsupported data type");
+  return absl::OkStatus();
+}
+
+absl::Status CheckPeer(int peer, int rank, int size, const char* call) {
+  if (peer < 0 || peer >= size || peer == rank) {
+    return absl::InvalidArgumentError(absl::StrCat(call, ": peer ", peer, " invalid for rank ",
+                                                   rank, " of ", size));
+  }
+  return absl::OkStatus();
+}
+
 absl::Status Communicator::AllGatherRanges(void* data, const std::vector<ByteRange>& ranges,
                                            uint32_t tag, absl::Duration timeout) {
   const int n = size();

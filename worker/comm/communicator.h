@@ -45,6 +45,13 @@ enum class ReduceOp { kSum, kMax };
 size_t DataTypeSize(DataType type);
 const char* DataTypeName(DataType type);
 
+// The argument checks of the host communicators, InvalidArgument naming the
+// call: a null buffer with a positive count, a type of no known size, a
+// point-to-point peer out of range or this rank itself.
+absl::Status CheckBuffer(const void* data, size_t count, const char* call);
+absl::Status CheckDataType(DataType type);
+absl::Status CheckPeer(int peer, int rank, int size, const char* call);
+
 class Communicator {
  public:
   virtual ~Communicator() = default;

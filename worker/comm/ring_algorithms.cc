@@ -11,7 +11,7 @@
 namespace cohort::comm {
 namespace {
 
-using Handle = UcxChannel::Handle;
+using Handle = Channel::Handle;
 
 int Mod(int a, int n) { return ((a % n) + n) % n; }
 
@@ -26,7 +26,7 @@ class SendWindow {
     ++count_;
   }
   // Retires the oldest sends that have completed, up to the first that has not.
-  absl::Status Retire(UcxChannel& channel) {
+  absl::Status Retire(Channel& channel) {
     while (count_ > 0) {
       ASSIGN_OR_RETURN(const bool done, channel.Test(&sends_[static_cast<size_t>(head_)]));
       if (!done) break;
@@ -86,7 +86,7 @@ struct RingPlan {
   absl::FunctionRef<void(int op, int slot, const RingSegment& segment)> received;
 };
 
-absl::Status RunRing(UcxChannel& channel, const RingPlan& plan) {
+absl::Status RunRing(Channel& channel, const RingPlan& plan) {
   const int me = channel.rank();
   const int left = channel.ring_rank(channel.ring_position() - 1);
   const int right = channel.ring_rank(channel.ring_position() + 1);
@@ -97,11 +97,15 @@ absl::Status RunRing(UcxChannel& channel, const RingPlan& plan) {
   int next_recv = 0;
   int next_send = 0;
   int next_done = 0;
-  while (next_done < total || !sends.empty()) {
+  // Until every operation is posted, received and retired: the last
+  // receives can complete in the same pass as those the last sends wait on
+  // (the left neighbour ran ahead), before those sends are posted, and the
+  // right neighbour still waits on them.
+  while (next_done < total || next_send < total || !sends.empty()) {
     while (next_recv < total && next_recv < next_done + kRingRecvWindow) {
       const int slot = next_recv % kRingRecvWindow;
       pending[slot] = plan.describe(next_recv, slot);
-      recvs[slot] = UcxChannel::kDone;
+      recvs[slot] = Channel::kDone;
       if (pending[slot].recv_bytes > 0) {
         absl::StatusOr<Handle> h =
             channel.PostRecv(left, channel.CollectiveTag(left, static_cast<uint32_t>(next_recv)),
@@ -115,7 +119,7 @@ absl::Status RunRing(UcxChannel& channel, const RingPlan& plan) {
     while (next_send < total && !sends.full() &&
            (next_send < plan.segments || next_send - plan.segments < next_done)) {
       const RingSegment segment = plan.describe(next_send, -1);
-      Handle handle = UcxChannel::kDone;
+      Handle handle = Channel::kDone;
       if (segment.send_bytes > 0) {
         absl::StatusOr<Handle> h =
             channel.PostSend(right, channel.CollectiveTag(me, static_cast<uint32_t>(next_send)),
@@ -142,18 +146,18 @@ absl::Status RunRing(UcxChannel& channel, const RingPlan& plan) {
 }
 
 // Waits for every handle in `handles` (kDone entries are skipped).
-absl::Status WaitAll(UcxChannel& channel, Handle* handles, int count) {
+absl::Status WaitAll(Channel& channel, Handle* handles, int count) {
   for (int i = 0; i < count; ++i) RETURN_IF_ERROR(channel.Wait(&handles[i]));
   return absl::OkStatus();
 }
 
 }  // namespace
 
-bool DirectFits(const UcxChannel& channel) {
-  return 2 * (channel.size() - 1) <= UcxChannel::kMaxRequests;
+bool DirectFits(const Channel& channel) {
+  return 2 * (channel.size() - 1) <= Channel::kMaxRequests;
 }
 
-absl::Status RingAllReduce(UcxChannel& channel, void* data, size_t count, DataType type,
+absl::Status RingAllReduce(Channel& channel, void* data, size_t count, DataType type,
                            ReduceOp op, ScratchBuffer& scratch) {
   const int n = channel.size();
   // Chunks are numbered by ring position: any numbering all ranks share
@@ -202,11 +206,11 @@ namespace {
 // One round of the direct algorithms: receives peer p's `bytes` into
 // `blocks + bytes * p` and sends `send_for(p)` (`bytes` long) to every peer p.
 template <typename SendFor>
-absl::Status ExchangeWithEveryPeer(UcxChannel& channel, uint8_t* blocks, size_t bytes,
+absl::Status ExchangeWithEveryPeer(Channel& channel, uint8_t* blocks, size_t bytes,
                                    SendFor send_for) {
   const int n = channel.size();
   const int me = channel.rank();
-  std::array<Handle, UcxChannel::kMaxRequests> handles;
+  std::array<Handle, Channel::kMaxRequests> handles;
   int posted = 0;
   for (int p = 0; p < n; ++p) {
     if (p == me) continue;
@@ -235,7 +239,7 @@ void ReduceBlocksInRankOrder(DataType type, ReduceOp op, const uint8_t* blocks, 
 
 }  // namespace
 
-absl::Status DirectAllReduce(UcxChannel& channel, void* data, size_t count, DataType type,
+absl::Status DirectAllReduce(Channel& channel, void* data, size_t count, DataType type,
                              ReduceOp op, ScratchBuffer& scratch) {
   const int n = channel.size();
   const int me = channel.rank();
@@ -248,7 +252,7 @@ absl::Status DirectAllReduce(UcxChannel& channel, void* data, size_t count, Data
   return absl::OkStatus();
 }
 
-absl::Status RingReduceScatter(UcxChannel& channel, const void* input, void* output,
+absl::Status RingReduceScatter(Channel& channel, const void* input, void* output,
                                size_t count_per_rank, DataType type, ReduceOp op,
                                ScratchBuffer& scratch, ScratchBuffer& work) {
   const int n = channel.size();
@@ -289,7 +293,7 @@ absl::Status RingReduceScatter(UcxChannel& channel, const void* input, void* out
   return RunRing(channel, RingPlan{n - 1, geometry.segments, describe, received});
 }
 
-absl::Status DirectReduceScatter(UcxChannel& channel, const void* input, void* output,
+absl::Status DirectReduceScatter(Channel& channel, const void* input, void* output,
                                  size_t count_per_rank, DataType type, ReduceOp op,
                                  ScratchBuffer& scratch) {
   const int n = channel.size();
@@ -304,7 +308,7 @@ absl::Status DirectReduceScatter(UcxChannel& channel, const void* input, void* o
   return absl::OkStatus();
 }
 
-absl::Status RingAllGather(UcxChannel& channel, void* output, size_t bytes_per_rank) {
+absl::Status RingAllGather(Channel& channel, void* output, size_t bytes_per_rank) {
   const int n = channel.size();
   // Positions along the ring; the chunk of position p is its rank's block.
   const int me = channel.ring_position();
@@ -328,14 +332,48 @@ absl::Status RingAllGather(UcxChannel& channel, void* output, size_t bytes_per_r
   return RunRing(channel, RingPlan{n - 1, geometry.segments, describe, received});
 }
 
-absl::Status DirectAllGather(UcxChannel& channel, void* output, size_t bytes_per_rank) {
+absl::Status DirectAllGather(Channel& channel, void* output, size_t bytes_per_rank) {
   auto* out = static_cast<uint8_t*>(output);
   const int me = channel.rank();
   return ExchangeWithEveryPeer(channel, out, bytes_per_rank,
                                [&](int) { return out + bytes_per_rank * me; });
 }
 
-absl::Status Broadcast(UcxChannel& channel, void* data, size_t bytes, int root) {
+namespace {
+
+// Whether a collective exchanging `bytes` in total takes the direct path.
+bool UseDirect(const Channel& channel, size_t bytes) {
+  return bytes <= kDirectMaxBytes && DirectFits(channel);
+}
+
+}  // namespace
+
+absl::Status ChannelAllReduce(Channel& channel, void* data, size_t count, DataType type,
+                              ReduceOp op, ScratchBuffer& scratch) {
+  if (UseDirect(channel, count * DataTypeSize(type) * static_cast<size_t>(channel.size()))) {
+    return DirectAllReduce(channel, data, count, type, op, scratch);
+  }
+  return RingAllReduce(channel, data, count, type, op, scratch);
+}
+
+absl::Status ChannelReduceScatter(Channel& channel, const void* input, void* output,
+                                  size_t count_per_rank, DataType type, ReduceOp op,
+                                  ScratchBuffer& scratch, ScratchBuffer& work) {
+  if (UseDirect(channel,
+                count_per_rank * DataTypeSize(type) * static_cast<size_t>(channel.size()))) {
+    return DirectReduceScatter(channel, input, output, count_per_rank, type, op, scratch);
+  }
+  return RingReduceScatter(channel, input, output, count_per_rank, type, op, scratch, work);
+}
+
+absl::Status ChannelAllGather(Channel& channel, void* output, size_t bytes_per_rank) {
+  if (UseDirect(channel, bytes_per_rank * static_cast<size_t>(channel.size()))) {
+    return DirectAllGather(channel, output, bytes_per_rank);
+  }
+  return RingAllGather(channel, output, bytes_per_rank);
+}
+
+absl::Status Broadcast(Channel& channel, void* data, size_t bytes, int root) {
   const int n = channel.size();
   const int me = channel.rank();
   auto* buffer = static_cast<uint8_t*>(data);
@@ -346,7 +384,7 @@ absl::Status Broadcast(UcxChannel& channel, void* data, size_t bytes, int root) 
       if (!h.ok()) return h.status();
       return channel.Wait(&*h);
     }
-    std::array<Handle, UcxChannel::kMaxRequests> handles;
+    std::array<Handle, Channel::kMaxRequests> handles;
     int posted = 0;
     for (int p = 0; p < n; ++p) {
       if (p == me) continue;
@@ -409,7 +447,7 @@ absl::Status Broadcast(UcxChannel& channel, void* data, size_t bytes, int root) 
   return absl::OkStatus();
 }
 
-absl::Status DisseminationBarrier(UcxChannel& channel) {
+absl::Status DisseminationBarrier(Channel& channel) {
   const int n = channel.size();
   const int me = channel.rank();
   static const uint8_t kToken = 1;

@@ -7,7 +7,6 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
-#include "common/layout/mesh_layout.h"
 #include "worker/comm/failed_peer.h"
 
 namespace cohort::comm {
@@ -31,16 +30,14 @@ UcxChannel::UcxChannel(UcxContext* context, uint16_t comm_id, std::vector<int> g
       group_(std::move(group)),
       index_(index) {
   for (int i = kMaxRequests - 1; i >= 0; --i) free_[free_count_++] = i;
-  // Host by host (layout::RanksByHost); without host identities (an
-  // explicit UCX_TLS) every label is empty and the ring is the rank order.
+  // Without host identities (an explicit UCX_TLS) every label is empty and
+  // the ring is the rank order.
   const int n = size();
   std::vector<std::string> hosts(static_cast<size_t>(n));
   for (int r = 0; r < n && context_ != nullptr; ++r) {
     hosts[static_cast<size_t>(r)] = context_->peer_host(group_[static_cast<size_t>(r)]);
   }
-  for (const std::vector<int>& ranks : layout::RanksByHost(hosts)) {
-    ring_order_.insert(ring_order_.end(), ranks.begin(), ranks.end());
-  }
+  ring_order_ = HostByHostRing(hosts);
   ring_position_.resize(static_cast<size_t>(n));
   for (int p = 0; p < n; ++p) ring_position_[static_cast<size_t>(ring_order_[static_cast<size_t>(p)])] = p;
 }

@@ -1,10 +1,12 @@
 #pragma once
-// UcxChannel: the messaging engine under one UcxCommunicator. It posts
-// tagged sends and receives to group peers over the shared UcxContext,
-// tracks them in a fixed table of request slots (no allocation per call),
-// and drives progress while checking, on every poll, the abort flag, the
-// call's deadline and whether a group peer died. The algorithms in
-// ring_algorithms.h are written against it.
+// UcxChannel: the messaging engine under one UcxCommunicator, and the
+// production Channel (channel.h). It posts tagged sends and receives to
+// group peers over the shared UcxContext, tracks them in a fixed table of
+// request slots (no allocation per call), and drives progress while
+// checking, on every poll, the abort flag, the call's deadline and whether a
+// group peer died. The algorithms in ring_algorithms.h run on it through the
+// Channel interface; the communicator and the direct reads call it as the
+// concrete (final) type, so their calls stay direct.
 //
 // Thread-safety: one call at a time (the communicator's contract); Abort()
 // and aborted() may be called from any thread at any time.
@@ -20,33 +22,27 @@
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
+#include "worker/comm/channel.h"
 #include "worker/comm/ucx_context.h"
 #include "worker/comm/ucx_tags.h"
 
 namespace cohort::comm {
 
-class UcxChannel {
+class UcxChannel final : public Channel {
  public:
-  // Most requests one call keeps outstanding; algorithms size their windows
-  // (and choose direct algorithms only when they fit) by this.
-  static constexpr int kMaxRequests = 256;
-  using Handle = int;
-  // A handle that is already complete (immediate completion, empty message).
-  static constexpr Handle kDone = -1;
-
   // `group` lists world ranks in group-rank order; `index` is this
   // process's position in it.
   UcxChannel(UcxContext* context, uint16_t comm_id, std::vector<int> group, int index);
 
-  int rank() const { return index_; }
-  int size() const { return static_cast<int>(group_.size()); }
+  int rank() const override { return index_; }
+  int size() const override { return static_cast<int>(group_.size()); }
   // The ring the ring algorithms run on: group ranks grouped host by host
-  // (hosts in order of their first group rank, ranks ascending within a
-  // host), so a ring crosses each host boundary once in each direction
-  // however the mesh numbered them. The identity on one host.
-  int ring_position() const { return ring_position_[static_cast<size_t>(index_)]; }
+  // (HostByHostRing over the host identities the ranks published), so a
+  // ring crosses each host boundary once in each direction however the mesh
+  // numbered them. The identity on one host.
+  int ring_position() const override { return ring_position_[static_cast<size_t>(index_)]; }
   // The group rank at ring position `position` (taken modulo size()).
-  int ring_rank(int position) const {
+  int ring_rank(int position) const override {
     const int n = size();
     return ring_order_[static_cast<size_t>(((position % n) + n) % n)];
   }
@@ -58,7 +54,7 @@ class UcxChannel {
   // Advances the collective sequence number carried in collective tags.
   void NextSequence() { ++sequence_; }
 
-  uint64_t CollectiveTag(int source, uint32_t message) const {
+  uint64_t CollectiveTag(int source, uint32_t message) const override {
     return MakeTag(comm_id_, TagKind::kCollective, source, CollectiveLow(sequence_, message));
   }
   uint64_t PointToPointTag(int source, uint32_t user_tag) const {
@@ -71,30 +67,20 @@ class UcxChannel {
   int world_rank(int peer) const { return group_[static_cast<size_t>(peer)]; }
   UcxContext* context() const { return context_; }
 
-  // Post a send to / receive from group rank `peer`. The buffer must stay
-  // valid until the handle completes (or ReleaseAll()). A receive completes
-  // with InvalidArgument if the message is not exactly `bytes` long.
-  // Errors: Unavailable (peer dead), ResourceExhausted (no free slot: an
-  // algorithm bug), Internal.
-  absl::StatusOr<Handle> PostSend(int peer, uint64_t tag, const void* data, size_t bytes);
-  absl::StatusOr<Handle> PostRecv(int peer, uint64_t tag, void* data, size_t bytes);
-
-  // One progress step, then the checks. Errors: Aborted, Unavailable (a
-  // group peer died), DeadlineExceeded.
-  absl::Status Poll();
+  // As Channel.
+  absl::StatusOr<Handle> PostSend(int peer, uint64_t tag, const void* data,
+                                  size_t bytes) override;
+  absl::StatusOr<Handle> PostRecv(int peer, uint64_t tag, void* data, size_t bytes) override;
+  absl::Status Poll() override;
   // For waits on group rank `peer` outside UCX (the shared-memory
   // collectives): abort, that peer's death, the deadline. Same errors as
   // Poll().
   absl::Status CheckWaiting(int peer);
-  // Whether *handle completed (then it is set to kDone and its slot freed).
-  // Does not progress. Errors: the operation's own failure.
-  absl::StatusOr<bool> Test(Handle* handle);
-  // Polls until *handle completes.
-  absl::Status Wait(Handle* handle);
-
-  // After a failed call: cancels outstanding receives, waits briefly for
-  // them, and frees every outstanding request.
-  void ReleaseAll();
+  absl::StatusOr<bool> Test(Handle* handle) override;
+  absl::Status Wait(Handle* handle) override;
+  // Cancels outstanding receives, waits briefly for them to settle, and
+  // frees every outstanding request.
+  void ReleaseAll() override;
 
   void Abort(const absl::Status& reason);
   bool aborted() const { return aborted_.load(std::memory_order_acquire); }

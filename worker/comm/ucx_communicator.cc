@@ -8,22 +8,6 @@
 #include "absl/strings/str_cat.h"
 
 namespace cohort::comm {
-namespace {
-
-absl::Status CheckBuffer(const void* data, size_t count, const char* what) {
-  if (data == nullptr && count > 0) {
-    return absl::InvalidArgumentError(absl::StrCat(what, ": null buffer with count ", count));
-  }
-  return absl::OkStatus();
-}
-
-absl::Status CheckType(DataType type) {
-  if (DataTypeSize(type) == 0) return absl::InvalidArgumentError("unsupported data type");
-  return absl::OkStatus();
-}
-
-}  // namespace
-
 absl::StatusOr<std::unique_ptr<UcxCommunicator>> UcxCommunicator::Create(
     UcxContext* context, UcxCommunicatorOptions options) {
   if (context == nullptr) return absl::InvalidArgumentError("ucx communicator: null context");
@@ -101,7 +85,7 @@ absl::Status UcxCommunicator::Run(absl::Duration timeout, CallOptions options,
 absl::Status UcxCommunicator::AllReduce(void* data, size_t count, DataType type, ReduceOp op,
                                         absl::Duration timeout) {
   if (absl::Status s = CheckBuffer(data, count, "AllReduce"); !s.ok()) return s;
-  if (absl::Status s = CheckType(type); !s.ok()) return s;
+  if (absl::Status s = CheckDataType(type); !s.ok()) return s;
   return Run(timeout, CallOptions{}, [&]() -> absl::Status {
     if (size() == 1 || count == 0) return absl::OkStatus();
     const size_t exchanged = count * DataTypeSize(type) * static_cast<size_t>(size());
@@ -109,10 +93,7 @@ absl::Status UcxCommunicator::AllReduce(void* data, size_t count, DataType type,
       auto check = [this](int peer) { return channel_.CheckWaiting(peer); };
       return shm_->AllReduce(data, count, type, op, check);
     }
-    if (exchanged <= kDirectMaxBytes && DirectFits(channel_)) {
-      return DirectAllReduce(channel_, data, count, type, op, scratch_);
-    }
-    return RingAllReduce(channel_, data, count, type, op, scratch_);
+    return ChannelAllReduce(channel_, data, count, type, op, scratch_);
   });
 }
 
@@ -146,7 +127,7 @@ absl::Status UcxCommunicator::ReduceScatter(const void* input, void* output,
                                             absl::Duration timeout) {
   if (absl::Status s = CheckBuffer(input, count_per_rank, "ReduceScatter"); !s.ok()) return s;
   if (absl::Status s = CheckBuffer(output, count_per_rank, "ReduceScatter"); !s.ok()) return s;
-  if (absl::Status s = CheckType(type); !s.ok()) return s;
+  if (absl::Status s = CheckDataType(type); !s.ok()) return s;
   return Run(timeout, CallOptions{}, [&]() -> absl::Status {
     if (count_per_rank == 0) return absl::OkStatus();
     const size_t bytes = count_per_rank * DataTypeSize(type);
@@ -158,10 +139,7 @@ absl::Status UcxCommunicator::ReduceScatter(const void* input, void* output,
       auto check = [this](int peer) { return channel_.CheckWaiting(peer); };
       return shm_->ReduceScatter(input, output, count_per_rank, type, op, check);
     }
-    if (bytes * static_cast<size_t>(size()) <= kDirectMaxBytes && DirectFits(channel_)) {
-      return DirectReduceScatter(channel_, input, output, count_per_rank, type, op, scratch_);
-    }
-    return RingReduceScatter(channel_, input, output, count_per_rank, type, op, scratch_, work_);
+    return ChannelReduceScatter(channel_, input, output, count_per_rank, type, op, scratch_, work_);
   });
 }
 
@@ -169,7 +147,7 @@ absl::Status UcxCommunicator::AllGather(const void* input, void* output, size_t 
                                         DataType type, absl::Duration timeout) {
   if (absl::Status s = CheckBuffer(input, count_per_rank, "AllGather"); !s.ok()) return s;
   if (absl::Status s = CheckBuffer(output, count_per_rank, "AllGather"); !s.ok()) return s;
-  if (absl::Status s = CheckType(type); !s.ok()) return s;
+  if (absl::Status s = CheckDataType(type); !s.ok()) return s;
   return Run(timeout, CallOptions{}, [&]() -> absl::Status {
     if (count_per_rank == 0) return absl::OkStatus();
     const size_t bytes = count_per_rank * DataTypeSize(type);
@@ -180,17 +158,14 @@ absl::Status UcxCommunicator::AllGather(const void* input, void* output, size_t 
       auto check = [this](int peer) { return channel_.CheckWaiting(peer); };
       return shm_->AllGather(output, count_per_rank, type, check);
     }
-    if (bytes * static_cast<size_t>(size()) <= kDirectMaxBytes && DirectFits(channel_)) {
-      return DirectAllGather(channel_, output, bytes);
-    }
-    return RingAllGather(channel_, output, bytes);
+    return ChannelAllGather(channel_, output, bytes);
   });
 }
 
 absl::Status UcxCommunicator::Broadcast(void* data, size_t count, DataType type, int root,
                                         absl::Duration timeout) {
   if (absl::Status s = CheckBuffer(data, count, "Broadcast"); !s.ok()) return s;
-  if (absl::Status s = CheckType(type); !s.ok()) return s;
+  if (absl::Status s = CheckDataType(type); !s.ok()) return s;
   if (root < 0 || root >= size()) {
     return absl::InvalidArgumentError(absl::StrCat("Broadcast: root ", root, " not in [0, ",
                                                    size(), ")"));
@@ -204,10 +179,7 @@ absl::Status UcxCommunicator::Broadcast(void* data, size_t count, DataType type,
 absl::Status UcxCommunicator::Send(const void* data, size_t bytes, int peer, uint32_t tag,
                                    absl::Duration timeout) {
   if (absl::Status s = CheckBuffer(data, bytes, "Send"); !s.ok()) return s;
-  if (peer < 0 || peer >= size() || peer == rank()) {
-    return absl::InvalidArgumentError(absl::StrCat("Send: peer ", peer, " invalid for rank ",
-                                                   rank(), " of ", size()));
-  }
+  if (absl::Status s = CheckPeer(peer, rank(), size(), "Send"); !s.ok()) return s;
   return Run(timeout, CallOptions{.collective = false}, [&]() -> absl::Status {
     if (absl::Status s = send_.Start(channel_, DirectPeer(peer), peer, tag, data, bytes); !s.ok()) {
       return s;
@@ -219,10 +191,7 @@ absl::Status UcxCommunicator::Send(const void* data, size_t bytes, int peer, uin
 absl::Status UcxCommunicator::Recv(void* data, size_t bytes, int peer, uint32_t tag,
                                    absl::Duration timeout) {
   if (absl::Status s = CheckBuffer(data, bytes, "Recv"); !s.ok()) return s;
-  if (peer < 0 || peer >= size() || peer == rank()) {
-    return absl::InvalidArgumentError(absl::StrCat("Recv: peer ", peer, " invalid for rank ",
-                                                   rank(), " of ", size()));
-  }
+  if (absl::Status s = CheckPeer(peer, rank(), size(), "Recv"); !s.ok()) return s;
   return Run(timeout, CallOptions{.collective = false}, [&]() -> absl::Status {
     if (absl::Status s = recv_.Start(channel_, DirectPeer(peer), peer, tag, data, bytes); !s.ok()) {
       return s;
@@ -237,11 +206,7 @@ absl::Status UcxCommunicator::SendRecv(const void* send_data, size_t send_bytes,
   if (absl::Status s = CheckBuffer(send_data, send_bytes, "SendRecv"); !s.ok()) return s;
   if (absl::Status s = CheckBuffer(recv_data, recv_bytes, "SendRecv"); !s.ok()) return s;
   for (int peer : {send_peer, recv_peer}) {
-    if (peer < 0 || peer >= size() || peer == rank()) {
-      return absl::InvalidArgumentError(absl::StrCat("SendRecv: peer ", peer,
-                                                     " invalid for rank ", rank(), " of ",
-                                                     size()));
-    }
+    if (absl::Status s = CheckPeer(peer, rank(), size(), "SendRecv"); !s.ok()) return s;
   }
   return Run(timeout, CallOptions{.collective = false}, [&]() -> absl::Status {
     // The receive is posted first so the peer's send can match at once; the

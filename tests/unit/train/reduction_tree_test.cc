@@ -17,6 +17,7 @@
 #include "absl/strings/str_cat.h"
 #include "common/layout/mesh_layout.h"
 #include "gtest/gtest.h"
+#include "tests/testing/random_values.h"
 #include "tests/testing/thread_comms.h"
 #include "worker/train/gradient_tree.h"
 #include "worker/train/reduction_tree.h"
@@ -28,14 +29,7 @@ namespace {
 constexpr size_t kCount = 97;  // elements per gradient: odd, so shards are uneven
 
 std::vector<std::vector<float>> RandomLeaves(int leaves, uint32_t seed) {
-  std::mt19937 rng(seed);
-  std::uniform_real_distribution<float> unit(-1.0f, 1.0f);
-  std::uniform_int_distribution<int> exponent(-12, 12);
-  std::vector<std::vector<float>> values(static_cast<size_t>(leaves), std::vector<float>(kCount));
-  for (auto& leaf : values) {
-    for (float& x : leaf) x = std::ldexp(unit(rng), exponent(rng));
-  }
-  return values;
+  return testing::RandomMixedMagnitudes(leaves, kCount, seed, 12);
 }
 
 // The single-process tree: one rank folding every leaf.
