@@ -53,6 +53,14 @@ absl::Status CheckPeer(int peer, int rank, int size, const char* call) {
   return absl::OkStatus();
 }
 
+absl::Status CheckRoot(int root, int size, const char* call) {
+  if (root < 0 || root >= size) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(call, ": root ", root, " not in [0, ", size, ")"));
+  }
+  return absl::OkStatus();
+}
+
 absl::Status Communicator::AllGatherRanges(void* data, const std::vector<ByteRange>& ranges,
                                            uint32_t tag, absl::Duration timeout) {
   const int n = size();

@@ -51,6 +51,8 @@ const char* DataTypeName(DataType type);
 absl::Status CheckBuffer(const void* data, size_t count, const char* call);
 absl::Status CheckDataType(DataType type);
 absl::Status CheckPeer(int peer, int rank, int size, const char* call);
+// A broadcast root: a rank of the group of `size`.
+absl::Status CheckRoot(int root, int size, const char* call);
 
 class Communicator {
  public:

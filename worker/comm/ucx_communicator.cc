@@ -166,10 +166,7 @@ absl::Status UcxCommunicator::Broadcast(void* data, size_t count, DataType type,
                                         absl::Duration timeout) {
   if (absl::Status s = CheckBuffer(data, count, "Broadcast"); !s.ok()) return s;
   if (absl::Status s = CheckDataType(type); !s.ok()) return s;
-  if (root < 0 || root >= size()) {
-    return absl::InvalidArgumentError(absl::StrCat("Broadcast: root ", root, " not in [0, ",
-                                                   size(), ")"));
-  }
+  if (absl::Status s = CheckRoot(root, size(), "Broadcast"); !s.ok()) return s;
   return Run(timeout, CallOptions{}, [&]() -> absl::Status {
     if (size() == 1 || count == 0) return absl::OkStatus();
     return cohort::comm::Broadcast(channel_, data, count * DataTypeSize(type), root);
