@@ -73,14 +73,25 @@ class GuardedBackend final : public compute::Backend {
     CheckSpans("CopyFromHost", dst);
     CHECK(Region(src) == nullptr) << "CopyFromHost: the source is backend memory";
     cpu_.CopyFromHost(dst, src);
+    bytes_from_host_ += dst.bytes();
   }
   void CopyToHost(void* dst, compute::TensorSpan src) override {
     Open open(this);
     CheckSpans("CopyToHost", src);
     CHECK(Region(dst) == nullptr) << "CopyToHost: the destination is backend memory";
     cpu_.CopyToHost(dst, src);
+    bytes_to_host_ += src.bytes();
+  }
+  void CopyWithin(compute::TensorSpan dst, compute::TensorSpan src) override {
+    Open open(this);
+    CheckSpans("CopyWithin", dst, src);
+    cpu_.CopyWithin(dst, src);
   }
   absl::Status Synchronize() override { return cpu_.Synchronize(); }
+  // Bytes moved by CopyFromHost and CopyToHost since the backend was made:
+  // what a GPU would move over PCIe (tests of the device-resident step).
+  size_t bytes_from_host() const { return bytes_from_host_; }
+  size_t bytes_to_host() const { return bytes_to_host_; }
 
   // Every op: its spans must be this backend's memory (host memory passed
   // to an op would be read as device memory on a GPU), and the memory
@@ -174,6 +185,19 @@ class GuardedBackend final : public compute::Backend {
     COHORT_GUARDED(CrossEntropyShardBackward, dlogits, logits, lse, targets, dlosses, N, V, Vs,
                    vocab_start);
   }
+  void SumOfSquaresPieces(compute::TensorSpan sums, compute::TensorSpan grads,
+                          compute::TensorSpan pieces) override {
+    COHORT_GUARDED(SumOfSquaresPieces, sums, grads, pieces);
+  }
+  void FinishGradNorm(compute::TensorSpan scalars, compute::TensorSpan sums,
+                      double max_norm) override {
+    COHORT_GUARDED(FinishGradNorm, scalars, sums, max_norm);
+  }
+  void ClipAdamW(compute::TensorSpan params, compute::TensorSpan m, compute::TensorSpan v,
+                 compute::TensorSpan grads, compute::TensorSpan scalars, size_t begin, size_t end,
+                 size_t moment_base, bool decay, const compute::AdamWScalars& adamw) override {
+    COHORT_GUARDED(ClipAdamW, params, m, v, grads, scalars, begin, end, moment_base, decay, adamw);
+  }
 #undef COHORT_GUARDED
 
  private:
@@ -222,6 +246,8 @@ class GuardedBackend final : public compute::Backend {
 
   compute::CpuBackend cpu_;
   std::map<void*, size_t> regions_;  // live buffers: address -> mapped bytes
+  size_t bytes_from_host_ = 0;
+  size_t bytes_to_host_ = 0;
 };
 
 }  // namespace cohort::testing

@@ -11,17 +11,18 @@
 //                    [--batch B] [--seq T] [--warmup 3] [--steps 10] [--device_index 0]
 //                    [--peak_tflops 67,495,989] [--output table|json]
 //
-// What is timed: ZeroGrad + Forward (which ends with a device sync, to read the
-// loss) + Backward (which ends with Synchronize and, on a GPU, with the copy
-// of the gradients to host memory: the model's host staging, gpt_model.h), so
-// each step's time covers all of its device work and that copy. The AdamW
-// update and the gradient reduction run in host memory today and are not part
-// of it (nor the upload of the updated weights before the next forward).
-// A second run of --steps steps per row times the whole single-process step
-// as a training session runs it today: the same, then the gradient clip and
-// AdamW in host memory, whose updated weights the next forward uploads
-// (columns "step+AdamW ms", median, and "AdamW ms", the clip and update
-// alone): what the host round trip costs on top of the device's work.
+// What is timed: the whole single-process training step with the training
+// state resident on the backend, as a one-rank GPU session runs it
+// (StepRunner's device-resident step): ZeroGrad + Forward (which ends with a
+// device sync, to read the loss) + Backward (the gradients stay on the
+// device) + the gradient norm, clip to 1.0 and AdamW as backend ops
+// (train::DeviceOptimizer, lr 6e-4, weight decay 0.1), ending with the host
+// reading the norm. Tokens/s and MFU are of that step. A second run of
+// --steps steps per row times the host-staged step the GPU path ran before
+// (and a multi-rank GPU job still runs): the gradients copied to host memory,
+// the clip and AdamW there, the weights uploaded before the next forward
+// (columns "host-staged ms", median, and "host AdamW ms", the clip and
+// update alone): what keeping the state on the device saves.
 //
 // Model FLOPs per token are 6 * num_params + 12 * layers * width * seq, the
 // estimate of nanoGPT's estimate_mfu (PaLM, appendix B): 6N for the matmuls of
@@ -42,6 +43,7 @@
 #include <algorithm>
 #include <chrono>
 #include <climits>
+#include <cmath>
 #include <cstdint>
 #include <cstdio>
 #include <memory>
@@ -71,6 +73,8 @@
 #include "worker/model/gpt_model.h"
 #include "worker/model/model_layout.h"
 #include "worker/model/parameter_table.h"
+#include "worker/train/device_optimizer.h"
+#include "worker/train/grad_norm_plan.h"
 
 #if COHORT_HAVE_CUDA
 #include <cuda_runtime_api.h>
@@ -111,10 +115,10 @@ using Clock = std::chrono::steady_clock;
 
 constexpr int kMaxStepCount = 10000;
 constexpr char kTimedNote[] =
-    "Timed: ZeroGrad + forward + backward (each step ends with a device sync and, on a GPU, "
-    "the copy of the gradients to host memory); the AdamW update, the gradient reduction and "
-    "the upload of the updated weights are not part of it. step+AdamW: a second run adding the "
-    "clip and AdamW in host memory (AdamW ms alone), whose weights the next forward uploads.";
+    "Timed: the whole step with the state on the device: ZeroGrad + forward + backward + "
+    "gradient norm, clip and AdamW as device ops (the host reads the loss and the norm). "
+    "host-staged: a second run with the gradients copied to host memory, clip and AdamW there "
+    "(host AdamW ms alone) and the weights uploaded before the next forward.";
 
 struct BenchConfig {
   compute::BackendKind backend = compute::BackendKind::kCuda;
@@ -139,8 +143,8 @@ struct RowResult {
   std::string reason;  // why the row was skipped or failed
   double median_ms = 0;
   double min_ms = 0;
-  double full_step_ms = 0;  // median of the second run: the step plus clip and AdamW
-  double optimizer_ms = 0;  // median of the clip and AdamW alone
+  double full_step_ms = 0;  // median of the second run: the host-staged step
+  double optimizer_ms = 0;  // median of its host clip and AdamW alone
   double tokens_per_s = 0;
   double model_tflops = 0;
   std::optional<double> mfu;           // fraction of the peak; none without a peak
@@ -407,11 +411,34 @@ RowResult RunRow(const BenchConfig& bench, size_t row) {
     return std::chrono::duration<double, std::milli>(Clock::now() - start).count();
   };
 
+  // The device-resident step: the optimizer's moments on the backend too.
+  const cohort::train::GradNormPlan norm_plan(bench.model, gpt.table());
+  absl::StatusOr<std::unique_ptr<cohort::train::DeviceOptimizer>> device_optimizer =
+      cohort::train::DeviceOptimizer::Create(
+          backend->get(), norm_plan, gpt.table(), 0, gpt.num_params(),
+          {.adamw = {.weight_decay = 0.1},
+           .grad_clip = cohort::bench::HostOptimizer::kGradClip});
+  if (!device_optimizer.ok()) return fail(Outcome::kFailed, device_optimizer.status());
+  (*device_optimizer)->ResetMoments();
+  gpt.set_gradients_stay_on_backend(true);
+  auto device_step = [&](int step) -> absl::StatusOr<double> {
+    ASSIGN_OR_RETURN(double loss, forward_backward(step));
+    RETURN_IF_ERROR((*device_optimizer)
+                        ->Enqueue(gpt.params_span(), gpt.grads_span(),
+                                  cohort::bench::HostOptimizer::kLearningRate, step + 1));
+    ASSIGN_OR_RETURN(double norm, (*device_optimizer)->Norm());
+    if (!std::isfinite(norm)) {
+      return absl::InternalError(absl::StrCat("non-finite gradient norm ", norm));
+    }
+    gpt.MarkParamsChangedOnBackend();
+    return loss;
+  };
+
   std::vector<double> step_ms;
   size_t peak_bytes = 0;
   for (int step = 0; step < bench.warmup + bench.steps; ++step) {
     const Clock::time_point start = Clock::now();
-    const absl::StatusOr<double> loss = forward_backward(step);
+    const absl::StatusOr<double> loss = device_step(step);
     if (!loss.ok()) return fail(Outcome::kFailed, loss.status());
     const double ms = ms_since(start);
     // After each step: the backend keeps its buffers and scratch between
@@ -431,8 +458,10 @@ RowResult RunRow(const BenchConfig& bench, size_t row) {
   result.median_ms = Median(step_ms);
   result.min_ms = *std::min_element(step_ms.begin(), step_ms.end());
 
-  // The whole step as a single-process session runs it: the clip and AdamW
-  // over the host copies (gpt_model.h's staging), one warmup step first.
+  // The host-staged step for contrast: the gradients to host memory, the
+  // clip and AdamW over the host copies (gpt_model.h's staging), one warmup
+  // step first. The weights continue from the device-resident run's.
+  gpt.set_gradients_stay_on_backend(false);
   cohort::bench::HostOptimizer optimizer(gpt, bench.threads);
   std::vector<double> full_ms, optimizer_ms;
   for (int step = 0; step < 1 + bench.steps; ++step) {
@@ -444,7 +473,8 @@ RowResult RunRow(const BenchConfig& bench, size_t row) {
     if (step == 0) continue;
     full_ms.push_back(ms_since(start));
     optimizer_ms.push_back(ms_since(backward_done));
-    std::fprintf(stderr, "cohort-bench-gpu: %s step+AdamW %d/%d: %.2f ms (AdamW %.2f), loss %.4f\n",
+    std::fprintf(stderr,
+                 "cohort-bench-gpu: %s host-staged %d/%d: %.2f ms (host AdamW %.2f), loss %.4f\n",
                  label.c_str(), step, bench.steps, full_ms.back(), optimizer_ms.back(), *loss);
   }
   result.full_step_ms = Median(full_ms);
@@ -490,7 +520,7 @@ void PrintTable(const BenchConfig& bench, size_t num_params, const std::vector<R
   std::printf("%s\n\n", kTimedNote);
   std::printf(
       "| engine | precision | B x T | median ms | min ms | tokens/s | TFLOP/s | MFU | "
-      "peak mem GiB | step+AdamW ms | AdamW ms | status |\n");
+      "peak mem GiB | host-staged ms | host AdamW ms | status |\n");
   std::printf("|---|---|---|---|---|---|---|---|---|---|---|---|\n");
   for (size_t i = 0; i < rows.size(); ++i) {
     const RowResult& r = rows[i];
@@ -575,10 +605,11 @@ int main(int argc, char** argv) {
   };
   absl::SetFlagsUsageConfig(usage_config);
   absl::SetProgramUsageMessage(
-      "Times one single-process GPT training step's forward + backward on a compute backend,\n"
-      "one markdown table row per precision (median and min step ms, tokens/s, model TFLOP/s,\n"
-      "MFU against --peak_tflops, peak device memory). The AdamW update and the gradient\n"
-      "reduction run in host memory today and are not timed. Progress goes to stderr.\n"
+      "Times one single-process GPT training step (forward + backward + gradient norm, clip\n"
+      "and AdamW, the state resident on the backend) on a compute backend, one markdown table\n"
+      "row per precision (median and min step ms, tokens/s, model TFLOP/s, MFU against\n"
+      "--peak_tflops, peak device memory), and the host-staged step for contrast. Progress\n"
+      "goes to stderr.\n"
       "  cohort-bench-gpu [--backend cuda|cpu] [--precision fp32,tf32,bf16] [--model "
       "gpt2|d12|tiny]\n"
       "      [--batch B] [--seq T] [--warmup 3] [--steps 10] [--peak_tflops 67,495,989]\n"

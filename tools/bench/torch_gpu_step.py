@@ -1,8 +1,8 @@
 #!/usr/bin/env python3
-"""PyTorch eager baseline of cohort-bench-gpu: one GPT training step's forward + backward.
+"""PyTorch baseline of cohort-bench-gpu: one GPT training step (forward, backward, optimizer).
 
   torch_gpu_step.py [--device cuda|cpu] [--precision fp32,tf32,bf16] [--model gpt2|tiny]
-                    [--batch B] [--seq T] [--warmup 3] [--steps 10] [--sdpa]
+                    [--batch B] [--seq T] [--warmup 3] [--steps 10] [--sdpa] [--compile]
                     [--peak_tflops 67,495,989] [--output table|json]
 
 Measures what tools/bench/gpu_step_main.cc measures for Cohort, single process,
@@ -17,17 +17,22 @@ q @ k^T, masked softmax, @ v, as Cohort's kernels compute it, so the default
 row is a like-for-like eager baseline; torch's fused
 scaled_dot_product_attention is not used there. --sdpa adds a second row per
 precision with F.scaled_dot_product_attention(is_causal=True) (torch >= 2.0),
-to show what a fused attention is worth.
+to show what a fused attention is worth; --compile a third, that model under
+torch.compile (where it works: a row that cannot compile fails with the
+reason, the others stand).
 
 Precisions: fp32 (tf32 off for matmuls and cuDNN), tf32
 (torch.backends.cuda.matmul.allow_tf32 and torch.backends.cudnn.allow_tf32),
 bf16 (torch.autocast(dtype=torch.bfloat16) around the forward and the loss;
 parameters and gradients stay fp32).
 
-What is timed: zero_grad(set_to_none=True) + forward + loss.backward(), with
-torch.cuda.synchronize() before and after; no optimizer step (Cohort's AdamW
-and gradient reduction run in host memory today and are not timed there
-either). Model FLOPs per token are 6 N + 12 L C T (nanoGPT's estimate_mfu,
+What is timed: zero_grad(set_to_none=True) + forward + loss.backward() +
+clip_grad_norm_(1.0) + AdamW's step, with torch.cuda.synchronize() before and
+after: the whole step, as cohort-bench-gpu times Cohort's (state on the
+device). AdamW as Cohort's benchmark configures it: lr 6e-4, betas (0.9,
+0.95), eps 1e-8, weight decay 0.1 on the matrices and embeddings only, and
+torch's fused implementation on cuda (fused=True, torch >= 2.0; foreach
+otherwise). Model FLOPs per token are 6 N + 12 L C T (nanoGPT's estimate_mfu,
 after PaLM), N the parameter count (the tied wte counted once, padded rows
 included). Peak memory is torch.cuda.max_memory_reserved(): the device memory
 the caching allocator held at its highest, the nearest to Cohort's
@@ -40,6 +45,7 @@ arguments; 1 a row failed while it ran (e.g. out of memory).
 
 import argparse
 import gc
+import inspect
 import json
 import os
 import statistics
@@ -64,8 +70,25 @@ PRECISIONS = ("fp32", "tf32", "bf16")
 # H100/H200 SXM datasheet peaks, dense (not the doubled sparsity numbers):
 # fp32 on the CUDA cores, tf32 and bf16 on the tensor cores.
 DEFAULT_CUDA_PEAK_TFLOPS = {"fp32": 67.0, "tf32": 495.0, "bf16": 989.0}
-TIMED_NOTE = ("Timed: zero_grad + forward + backward only (on cuda, torch.cuda.synchronize "
-              "before and after each step); no optimizer step, as in cohort-bench-gpu.")
+TIMED_NOTE = ("Timed: zero_grad + forward + backward + clip_grad_norm_(1.0) + AdamW step "
+              "(fused on cuda), torch.cuda.synchronize before and after each step, as "
+              "cohort-bench-gpu times Cohort's step.")
+LEARNING_RATE = 6e-4
+WEIGHT_DECAY = 0.1
+GRAD_CLIP = 1.0
+
+
+def make_optimizer(model, device):
+    """AdamW over `model`: decay on the matrices and embeddings (Cohort's
+    ParameterTable rule), fused on cuda where torch has it."""
+    decay = [p for p in model.parameters() if p.dim() >= 2]
+    no_decay = [p for p in model.parameters() if p.dim() < 2]
+    groups = [dict(params=decay, weight_decay=WEIGHT_DECAY),
+              dict(params=no_decay, weight_decay=0.0)]
+    kwargs = dict(lr=LEARNING_RATE, betas=(0.9, 0.95), eps=1e-8)
+    if device == "cuda" and "fused" in inspect.signature(torch.optim.AdamW).parameters:
+        kwargs["fused"] = True
+    return torch.optim.AdamW(groups, **kwargs)
 
 
 def flops_per_token(cfg, num_params, seq):
@@ -93,8 +116,11 @@ def set_precision(device, precision):
     return torch.autocast(device_type=device, enabled=False)
 
 
-def run_row(args, cfg, precision, sdpa, label):
+def run_row(args, cfg, precision, sdpa, compiled, label):
     """One row: returns dict(status, reason, and the numbers when it ran)."""
+    if compiled and not hasattr(torch, "compile"):
+        return dict(status="skipped",
+                    reason=f"torch {torch.__version__} has no torch.compile (needs >= 2.0)")
     if sdpa and not hasattr(torch.nn.functional, "scaled_dot_product_attention"):
         return dict(status="skipped",
                     reason=f"torch {torch.__version__} has no scaled_dot_product_attention "
@@ -105,10 +131,12 @@ def run_row(args, cfg, precision, sdpa, label):
                            f"built for CUDA {torch.version.cuda})")
     device = torch.device(args.device)
     B, T = args.batch, args.seq
-    model = None
+    model = step_model = optimizer = None
     try:
         torch.manual_seed(42)
         model = Gpt(cfg, sdpa).to(device)
+        optimizer = make_optimizer(model, args.device)
+        step_model = torch.compile(model) if compiled else model
         autocast = set_precision(args.device, precision)
         batches = [torch.randint(0, cfg["vocab"], (2, B, T), device=device) for _ in range(4)]
         if args.device == "cuda":
@@ -121,8 +149,10 @@ def run_row(args, cfg, precision, sdpa, label):
             start = time.perf_counter()
             model.zero_grad(set_to_none=True)
             with autocast:
-                loss = model(inputs, targets)
+                loss = step_model(inputs, targets)
             loss.backward()
+            torch.nn.utils.clip_grad_norm_(model.parameters(), GRAD_CLIP)
+            optimizer.step()
             if args.device == "cuda":
                 torch.cuda.synchronize(device)
             ms = (time.perf_counter() - start) * 1e3
@@ -139,10 +169,11 @@ def run_row(args, cfg, precision, sdpa, label):
         return dict(status="ok", reason="", median_ms=statistics.median(step_ms),
                     min_ms=min(step_ms), peak_mem_gib=peak_gib, first_loss=losses[0],
                     last_loss=losses[-1])
-    except RuntimeError as error:  # CUDA out of memory, a cuBLAS failure
-        return dict(status="failed", reason=str(error).splitlines()[0])
+    except Exception as error:  # CUDA out of memory, a cuBLAS failure, torch.compile's errors
+        lines = str(error).splitlines() or [type(error).__name__]
+        return dict(status="failed", reason=f"{type(error).__name__}: {lines[0]}")
     finally:
-        del model
+        del model, step_model, optimizer
         gc.collect()
         if args.device == "cuda" and torch.cuda.is_available():
             torch.cuda.empty_cache()
@@ -168,6 +199,8 @@ def parse_args():
     parser.add_argument("--steps", type=int, default=10, help="timed steps per row")
     parser.add_argument("--sdpa", action="store_true",
                         help="also a row per precision with F.scaled_dot_product_attention")
+    parser.add_argument("--compile", action="store_true",
+                        help="also a row per precision with the sdpa model under torch.compile")
     parser.add_argument("--peak_tflops", default="",
                         help="dense peak TFLOP/s for MFU, one per --precision in its order. "
                              "Default on cuda: H100/H200 SXM, fp32 67, tf32 495, bf16 989; "
@@ -221,9 +254,12 @@ def main():
 
     rows = []
     for precision, peak in zip(args.precisions, args.peaks):
-        for sdpa in ([False, True] if args.sdpa else [False]):
-            engine = f"torch {args.device} {'sdpa' if sdpa else 'eager'}"
-            row = run_row(args, cfg, precision, sdpa, f"{engine} {precision}")
+        variants = [(False, False)] + ([(True, False)] if args.sdpa else []) + \
+            ([(True, True)] if args.compile else [])
+        for sdpa, compiled in variants:
+            engine = f"torch {args.device} " + ("compile sdpa" if compiled else
+                                                 "sdpa" if sdpa else "eager")
+            row = run_row(args, cfg, precision, sdpa, compiled, f"{engine} {precision}")
             row.update(engine=engine, precision=precision, peak_tflops=peak)
             if row["status"] == "ok":
                 row["tokens_per_s"] = tokens / (row["median_ms"] / 1e3)

@@ -105,6 +105,9 @@ class TimingBackend final : public cohort::compute::Backend {
   void CopyToHost(void* dst, Span src) override {
     Time("Copy", [&] { inner_->CopyToHost(dst, src); });
   }
+  void CopyWithin(Span dst, Span src) override {
+    Time("Copy", [&] { inner_->CopyWithin(dst, src); });
+  }
   absl::Status Synchronize() override { return inner_->Synchronize(); }
   void EncoderForward(Span out, Span inp, Span wte, Span wpe, int B, int T, int C) override {
     Time("EncoderForward", [&] { inner_->EncoderForward(out, inp, wte, wpe, B, T, C); });
@@ -192,6 +195,19 @@ class TimingBackend final : public cohort::compute::Backend {
                                  int N, int V, int Vs, int start) override {
     Time("CrossEntropyShardBackward", [&] {
       inner_->CrossEntropyShardBackward(dlogits, logits, lse, targets, dlosses, N, V, Vs, start);
+    });
+  }
+  void SumOfSquaresPieces(Span sums, Span grads, Span pieces) override {
+    Time("SumOfSquaresPieces", [&] { inner_->SumOfSquaresPieces(sums, grads, pieces); });
+  }
+  void FinishGradNorm(Span scalars, Span sums, double max_norm) override {
+    Time("FinishGradNorm", [&] { inner_->FinishGradNorm(scalars, sums, max_norm); });
+  }
+  void ClipAdamW(Span params, Span m, Span v, Span grads, Span scalars, size_t begin, size_t end,
+                 size_t moment_base, bool decay,
+                 const cohort::compute::AdamWScalars& adamw) override {
+    Time("ClipAdamW", [&] {
+      inner_->ClipAdamW(params, m, v, grads, scalars, begin, end, moment_base, decay, adamw);
     });
   }
 

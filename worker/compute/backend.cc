@@ -14,6 +14,10 @@ size_t DTypeSize(DType dtype) {
       return 2;
     case DType::kInt32:
       return 4;
+    case DType::kFloat64:
+      return 8;
+    case DType::kInt64:
+      return 8;
   }
   return 0;
 }
@@ -26,6 +30,10 @@ const char* DTypeName(DType dtype) {
       return "bfloat16";
     case DType::kInt32:
       return "int32";
+    case DType::kFloat64:
+      return "float64";
+    case DType::kInt64:
+      return "int64";
   }
   return "unknown";
 }

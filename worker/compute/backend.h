@@ -42,10 +42,11 @@
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "worker/compute/adamw_math.h"
 
 namespace cohort::compute {
 
-enum class DType : uint8_t { kFloat32, kBFloat16, kInt32 };
+enum class DType : uint8_t { kFloat32, kBFloat16, kInt32, kFloat64, kInt64 };
 
 size_t DTypeSize(DType dtype);
 const char* DTypeName(DType dtype);
@@ -133,6 +134,9 @@ class Backend {
   virtual void CopyFromHost(TensorSpan dst, const void* src) = 0;
   // dst[0 .. src.numel) = src[:] (host memory, same dtype).
   virtual void CopyToHost(void* dst, TensorSpan src) = 0;
+  // dst[:] = src[0 .. dst.numel), both backend memory of the same dtype, not
+  // overlapping; every bit kept (negative zeros and NaN payloads too).
+  virtual void CopyWithin(TensorSpan dst, TensorSpan src) = 0;
   // Reserves now the scratch that ops on passes up to `shape` keep between
   // calls, so that running out shows when a model is built, not mid-step.
   // ResourceExhausted naming the bytes when the memory is not there.
@@ -189,7 +193,8 @@ class Backend {
   virtual void GeluForward(TensorSpan out, TensorSpan inp, size_t n) = 0;
   // dinp[i] += gelu'(inp[i]) * dout[i].
   virtual void GeluBackward(TensorSpan dinp, TensorSpan inp, TensorSpan dout, size_t n) = 0;
-  // out[i] = inp1[i] + inp2[i].
+  // out[i] = inp1[i] + inp2[i]. out may be inp1 or inp2 (element-wise, so
+  // an in-place sum: the gradient tree's folds on backend memory use it).
   virtual void ResidualForward(TensorSpan out, TensorSpan inp1, TensorSpan inp2, size_t n) = 0;
   // dinp1[i] += dout[i]; dinp2[i] += dout[i].
   virtual void ResidualBackward(TensorSpan dinp1, TensorSpan dinp2, TensorSpan dout, size_t n) = 0;
@@ -255,6 +260,32 @@ class Backend {
   virtual void CrossEntropyShardBackward(TensorSpan dlogits, TensorSpan logits, TensorSpan lse,
                                          TensorSpan targets, TensorSpan dlosses, int N, int V,
                                          int Vs, int vocab_start) = 0;
+
+  // ---- The optimizer step on backend memory ---------------------------------
+  // A step's end without the host, for training state that stays in backend
+  // memory (worker/train/device_optimizer.h): the gradient norm's squares in
+  // fixed pieces, the norm and the clip factor, then clipping fused into
+  // AdamW over each range of the arena. The norm needs every gradient before
+  // any update, so it is one pass over the gradients and the clipped update a
+  // second over gradients, weights and moments. On the CPU the bits are the
+  // host optimizer's (train::GradNormPlan, train::AdamWUpdate); on a GPU each
+  // op reduces in a fixed order of its own, so it is deterministic run to run.
+  //
+  // sums (P) float64 = for each piece k: the sum of grads[i]^2 in double over
+  // i in [pieces[2k], pieces[2k+1]) (pieces: 2P int64 in backend memory,
+  // ascending, each at most 2^31 elements long).
+  virtual void SumOfSquaresPieces(TensorSpan sums, TensorSpan grads, TensorSpan pieces) = 0;
+  // scalars (2) float64: [0] = sqrt(sum of the P sums), [1] =
+  // ClipFactor([0], max_norm) (adamw_math.h). The CPU adds the sums in order.
+  virtual void FinishGradNorm(TensorSpan scalars, TensorSpan sums, double max_norm) = 0;
+  // For i in [begin, end): AdamWElement(adamw, decay, grads[i] * float(clip),
+  // params[i], m[i - moment_base], v[i - moment_base]), where clip is
+  // scalars[1] of FinishGradNorm; nothing at all when scalars[0] (the norm)
+  // is not finite, so a step the caller refuses leaves the state as it was.
+  // params and grads cover the arena; m and v hold elements from moment_base.
+  virtual void ClipAdamW(TensorSpan params, TensorSpan m, TensorSpan v, TensorSpan grads,
+                         TensorSpan scalars, size_t begin, size_t end, size_t moment_base,
+                         bool decay, const AdamWScalars& adamw) = 0;
 };
 
 }  // namespace cohort::compute

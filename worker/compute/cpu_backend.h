@@ -44,6 +44,7 @@ class CpuBackend final : public Backend {
   void Zero(TensorSpan dst) override;
   void CopyFromHost(TensorSpan dst, const void* src) override;
   void CopyToHost(void* dst, TensorSpan src) override;
+  void CopyWithin(TensorSpan dst, TensorSpan src) override;
   absl::Status Synchronize() override { return absl::OkStatus(); }
 
   void LayerNormForward(TensorSpan out, TensorSpan mean, TensorSpan rstd, TensorSpan inp,
@@ -79,6 +80,12 @@ class CpuBackend final : public Backend {
   void CrossEntropyShardBackward(TensorSpan dlogits, TensorSpan logits, TensorSpan lse,
                                  TensorSpan targets, TensorSpan dlosses, int N, int V, int Vs,
                                  int vocab_start) override;
+  // cpu_backend_optimizer.cc.
+  void SumOfSquaresPieces(TensorSpan sums, TensorSpan grads, TensorSpan pieces) override;
+  void FinishGradNorm(TensorSpan scalars, TensorSpan sums, double max_norm) override;
+  void ClipAdamW(TensorSpan params, TensorSpan m, TensorSpan v, TensorSpan grads,
+                 TensorSpan scalars, size_t begin, size_t end, size_t moment_base, bool decay,
+                 const AdamWScalars& adamw) override;
 
  private:
   const int threads_;

@@ -23,6 +23,7 @@
 #include "common/log.h"
 #include "common/status_macros.h"
 #include "worker/compute/cuda_kernels.h"
+#include "worker/compute/cuda_kernels_optimizer.h"
 #include "worker/compute/device_arena.h"
 #include "worker/compute/gpu_launch_plan.h"
 #include "worker/compute/span_checks.h"
@@ -121,6 +122,7 @@ class CudaBackend final : public Backend {
   void Zero(TensorSpan dst) override;
   void CopyFromHost(TensorSpan dst, const void* src) override;
   void CopyToHost(void* dst, TensorSpan src) override;
+  void CopyWithin(TensorSpan dst, TensorSpan src) override;
   absl::Status Synchronize() override;
 
   void LayerNormForward(TensorSpan out, TensorSpan mean, TensorSpan rstd, TensorSpan inp,
@@ -156,6 +158,11 @@ class CudaBackend final : public Backend {
   void CrossEntropyShardBackward(TensorSpan dlogits, TensorSpan logits, TensorSpan lse,
                                  TensorSpan targets, TensorSpan dlosses, int N, int V, int Vs,
                                  int vocab_start) override;
+  void SumOfSquaresPieces(TensorSpan sums, TensorSpan grads, TensorSpan pieces) override;
+  void FinishGradNorm(TensorSpan scalars, TensorSpan sums, double max_norm) override;
+  void ClipAdamW(TensorSpan params, TensorSpan m, TensorSpan v, TensorSpan grads,
+                 TensorSpan scalars, size_t begin, size_t end, size_t moment_base, bool decay,
+                 const AdamWScalars& adamw) override;
 
  private:
   // Makes the device current; false (the op is skipped) while a failure
@@ -933,6 +940,48 @@ void CudaBackend::CrossEntropyShardBackward(TensorSpan dlogits, TensorSpan logit
   const float* dl = CheckedF32(dlosses, N, "dlosses");
   Launch("CrossEntropyShardBackward",
          [&] { cuda::CrossEntropyShardBackward(dz, z, s, t, dl, N, V, Vs, vocab_start, stream_); });
+}
+
+void CudaBackend::CopyWithin(TensorSpan dst, TensorSpan src) {
+  CheckCopyWithin(dst, src);
+  if (dst.numel == 0 || !Begin()) return;
+  Check(cudaMemcpyAsync(dst.data, src.data, dst.bytes(), cudaMemcpyDeviceToDevice, stream_),
+        "cudaMemcpyAsync (device to device)");
+}
+
+// The optimizer ops (backend.h): the piece table and the sums are device
+// memory like every span; the kernels are cuda_kernels_optimizer.cu's.
+void CudaBackend::SumOfSquaresPieces(TensorSpan sums, TensorSpan grads, TensorSpan pieces) {
+  const size_t count = CheckedPieceCount(sums, pieces);
+  double* out = CheckedF64(sums, count, "sums");
+  const int64_t* bounds = CheckedI64(pieces, 2 * count, "pieces");
+  const float* x = CheckedF32(grads, 0, "grads");
+  if (count == 0) return;
+  Launch("SumOfSquaresPieces", [&] {
+    cuda::SumOfSquaresPieces(out, x, bounds, static_cast<int64_t>(count), stream_);
+  });
+}
+
+void CudaBackend::FinishGradNorm(TensorSpan scalars, TensorSpan sums, double max_norm) {
+  double* out = CheckedF64(scalars, 2, "scalars");
+  const double* in = CheckedF64(sums, 0, "sums");
+  Launch("FinishGradNorm", [&] {
+    cuda::FinishGradNorm(out, in, static_cast<int64_t>(sums.numel), max_norm, stream_);
+  });
+}
+
+void CudaBackend::ClipAdamW(TensorSpan params, TensorSpan m, TensorSpan v, TensorSpan grads,
+                            TensorSpan scalars, size_t begin, size_t end, size_t moment_base,
+                            bool decay, const AdamWScalars& adamw) {
+  CheckAdamWRange(params, m, v, grads, scalars, begin, end, moment_base);
+  if (end == begin) return;
+  Launch("ClipAdamW", [&] {
+    cuda::ClipAdamW(static_cast<float*>(params.data), static_cast<float*>(m.data),
+                    static_cast<float*>(v.data), static_cast<const float*>(grads.data),
+                    static_cast<const double*>(scalars.data), static_cast<int64_t>(begin),
+                    static_cast<int64_t>(end), static_cast<int64_t>(moment_base), decay, adamw,
+                    stream_);
+  });
 }
 
 }  // namespace

@@ -18,6 +18,14 @@ float* CheckedF32(TensorSpan span, size_t min_numel, const char* what);
 // Like CheckedF32 for optional arguments: nullptr for an empty span.
 float* OptionalF32(TensorSpan span, size_t min_numel, const char* what);
 const int32_t* CheckedI32(TensorSpan span, size_t min_numel, const char* what);
+double* CheckedF64(TensorSpan span, size_t min_numel, const char* what);
+const int64_t* CheckedI64(TensorSpan span, size_t min_numel, const char* what);
+// The optimizer ops' shared checks (backend.h, "The optimizer step"): the
+// piece table's size and the update range against the arenas.
+void CheckCopyWithin(TensorSpan dst, TensorSpan src);
+size_t CheckedPieceCount(TensorSpan sums, TensorSpan pieces);
+void CheckAdamWRange(TensorSpan params, TensorSpan m, TensorSpan v, TensorSpan grads,
+                     TensorSpan scalars, size_t begin, size_t end, size_t moment_base);
 // A vocab shard: rows (or logit columns) [vocab_start, vocab_start + Vs).
 void CheckVocabShard(int vocab_start, int Vs);
 

@@ -73,8 +73,9 @@ void MaybeCheckpoint(const TrainingLoopInput& input, const TrainingLoopHooks& ho
   train::TrainingSession& session = *input.session;
   absl::StatusOr<absl::Duration> stall = input.writer->Save(
       Step(done),
-      checkpoint::StateView{std::as_const(session).model().params(), session.runner().adam_m(),
-                            session.runner().adam_v(), input.optimizer});
+      checkpoint::StateView{std::as_const(session).model().params(),
+                            std::as_const(session).runner().adam_m(),
+                            std::as_const(session).runner().adam_v(), input.optimizer});
   if (!stall.ok()) {
     LOG(WARNING) << "job " << input.job << " step " << done
                  << ": checkpoint not taken: " << stall.status();

@@ -147,7 +147,7 @@ TensorSpan GptModel::grad(ParamId id, int layer) const {
 
 TensorSpan GptModel::embedding_grad() const {
   if (staging_ == nullptr || embedding_grad_.data() == nullptr) return embedding_grad_.span();
-  staging_->embedding_grad.Read();
+  staging_->embedding_grad.Read(backend_, embedding_grad_.span());
   return HostSpan(staging_->embedding_grad.host, embedding_grad_.numel());
 }
 
@@ -168,19 +168,28 @@ void GptModel::InitializeParameters(uint64_t seed) {
 
 float* GptModel::params() {
   if (staging_ == nullptr) return static_cast<float*>(params_.data());
+  float* host = staging_->params.Read(backend_, params_.span());
   staging_->params.newest = Newest::kHostNewer;
-  return static_cast<float*>(staging_->params.host.data());
+  return host;
 }
 
 const float* GptModel::params() const {
-  return static_cast<const float*>(staging_ == nullptr ? params_.data()
-                                                       : staging_->params.host.data());
+  if (staging_ == nullptr) return static_cast<const float*>(params_.data());
+  return staging_->params.Read(backend_, params_.span());
 }
 
-float* GptModel::HostCopy::Read() {
+void GptModel::MarkParamsChangedOnBackend() {
+  if (staging_ != nullptr) staging_->params.newest = Newest::kBackendNewer;
+}
+
+float* GptModel::HostCopy::Read(compute::Backend* backend, TensorSpan device) {
   auto* data = static_cast<float*>(host.data());
   if (newest == Newest::kZeroOnBackend) {  // lazily: a cleared gradient costs no copy
     std::fill_n(data, host.numel(), 0.0f);
+    newest = Newest::kSynced;
+  } else if (newest == Newest::kBackendNewer) {
+    // Returns once the copy is done (backend.h), so the host may read it.
+    backend->CopyToHost(data, device);
     newest = Newest::kSynced;
   }
   return data;
@@ -188,13 +197,14 @@ float* GptModel::HostCopy::Read() {
 
 float* GptModel::grads() {
   if (staging_ == nullptr) return static_cast<float*>(grads_.data());
-  float* host = staging_->grads.Read();
+  float* host = staging_->grads.Read(backend_, grads_.span());
   staging_->grads.newest = Newest::kHostNewer;
   return host;
 }
 
 const float* GptModel::grads() const {
-  return staging_ == nullptr ? static_cast<const float*>(grads_.data()) : staging_->grads.Read();
+  if (staging_ == nullptr) return static_cast<const float*>(grads_.data());
+  return staging_->grads.Read(backend_, grads_.span());
 }
 
 absl::Status GptModel::UploadIfHostNewer(HostCopy& copy, TensorSpan device) {
@@ -466,8 +476,10 @@ absl::Status GptModel::Backward(double loss_scale) {
   // Both tied parts into grads(): head + embedding, one rounding per element.
   backend_->ResidualForward(grad(kWte), grad(kWte), embedding_grad_.span(),
                             table_[kWte].numel);
+  const bool stay = KeepGradientsOnBackend();
   backend_->Zero(embedding_grad_.span());
   if (staging_ != nullptr) staging_->embedding_grad.newest = Newest::kZeroOnBackend;
+  if (stay) return absl::OkStatus();
   RETURN_IF_ERROR(backend_->Synchronize());
   return DownloadGrads();
 }
@@ -475,10 +487,18 @@ absl::Status GptModel::Backward(double loss_scale) {
 absl::Status GptModel::BackwardStage(int slot_index, double loss_scale) {
   RETURN_IF_ERROR(UploadStaleGrads());
   RETURN_IF_ERROR(BackwardOnBackend(slot_index, loss_scale));
+  if (KeepGradientsOnBackend()) return absl::OkStatus();
   if (staging_ != nullptr && embedding_grad_.data() != nullptr) {
     Download(staging_->embedding_grad, embedding_grad_.span());
   }
   return DownloadGrads();
+}
+
+bool GptModel::KeepGradientsOnBackend() {
+  if (staging_ == nullptr || !gradients_stay_) return false;
+  staging_->grads.newest = Newest::kBackendNewer;
+  if (embedding_grad_.data() != nullptr) staging_->embedding_grad.newest = Newest::kBackendNewer;
+  return true;
 }
 
 absl::Status GptModel::BackwardOnBackend(int slot_index, double loss_scale) {

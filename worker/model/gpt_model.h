@@ -50,7 +50,12 @@
 // and StageInputGrad exist there only on the stages that send them), and
 // the tensor group's all-reduces run on host
 // copies: every layout works over host collectives. param(), grad() and
-// logits() are backend memory.
+// logits() are backend memory. A caller that keeps the training state on
+// the backend (StepRunner's device-resident step) has backwards leave the
+// gradients there (set_gradients_stay_on_backend) and says when it changed
+// the weights there (MarkParamsChangedOnBackend): the host copies then
+// download when next read, so a host reader (a checkpoint) still sees the
+// newest values, and nothing crosses on the step's path.
 //
 // Thread-safety: thread-compatible; one caller at a time (like its Backend).
 
@@ -115,6 +120,16 @@ class GptModel {
   const float* grads() const;
   // Whether params() and grads() are host copies of the backend's arenas.
   bool staged() const { return staging_ != nullptr; }
+  compute::Backend* backend() const { return backend_; }
+  // The device-resident step (StepRunner with a DeviceOptimizer): with
+  // `stay`, a backward leaves the gradients (and the embedding part) in
+  // backend memory only, for the caller to use as grads_span() and
+  // embedding_grad_span(); a host reader of grads() or embedding_grad()
+  // then downloads them when it asks. A no-op on a model that is not staged.
+  void set_gradients_stay_on_backend(bool stay) { gradients_stay_ = stay; }
+  // The caller changed the weights in backend memory (the device-resident
+  // optimizer): the host copy is refreshed when params() is next read.
+  void MarkParamsChangedOnBackend();
   // The backend's arenas (what the ops use; device memory on a GPU).
   compute::TensorSpan params_span() const { return params_.span(); }
   compute::TensorSpan grads_span() const { return grads_.span(); }
@@ -127,6 +142,8 @@ class GptModel {
   // The token embedding's part of the wte gradient (wte's local shape; empty
   // on stages without the embedding). ZeroGrad clears it.
   compute::TensorSpan embedding_grad() const;
+  // The same in backend memory (what the ops write), on any backend.
+  compute::TensorSpan embedding_grad_span() const { return embedding_grad_.span(); }
 
   // Overwrites params() with the GPT-2 initialisation from `seed`
   // (model/parameter_init.h), this rank's shard of it.
@@ -226,21 +243,28 @@ class GptModel {
   // the host gradients likewise before a backward; the backend's gradients
   // to the host after one.
   absl::Status UploadStaleParams();
+  // After a backward: with set_gradients_stay_on_backend on a staged model,
+  // marks the gradients newer on the backend and returns true (nothing to
+  // download); false otherwise.
+  bool KeepGradientsOnBackend();
   absl::Status UploadStaleGrads();
   absl::Status DownloadGrads();
 
   // Where a staged tensor's newest contents are: kSynced (host and backend
   // copies agree), kHostNewer (the host copy was handed out for writing),
   // kZeroOnBackend (the backend's copy was cleared; the host copy is zeroed
-  // when next read, so a cleared gradient costs no copy).
-  enum class Newest { kSynced, kHostNewer, kZeroOnBackend };
+  // when next read, so a cleared gradient costs no copy), kBackendNewer (the
+  // backend's copy changed: the device-resident step's gradients and
+  // weights; downloaded when next read).
+  enum class Newest { kSynced, kHostNewer, kZeroOnBackend, kBackendNewer };
   // The host copy of one backend tensor, from Backend::AllocateHost
-  // (page-locked on a GPU: these cross every step).
+  // (page-locked on a GPU: these cross every step of the host-staged path).
   struct HostCopy {
     compute::Buffer host;
     Newest newest = Newest::kSynced;
-    // The host copy to read, zero-filled first if the backend's was cleared.
-    float* Read();
+    // The host copy to read: zero-filled first if the backend's was
+    // cleared, downloaded from `device` first if the backend's is newer.
+    float* Read(compute::Backend* backend, compute::TensorSpan device);
   };
   struct HostStaging {
     HostCopy params, grads;
@@ -279,6 +303,7 @@ class GptModel {
   std::vector<float> host_losses_;
   std::vector<float> host_dlosses_;
   const std::atomic<bool>* cancel_ = nullptr;
+  bool gradients_stay_ = false;
   // Mutable: a const read of grads() may have to materialise the zeros that
   // ZeroGrad left on the backend.
   mutable std::unique_ptr<HostStaging> staging_;

@@ -7,6 +7,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "common/log.h"
+#include "worker/compute/adamw_math.h"
 
 namespace cohort::train {
 
@@ -52,39 +53,23 @@ absl::Status AdamWUpdate(const AdamWOptions& options, const AdamWSlice& slice,
     return absl::InvalidArgumentError(
         absl::StrCat("decay ranges end at ", expect, ", the slice at ", slice.begin + slice.count));
   }
-  // Scalars in double, cast once to the fp32 the element math uses (as torch
-  // does with Python-float hyperparameters).
-  const float beta1 = static_cast<float>(options.beta1);
-  const float beta2 = static_cast<float>(options.beta2);
-  const float one_minus_beta1 = static_cast<float>(1.0 - options.beta1);
-  const float one_minus_beta2 = static_cast<float>(1.0 - options.beta2);
-  const double bias_correction1 = 1.0 - std::pow(options.beta1, static_cast<double>(step));
-  const double bias_correction2 = 1.0 - std::pow(options.beta2, static_cast<double>(step));
-  const float neg_step_size = static_cast<float>(-(lr / bias_correction1));
-  const float bias_correction2_sqrt = static_cast<float>(std::sqrt(bias_correction2));
-  const float eps = static_cast<float>(options.eps);
-  const float decay_factor = static_cast<float>(1.0 - lr * options.weight_decay);
+  // The scalars in double, cast once to the fp32 the element math uses (as
+  // torch does with Python-float hyperparameters); compute/adamw_math.h.
+  const compute::AdamWScalars scalars = compute::AdamWScalarsFor(
+      options.beta1, options.beta2, options.eps, options.weight_decay, lr, step);
   const int threads = options.num_threads > 0 ? options.num_threads : omp_get_max_threads();
 
   for (const DecayRange& r : ranges) {
     const int64_t lo = static_cast<int64_t>(r.begin - slice.begin);
     const int64_t hi = static_cast<int64_t>(r.end - slice.begin);
-    const bool decay = r.decay && options.weight_decay != 0.0;
+    const bool decay = r.decay;
     float* p = slice.params;
     const float* g = slice.grads;
     float* m = slice.m;
     float* v = slice.v;
 #pragma omp parallel for num_threads(threads) schedule(static)
     for (int64_t i = lo; i < hi; ++i) {
-      float param = p[i];
-      if (decay) param *= decay_factor;
-      const float grad = g[i];
-      const float m_new = m[i] * beta1 + one_minus_beta1 * grad;
-      const float v_new = v[i] * beta2 + one_minus_beta2 * grad * grad;
-      const float denom = std::sqrt(v_new) / bias_correction2_sqrt + eps;
-      p[i] = param + neg_step_size * (m_new / denom);
-      m[i] = m_new;
-      v[i] = v_new;
+      compute::AdamWElement(scalars, decay, g[i], &p[i], &m[i], &v[i]);
     }
   }
   return absl::OkStatus();

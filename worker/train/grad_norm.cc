@@ -6,6 +6,8 @@
 #include <cstdint>
 #include <vector>
 
+#include "worker/compute/adamw_math.h"
+
 namespace cohort::train {
 namespace {
 
@@ -32,10 +34,7 @@ double SumOfSquares(const float* x, size_t n, int threads) {
   return total;
 }
 
-double ClipScale(double norm, double max_norm) {
-  if (max_norm <= 0.0) return 1.0;
-  return std::min(1.0, max_norm / (norm + 1e-6));
-}
+double ClipScale(double norm, double max_norm) { return compute::ClipFactor(norm, max_norm); }
 
 void ScaleInPlace(float* x, size_t n, float scale, int threads) {
   if (scale == 1.0f) return;

@@ -21,12 +21,6 @@ size_t PieceCount(uint64_t base, size_t length) {
   return static_cast<size_t>((base + length + kChunk - 1) / kChunk - base / kChunk);
 }
 
-struct WorkItem {
-  const float* data;
-  size_t count;
-  size_t slot;
-};
-
 }  // namespace
 
 GradNormPlan::GradNormPlan(const model::GptConfig& config, const model::ParameterTable& table) {
@@ -67,11 +61,8 @@ GradNormPlan::GradNormPlan(const model::GptConfig& config, const model::Paramete
   num_slots_ = slot;
 }
 
-void GradNormPlan::Fill(const float* grads, size_t begin, size_t end, std::vector<double>* slots,
-                        int threads) const {
-  slots->assign(num_slots_, 0.0);
-  // Every (piece intersected with [begin, end)) becomes one serial sum.
-  std::vector<WorkItem> items;
+std::vector<GradNormPlan::Piece> GradNormPlan::Pieces(size_t begin, size_t end) const {
+  std::vector<Piece> pieces;
   for (const Segment& seg : segments_) {
     const size_t lo = std::max(begin, seg.local_offset);
     const size_t hi = std::min(end, seg.local_offset + seg.length);
@@ -80,25 +71,32 @@ void GradNormPlan::Fill(const float* grads, size_t begin, size_t end, std::vecto
       const uint64_t global = seg.cut_base + (i - seg.local_offset);
       const size_t piece = static_cast<size_t>(global / kChunk - seg.cut_base / kChunk);
       const size_t piece_end = std::min<size_t>(hi, i + (kChunk - global % kChunk));
-      items.push_back(WorkItem{grads + i, piece_end - i, seg.first_slot + piece});
+      pieces.push_back(Piece{i, piece_end, seg.first_slot + piece});
       i = piece_end;
     }
   }
-  std::vector<double> sums(items.size(), 0.0);
-  const int64_t count = static_cast<int64_t>(items.size());
+  return pieces;
+}
+
+void GradNormPlan::Fill(const float* grads, size_t begin, size_t end, std::vector<double>* slots,
+                        int threads) const {
+  slots->assign(num_slots_, 0.0);
+  // Every (piece intersected with [begin, end)) becomes one serial sum.
+  const std::vector<Piece> pieces = Pieces(begin, end);
+  std::vector<double> sums(pieces.size(), 0.0);
+  const int64_t count = static_cast<int64_t>(pieces.size());
 #pragma omp parallel for num_threads(threads > 0 ? threads : omp_get_max_threads()) \
     schedule(dynamic, 16)
   for (int64_t k = 0; k < count; ++k) {
     double sum = 0.0;
-    const WorkItem& item = items[k];
-    for (size_t j = 0; j < item.count; ++j) {
-      const double v = item.data[j];
+    for (size_t i = pieces[k].begin; i < pieces[k].end; ++i) {
+      const double v = grads[i];
       sum += v * v;
     }
     sums[k] = sum;
   }
-  // Items of one slot are adjacent and in order.
-  for (size_t k = 0; k < items.size(); ++k) (*slots)[items[k].slot] += sums[k];
+  // Pieces of one slot are adjacent and in order.
+  for (size_t k = 0; k < pieces.size(); ++k) (*slots)[pieces[k].slot] += sums[k];
 }
 
 double GradNormPlan::Norm(const std::vector<double>& slots) {

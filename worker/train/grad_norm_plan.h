@@ -53,6 +53,18 @@ class GradNormPlan {
   // sqrt of the slots' sum, in slot order.
   static double Norm(const std::vector<double>& slots);
 
+  // What Fill sums for [begin, end): each piece of the list this rank
+  // counts, cut to the range, as local flat offsets, in local order; the
+  // pieces of one slot are adjacent. Fill sums each serially in double and
+  // adds them into their slots; a backend that keeps the gradients sums the
+  // same pieces on its own memory (DeviceOptimizer).
+  struct Piece {
+    size_t begin = 0;
+    size_t end = 0;
+    size_t slot = 0;
+  };
+  std::vector<Piece> Pieces(size_t begin, size_t end) const;
+
  private:
   // A run of this rank's local arena that is one segment of the list.
   struct Segment {

@@ -4,6 +4,7 @@
 #include <cassert>
 #include <cstring>
 
+#include "common/log.h"
 #include "worker/train/grad_norm.h"
 
 namespace cohort::train {
@@ -11,20 +12,63 @@ namespace cohort::train {
 GradientTree::GradientTree(size_t count, int leaves, LeafRange range, int num_threads)
     : count_(count), range_(range), num_threads_(num_threads), folder_(leaves) {}
 
+absl::Status GradientTree::UseBackend(compute::Backend* backend) {
+  backend_ = backend;
+  buffers_.clear();
+  backend_buffers_.clear();
+  const int needed = BuffersNeeded(folder_.leaves(), range_);
+  for (int i = 0; i < needed; ++i) {
+    absl::StatusOr<compute::Buffer> buffer =
+        backend->Allocate(compute::DType::kFloat32, count_);
+    if (!buffer.ok()) return buffer.status();
+    backend_buffers_.push_back(*std::move(buffer));
+  }
+  return absl::OkStatus();
+}
+
 void GradientTree::Begin() {
   folder_.Reset(range_.begin);
   free_.clear();
-  for (int i = static_cast<int>(buffers_.size()) - 1; i >= 0; --i) free_.push_back(i);
+  const size_t buffers = on_backend() ? backend_buffers_.size() : buffers_.size();
+  for (int i = static_cast<int>(buffers) - 1; i >= 0; --i) free_.push_back(i);
   kept_ = nullptr;
 }
 
 float* GradientTree::Value(int slot) {
   if (slot == kIncoming) return incoming_;
   if (slot == kKept) return kept_;
+  if (on_backend()) return static_cast<float*>(backend_buffers_[slot].data());
   return buffers_[slot].data();
 }
 
+compute::TensorSpan GradientTree::Span(const float* data) const {
+  return compute::TensorSpan{const_cast<float*>(data), compute::DType::kFloat32, count_};
+}
+
+void GradientTree::AddInto(float* dst, const float* src) {
+  if (on_backend()) {
+    backend_->ResidualForward(Span(dst), Span(dst), Span(src), count_);
+  } else {
+    AddInPlace(dst, src, count_, num_threads_);
+  }
+}
+
+void GradientTree::CopyInto(float* dst, const float* src) {
+  if (on_backend()) {
+    backend_->CopyWithin(Span(dst), Span(src));
+  } else {
+    std::memcpy(dst, src, count_ * sizeof(float));
+  }
+}
+
 int GradientTree::Allocate() {
+  if (on_backend()) {
+    // UseBackend allocated the most Add can hold at once.
+    CHECK(!free_.empty()) << "gradient tree: more nodes than BuffersNeeded";
+    const int slot = free_.back();
+    free_.pop_back();
+    return slot;
+  }
   if (!free_.empty()) {
     const int slot = free_.back();
     free_.pop_back();
@@ -42,7 +86,7 @@ void GradientTree::Add(int leaf, float* values, bool kept) {
   folder_.Push(TreeNode{leaf, 1}, kIncoming, &merges_);
   for (const TreeMerge& m : merges_) {
     assert(m.into >= 0);
-    AddInPlace(Value(m.into), Value(m.from), count_, num_threads_);
+    AddInto(Value(m.into), Value(m.from));
     if (m.from >= 0) free_.push_back(m.from);
   }
   if (folder_.stack().back().slot == kIncoming) {
@@ -52,7 +96,7 @@ void GradientTree::Add(int leaf, float* values, bool kept) {
       folder_.set_top_slot(kKept);
     } else {
       const int slot = Allocate();
-      std::memcpy(buffers_[slot].data(), values, count_ * sizeof(float));
+      CopyInto(Value(slot), values);
       folder_.set_top_slot(slot);
     }
   }
@@ -80,12 +124,14 @@ int GradientTree::BuffersNeeded(int leaves, LeafRange range) {
 }
 
 void GradientTree::Reserve() {
+  if (on_backend()) return;  // UseBackend allocated them
   const int needed = BuffersNeeded(folder_.leaves(), range_);
   while (static_cast<int>(buffers_.size()) < needed) buffers_.emplace_back();
   for (UninitializedArray<float>& buffer : buffers_) buffer.ResizeAndTouch(count_);
 }
 
 void GradientTree::TakeBuffersOf(GradientTree& other) {
+  if (on_backend() || other.on_backend()) return;  // backend buffers stay with their tree
   const int needed = BuffersNeeded(folder_.leaves(), range_);
   for (UninitializedArray<float>& theirs : other.buffers_) {
     if (static_cast<int>(buffers_.size()) >= needed) break;

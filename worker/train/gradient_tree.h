@@ -6,11 +6,19 @@
 // sums are held. The cross-rank half (tree_reducer.h) then combines every
 // rank's nodes. Buffers are kept across steps.
 //
+// Where the gradients stay in backend memory (a GPU's: the device-resident
+// step, StepRunner), the tree's buffers are that backend's too and every
+// addition and copy is a backend op (ResidualForward in place, CopyWithin),
+// so the folds run where the gradients are; the pointers it takes and
+// returns are then backend memory, never read by the host.
+//
 // Thread-compatible.
 
 #include <cstddef>
 #include <vector>
 
+#include "absl/status/status.h"
+#include "worker/compute/backend.h"
 #include "worker/train/reduction_tree.h"
 #include "worker/train/uninitialized_array.h"
 
@@ -21,6 +29,13 @@ class GradientTree {
   // `count` floats per gradient; this rank holds the leaves `range` of
   // `leaves`. `num_threads`: OpenMP threads of the additions (0 = all).
   GradientTree(size_t count, int leaves, LeafRange range, int num_threads);
+
+  // Keeps the buffers in `backend` memory from now on (before the first
+  // Add), allocating every buffer Add can need at once: ResourceExhausted
+  // from the backend shows here, not mid-step. `backend` must outlive the
+  // tree.
+  absl::Status UseBackend(compute::Backend* backend);
+  bool on_backend() const { return backend_ != nullptr; }
 
   const LeafRange& range() const { return range_; }
   // Starts a step's accumulation.
@@ -48,6 +63,10 @@ class GradientTree {
 
   float* Value(int slot);
   int Allocate();
+  // dst += src and dst = src over count_ floats, where the buffers live.
+  void AddInto(float* dst, const float* src);
+  void CopyInto(float* dst, const float* src);
+  compute::TensorSpan Span(const float* data) const;
 
   const size_t count_;
   const LeafRange range_;
@@ -58,6 +77,8 @@ class GradientTree {
   std::vector<TreeMerge> merges_;
   float* incoming_ = nullptr;
   float* kept_ = nullptr;
+  compute::Backend* backend_ = nullptr;
+  std::vector<compute::Buffer> backend_buffers_;  // UseBackend's, instead of buffers_
 };
 
 }  // namespace cohort::train

@@ -170,6 +170,7 @@ absl::StatusOr<StateVersions::View> StateVersions::Version(int64_t step) const {
   View view;
   view.step = step;
   if (step >= 0 && step == current_step_) {
+    if (host_refresh_) host_refresh_();
     view.params = std::as_const(*model_).params();
     view.adam_m = m_;
     view.adam_v = v_;

@@ -94,6 +94,11 @@ class StateVersions {
   void set_on_first_update(std::function<void()> callback) {
     on_first_update_ = std::move(callback);
   }
+  // Called before a view is handed out (Version): the moments the views
+  // point at are host copies of a device optimizer's, refreshed then
+  // (StepRunner's device-resident step); the weights refresh themselves
+  // (GptModel::params).
+  void set_host_refresh(std::function<void()> refresh) { host_refresh_ = std::move(refresh); }
   // Takes `other`'s previous-version and mirror buffers where they are
   // large enough (pages already in memory): `other` holds no version (a warm
   // spare's, about to be released) and is not used afterwards.
@@ -138,6 +143,7 @@ class StateVersions {
   const int replicas_;  // mirrors = replicas_ - 1
 
   std::function<void()> on_first_update_;
+  std::function<void()> host_refresh_;
   int64_t current_step_ = -1;  // -1: the current buffers are not consistent
   int64_t previous_step_ = -1;
   // Written (copied into) before they are read.

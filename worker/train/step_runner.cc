@@ -83,8 +83,10 @@ absl::StatusOr<std::unique_ptr<StepRunner>> StepRunner::Create(
   ASSIGN_OR_RETURN(std::vector<PipelineOp> schedule,
                    OneForwardOneBackwardSchedule(layout.pp, layout.stage,
                                                  data_parallel->leaf_range().count()));
-  return std::unique_ptr<StepRunner>(new StepRunner(config, model, sampler, data_parallel,
-                                                    options, std::move(schedule)));
+  std::unique_ptr<StepRunner> runner(
+      new StepRunner(config, model, sampler, data_parallel, options, std::move(schedule)));
+  if (runner->QualifiesForDevice()) RETURN_IF_ERROR(runner->PrepareDevice());
+  return runner;
 }
 
 StepRunner::StepRunner(const TrainingConfig& config, model::GptModel* model,
@@ -131,6 +133,12 @@ StepRunner::StepRunner(const TrainingConfig& config, model::GptModel* model,
 }
 
 void StepRunner::ResetOptimizerState() {
+  if (device_optimizer_ != nullptr) {
+    device_optimizer_->ResetMoments();
+    moments_newest_ = MomentsNewest::kBackendNewer;
+    versions_->SetCurrent(0);
+    return;
+  }
   if (m_.size() > 0) {
     std::memset(m_.data(), 0, m_.size() * sizeof(float));
     std::memset(v_.data(), 0, v_.size() * sizeof(float));
@@ -155,6 +163,7 @@ void StepRunner::TakeStateBuffersOf(StepRunner& other) {
       options_.state_versions);
   versions->TakeBuffersOf(*other.versions_);
   versions_ = std::move(versions);
+  if (device_optimizer_ != nullptr) versions_->set_host_refresh([this] { SyncMomentsToHost(); });
 }
 
 void StepRunner::Reserve() {
@@ -243,6 +252,10 @@ absl::Status StepRunner::RunSchedule(Step step, const std::atomic<bool>* cancel)
     // The model's gradients stay intact after the rank's last backward
     // until the next step: that leaf need not be copied.
     const bool kept = i + 1 == micro_batches_per_rank_;
+    if (device_optimizer_ != nullptr) {
+      AddLeafOnDevice(leaf, kept);
+      continue;
+    }
     float* grads = model_->grads();
     const compute::TensorSpan embedding = model_->embedding_grad();
     if (layout_.has_embedding()) {
@@ -421,10 +434,14 @@ absl::StatusOr<StepResult> StepRunner::Run(Step step, const std::atomic<bool>* c
   // The model may have been trained by another runner before (a session
   // rebuilt around it): it runs over this runner's tensor group.
   RETURN_IF_ERROR(model_->set_tensor_group(options_.tensor_group));
+  // The model may be shared with a runner of another kind (a session kept
+  // across a re-plan): say where this one wants the gradients.
+  model_->set_gradients_stay_on_backend(device_resident());
   model_->set_cancel(cancel);
   const absl::Status scheduled = RunSchedule(step, cancel);
   model_->set_cancel(nullptr);  // the end phase runs to its end or a collective's error
   RETURN_IF_ERROR(scheduled);
+  if (device_resident()) return FinishOnDevice(step);
 
   ASSIGN_OR_RETURN(float* accumulated, ReduceOverData());
   if (options_.gradient_observer) {
@@ -462,6 +479,10 @@ absl::StatusOr<StepResult> StepRunner::Run(Step step, const std::atomic<bool>* c
       versions_->ExchangeMirrors(data_parallel_->group(), step.value() + 1, options_.timeout));
   versions_->AfterUpdate(step.value() + 1);
 
+  return ResultOf(loss, norm, lr);
+}
+
+StepResult StepRunner::ResultOf(double loss, double norm, double lr) const {
   StepResult result;
   result.loss = loss;
   result.grad_norm = norm;

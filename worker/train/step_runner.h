@@ -61,6 +61,7 @@
 #include "worker/model/gpt_model.h"
 #include "worker/train/adamw.h"
 #include "worker/train/data_parallel.h"
+#include "worker/train/device_optimizer.h"
 #include "worker/train/grad_norm_plan.h"
 #include "worker/train/gradient_tree.h"
 #include "worker/train/pipeline_schedule.h"
@@ -168,10 +169,20 @@ class StepRunner {
   // AdamW's first and second moments of the own update range
   // [data_parallel.update_begin(), update_end()): what checkpoints save and
   // restore.
-  float* adam_m() { return m_.data(); }
-  float* adam_v() { return v_.data(); }
-  const float* adam_m() const { return m_.data(); }
-  const float* adam_v() const { return v_.data(); }
+  // With the device-resident step they are host copies of the moments in
+  // backend memory: a read downloads them if a step changed them since, and
+  // the non-const forms (for writing: a restore) have the next step upload
+  // them first.
+  float* adam_m();
+  float* adam_v();
+  const float* adam_m() const;
+  const float* adam_v() const;
+  // Whether the step's end runs on the backend, the training state staying
+  // in its memory (step_runner_device.cc): a backend whose memory the host
+  // cannot read (a GPU), one rank holding the whole model (dp = tp = pp = 1),
+  // no previous version kept and the tied embedding added per micro-batch.
+  // Elsewhere the host-staged path runs (gpt_model.h, Memory).
+  bool device_resident() const { return device_optimizer_ != nullptr; }
 
   // Time of the last Run spent inside point-to-point calls and waiting
   // for the pipeline (for the benchmark's communication share).
@@ -202,6 +213,23 @@ class StepRunner {
   // parts between the end stages of a pipeline and adds the other's.
   absl::Status TieEmbedding(float* reduced);
   absl::StatusOr<double> GlobalNorm(const float* accumulated);
+  // A finished step's result.
+  StepResult ResultOf(double loss, double norm, double lr) const;
+
+  // The device-resident step (step_runner_device.cc). Whether this runner
+  // qualifies (see device_resident()), and its setup: the gradient trees in
+  // backend memory and the DeviceOptimizer.
+  bool QualifiesForDevice() const;
+  absl::Status PrepareDevice();
+  // Folds micro-batch `leaf`'s gradients (backend memory) into the tree.
+  void AddLeafOnDevice(int leaf, bool kept);
+  // The end of a step on the backend: norm, clip and AdamW, the host reading
+  // the norm once.
+  absl::StatusOr<StepResult> FinishOnDevice(Step step);
+  // Where the moments' newest values are, with a device optimizer.
+  enum class MomentsNewest { kSynced, kHostNewer, kBackendNewer };
+  void SyncMomentsToHost() const;
+  absl::Status UploadMomentsIfHostNewer();
 
   const TrainingConfig config_;
   model::GptModel* const model_;
@@ -225,8 +253,12 @@ class StepRunner {
   std::vector<float> send_buffer_;      // an input gradient waiting to be sent
   std::vector<float> tie_buffer_;       // the other end stage's wte gradient
   std::vector<double> norm_slots_;
-  UninitializedArray<float> m_;         // AdamW state for the own update range
-  UninitializedArray<float> v_;
+  // AdamW state for the own update range (the host copies of the device
+  // optimizer's, which a const read may refresh: mutable).
+  mutable UninitializedArray<float> m_;
+  mutable UninitializedArray<float> v_;
+  std::unique_ptr<DeviceOptimizer> device_optimizer_;
+  mutable MomentsNewest moments_newest_ = MomentsNewest::kSynced;
   std::vector<DecayRange> decay_ranges_;
   std::unique_ptr<StateVersions> versions_;
   std::optional<PendingSend> pending_;

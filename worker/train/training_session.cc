@@ -78,12 +78,6 @@ absl::StatusOr<std::unique_ptr<TrainingSession>> TrainingSession::Create(
   } else {
     ASSIGN_OR_RETURN(session->model_,
                      model::GptModel::Create(config.model, session->backend_.get(), model_options));
-    if (session->model_->staged()) {
-      LOG(INFO) << "model shard on the " << session->backend_->name()
-                << " backend; its weights, gradients and the exchanges between ranks are staged "
-                   "through host memory and the collectives run over UCX (device-memory "
-                   "collectives are not built)";
-    }
   }
 
   if (reuse != nullptr && reuse->config_.data == config.data) {
@@ -147,6 +141,16 @@ absl::StatusOr<std::unique_ptr<TrainingSession>> TrainingSession::Create(
   ASSIGN_OR_RETURN(session->runner_,
                    StepRunner::Create(config, session->model_.get(), session->sampler_.get(),
                                       session->data_parallel_.get(), runner));
+  if (session->runner_->device_resident()) {
+    LOG(INFO) << "model shard on the " << session->backend_->name()
+              << " backend; its weights, gradients and optimizer state stay there, and the "
+                 "step's end (gradient norm, clipping, AdamW) runs there";
+  } else if (session->model_->staged()) {
+    LOG(INFO) << "model shard on the " << session->backend_->name()
+              << " backend; its weights, gradients and the exchanges between ranks are staged "
+                 "through host memory and the collectives run over UCX (device-memory "
+                 "collectives are not built)";
+  }
   if (session->reused_model_) {
     StepRunner& lender = *reuse->runner_;
     session->runner_->TakeScratchOf(lender);

@@ -120,7 +120,10 @@ TEST(HostStagingDeathTest, GuardedBackendCatchesMemoryOfTheWrongSide) {
 
 TEST(HostStagingTest, AStagedSessionTrainsBitwiseLikeAnUnstagedOne) {
   // Three micro-batches per step (each backward downloads; the tree folds
-  // them on the host), ZeRO-1 off and on.
+  // them on the host), ZeRO-1 off and on. Keeping the previous version (as
+  // a job with peers to recover does) holds a single rank on the host-staged
+  // path; without it, it runs the device-resident step
+  // (device_resident_step_test.cc).
   for (bool zero1 : {false, true}) {
     SCOPED_TRACE(zero1 ? "zero1" : "no zero1");
     TrainingConfig config = testing::SmallTrainingConfig(6, 2, 5);
@@ -130,6 +133,7 @@ TEST(HostStagingTest, AStagedSessionTrainsBitwiseLikeAnUnstagedOne) {
     for (bool staged : {false, true}) {
       TrainingSessionOptions options;
       options.num_threads = 1;
+      options.state_versions.keep_previous = true;
       if (staged) options.backend = std::make_shared<testing::GuardedBackend>();
       absl::StatusOr<std::unique_ptr<TrainingSession>> session =
           TrainingSession::Create(config, model::ModelLayout{}, {}, options);
@@ -137,6 +141,7 @@ TEST(HostStagingTest, AStagedSessionTrainsBitwiseLikeAnUnstagedOne) {
       sessions.push_back(*std::move(session));
     }
     ASSERT_TRUE(sessions[1]->model().staged());
+    ASSERT_FALSE(sessions[1]->runner().device_resident());
     for (int64_t step = 0; step < config.steps; ++step) {
       absl::StatusOr<StepResult> a = sessions[0]->RunStep(Step(step));
       absl::StatusOr<StepResult> b = sessions[1]->RunStep(Step(step));

@@ -1,0 +1,141 @@
+// The device-resident step (step_runner.h, device_resident(); issue 45's
+// "on the device, all the time"), run on GuardedBackend: the CPU's
+// arithmetic behind memory the host may not touch, so any host access to the
+// training state inside a step crashes the test where a GPU would read
+// garbage. A single rank's session keeps its weights, gradients and moments
+// in backend memory, gives bitwise the unstaged CPU session's losses, norms
+// and weights, moves only the tokens, the losses and the norm across per
+// step, and hands a consistent state to a host reader (a checkpoint) and
+// back (a restore).
+
+#include <cstring>
+#include <memory>
+#include <utility>
+#include <vector>
+
+#include "gtest/gtest.h"
+#include "tests/testing/guarded_backend.h"
+#include "tests/testing/training_configs.h"
+#include "worker/model/model_layout.h"
+#include "worker/train/training_session.h"
+
+namespace cohort::train {
+namespace {
+
+bool SameBits(const void* a, const void* b, size_t bytes) { return std::memcmp(a, b, bytes) == 0; }
+
+TrainingConfig Config(int steps) {
+  // Three micro-batches per step: the gradient tree folds on the backend.
+  TrainingConfig config = testing::SmallTrainingConfig(6, 2, steps);
+  config.grad_clip = 1.0;
+  config.adamw.weight_decay = 0.1;
+  return config;
+}
+
+std::unique_ptr<TrainingSession> Session(const TrainingConfig& config,
+                                         std::shared_ptr<compute::Backend> backend,
+                                         bool initialize = true) {
+  TrainingSessionOptions options;
+  options.num_threads = 1;
+  options.backend = std::move(backend);
+  options.initialize_parameters = initialize;
+  absl::StatusOr<std::unique_ptr<TrainingSession>> session =
+      TrainingSession::Create(config, model::ModelLayout{}, {}, options);
+  CHECK(session.ok()) << session.status();
+  return *std::move(session);
+}
+
+void ExpectSameStep(const absl::StatusOr<StepResult>& a, const absl::StatusOr<StepResult>& b,
+                    int64_t step) {
+  ASSERT_TRUE(a.ok() && b.ok()) << a.status() << " " << b.status();
+  EXPECT_TRUE(SameBits(&a->loss, &b->loss, sizeof(double))) << "loss, step " << step;
+  EXPECT_TRUE(SameBits(&a->grad_norm, &b->grad_norm, sizeof(double))) << "norm, step " << step;
+}
+
+TEST(DeviceResidentStepTest, TrainsBitwiseLikeTheCpuAndMovesNoStatePerStep) {
+  const TrainingConfig config = Config(5);
+  auto guarded = std::make_shared<testing::GuardedBackend>();
+  std::unique_ptr<TrainingSession> cpu = Session(config, nullptr);
+  std::unique_ptr<TrainingSession> device = Session(config, guarded);
+  ASSERT_TRUE(device->runner().device_resident());
+  ASSERT_FALSE(cpu->runner().device_resident());
+
+  const size_t arena_bytes = device->model().num_params() * sizeof(float);
+  for (int64_t step = 0; step < config.steps; ++step) {
+    const size_t to_host = guarded->bytes_to_host();
+    const size_t from_host = guarded->bytes_from_host();
+    ExpectSameStep(cpu->RunStep(Step(step)), device->RunStep(Step(step)), step);
+    if (step == 0) continue;  // the first step uploads the initial weights
+    // Per step: the tokens and loss scales up, the losses and the norm down;
+    // far below one arena (the host-staged path moves three).
+    const size_t moved =
+        guarded->bytes_to_host() - to_host + guarded->bytes_from_host() - from_host;
+    EXPECT_LT(moved, arena_bytes / 20) << "step " << step << " moved " << moved << " bytes";
+  }
+  const model::GptModel& a = std::as_const(*cpu).model();
+  const model::GptModel& b = std::as_const(*device).model();
+  EXPECT_TRUE(SameBits(a.params(), b.params(), arena_bytes)) << "final weights";
+  EXPECT_TRUE(SameBits(std::as_const(*cpu).runner().adam_m(),
+                       std::as_const(*device).runner().adam_m(), arena_bytes))
+      << "first moments";
+  EXPECT_TRUE(SameBits(std::as_const(*cpu).runner().adam_v(),
+                       std::as_const(*device).runner().adam_v(), arena_bytes))
+      << "second moments";
+}
+
+TEST(DeviceResidentStepTest, AStateReadOutAndRestoredContinuesTheSameTrajectory) {
+  // A checkpoint's reads (const, mid-run) and a restore's writes (into a
+  // fresh session) go through the host copies: the restored session and
+  // the one that went on agree with the CPU run bit for bit.
+  const TrainingConfig config = Config(6);
+  std::unique_ptr<TrainingSession> cpu = Session(config, nullptr);
+  std::unique_ptr<TrainingSession> device =
+      Session(config, std::make_shared<testing::GuardedBackend>());
+  for (int64_t step = 0; step < 3; ++step) {
+    ExpectSameStep(cpu->RunStep(Step(step)), device->RunStep(Step(step)), step);
+  }
+  const size_t n = device->model().num_params();
+  const TrainingSession& saved = *device;
+  std::vector<float> params(saved.model().params(), saved.model().params() + n);
+  std::vector<float> m(saved.runner().adam_m(), saved.runner().adam_m() + n);
+  std::vector<float> v(saved.runner().adam_v(), saved.runner().adam_v() + n);
+
+  std::unique_ptr<TrainingSession> restored =
+      Session(config, std::make_shared<testing::GuardedBackend>(), /*initialize=*/false);
+  ASSERT_TRUE(restored->runner().device_resident());
+  std::memcpy(restored->model().params(), params.data(), n * sizeof(float));
+  std::memcpy(restored->runner().adam_m(), m.data(), n * sizeof(float));
+  std::memcpy(restored->runner().adam_v(), v.data(), n * sizeof(float));
+  restored->runner().versions().SetCurrent(3);
+
+  for (int64_t step = 3; step < config.steps; ++step) {
+    const absl::StatusOr<StepResult> reference = cpu->RunStep(Step(step));
+    ExpectSameStep(reference, device->RunStep(Step(step)), step);
+    ExpectSameStep(reference, restored->RunStep(Step(step)), step);
+  }
+  const model::GptModel& a = std::as_const(*cpu).model();
+  EXPECT_TRUE(SameBits(a.params(), std::as_const(*device).model().params(), n * sizeof(float)));
+  EXPECT_TRUE(
+      SameBits(a.params(), std::as_const(*restored).model().params(), n * sizeof(float)));
+}
+
+TEST(DeviceResidentStepTest, ANonFiniteNormLeavesTheWeightsAndTheVersion) {
+  TrainingConfig config = Config(2);
+  config.lr.max_lr = 1e30;  // the first update blows the weights up
+  config.lr.min_lr = 1e30;
+  config.grad_clip = 0.0;
+  std::unique_ptr<TrainingSession> device =
+      Session(config, std::make_shared<testing::GuardedBackend>());
+  ASSERT_TRUE(device->RunStep(Step(0)).ok());
+  const size_t n = device->model().num_params();
+  const std::vector<float> before(std::as_const(*device).model().params(),
+                                  std::as_const(*device).model().params() + n);
+  absl::StatusOr<StepResult> second = device->RunStep(Step(1));
+  ASSERT_FALSE(second.ok());
+  EXPECT_EQ(second.status().code(), absl::StatusCode::kFailedPrecondition) << second.status();
+  EXPECT_TRUE(SameBits(before.data(), std::as_const(*device).model().params(), n * sizeof(float)));
+  EXPECT_EQ(device->runner().versions().current(), 1);
+}
+
+}  // namespace
+}  // namespace cohort::train

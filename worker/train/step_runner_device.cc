@@ -1,0 +1,136 @@
+// StepRunner's device-resident step (step_runner.h, device_resident()): the
+// micro-batch gradients fold in a tree in backend memory, and the step ends
+// with the norm, clipping and AdamW as backend ops (DeviceOptimizer). The
+// host reads each micro-batch's loss and, once per step, the norm; the
+// weights, gradients and moments cross to the host only when a host reader
+// asks for them (a checkpoint, a peer transfer, an export), through the
+// model's and this runner's host copies, which refresh when read.
+
+#include <cmath>
+
+#include "absl/strings/str_cat.h"
+#include "common/log.h"
+#include "common/status_macros.h"
+#include "worker/train/lr_schedule.h"
+#include "worker/train/step_runner.h"
+
+namespace cohort::train {
+
+bool StepRunner::QualifiesForDevice() const {
+  return !model_->backend()->host_memory() && data_parallel_->dp() == 1 && layout_.tp == 1 &&
+         layout_.pp == 1 && tie_per_micro_batch_ && !embedding_tree_.has_value() &&
+         !options_.state_versions.keep_previous && versions_->optimizer_replicas() <= 1;
+}
+
+absl::Status StepRunner::PrepareDevice() {
+  compute::Backend* backend = model_->backend();
+  RETURN_IF_ERROR(tree_.UseBackend(backend));
+  DeviceOptimizerOptions options;
+  options.adamw = config_.adamw;
+  options.grad_clip = config_.grad_clip;
+  ASSIGN_OR_RETURN(device_optimizer_,
+                   DeviceOptimizer::Create(backend, norm_plan_, model_->table(),
+                                           data_parallel_->update_begin(),
+                                           data_parallel_->update_end(), options));
+  // The moments are in backend memory from now on; the host copies are
+  // whatever a restore writes into them (adam_m() marks them) until then.
+  moments_newest_ = MomentsNewest::kSynced;
+  versions_->set_host_refresh([this] { SyncMomentsToHost(); });
+  return absl::OkStatus();
+}
+
+void StepRunner::AddLeafOnDevice(int leaf, bool kept) {
+  compute::Backend* backend = model_->backend();
+  const compute::TensorSpan grads = model_->grads_span();
+  const model::ParameterInfo& wte = model_->table()[model::kWte];
+  // h_i + e_i (step_runner.h: one stage, the tied parts per micro-batch).
+  const compute::TensorSpan head = grads.Slice(wte.offset, wte.numel);
+  backend->ResidualForward(head, head, model_->embedding_grad_span(), wte.numel);
+  tree_.Add(leaf, static_cast<float*>(grads.data), kept);
+}
+
+absl::StatusOr<StepResult> StepRunner::FinishOnDevice(Step step) {
+  const std::vector<float*> nodes = tree_.Nodes();
+  if (nodes.size() != 1) {
+    return absl::InternalError(absl::StrCat("a single rank ended its step with ", nodes.size(),
+                                            " gradient tree nodes instead of the root"));
+  }
+  const compute::TensorSpan accumulated{nodes[0], compute::DType::kFloat32, model_->num_params()};
+  if (options_.gradient_observer) {
+    // Tests and debugging only: the observer reads host memory.
+    std::vector<float> host(model_->num_params());
+    model_->backend()->CopyToHost(host.data(), accumulated);
+    options_.gradient_observer(host.data(), host.size(), data_parallel_->update_begin(),
+                               data_parallel_->update_end(), step);
+  }
+  ASSIGN_OR_RETURN(double loss, StepLoss());
+  if (!std::isfinite(loss)) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "step ", step.value(), ": non-finite loss ", loss,
+        "; parameters left unchanged (lower optimizer.learning_rate or set grad_clip)"));
+  }
+  RETURN_IF_ERROR(UploadMomentsIfHostNewer());
+  const double lr = LearningRate(config_.lr, step.value());
+  versions_->BeforeUpdate(step.value());
+  RETURN_IF_ERROR(device_optimizer_->Enqueue(model_->params_span(), accumulated, lr,
+                                             step.value() + 1));
+  ASSIGN_OR_RETURN(double norm, device_optimizer_->Norm());
+  if (!std::isfinite(norm)) {
+    // The update skipped itself (backend.h, ClipAdamW): the state is the
+    // step before's.
+    versions_->AfterUpdate(step.value());
+    return absl::FailedPreconditionError(absl::StrCat(
+        "step ", step.value(), ": non-finite gradient norm ", norm,
+        "; parameters left unchanged (lower optimizer.learning_rate or set grad_clip)"));
+  }
+  model_->MarkParamsChangedOnBackend();
+  moments_newest_ = MomentsNewest::kBackendNewer;
+  versions_->AfterUpdate(step.value() + 1);
+
+  return ResultOf(loss, norm, lr);
+}
+
+void StepRunner::SyncMomentsToHost() const {
+  if (moments_newest_ != MomentsNewest::kBackendNewer) return;
+  // Returns once the copies are done (backend.h); a device fault shows at
+  // the next step's wait.
+  model_->backend()->CopyToHost(m_.data(), device_optimizer_->m());
+  model_->backend()->CopyToHost(v_.data(), device_optimizer_->v());
+  moments_newest_ = MomentsNewest::kSynced;
+}
+
+absl::Status StepRunner::UploadMomentsIfHostNewer() {
+  if (moments_newest_ != MomentsNewest::kHostNewer) return absl::OkStatus();
+  model_->backend()->CopyFromHost(device_optimizer_->m(), m_.data());
+  model_->backend()->CopyFromHost(device_optimizer_->v(), v_.data());
+  moments_newest_ = MomentsNewest::kSynced;
+  return model_->backend()->Synchronize();
+}
+
+float* StepRunner::adam_m() {
+  if (device_optimizer_ != nullptr) {
+    SyncMomentsToHost();
+    moments_newest_ = MomentsNewest::kHostNewer;
+  }
+  return m_.data();
+}
+
+float* StepRunner::adam_v() {
+  if (device_optimizer_ != nullptr) {
+    SyncMomentsToHost();
+    moments_newest_ = MomentsNewest::kHostNewer;
+  }
+  return v_.data();
+}
+
+const float* StepRunner::adam_m() const {
+  if (device_optimizer_ != nullptr) SyncMomentsToHost();
+  return m_.data();
+}
+
+const float* StepRunner::adam_v() const {
+  if (device_optimizer_ != nullptr) SyncMomentsToHost();
+  return v_.data();
+}
+
+}  // namespace cohort::train
