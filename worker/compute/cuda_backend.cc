@@ -338,7 +338,13 @@ void CudaBackend::CheckBlas(cublasStatus_t status, const char* what) {
 
 bool CudaBackend::Begin() {
   if (!error_.ok()) return false;
-  Check(cudaSetDevice(options_.device_index), "cudaSetDevice");
+  // cudaGetDevice reads the thread's current device without the driver
+  // call (and context synchronisation) that cudaSetDevice costs; the device
+  // changes only when another thread or library switched it.
+  int current = -1;
+  if (cudaGetDevice(&current) != cudaSuccess || current != options_.device_index) {
+    Check(cudaSetDevice(options_.device_index), "cudaSetDevice");
+  }
   return error_.ok();
 }
 
