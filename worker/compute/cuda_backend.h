@@ -28,7 +28,10 @@
 //
 // Errors: ops are asynchronous. The first failure (a launch, a cuBLAS call,
 // a device fault) is kept, later ops are skipped, and Synchronize() returns
-// it (Internal, or ResourceExhausted for memory) and clears it.
+// it (Internal, or ResourceExhausted for memory) and clears it. Calls that
+// return a status themselves (Allocate, AllocateHost, ReserveScratch)
+// return a pending failure too, and leave it pending; what they refuse for
+// their own request (memory that is not there) is returned, not kept.
 // CopyFromHost and CopyToHost return only when the copy is done, like the
 // CPU backend's, so host buffers may be reused or read at once.
 //
