@@ -1,12 +1,14 @@
 // The CUDA backend's creation and memory errors. The argument checks run on
 // every machine (they come before any device is touched); the rest needs a
-// device and skips, naming the reason, without one.
+// device and skips, naming the reason, without one (fails so under
+// COHORT_GPU_REQUIRED=1: tests/testing/gpu_required.h).
 
 #include <memory>
 #include <string>
 #include <vector>
 
 #include "gtest/gtest.h"
+#include "tests/testing/gpu_required.h"
 #include "worker/compute/backend_factory.h"
 
 namespace cohort::compute {
@@ -52,7 +54,7 @@ class CudaDeviceTest : public ::testing::Test {
  protected:
   void SetUp() override {
     const absl::Status status = MakeCuda(BackendOptions{}).status();
-    if (!status.ok()) GTEST_SKIP() << "no CUDA backend here: " << status;
+    if (!status.ok()) COHORT_SKIP_OR_FAIL_WITHOUT_GPU("no CUDA backend here: " + status.ToString());
   }
 };
 

@@ -7,7 +7,8 @@
 // stay orders of magnitude below the loss's own change per step). Runs the
 // CUDA side twice to check it is bitwise reproducible. And one layer at
 // GPT-2's width, context and vocabulary (below). Skips, naming the reason,
-// where the build or the machine has no CUDA device.
+// where the build or the machine has no CUDA device, and fails so under
+// COHORT_GPU_REQUIRED=1 (tests/testing/gpu_required.h).
 
 #include <algorithm>
 #include <chrono>
@@ -20,6 +21,7 @@
 #include <vector>
 
 #include "gtest/gtest.h"
+#include "tests/testing/gpu_required.h"
 #include "worker/compute/backend_factory.h"
 #include "worker/model/gpt_model.h"
 #include "worker/train/adamw.h"
@@ -144,7 +146,9 @@ class GptCudaParityTest : public ::testing::Test {
   void SetUp() override {
     absl::StatusOr<std::unique_ptr<compute::Backend>> probe =
         compute::CreateBackend(compute::BackendOptions{.kind = compute::BackendKind::kCuda});
-    if (!probe.ok()) GTEST_SKIP() << "no CUDA backend here: " << probe.status();
+    if (!probe.ok()) {
+      COHORT_SKIP_OR_FAIL_WITHOUT_GPU("no CUDA backend here: " + probe.status().ToString());
+    }
   }
 };
 
