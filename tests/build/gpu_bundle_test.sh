@@ -15,16 +15,9 @@ set -euo pipefail
 
 source_dir=$1
 build_dir=$2
-work=$(mktemp -d)
-trap 'rm -rf "$work"' EXIT
-status=0
-fail() {
-  echo "FAIL $*"
-  status=1
-}
-
-COHORT_BUILD_DIR=$build_dir COHORT_BUNDLE_PREBUILT=1 "$source_dir/tools/dev" gpu-bundle "$work/bundle" >"$work/pack.log" 2>&1 ||
-  { cat "$work/pack.log"; echo "FAIL tools/dev gpu-bundle"; exit 1; }
+# $work, fail, $status; the bundle in $work/bundle.
+# shellcheck source=tests/build/gpu_bundle_common.sh
+source "$source_dir/tests/build/gpu_bundle_common.sh"
 mkdir -p "$work/tree"
 tar -C "$work/tree" -xzf "$work/bundle/cohort-gpu.tar.gz"
 [[ -f $work/tree/lib/ucx/libuct_cma.so.0 ]] || fail "no UCX cma module in lib/ucx/"

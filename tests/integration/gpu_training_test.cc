@@ -1,6 +1,7 @@
 // GPU jobs as separate processes that share one GPU (labels integration and
 // gpu: tools/gpu-check runs this binary on a GPU machine; without a CUDA
-// device every test skips, naming why).
+// device every test skips, naming why, or fails so under
+// COHORT_GPU_REQUIRED=1).
 //
 // Ranks on one GPU cannot share an NCCL communicator (NCCL refuses two ranks
 // on one device), so these runs take the UCX path: each rank's layers run
@@ -38,6 +39,7 @@
 #include "gtest/gtest.h"
 #include "tests/integration/elastic_cluster.h"
 #include "tests/integration/layout_runs.h"
+#include "tests/testing/gpu_required.h"
 #include "worker/compute/backend_factory.h"
 
 namespace cohort::testing {
@@ -54,8 +56,9 @@ const std::string& NoGpu() {
   return *reason;
 }
 
+// Skips, or fails under COHORT_GPU_REQUIRED=1, where NoGpu() has a reason.
 #define COHORT_SKIP_WITHOUT_GPU() \
-  if (!NoGpu().empty()) GTEST_SKIP() << "no CUDA backend here: " << NoGpu()
+  if (!NoGpu().empty()) COHORT_SKIP_OR_FAIL_WITHOUT_GPU("no CUDA backend here: " + NoGpu())
 
 void ExpectBitwise(const std::string& name, const RunResult& got, const RunResult& ref) {
   ASSERT_TRUE(got.ok && ref.ok) << name;

@@ -25,6 +25,7 @@
 #include "worker/compute/cuda_kernels.h"
 #include "worker/compute/cuda_kernels_optimizer.h"
 #include "worker/compute/device_arena.h"
+#include "worker/compute/gpu_architectures.h"
 #include "worker/compute/gpu_launch_plan.h"
 #include "worker/compute/span_checks.h"
 
@@ -182,9 +183,15 @@ class CudaBackend final : public Backend {
     CheckLaunch(what);
   }
 
-  // Device memory from the arena or cudaMalloc; nullptr with `error` set.
+  // Device memory from the arena or cudaMalloc; nullptr with `error` set:
+  // ResourceExhausted for a shortage, or a device failure cudaMalloc was the
+  // first to see, which is also left pending.
   void* RawAllocate(size_t bytes, absl::Status* error);
   void RawFree(void* data);
+  // Grows scratch `slot` to at least `bytes`: OK, ResourceExhausted naming
+  // the shortfall (not recorded: the caller decides), or RawAllocate's
+  // pending device failure.
+  absl::Status GrowScratch(ScratchSlot slot, size_t bytes);
   // At least `bytes` of scratch for `slot` (contents undefined), or nullptr
   // after recording ResourceExhausted.
   void* Scratch(ScratchSlot slot, size_t bytes);
@@ -273,6 +280,14 @@ absl::Status CudaBackend::Init() {
                ? absl::OkStatus()
                : absl::InternalError(absl::StrCat(what, ": ", BlasErrorText(status)));
   };
+  // A device that no kernel image of this binary runs on would fail every
+  // op with cudaErrorNoKernelImageForDevice, one step in; refuse it here.
+  cudaDeviceProp properties{};
+  RETURN_IF_ERROR(
+      cuda(cudaGetDeviceProperties(&properties, options_.device_index), "cudaGetDeviceProperties"));
+  const ComputeCapability capability{.major = properties.major, .minor = properties.minor};
+  RETURN_IF_ERROR(CheckKernelImageFor(BuiltCudaArchitectures(), options_.device_index,
+                                      properties.name, capability));
   RETURN_IF_ERROR(cuda(cudaSetDevice(options_.device_index), "cudaSetDevice"));
   RETURN_IF_ERROR(
       cuda(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking), "cudaStreamCreate"));
@@ -286,16 +301,13 @@ absl::Status CudaBackend::Init() {
   compute_type_ =
       options_.precision == Precision::kTf32 ? CUBLAS_COMPUTE_32F_FAST_TF32 : CUBLAS_COMPUTE_32F;
   bf16_ = options_.precision == Precision::kBf16;
-  if (bf16_) {
-    int major = 0;
-    RETURN_IF_ERROR(cuda(
-        cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, options_.device_index),
-        "cudaDeviceGetAttribute"));
-    if (major < 8) {
-      return absl::FailedPreconditionError(absl::StrCat(
-          "precision bf16 needs a GPU of compute capability 8.0 or newer; CUDA device ",
-          options_.device_index, " is ", major, ".x (use fp32)"));
-    }
+  // Kept for builds whose list reaches below 8.0: bf16 tensor-core GEMMs
+  // need Ampere.
+  if (bf16_ && capability.major < 8) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("precision bf16 needs a GPU of compute capability 8.0 or newer; CUDA device ",
+                     options_.device_index, " (", properties.name, ") is ",
+                     CapabilityName(capability), " (use fp32)"));
   }
   operand_type_ = bf16_ ? CUDA_R_16BF : CUDA_R_32F;
   if (options_.arena_bytes > 0) {
@@ -371,6 +383,13 @@ void* CudaBackend::RawAllocate(size_t bytes, absl::Status* error) {
   }
   void* data = nullptr;
   const cudaError_t allocated = cudaMalloc(&data, std::max<size_t>(bytes, 1));
+  if (allocated != cudaSuccess && allocated != cudaErrorMemoryAllocation) {
+    // Not a shortage: an earlier kernel's fault, seen here first. Pending,
+    // like every op's failure, for Synchronize.
+    Check(allocated, "cudaMalloc");
+    *error = error_;
+    return nullptr;
+  }
   if (allocated != cudaSuccess) {
     cudaGetLastError();  // out of memory is not sticky
     size_t free_bytes = 0, total_bytes = 0;
@@ -405,37 +424,56 @@ absl::StatusOr<Buffer> CudaBackend::Allocate(DType dtype, size_t numel) {
 }
 
 absl::StatusOr<Buffer> CudaBackend::AllocateHost(DType dtype, size_t numel) {
-  if (!Begin()) return std::exchange(error_, absl::OkStatus());
+  // A failure pending from earlier ops is returned, like Allocate's, and
+  // kept: it is Synchronize's to report and clear (the error model,
+  // cuda_backend.h), not this call's.
+  if (!Begin()) return error_;
   const size_t bytes = std::max<size_t>(numel * DTypeSize(dtype), 1);
   void* data = nullptr;
   const cudaError_t allocated = cudaHostAlloc(&data, bytes, cudaHostAllocPortable);
-  if (allocated != cudaSuccess) {
+  if (allocated == cudaErrorMemoryAllocation) {
     cudaGetLastError();  // not sticky
     return absl::ResourceExhaustedError(absl::StrCat("cannot page-lock ", bytes,
                                                      " bytes of host memory for staging (",
                                                      CudaErrorText(allocated), ")"));
   }
+  if (allocated != cudaSuccess) {
+    // Any other error is the device's (a fault of an earlier kernel that
+    // this call is the first to see): pending, like every op's failure.
+    Check(allocated, "cudaHostAlloc");
+    return error_;
+  }
   std::memset(data, 0, bytes);
   return Buffer(data, dtype, numel, [](void* p) { cudaFreeHost(p); });
 }
 
-void* CudaBackend::Scratch(ScratchSlot slot, size_t bytes) {
+absl::Status CudaBackend::GrowScratch(ScratchSlot slot, size_t bytes) {
   ScratchBuffer& scratch = scratch_[slot];
-  if (scratch.bytes >= bytes && scratch.data != nullptr) return scratch.data;
+  if (scratch.bytes >= bytes && scratch.data != nullptr) return absl::OkStatus();
   if (scratch.data != nullptr) RawFree(scratch.data);
   scratch = ScratchBuffer{};
   absl::Status error;
   void* data = RawAllocate(bytes, &error);
   if (data == nullptr) {
-    Fail(absl::ResourceExhaustedError(absl::StrCat("scratch for an op: ", error.message())));
-    return nullptr;
+    if (!absl::IsResourceExhausted(error)) return error;
+    return absl::ResourceExhaustedError(absl::StrCat("scratch for an op: ", error.message()));
   }
   scratch = ScratchBuffer{data, bytes};
-  return data;
+  return absl::OkStatus();
+}
+
+void* CudaBackend::Scratch(ScratchSlot slot, size_t bytes) {
+  if (absl::Status grown = GrowScratch(slot, bytes); !grown.ok()) {
+    Fail(std::move(grown));  // the op is skipped; Synchronize reports it
+    return nullptr;
+  }
+  return scratch_[slot].data;
 }
 
 absl::Status CudaBackend::ReserveScratch(const PassShape& shape) {
-  if (!Begin()) return std::exchange(error_, absl::OkStatus());
+  // As in AllocateHost: a pending failure is returned and left for
+  // Synchronize.
+  if (!Begin()) return error_;
   const size_t btc = Mul(Mul(shape.max_batch, shape.max_seq), shape.attention_width);
   const int rows = shape.max_batch * shape.max_seq;
   size_t wanted[kScratchSlots] = {};
@@ -471,12 +509,14 @@ absl::Status CudaBackend::ReserveScratch(const PassShape& shape) {
         padded(std::max({Mul(rows, std::max<size_t>(wide, shape.head_rows)),
                          AttentionStateNumel(shape.max_batch, shape.max_seq, shape.heads)}));
   }
+  // A shortage is this call's answer, returned and not left pending; a
+  // device failure met on the way stays pending as well (RawAllocate).
   for (int slot = 0; slot < kScratchSlots; ++slot) {
-    if (wanted[slot] > 0 && Scratch(static_cast<ScratchSlot>(slot), wanted[slot]) == nullptr) {
-      break;
+    if (wanted[slot] > 0) {
+      RETURN_IF_ERROR(GrowScratch(static_cast<ScratchSlot>(slot), wanted[slot]));
     }
   }
-  return std::exchange(error_, absl::OkStatus());
+  return absl::OkStatus();
 }
 
 void CudaBackend::Zero(TensorSpan dst) {

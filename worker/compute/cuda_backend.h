@@ -28,7 +28,14 @@
 //
 // Errors: ops are asynchronous. The first failure (a launch, a cuBLAS call,
 // a device fault) is kept, later ops are skipped, and Synchronize() returns
-// it (Internal, or ResourceExhausted for memory) and clears it.
+// it (Internal, or ResourceExhausted for memory) and clears it. Calls that
+// return a status themselves (Allocate, AllocateHost, ReserveScratch)
+// return a pending failure too, and leave it pending; what they refuse for
+// their own request (memory that is not there) is returned, not kept.
+//
+// Creation refuses (FailedPrecondition) a device that no kernel image of the
+// binary runs on, naming its compute capability and the architectures built
+// (gpu_architectures.h).
 // CopyFromHost and CopyToHost return only when the copy is done, like the
 // CPU backend's, so host buffers may be reused or read at once.
 //
@@ -58,7 +65,8 @@ struct CudaBackendOptions {
   size_t arena_bytes = 0;
 };
 
-// FailedPrecondition when there is no usable CUDA device at device_index;
+// FailedPrecondition when there is no usable CUDA device at device_index,
+// or none of this build's CUDA architectures runs on it;
 // InvalidArgument for a negative index;
 // ResourceExhausted when the arena cannot be reserved; Internal when CUDA,
 // cuBLAS or cuBLASLt cannot be initialised.

@@ -3,10 +3,15 @@
 // The conversion and argument-checking tests run on any CUDA build, GPU or
 // not. The communicator tests need GPUs: one for the 1-rank test, two for the
 // 2-rank tests (two threads, one device each, bootstrapped through an
-// in-memory KvClient); elsewhere they skip with the reason.
+// in-memory KvClient); elsewhere they skip with the reason. Under
+// COHORT_GPU_REQUIRED=1 (tests/testing/gpu_required.h) a host with no usable
+// device fails them instead; a host with fewer devices than a test needs (a
+// one-GPU machine, for the two-rank tests) still skips it.
 
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
+
+#include "tests/testing/gpu_required.h"
 
 #if defined(COHORT_HAVE_CUDA) && COHORT_HAVE_CUDA
 
@@ -165,12 +170,18 @@ int VisibleDevices(std::string* why) {
   return count;
 }
 
-#define REQUIRE_DEVICES(n)                                                    \
-  do {                                                                        \
-    std::string why;                                                          \
-    if (VisibleDevices(&why) < (n)) {                                         \
-      GTEST_SKIP() << "needs " << (n) << " CUDA device(s) for NCCL; " << why; \
-    }                                                                         \
+// No usable device at all is "no GPU here" (a failure under
+// COHORT_GPU_REQUIRED=1); some, but fewer than `n`, is this host's size, a
+// skip everywhere.
+#define REQUIRE_DEVICES(n)                                                                     \
+  do {                                                                                         \
+    std::string why;                                                                           \
+    const int visible = VisibleDevices(&why);                                                  \
+    if (visible == 0) {                                                                        \
+      COHORT_SKIP_OR_FAIL_WITHOUT_GPU(                                                         \
+          absl::StrCat("needs ", (n), " CUDA device(s) for NCCL; ", why));                     \
+    }                                                                                          \
+    if (visible < (n)) GTEST_SKIP() << "needs " << (n) << " CUDA device(s) for NCCL; " << why; \
   } while (0)
 
 // Host encoding of doubles as `type` (round to nearest) and back.
@@ -565,7 +576,7 @@ TEST(NcclCommunicatorTest, AbortFromAnotherThreadUnblocksAWaitingCall) {
 #else  // !COHORT_HAVE_CUDA
 
 TEST(NcclCommunicatorTest, NeedsCuda) {
-  GTEST_SKIP() << "built without CUDA (no nvcc): NcclCommunicator is not compiled";
+  COHORT_SKIP_OR_FAIL_WITHOUT_GPU("built without CUDA (no nvcc): NcclCommunicator is not compiled");
 }
 
 #endif  // COHORT_HAVE_CUDA

@@ -3,7 +3,8 @@
 // references of reference_kernels.h, on awkward sizes: T not a multiple of
 // 32, an odd head size, a vocabulary padded to Vp. Parametrized over the
 // backends and precisions this build can make; a backend the build or the
-// machine lacks (CUDA without a device) skips with the reason.
+// machine lacks (CUDA without a device) skips with the reason, or fails
+// under COHORT_GPU_REQUIRED=1 (tests/testing/gpu_required.h).
 //
 // Tolerances, relative (Frobenius) to the float64 result:
 // - fp32: 1e-5 for every op.
@@ -29,6 +30,7 @@
 #include <vector>
 
 #include "gtest/gtest.h"
+#include "tests/testing/gpu_required.h"
 #include "tests/unit/compute/reference_kernels.h"
 #include "worker/compute/backend_factory.h"
 
@@ -67,9 +69,11 @@ class BackendConformanceTest : public ::testing::TestWithParam<BackendCase> {
     options.precision = GetParam().precision;
     options.num_threads = 1;
     absl::StatusOr<std::unique_ptr<Backend>> backend = CreateBackend(options);
-    if (!backend.ok()) {
-      GTEST_SKIP() << "no " << CaseName({GetParam(), 0}) << " backend here: " << backend.status();
+    if (!backend.ok() && GetParam().kind == BackendKind::kCuda) {
+      COHORT_SKIP_OR_FAIL_WITHOUT_GPU("no " + CaseName({GetParam(), 0}) +
+                                      " backend here: " + backend.status().ToString());
     }
+    ASSERT_TRUE(backend.ok()) << backend.status();
     backend_ = *std::move(backend);
     ASSERT_EQ(backend_->activation_dtype(), DType::kFloat32)
         << "the bf16 bounds of a mixed-precision backend are not stated yet";

@@ -5,11 +5,15 @@
 // the same host AdamW on both sides (losses within 1e-4 relative at every
 // step: fp32 differences in summation order compound over the updates, and
 // stay orders of magnitude below the loss's own change per step). Runs the
-// CUDA side twice to check it is bitwise reproducible. Skips, naming the
-// reason, where the build or the machine has no CUDA device.
+// CUDA side twice to check it is bitwise reproducible. And one layer at
+// GPT-2's width, context and vocabulary (below). Skips, naming the reason,
+// where the build or the machine has no CUDA device, and fails so under
+// COHORT_GPU_REQUIRED=1 (tests/testing/gpu_required.h).
 
 #include <algorithm>
+#include <chrono>
 #include <cmath>
+#include <cstdio>
 #include <cstring>
 #include <memory>
 #include <random>
@@ -17,6 +21,7 @@
 #include <vector>
 
 #include "gtest/gtest.h"
+#include "tests/testing/gpu_required.h"
 #include "worker/compute/backend_factory.h"
 #include "worker/model/gpt_model.h"
 #include "worker/train/adamw.h"
@@ -24,17 +29,44 @@
 namespace cohort::model {
 namespace {
 
+// A model and the batch it is run on.
+struct ParityShape {
+  GptConfig config;
+  int batch = 0;  // B
+  int seq = 0;    // T
+  // CPU backend threads (0: every core): the CPU's bits do not depend on it
+  // (docs/testing.md), its time does.
+  int cpu_threads = 1;
+};
+
 // Awkward on purpose: T not a multiple of 32, head size 24, a padded vocab.
-const GptConfig kConfig{
-    .layers = 2, .heads = 4, .width = 96, .vocab_size = 211, .context_length = 40};
-constexpr int B = 3, T = 37;
+const ParityShape kSmall{
+    .config = {.layers = 2, .heads = 4, .width = 96, .vocab_size = 211, .context_length = 40},
+    .batch = 3,
+    .seq = 37};
+// GPT-2 124M's width, heads, context and vocabulary (50257, padded to
+// 50304), one layer: the shapes of a real step (the LM head alone is a
+// 2048 x 768 x 50304 product) that the small model never reaches.
+const ParityShape kGpt2Width{
+    .config = {.layers = 1, .heads = 12, .width = 768, .vocab_size = 50257, .context_length = 1024},
+    .batch = 2,
+    .seq = 1024,
+    .cpu_threads = 0};
 constexpr int kSteps = 20;
+// The standard deviation of GPT-2's initial embeddings and weights
+// (worker/model/parameter_init.cc).
+constexpr double kInitStd = 0.02;
 
 std::vector<int32_t> Tokens(size_t n, int vocab, uint64_t seed) {
   std::mt19937_64 rng(seed);
   std::vector<int32_t> t(n);
   for (int32_t& x : t) x = static_cast<int32_t>(rng() % vocab);
   return t;
+}
+
+// A batch's inputs (B x T tokens) followed by its targets.
+std::vector<int32_t> Batch(const ParityShape& shape, uint64_t seed) {
+  return Tokens(2 * static_cast<size_t>(shape.batch) * shape.seq, shape.config.vocab_size, seed);
 }
 
 double RelativeError(const std::vector<float>& actual, const std::vector<float>& expected,
@@ -49,24 +81,27 @@ double RelativeError(const std::vector<float>& actual, const std::vector<float>&
 }
 
 std::unique_ptr<compute::Backend> MakeBackend(compute::BackendKind kind,
-                                              compute::Precision precision) {
+                                              compute::Precision precision, int cpu_threads) {
   absl::StatusOr<std::unique_ptr<compute::Backend>> backend = compute::CreateBackend(
-      compute::BackendOptions{.kind = kind, .num_threads = 1, .precision = precision});
+      compute::BackendOptions{.kind = kind, .num_threads = cpu_threads, .precision = precision});
+  EXPECT_TRUE(backend.ok()) << backend.status();
   return backend.ok() ? *std::move(backend) : nullptr;
 }
 
 // One model and the host copies the optimizer works on.
 struct Trainer {
+  ParityShape shape;
   std::unique_ptr<compute::Backend> backend;
   std::unique_ptr<GptModel> model;
   std::vector<float> params, grads, m, v;
 
   explicit Trainer(compute::BackendKind kind,
-                   compute::Precision precision = compute::Precision::kFp32)
-      : backend(MakeBackend(kind, precision)) {
+                   compute::Precision precision = compute::Precision::kFp32,
+                   const ParityShape& shape_in = kSmall)
+      : shape(shape_in), backend(MakeBackend(kind, precision, shape_in.cpu_threads)) {
     if (backend == nullptr) return;
     absl::StatusOr<std::unique_ptr<GptModel>> created =
-        GptModel::Create(kConfig, backend.get(), ModelOptions{.max_micro_batch = B});
+        GptModel::Create(shape.config, backend.get(), ModelOptions{.max_micro_batch = shape.batch});
     EXPECT_TRUE(created.ok()) << created.status();
     if (!created.ok()) return;
     model = *std::move(created);
@@ -85,6 +120,7 @@ struct Trainer {
   // gradient in `grads`.
   double ForwardBackward(const std::vector<int32_t>& tokens) {
     model->ZeroGrad();
+    const int B = shape.batch, T = shape.seq;
     absl::StatusOr<double> loss = model->Forward(tokens.data(), tokens.data() + B * T, B, T);
     EXPECT_TRUE(loss.ok()) << loss.status();
     EXPECT_TRUE(model->Backward(1.0).ok());
@@ -110,7 +146,9 @@ class GptCudaParityTest : public ::testing::Test {
   void SetUp() override {
     absl::StatusOr<std::unique_ptr<compute::Backend>> probe =
         compute::CreateBackend(compute::BackendOptions{.kind = compute::BackendKind::kCuda});
-    if (!probe.ok()) GTEST_SKIP() << "no CUDA backend here: " << probe.status();
+    if (!probe.ok()) {
+      COHORT_SKIP_OR_FAIL_WITHOUT_GPU("no CUDA backend here: " + probe.status().ToString());
+    }
   }
 };
 
@@ -119,7 +157,7 @@ TEST_F(GptCudaParityTest, OneStepMatchesTheCpuBackend) {
   ASSERT_NE(cpu.model, nullptr);
   ASSERT_NE(gpu.model, nullptr);
   ASSERT_EQ(cpu.params, gpu.params) << "the same initialisation on both backends";
-  const std::vector<int32_t> tokens = Tokens(2 * size_t{B} * T, kConfig.vocab_size, 3);
+  const std::vector<int32_t> tokens = Batch(kSmall, 3);
   const double cpu_loss = cpu.ForwardBackward(tokens);
   const double gpu_loss = gpu.ForwardBackward(tokens);
   EXPECT_LT(std::abs(gpu_loss - cpu_loss) / std::abs(cpu_loss), 1e-5)
@@ -139,7 +177,7 @@ TEST_F(GptCudaParityTest, OneStepMatchesTheCpuBackend) {
 TEST_F(GptCudaParityTest, ReducedPrecisionStepsStayWithinTheirBounds) {
   Trainer cpu(compute::BackendKind::kCpu);
   ASSERT_NE(cpu.model, nullptr);
-  const std::vector<int32_t> tokens = Tokens(2 * size_t{B} * T, kConfig.vocab_size, 4);
+  const std::vector<int32_t> tokens = Batch(kSmall, 4);
   const double cpu_loss = cpu.ForwardBackward(tokens);
   for (compute::Precision precision : {compute::Precision::kTf32, compute::Precision::kBf16}) {
     SCOPED_TRACE(compute::PrecisionName(precision));
@@ -161,8 +199,7 @@ TEST_F(GptCudaParityTest, TwentyStepsFollowTheCpuTrajectoryAndRepeatBitwise) {
   ASSERT_NE(gpu.model, nullptr);
   ASSERT_NE(again.model, nullptr);
   for (int step = 1; step <= kSteps; ++step) {
-    const std::vector<int32_t> tokens =
-        Tokens(2 * size_t{B} * T, kConfig.vocab_size, 100 + static_cast<uint64_t>(step));
+    const std::vector<int32_t> tokens = Batch(kSmall, 100 + static_cast<uint64_t>(step));
     const double cpu_loss = cpu.ForwardBackward(tokens);
     const double gpu_loss = gpu.ForwardBackward(tokens);
     const double again_loss = again.ForwardBackward(tokens);
@@ -176,6 +213,67 @@ TEST_F(GptCudaParityTest, TwentyStepsFollowTheCpuTrajectoryAndRepeatBitwise) {
     gpu.Update(step);
     again.Update(step);
   }
+}
+
+// kGpt2Width in fp32, one forward + backward on each backend, the CPU's on
+// every core (its 0.58 TFLOP of products take a few seconds on a 16-core
+// device machine; the CUDA side is created first, so that a machine
+// without a GPU skips before the CPU's work).
+//
+// Step-0 loss: GPT-2's initialisation predicts nearly uniformly, so the
+// loss is near ln(50257) = 10.8249, above it by the logits' spread: the LM
+// head is the token embedding (rows N(0, 0.02^2)) against the final
+// LayerNorm's unit-variance output, so each logit is about N(0, s^2) with
+// s^2 = C x 0.02^2 = 0.307, and the log-sum-exp of 50257 such logits is
+// ln(50257) + s^2 / 2 = 10.9785. Measured on the CPU backend: 10.9777. The
+// bound, 0.05 around that, is four standard deviations of the mean over
+// 2048 positions of a target logit of deviation s (0.55 / sqrt(2048) =
+// 0.012); a head that scales, drops or misplaces rows moves it further.
+// (Logits over the 47 padding rows would add only 8e-4: the comparison
+// with the CPU below is what catches that, by 7x.)
+//
+// CUDA against CPU: the loss within 1e-5 relative and every gradient within
+// 1e-4 relative (Frobenius per tensor), the small model's bounds. Both
+// backends compute in fp32 and differ only in summation order: the longest
+// sums here (768 and 3072 products per output, 2048 rows per weight
+// gradient, 50257 exponentials per softmax, those in double) round by about
+// sqrt(n) x 2^-24, 3e-6 relative for n = 3072, so the bounds keep at least
+// 30x headroom while a wrong transpose, stride or padded column is O(1).
+TEST_F(GptCudaParityTest, OneLayerAtGpt2WidthMatchesTheCpuBackend) {
+  const GptConfig& config = kGpt2Width.config;
+  ASSERT_EQ(config.PaddedVocab(), 50304);
+  Trainer gpu(compute::BackendKind::kCuda, compute::Precision::kFp32, kGpt2Width);
+  ASSERT_NE(gpu.model, nullptr);
+  Trainer cpu(compute::BackendKind::kCpu, compute::Precision::kFp32, kGpt2Width);
+  ASSERT_NE(cpu.model, nullptr);
+  ASSERT_EQ(cpu.params, gpu.params) << "the same initialisation on both backends";
+  const std::vector<int32_t> tokens = Batch(kGpt2Width, 5);
+  using Clock = std::chrono::steady_clock;
+  const Clock::time_point start = Clock::now();
+  const double cpu_loss = cpu.ForwardBackward(tokens);
+  const Clock::time_point cpu_done = Clock::now();
+  const double gpu_loss = gpu.ForwardBackward(tokens);
+  const Clock::time_point gpu_done = Clock::now();
+
+  const double uniform = std::log(static_cast<double>(config.vocab_size));
+  const double expected = uniform + config.width * kInitStd * kInitStd / 2;
+  EXPECT_NEAR(cpu_loss, expected, 0.05) << "ln(50257) = " << uniform;
+  EXPECT_NEAR(gpu_loss, expected, 0.05) << "ln(50257) = " << uniform;
+  const double loss_error = std::abs(gpu_loss - cpu_loss) / std::abs(cpu_loss);
+  EXPECT_LT(loss_error, 1e-5) << "cpu " << cpu_loss << " gpu " << gpu_loss;
+  double worst = 0.0;
+  for (const ParameterInfo& info : cpu.model->table().tensors()) {
+    const double error = RelativeError(gpu.grads, cpu.grads, info.offset, info.numel);
+    worst = std::max(worst, error);
+    EXPECT_LT(error, 1e-4) << info.name;
+  }
+  // The figures the device check's log keeps (gpu-check-logs.tar.gz).
+  std::printf(
+      "GPT-2 width, 1 layer, B 2 x T 1024: loss cpu %.6f gpu %.6f (ln V %.6f), relative "
+      "difference %.2e; worst gradient relative error %.2e; cpu %.2f s, gpu %.2f s\n",
+      cpu_loss, gpu_loss, uniform, loss_error, worst,
+      std::chrono::duration<double>(cpu_done - start).count(),
+      std::chrono::duration<double>(gpu_done - cpu_done).count());
 }
 
 }  // namespace

@@ -4,6 +4,7 @@
 
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "tests/testing/gpu_required.h"
 #include "worker/device/cpu_device.h"
 
 namespace cohort::worker {
@@ -70,11 +71,11 @@ TEST(DeviceDiscoveryTest, GpuDiscoveryAndSelfTest) {
   if (!BuildHasCuda()) {
     ASSERT_EQ(gpu.status().code(), absl::StatusCode::kUnimplemented);
     EXPECT_THAT(gpu.status().message(), HasSubstr("this build has no CUDA support"));
-    GTEST_SKIP() << "built without CUDA: " << gpu.status();
+    COHORT_SKIP_OR_FAIL_WITHOUT_GPU("built without CUDA: " + gpu.status().ToString());
   }
   if (gpu.status().code() == absl::StatusCode::kFailedPrecondition) {
     EXPECT_THAT(gpu.status().message(), HasSubstr("CUDA"));
-    GTEST_SKIP() << "no usable GPU here: " << gpu.status();
+    COHORT_SKIP_OR_FAIL_WITHOUT_GPU("no usable GPU here: " + gpu.status().ToString());
   }
   // A GPU is present: discovery and the self-test kernel must both succeed.
   ASSERT_TRUE(gpu.ok()) << gpu.status();
