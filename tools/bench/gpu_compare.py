@@ -1,9 +1,10 @@
 #!/usr/bin/env python3
 """The table a user compares: Cohort's GPU step against PyTorch's on the same machine.
 
-  gpu_compare.py COHORT_JSON TORCH_JSON
+  gpu_compare.py COHORT_JSON TORCH_JSON [TORCH_JSON ...]
 
-Reads the --output json of cohort-bench-gpu and of torch_gpu_step.py (run with
+Reads the --output json of cohort-bench-gpu and of one or more runs of
+torch_gpu_step.py (e.g. one for eager and sdpa, one for torch.compile; all with
 the same --model, --batch and --seq) and prints one markdown row per precision:
 Cohort's whole step (forward, backward and optimizer, the state on the device)
 beside the fastest PyTorch row of that precision (eager, sdpa or torch.compile,
@@ -38,16 +39,18 @@ def mfu(row):
 
 
 def main(argv):
-    if len(argv) != 3:
+    if len(argv) < 3:
         print(__doc__, file=sys.stderr)
         return 2
     cohort = load(argv[1], "cohort-bench-gpu")
-    torch = load(argv[2], "torch_gpu_step.py")
-    for key in ("model", "batch", "seq"):
-        if cohort.get(key) != torch.get(key):
-            print(f"gpu_compare.py: the runs differ in {key}: cohort {cohort.get(key)}, "
-                  f"torch {torch.get(key)}", file=sys.stderr)
-            return 2
+    runs = [load(path, "torch_gpu_step.py") for path in argv[2:]]
+    for run in runs:
+        for key in ("model", "batch", "seq"):
+            if cohort.get(key) != run.get(key):
+                print(f"gpu_compare.py: the runs differ in {key}: cohort {cohort.get(key)}, "
+                      f"torch {run.get(key)}", file=sys.stderr)
+                return 2
+    torch = dict(runs[0], rows=[row for run in runs for row in run["rows"]])
     print(f"Cohort against PyTorch {torch.get('torch', '?')}: {cohort['model']}, "
           f"B={cohort['batch']} T={cohort['seq']}, {cohort['steps']} timed steps each "
           "(median); the whole step (forward, backward, clip, AdamW) on both sides.")

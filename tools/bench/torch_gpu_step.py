@@ -2,7 +2,7 @@
 """PyTorch baseline of cohort-bench-gpu: one GPT training step (forward, backward, optimizer).
 
   torch_gpu_step.py [--device cuda|cpu] [--precision fp32,tf32,bf16] [--model gpt2|tiny]
-                    [--batch B] [--seq T] [--warmup 3] [--steps 10] [--sdpa] [--compile]
+                    [--batch B] [--seq T] [--warmup 3] [--steps 10] [--engines eager,sdpa,compile]
                     [--peak_tflops 67,495,989] [--output table|json]
 
 Measures what tools/bench/gpu_step_main.cc measures for Cohort, single process,
@@ -15,11 +15,11 @@ LayerNorm, an LM head tied to the token embedding over all Vp (padded) rows,
 cross-entropy over the first V columns. Attention is an explicit
 q @ k^T, masked softmax, @ v, as Cohort's kernels compute it, so the default
 row is a like-for-like eager baseline; torch's fused
-scaled_dot_product_attention is not used there. --sdpa adds a second row per
-precision with F.scaled_dot_product_attention(is_causal=True) (torch >= 2.0),
-to show what a fused attention is worth; --compile a third, that model under
-torch.compile (where it works: a row that cannot compile fails with the
-reason, the others stand).
+scaled_dot_product_attention is not used there. --engines picks the rows per
+precision (default eager): eager (that model), sdpa (the model with
+F.scaled_dot_product_attention(is_causal=True), torch >= 2.0: what a fused
+attention is worth) and compile (the sdpa model under torch.compile, where it
+works: a row that cannot compile fails with the reason, the others stand).
 
 Precisions: fp32 (tf32 off for matmuls and cuDNN), tf32
 (torch.backends.cuda.matmul.allow_tf32 and torch.backends.cudnn.allow_tf32),
@@ -39,7 +39,7 @@ the caching allocator held at its highest, the nearest to Cohort's
 cudaMemGetInfo reading.
 
 Exit status: 0 every requested row ran; 3 some rows were skipped (no CUDA
-device, torch too old for --sdpa, or torch missing) and none failed; 2 bad
+device, torch too old for sdpa or compile, or torch missing) and none failed; 2 bad
 arguments; 1 a row failed while it ran (e.g. out of memory).
 """
 
@@ -67,6 +67,8 @@ MODELS = {
     "tiny": dict(layers=2, heads=4, width=128, vocab=512, padded_vocab=512, context=64),
 }
 PRECISIONS = ("fp32", "tf32", "bf16")
+# Engine -> (F.scaled_dot_product_attention, torch.compile).
+ENGINES = {"eager": (False, False), "sdpa": (True, False), "compile": (True, True)}
 # H100/H200 SXM datasheet peaks, dense (not the doubled sparsity numbers):
 # fp32 on the CUDA cores, tf32 and bf16 on the tensor cores.
 DEFAULT_CUDA_PEAK_TFLOPS = {"fp32": 67.0, "tf32": 495.0, "bf16": 989.0}
@@ -183,7 +185,8 @@ def parse_args():
     parser = argparse.ArgumentParser(
         description=__doc__.split("\n\n")[0],
         epilog="Exit status: 0 every row ran; 3 some rows skipped (no CUDA device, torch too "
-               "old for --sdpa) and none failed; 2 bad arguments; 1 a row failed while it ran.")
+               "old for sdpa or compile) and none failed; 2 bad arguments; 1 a row failed while "
+               "it ran.")
     parser.add_argument("--device", default="cuda", choices=("cuda", "cpu"))
     parser.add_argument("--precision", default="",
                         help="comma list of fp32, tf32 (cuda only), bf16; one row each. "
@@ -197,10 +200,10 @@ def parse_args():
                         help="tokens per sequence T, 1..context; 0 = the context length")
     parser.add_argument("--warmup", type=int, default=3, help="untimed steps per row first")
     parser.add_argument("--steps", type=int, default=10, help="timed steps per row")
-    parser.add_argument("--sdpa", action="store_true",
-                        help="also a row per precision with F.scaled_dot_product_attention")
-    parser.add_argument("--compile", action="store_true",
-                        help="also a row per precision with the sdpa model under torch.compile")
+    parser.add_argument("--engines", default="eager",
+                        help="comma list of eager, sdpa (F.scaled_dot_product_attention), "
+                             "compile (the sdpa model under torch.compile); one row each per "
+                             "precision")
     parser.add_argument("--peak_tflops", default="",
                         help="dense peak TFLOP/s for MFU, one per --precision in its order. "
                              "Default on cuda: H100/H200 SXM, fp32 67, tf32 495, bf16 989; "
@@ -219,6 +222,12 @@ def parse_args():
             parser.error("--precision tf32 needs --device cuda (tf32 is a tensor-core format)")
     if len(set(args.precisions)) != len(args.precisions):
         parser.error("--precision lists a precision twice")
+    args.engines = args.engines.split(",")
+    for e in args.engines:
+        if e not in ENGINES:
+            parser.error(f"--engines: unknown engine '{e}' (eager, sdpa, compile)")
+    if len(set(args.engines)) != len(args.engines):
+        parser.error("--engines lists an engine twice")
     if args.peak_tflops:
         try:
             peaks = [float(x) for x in args.peak_tflops.split(",")]
@@ -254,11 +263,9 @@ def main():
 
     rows = []
     for precision, peak in zip(args.precisions, args.peaks):
-        variants = [(False, False)] + ([(True, False)] if args.sdpa else []) + \
-            ([(True, True)] if args.compile else [])
-        for sdpa, compiled in variants:
-            engine = f"torch {args.device} " + ("compile sdpa" if compiled else
-                                                 "sdpa" if sdpa else "eager")
+        for name in args.engines:
+            sdpa, compiled = ENGINES[name]
+            engine = f"torch {args.device} {name}"
             row = run_row(args, cfg, precision, sdpa, compiled, f"{engine} {precision}")
             row.update(engine=engine, precision=precision, peak_tflops=peak)
             if row["status"] == "ok":
