@@ -2,7 +2,10 @@
 // CudaBackend: compute::Backend on one NVIDIA GPU (built where nvcc exists;
 // cuda_backend.cc, cuda_kernels_*.cu). Every op is enqueued on the
 // backend's own stream; the matmuls are cuBLASLt's, attention's products
-// cuBLAS's strided batches, the rest the kernels of cuda_kernels.h.
+// cuBLAS's strided batches, the rest the kernels of cuda_kernels.h. Every
+// GEMM's shape (transposes, leading dimensions, batch strides) comes from
+// gemm_shapes.h, whose builders the CPU tests run through cblas_sgemm in
+// column-major form.
 //
 // Precision of the matmuls and attention's products: fp32 (IEEE products),
 // tf32 (the tensor cores' 10-bit mantissa inputs, fp32 accumulation) or
