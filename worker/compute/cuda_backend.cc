@@ -65,10 +65,11 @@ enum ScratchSlot : int {
 // as handed to the library (bf16 operands with their padded leading
 // dimensions) and what its operands allow: the largest power of two (<= 256)
 // dividing each operand's address and column stride (AlignmentOf). The
-// model's activations are packed views, some only 4-byte aligned, and an
-// algorithm chosen for 256-byte operands (cuBLASLt's default assumption)
-// may refuse them or fault. A shape seen at another alignment gets a plan
-// of its own.
+// model's activation views start on 256 bytes, but a column of odd width
+// (75 floats: 300 bytes) or a view of a weight inside the parameter arena
+// may be aligned to 4 only, and an algorithm chosen for 256-byte operands
+// (cuBLASLt's default assumption) may refuse them or fault. A shape seen at
+// another alignment gets a plan of its own.
 struct PlanKey {
   GemmShape shape;
   uint32_t align_a = 256, align_b = 256, align_c = 256;
