@@ -13,6 +13,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <cstdlib>
 #include <cstring>
 #include <map>
 #include <optional>
@@ -97,12 +98,21 @@ uint32_t AlignmentOf(const void* pointer, int ld, size_t element_bytes) {
   return alignment;
 }
 
-// A shape's descriptors and the one algorithm chosen for it.
+// A shape's descriptors and the one algorithm chosen for it, or, where
+// cuBLASLt offered none, cublasGemmEx for it (same operand and compute types,
+// so the same math by another kernel; chosen once like an algorithm).
 struct GemmPlan {
   cublasLtMatmulDesc_t desc = nullptr;
   cublasLtMatrixLayout_t a = nullptr, b = nullptr, c = nullptr;
   cublasLtMatmulAlgo_t algo{};
+  bool gemm_ex = false;
 };
+
+// Heuristic results asked for per shape: the first whose state is success
+// is taken. More than one so that a result cuBLASLt lists but cannot run
+// does not leave the shape without an algorithm; in the heuristic's order,
+// so the choice is as repeatable as the heuristic.
+constexpr int kHeuristicResults = 8;
 
 class CudaBackend final : public Backend {
  public:
@@ -184,7 +194,11 @@ class CudaBackend final : public Backend {
   // after recording ResourceExhausted.
   void* Scratch(ScratchSlot slot, size_t bytes);
 
-  // One GEMM (batch 1) through cuBLASLt.
+  // Pins the GEMMs' compute type and cuBLAS's math mode for the precision
+  // (see the definition); FailedPrecondition when the environment would
+  // change them. Part of Init, after the handles exist.
+  absl::Status PinGemmMath();
+  // One GEMM (batch 1) through cuBLASLt, or cublasGemmEx where its plan says.
   void Gemm(const GemmCall& call);
   const GemmPlan* PlanFor(const PlanKey& key);
   // In bf16: the (rows x cols, leading dimension *ld) column-major matrix at
@@ -269,8 +283,7 @@ absl::Status CudaBackend::Init() {
   RETURN_IF_ERROR(blas(cublasSetStream(blas_, stream_), "cublasSetStream"));
   RETURN_IF_ERROR(
       blas(cublasSetWorkspace(blas_, blas_workspace_, kWorkspaceBytes), "cublasSetWorkspace"));
-  compute_type_ =
-      options_.precision == Precision::kTf32 ? CUBLAS_COMPUTE_32F_FAST_TF32 : CUBLAS_COMPUTE_32F;
+  RETURN_IF_ERROR(PinGemmMath());
   bf16_ = options_.precision == Precision::kBf16;
   if (bf16_) {
     int major = 0;
@@ -481,6 +494,50 @@ void CudaBackend::CopyToHost(void* dst, TensorSpan src) {
 
 // ---- GEMMs ------------------------------------------------------------------
 
+// The GEMMs' arithmetic is pinned here so that nothing outside the job (an
+// environment variable, a library default) changes what a precision
+// computes:
+// - fp32: CUBLAS_COMPUTE_32F_PEDANTIC, and the cuBLAS handle's math mode
+//   CUBLAS_PEDANTIC_MATH. cublas_api.h defines the pedantic types as
+//   "standard arithmetic and exact specified internal storage format": no
+//   TF32 tensor cores whatever NVIDIA_TF32_OVERRIDE says, and none of the
+//   fp32 emulations (BF16x9) that newer cuBLAS releases can switch on from
+//   the environment, whose bits differ from IEEE fp32's. The plain
+//   CUBLAS_COMPUTE_32F promises only "at least" fp32's precision, which
+//   leaves that choice to the library and its environment.
+// - tf32: CUBLAS_COMPUTE_32F_FAST_TF32 (and the TF32 math mode). There the
+//   danger is the other way: NVIDIA_TF32_OVERRIDE=0 overrides the program
+//   and computes in full fp32, so creation is refused under it
+//   (CheckTf32Override, gemm_shapes.h) rather than silently giving other
+//   results than the same job elsewhere.
+// - bf16: CUBLAS_COMPUTE_32F over bf16 operands (the default math mode).
+//   TF32 and the fp32 emulations apply to fp32 operands only (a bf16
+//   product is exact in fp32), so those variables do not reach these GEMMs;
+//   pedantic here could only keep cuBLAS from its tensor-core kernels.
+absl::Status CudaBackend::PinGemmMath() {
+  RETURN_IF_ERROR(CheckTf32Override(options_.precision, std::getenv("NVIDIA_TF32_OVERRIDE")));
+  cublasMath_t math_mode = CUBLAS_DEFAULT_MATH;
+  switch (options_.precision) {
+    case Precision::kFp32:
+      compute_type_ = CUBLAS_COMPUTE_32F_PEDANTIC;
+      math_mode = CUBLAS_PEDANTIC_MATH;
+      break;
+    case Precision::kTf32:
+      compute_type_ = CUBLAS_COMPUTE_32F_FAST_TF32;
+      math_mode = CUBLAS_TF32_TENSOR_OP_MATH;
+      break;
+    case Precision::kBf16:
+      compute_type_ = CUBLAS_COMPUTE_32F;
+      math_mode = CUBLAS_DEFAULT_MATH;
+      break;
+  }
+  const cublasStatus_t set = cublasSetMathMode(blas_, math_mode);
+  if (set != CUBLAS_STATUS_SUCCESS) {
+    return absl::InternalError(absl::StrCat("cublasSetMathMode: ", BlasErrorText(set)));
+  }
+  return absl::OkStatus();
+}
+
 const GemmPlan* CudaBackend::PlanFor(const PlanKey& key) {
   auto found = plans_.find(key);
   if (found != plans_.end()) return &found->second;
@@ -525,36 +582,57 @@ const GemmPlan* CudaBackend::PlanFor(const PlanKey& key) {
   const uint64_t workspace = kWorkspaceBytes;
   const uint32_t schemes = CUBLASLT_REDUCTION_SCHEME_NONE | CUBLASLT_REDUCTION_SCHEME_COMPUTE_TYPE |
                            CUBLASLT_REDUCTION_SCHEME_OUTPUT_TYPE;
-  cublasLtMatmulHeuristicResult_t result{};
+  cublasLtMatmulHeuristicResult_t results[kHeuristicResults] = {};
   int found_algos = 0;
   auto prefer = [&](cublasLtMatmulPreferenceAttributes_t attribute, const void* value,
                     size_t bytes) {
     return !fail(cublasLtMatmulPreferenceSetAttribute(preference, attribute, value, bytes),
                  "cublasLtMatmulPreferenceSetAttribute");
   };
-  const bool chosen =
+  bool asked =
       !fail(cublasLtMatmulPreferenceCreate(&preference), "cublasLtMatmulPreferenceCreate") &&
       prefer(CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &workspace, sizeof(workspace)) &&
       prefer(CUBLASLT_MATMUL_PREF_REDUCTION_SCHEME_MASK, &schemes, sizeof(schemes)) &&
       prefer(CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, &key.align_a, sizeof(uint32_t)) &&
       prefer(CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES, &key.align_b, sizeof(uint32_t)) &&
       prefer(CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, &key.align_c, sizeof(uint32_t)) &&
-      prefer(CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES, &key.align_c, sizeof(uint32_t)) &&
-      !fail(cublasLtMatmulAlgoGetHeuristic(lt_, plan.desc, plan.a, plan.b, plan.c, plan.c,
-                                           preference, 1, &result, &found_algos),
-            "cublasLtMatmulAlgoGetHeuristic");
-  if (preference != nullptr) cublasLtMatmulPreferenceDestroy(preference);
-  if (chosen && found_algos == 0) {
-    Fail(absl::InternalError(absl::StrCat("cuBLASLt has no algorithm for a ", shape.m, "x", shape.n,
-                                          "x", shape.k, " GEMM with ", bf16_ ? "bf16" : "fp32",
-                                          " operands aligned to ", key.align_a, "/", key.align_b,
-                                          "/", key.align_c, " bytes")));
+      prefer(CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES, &key.align_c, sizeof(uint32_t));
+  if (asked) {
+    const cublasStatus_t heuristic =
+        cublasLtMatmulAlgoGetHeuristic(lt_, plan.desc, plan.a, plan.b, plan.c, plan.c, preference,
+                                       kHeuristicResults, results, &found_algos);
+    // NOT_SUPPORTED: no heuristic for this configuration, which is no
+    // algorithm, not a failure.
+    if (heuristic == CUBLAS_STATUS_NOT_SUPPORTED) {
+      found_algos = 0;
+    } else {
+      asked = !fail(heuristic, "cublasLtMatmulAlgoGetHeuristic");
+    }
   }
-  if (!chosen || found_algos == 0) {
+  if (preference != nullptr) cublasLtMatmulPreferenceDestroy(preference);
+  if (!asked) {
     destroy();
     return nullptr;
   }
-  plan.algo = result.algo;
+  // Only a result whose state is success is usable (cublasLt.h: the other
+  // fields are valid only then).
+  const cublasLtMatmulHeuristicResult_t* usable = nullptr;
+  for (int i = 0; i < std::min(found_algos, kHeuristicResults) && usable == nullptr; ++i) {
+    if (results[i].state == CUBLAS_STATUS_SUCCESS) usable = &results[i];
+  }
+  if (usable != nullptr) {
+    plan.algo = usable->algo;
+  } else {
+    // Logged once: the plan is kept, so the shape never asks again.
+    plan.gemm_ex = true;
+    LOG(WARNING) << "cuBLASLt has no algorithm for a " << shape.m << "x" << shape.n << "x"
+                 << shape.k << " GEMM (transa " << shape.transa << ", transb " << shape.transb
+                 << ", ld " << shape.lda << "/" << shape.ldb << "/" << shape.ldc << ") with "
+                 << (bf16_ ? "bf16" : "fp32") << " operands aligned to " << key.align_a << "/"
+                 << key.align_b << "/" << key.align_c << " bytes on CUDA device "
+                 << options_.device_index
+                 << "; cublasGemmEx computes this shape, in the same precision";
+  }
   return &plans_.emplace(key, plan).first->second;
 }
 
@@ -585,6 +663,15 @@ void CudaBackend::Gemm(const GemmCall& call) {
   key.align_c = AlignmentOf(call.c, shape.ldc, sizeof(float));
   const GemmPlan* plan = PlanFor(key);
   if (plan == nullptr) return;
+  if (plan->gemm_ex) {
+    CheckBlas(
+        cublasGemmEx(blas_, shape.transa ? CUBLAS_OP_T : CUBLAS_OP_N,
+                     shape.transb ? CUBLAS_OP_T : CUBLAS_OP_N, shape.m, shape.n, shape.k,
+                     &call.alpha, a, operand_type_, shape.lda, b, operand_type_, shape.ldb,
+                     &call.beta, call.c, CUDA_R_32F, shape.ldc, compute_type_, CUBLAS_GEMM_DEFAULT),
+        "cublasGemmEx");
+    return;
+  }
   CheckBlas(cublasLtMatmul(lt_, plan->desc, &call.alpha, a, plan->a, b, plan->b, &call.beta, call.c,
                            plan->c, call.c, plan->c, &plan->algo, lt_workspace_, kWorkspaceBytes,
                            stream_),

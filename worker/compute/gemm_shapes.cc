@@ -1,5 +1,9 @@
 #include "worker/compute/gemm_shapes.h"
 
+#include <string_view>
+
+#include "absl/strings/str_cat.h"
+
 namespace cohort::compute {
 namespace {
 
@@ -119,6 +123,18 @@ GemmCall AttentionQueryGradGemm(float* dq, const float* dscores, const float* k,
 GemmCall AttentionKeyGradGemm(float* dk, const float* dscores, const float* q, float scale,
                               const HeadBatch& heads) {
   return HeadsMix(dk, dscores, /*transpose_p=*/true, q, scale, heads);
+}
+
+absl::Status CheckTf32Override(Precision precision, const char* tf32_override) {
+  if (precision != Precision::kTf32 || tf32_override == nullptr ||
+      std::string_view(tf32_override) == "1") {
+    return absl::OkStatus();
+  }
+  return absl::FailedPreconditionError(absl::StrCat(
+      "precision tf32 asks cuBLAS for TF32 tensor-core products, but NVIDIA_TF32_OVERRIDE=\"",
+      tf32_override,
+      "\" may make NVIDIA's libraries compute them in full fp32 instead, silently changing every "
+      "GEMM's results; unset NVIDIA_TF32_OVERRIDE or ask for precision fp32"));
 }
 
 }  // namespace cohort::compute

@@ -14,9 +14,16 @@
 // transpose is read off the stored shapes (the comments give each GEMM in
 // row-major terms, as backend.h does).
 //
+// Also here: the check of the environment against the precision the
+// backend's GEMMs are asked for (CheckTf32Override), so that its test runs
+// on the CPU too.
+//
 // Thread-safety: plain functions and data.
 
 #include <cstdint>
+
+#include "absl/status/status.h"
+#include "worker/compute/backend_factory.h"
 
 namespace cohort::compute {
 
@@ -96,5 +103,18 @@ GemmCall AttentionQueryGradGemm(float* dq, const float* dscores, const float* k,
 // Backward, k's gradient: dk (T,hs) = scale dscores^T (T,T) q (T,hs).
 GemmCall AttentionKeyGradGemm(float* dk, const float* dscores, const float* q, float scale,
                               const HeadBatch& heads);
+
+// ---- Math ---------------------------------------------------------------------
+// NVIDIA_TF32_OVERRIDE=0 tells NVIDIA's libraries to compute in full fp32
+// what a program asked to compute in TF32, overriding the program's own
+// choice: under it, precision tf32 would silently give fp32's results (and
+// speed), unlike the same job elsewhere. The variable's value is
+// `tf32_override`, null when unset. FailedPrecondition naming the variable
+// when `precision` is tf32 and the value is anything but "1" (whatever 1
+// means to a library, TF32 is what was asked for); OK otherwise.
+// fp32 needs no such check: its GEMMs are pedantic (cuda_backend.h), which
+// no value of the variable turns into TF32; bf16 operands are not fp32, so
+// TF32 does not apply to them.
+absl::Status CheckTf32Override(Precision precision, const char* tf32_override);
 
 }  // namespace cohort::compute

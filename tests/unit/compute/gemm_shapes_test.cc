@@ -433,5 +433,21 @@ TEST(GemmShapesTest, AttentionsProductsComposeToTheBackendsAttention) {
             1e-5);
 }
 
+// ---- The TF32 override ----------------------------------------------------------
+
+TEST(GemmShapesTest, Tf32IsRefusedWhereNvidiaTf32OverrideWouldTurnItIntoFp32) {
+  EXPECT_TRUE(CheckTf32Override(Precision::kTf32, nullptr).ok());
+  EXPECT_TRUE(CheckTf32Override(Precision::kTf32, "1").ok());
+  for (const char* value : {"0", "", "false"}) {
+    const absl::Status status = CheckTf32Override(Precision::kTf32, value);
+    EXPECT_EQ(status.code(), absl::StatusCode::kFailedPrecondition) << value;
+    EXPECT_NE(status.message().find("NVIDIA_TF32_OVERRIDE"), std::string_view::npos) << status;
+  }
+  // fp32 is pedantic and bf16 operands are not fp32: the variable changes
+  // neither.
+  EXPECT_TRUE(CheckTf32Override(Precision::kFp32, "0").ok());
+  EXPECT_TRUE(CheckTf32Override(Precision::kBf16, "0").ok());
+}
+
 }  // namespace
 }  // namespace cohort::compute
