@@ -13,6 +13,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <cstdlib>
 #include <cstring>
 #include <map>
 #include <optional>
@@ -26,6 +27,7 @@
 #include "worker/compute/cuda_kernels_optimizer.h"
 #include "worker/compute/device_arena.h"
 #include "worker/compute/gpu_architectures.h"
+#include "worker/compute/gemm_shapes.h"
 #include "worker/compute/gpu_launch_plan.h"
 #include "worker/compute/span_checks.h"
 
@@ -62,23 +64,24 @@ enum ScratchSlot : int {
   kScratchSlots,
 };
 
-// One GEMM as cuBLASLt sees it: column-major C (m x n) = op(A) op(B).
-struct GemmShape {
-  bool transa = false;
-  bool transb = false;
-  int m = 0, n = 0, k = 0;
-  int lda = 0, ldb = 0, ldc = 0;
-  // The largest power of two (<= 256) dividing each pointer's address: the
-  // model's activations are packed views, some only 8-byte aligned, and an
-  // algorithm chosen for 256-byte operands (cuBLASLt's default assumption)
-  // may refuse them or fault. Part of the key: a shape seen at another
-  // alignment gets an algorithm of its own.
+// A single GEMM (gemm_shapes.h; batch 1) as cuBLASLt plans it: its shape
+// as handed to the library (bf16 operands with their padded leading
+// dimensions) and what its operands allow: the largest power of two (<= 256)
+// dividing each operand's address and column stride (AlignmentOf). The
+// model's activation views start on 256 bytes, but a column of odd width
+// (75 floats: 300 bytes) or a view of a weight inside the parameter arena
+// may be aligned to 4 only, and an algorithm chosen for 256-byte operands
+// (cuBLASLt's default assumption) may refuse them or fault. A shape seen at
+// another alignment gets a plan of its own.
+struct PlanKey {
+  GemmShape shape;
   uint32_t align_a = 256, align_b = 256, align_c = 256;
 
-  auto Key() const {
-    return std::make_tuple(transa, transb, m, n, k, lda, ldb, ldc, align_a, align_b, align_c);
+  auto Tie() const {
+    return std::tie(shape.transa, shape.transb, shape.m, shape.n, shape.k, shape.lda, shape.ldb,
+                    shape.ldc, align_a, align_b, align_c);
   }
-  bool operator<(const GemmShape& other) const { return Key() < other.Key(); }
+  bool operator<(const PlanKey& other) const { return Tie() < other.Tie(); }
 };
 
 // What cuBLASLt may assume of an operand: the largest power of two (<= 256)
@@ -97,12 +100,21 @@ uint32_t AlignmentOf(const void* pointer, int ld, size_t element_bytes) {
   return alignment;
 }
 
-// A shape's descriptors and the one algorithm chosen for it.
+// A shape's descriptors and the one algorithm chosen for it, or, where
+// cuBLASLt offered none, cublasGemmEx for it (same operand and compute types,
+// so the same math by another kernel; chosen once like an algorithm).
 struct GemmPlan {
   cublasLtMatmulDesc_t desc = nullptr;
   cublasLtMatrixLayout_t a = nullptr, b = nullptr, c = nullptr;
   cublasLtMatmulAlgo_t algo{};
+  bool gemm_ex = false;
 };
+
+// Heuristic results asked for per shape: the first whose state is success
+// is taken. More than one so that a result cuBLASLt lists but cannot run
+// does not leave the shape without an algorithm; in the heuristic's order,
+// so the choice is as repeatable as the heuristic.
+constexpr int kHeuristicResults = 8;
 
 class CudaBackend final : public Backend {
  public:
@@ -196,26 +208,21 @@ class CudaBackend final : public Backend {
   // after recording ResourceExhausted.
   void* Scratch(ScratchSlot slot, size_t bytes);
 
-  // C = alpha op(A) op(B) + beta C through cuBLASLt.
-  void Gemm(const GemmShape& shape, float alpha, const float* a, const float* b, float beta,
-            float* c);
-  const GemmPlan* PlanFor(const GemmShape& shape);
+  // Pins the GEMMs' compute type and cuBLAS's math mode for the precision
+  // (see the definition); FailedPrecondition when the environment would
+  // change them. Part of Init, after the handles exist.
+  absl::Status PinGemmMath();
+  // One GEMM (batch 1) through cuBLASLt, or cublasGemmEx where its plan says.
+  void Gemm(const GemmCall& call);
+  const GemmPlan* PlanFor(const PlanKey& key);
   // In bf16: the (rows x cols, leading dimension *ld) column-major matrix at
   // `data` rounded to bf16 in scratch `slot`, its columns padded to a
   // 16-byte stride (tensor-core kernels want it; *ld becomes the padded
   // one), or nullptr after recording a failure. Otherwise `data` itself.
   const void* Operand(const float* data, int rows, int64_t cols, int* ld, ScratchSlot slot);
-  // Attention's products over `batch` packed heads, row-major per head:
-  // out (T,T) = alpha x (T,hs) y^T, and out (T,hs) = alpha p (T,T) x (T,hs)
-  // (p^T with transpose_p).
-  void HeadScores(float alpha, const float* x, const float* y, float* out, int T, int hs,
-                  int batch);
-  void HeadsMix(float alpha, const float* p, bool transpose_p, const float* x, float* out, int T,
-                int hs, int batch);
-  // `batch` GEMMs at fixed strides through cuBLAS (attention's products).
-  void BatchedGemm(const GemmShape& shape, float alpha, const float* a, int64_t stride_a,
-                   const float* b, int64_t stride_b, float beta, float* c, int64_t stride_c,
-                   int batch);
+  // A strided batch of GEMMs through cuBLAS (attention's products), each
+  // batch's operands packed (stride = leading dimension x stored columns).
+  void BatchedGemm(const GemmCall& call);
 
   CudaBackendOptions options_;
   cublasComputeType_t compute_type_ = CUBLAS_COMPUTE_32F;
@@ -235,7 +242,7 @@ class CudaBackend final : public Backend {
     size_t bytes = 0;
   };
   ScratchBuffer scratch_[kScratchSlots];
-  std::map<GemmShape, GemmPlan> plans_;
+  std::map<PlanKey, GemmPlan> plans_;
   absl::Status error_;
 };
 
@@ -298,8 +305,7 @@ absl::Status CudaBackend::Init() {
   RETURN_IF_ERROR(blas(cublasSetStream(blas_, stream_), "cublasSetStream"));
   RETURN_IF_ERROR(
       blas(cublasSetWorkspace(blas_, blas_workspace_, kWorkspaceBytes), "cublasSetWorkspace"));
-  compute_type_ =
-      options_.precision == Precision::kTf32 ? CUBLAS_COMPUTE_32F_FAST_TF32 : CUBLAS_COMPUTE_32F;
+  RETURN_IF_ERROR(PinGemmMath());
   bf16_ = options_.precision == Precision::kBf16;
   // Kept for builds whose list reaches below 8.0: bf16 tensor-core GEMMs
   // need Ampere.
@@ -541,21 +547,67 @@ void CudaBackend::CopyToHost(void* dst, TensorSpan src) {
 
 // ---- GEMMs ------------------------------------------------------------------
 
-const GemmPlan* CudaBackend::PlanFor(const GemmShape& shape) {
-  auto found = plans_.find(shape);
+// The GEMMs' arithmetic is pinned here so that nothing outside the job (an
+// environment variable, a library default) changes what a precision
+// computes:
+// - fp32: CUBLAS_COMPUTE_32F_PEDANTIC, and the cuBLAS handle's math mode
+//   CUBLAS_PEDANTIC_MATH. cublas_api.h defines the pedantic types as
+//   "standard arithmetic and exact specified internal storage format": no
+//   TF32 tensor cores whatever NVIDIA_TF32_OVERRIDE says, and none of the
+//   fp32 emulations (BF16x9) that newer cuBLAS releases can switch on from
+//   the environment, whose bits differ from IEEE fp32's. The plain
+//   CUBLAS_COMPUTE_32F promises only "at least" fp32's precision, which
+//   leaves that choice to the library and its environment.
+// - tf32: CUBLAS_COMPUTE_32F_FAST_TF32 (and the TF32 math mode). There the
+//   danger is the other way: NVIDIA_TF32_OVERRIDE=0 overrides the program
+//   and computes in full fp32, so creation is refused under it
+//   (CheckTf32Override, gemm_shapes.h) rather than silently giving other
+//   results than the same job elsewhere.
+// - bf16: CUBLAS_COMPUTE_32F over bf16 operands (the default math mode).
+//   TF32 and the fp32 emulations apply to fp32 operands only (a bf16
+//   product is exact in fp32), so those variables do not reach these GEMMs;
+//   pedantic here could only keep cuBLAS from its tensor-core kernels.
+absl::Status CudaBackend::PinGemmMath() {
+  RETURN_IF_ERROR(CheckTf32Override(options_.precision, std::getenv("NVIDIA_TF32_OVERRIDE")));
+  cublasMath_t math_mode = CUBLAS_DEFAULT_MATH;
+  switch (options_.precision) {
+    case Precision::kFp32:
+      compute_type_ = CUBLAS_COMPUTE_32F_PEDANTIC;
+      math_mode = CUBLAS_PEDANTIC_MATH;
+      break;
+    case Precision::kTf32:
+      compute_type_ = CUBLAS_COMPUTE_32F_FAST_TF32;
+      math_mode = CUBLAS_TF32_TENSOR_OP_MATH;
+      break;
+    case Precision::kBf16:
+      compute_type_ = CUBLAS_COMPUTE_32F;
+      math_mode = CUBLAS_DEFAULT_MATH;
+      break;
+  }
+  const cublasStatus_t set = cublasSetMathMode(blas_, math_mode);
+  if (set != CUBLAS_STATUS_SUCCESS) {
+    return absl::InternalError(absl::StrCat("cublasSetMathMode: ", BlasErrorText(set)));
+  }
+  return absl::OkStatus();
+}
+
+const GemmPlan* CudaBackend::PlanFor(const PlanKey& key) {
+  auto found = plans_.find(key);
   if (found != plans_.end()) return &found->second;
+  const GemmShape& shape = key.shape;
   GemmPlan plan;
   auto fail = [&](cublasStatus_t status, const char* what) {
     CheckBlas(status, what);
     return status != CUBLAS_STATUS_SUCCESS;
   };
+  auto destroy = [&plan] {
+    cublasLtMatrixLayoutDestroy(plan.a);
+    cublasLtMatrixLayoutDestroy(plan.b);
+    cublasLtMatrixLayoutDestroy(plan.c);
+    cublasLtMatmulDescDestroy(plan.desc);
+  };
   const cublasOperation_t op_a = shape.transa ? CUBLAS_OP_T : CUBLAS_OP_N;
   const cublasOperation_t op_b = shape.transb ? CUBLAS_OP_T : CUBLAS_OP_N;
-  // Stored (not transposed) shapes of A and B, column-major.
-  const int a_rows = shape.transa ? shape.k : shape.m;
-  const int a_cols = shape.transa ? shape.m : shape.k;
-  const int b_rows = shape.transb ? shape.n : shape.k;
-  const int b_cols = shape.transb ? shape.k : shape.n;
   if (fail(cublasLtMatmulDescCreate(&plan.desc, compute_type_, CUDA_R_32F),
            "cublasLtMatmulDescCreate") ||
       fail(cublasLtMatmulDescSetAttribute(plan.desc, CUBLASLT_MATMUL_DESC_TRANSA, &op_a,
@@ -564,16 +616,15 @@ const GemmPlan* CudaBackend::PlanFor(const GemmShape& shape) {
       fail(cublasLtMatmulDescSetAttribute(plan.desc, CUBLASLT_MATMUL_DESC_TRANSB, &op_b,
                                           sizeof(op_b)),
            "cublasLtMatmulDescSetAttribute") ||
-      fail(cublasLtMatrixLayoutCreate(&plan.a, operand_type_, a_rows, a_cols, shape.lda),
+      fail(cublasLtMatrixLayoutCreate(&plan.a, operand_type_, shape.a_rows(), shape.a_cols(),
+                                      shape.lda),
            "cublasLtMatrixLayoutCreate") ||
-      fail(cublasLtMatrixLayoutCreate(&plan.b, operand_type_, b_rows, b_cols, shape.ldb),
+      fail(cublasLtMatrixLayoutCreate(&plan.b, operand_type_, shape.b_rows(), shape.b_cols(),
+                                      shape.ldb),
            "cublasLtMatrixLayoutCreate") ||
       fail(cublasLtMatrixLayoutCreate(&plan.c, CUDA_R_32F, shape.m, shape.n, shape.ldc),
            "cublasLtMatrixLayoutCreate")) {
-    cublasLtMatrixLayoutDestroy(plan.a);
-    cublasLtMatrixLayoutDestroy(plan.b);
-    cublasLtMatrixLayoutDestroy(plan.c);
-    cublasLtMatmulDescDestroy(plan.desc);
+    destroy();
     return nullptr;
   }
   // The algorithm is chosen once per shape and kept: the heuristic's choice
@@ -584,40 +635,58 @@ const GemmPlan* CudaBackend::PlanFor(const GemmShape& shape) {
   const uint64_t workspace = kWorkspaceBytes;
   const uint32_t schemes = CUBLASLT_REDUCTION_SCHEME_NONE | CUBLASLT_REDUCTION_SCHEME_COMPUTE_TYPE |
                            CUBLASLT_REDUCTION_SCHEME_OUTPUT_TYPE;
-  cublasLtMatmulHeuristicResult_t result{};
+  cublasLtMatmulHeuristicResult_t results[kHeuristicResults] = {};
   int found_algos = 0;
   auto prefer = [&](cublasLtMatmulPreferenceAttributes_t attribute, const void* value,
                     size_t bytes) {
     return !fail(cublasLtMatmulPreferenceSetAttribute(preference, attribute, value, bytes),
                  "cublasLtMatmulPreferenceSetAttribute");
   };
-  const bool chosen =
+  bool asked =
       !fail(cublasLtMatmulPreferenceCreate(&preference), "cublasLtMatmulPreferenceCreate") &&
       prefer(CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &workspace, sizeof(workspace)) &&
       prefer(CUBLASLT_MATMUL_PREF_REDUCTION_SCHEME_MASK, &schemes, sizeof(schemes)) &&
-      prefer(CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, &shape.align_a, sizeof(uint32_t)) &&
-      prefer(CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES, &shape.align_b, sizeof(uint32_t)) &&
-      prefer(CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, &shape.align_c, sizeof(uint32_t)) &&
-      prefer(CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES, &shape.align_c, sizeof(uint32_t)) &&
-      !fail(cublasLtMatmulAlgoGetHeuristic(lt_, plan.desc, plan.a, plan.b, plan.c, plan.c,
-                                           preference, 1, &result, &found_algos),
-            "cublasLtMatmulAlgoGetHeuristic");
-  if (preference != nullptr) cublasLtMatmulPreferenceDestroy(preference);
-  if (chosen && found_algos == 0) {
-    Fail(absl::InternalError(absl::StrCat("cuBLASLt has no algorithm for a ", shape.m, "x", shape.n,
-                                          "x", shape.k, " GEMM with ", bf16_ ? "bf16" : "fp32",
-                                          " operands aligned to ", shape.align_a, "/",
-                                          shape.align_b, "/", shape.align_c, " bytes")));
+      prefer(CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, &key.align_a, sizeof(uint32_t)) &&
+      prefer(CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES, &key.align_b, sizeof(uint32_t)) &&
+      prefer(CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, &key.align_c, sizeof(uint32_t)) &&
+      prefer(CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES, &key.align_c, sizeof(uint32_t));
+  if (asked) {
+    const cublasStatus_t heuristic =
+        cublasLtMatmulAlgoGetHeuristic(lt_, plan.desc, plan.a, plan.b, plan.c, plan.c, preference,
+                                       kHeuristicResults, results, &found_algos);
+    // NOT_SUPPORTED: no heuristic for this configuration, which is no
+    // algorithm, not a failure.
+    if (heuristic == CUBLAS_STATUS_NOT_SUPPORTED) {
+      found_algos = 0;
+    } else {
+      asked = !fail(heuristic, "cublasLtMatmulAlgoGetHeuristic");
+    }
   }
-  if (!chosen || found_algos == 0) {
-    cublasLtMatrixLayoutDestroy(plan.a);
-    cublasLtMatrixLayoutDestroy(plan.b);
-    cublasLtMatrixLayoutDestroy(plan.c);
-    cublasLtMatmulDescDestroy(plan.desc);
+  if (preference != nullptr) cublasLtMatmulPreferenceDestroy(preference);
+  if (!asked) {
+    destroy();
     return nullptr;
   }
-  plan.algo = result.algo;
-  return &plans_.emplace(shape, plan).first->second;
+  // Only a result whose state is success is usable (cublasLt.h: the other
+  // fields are valid only then).
+  const cublasLtMatmulHeuristicResult_t* usable = nullptr;
+  for (int i = 0; i < std::min(found_algos, kHeuristicResults) && usable == nullptr; ++i) {
+    if (results[i].state == CUBLAS_STATUS_SUCCESS) usable = &results[i];
+  }
+  if (usable != nullptr) {
+    plan.algo = usable->algo;
+  } else {
+    // Logged once: the plan is kept, so the shape never asks again.
+    plan.gemm_ex = true;
+    LOG(WARNING) << "cuBLASLt has no algorithm for a " << shape.m << "x" << shape.n << "x"
+                 << shape.k << " GEMM (transa " << shape.transa << ", transb " << shape.transb
+                 << ", ld " << shape.lda << "/" << shape.ldb << "/" << shape.ldc << ") with "
+                 << (bf16_ ? "bf16" : "fp32") << " operands aligned to " << key.align_a << "/"
+                 << key.align_b << "/" << key.align_c << " bytes on CUDA device "
+                 << options_.device_index
+                 << "; cublasGemmEx computes this shape, in the same precision";
+  }
+  return &plans_.emplace(key, plan).first->second;
 }
 
 const void* CudaBackend::Operand(const float* data, int rows, int64_t cols, int* ld,
@@ -632,74 +701,63 @@ const void* CudaBackend::Operand(const float* data, int rows, int64_t cols, int*
   return rounded;
 }
 
-void CudaBackend::Gemm(const GemmShape& given, float alpha, const float* a, const float* b,
-                       float beta, float* c) {
-  if (given.m == 0 || given.n == 0) return;  // nothing to write; cuBLASLt refuses it
-  GemmShape shape = given;
-  // The stored (column-major) shapes of A and B.
-  const void* a_operand = Operand(a, shape.transa ? shape.k : shape.m,
-                                  shape.transa ? shape.m : shape.k, &shape.lda, kOperandA);
-  const void* b_operand = Operand(b, shape.transb ? shape.n : shape.k,
-                                  shape.transb ? shape.k : shape.n, &shape.ldb, kOperandB);
-  if (a_operand == nullptr || b_operand == nullptr) return;
+void CudaBackend::Gemm(const GemmCall& call) {
+  CHECK(call.shape.batch == 1) << "Gemm takes one GEMM; a batch goes to BatchedGemm";
+  // Nothing to write; cuBLASLt refuses it.
+  if (call.shape.m == 0 || call.shape.n == 0) return;
+  PlanKey key{.shape = call.shape};
+  GemmShape& shape = key.shape;
+  const void* a = Operand(call.a, shape.a_rows(), shape.a_cols(), &shape.lda, kOperandA);
+  const void* b = Operand(call.b, shape.b_rows(), shape.b_cols(), &shape.ldb, kOperandB);
+  if (a == nullptr || b == nullptr) return;
   const size_t operand_bytes = bf16_ ? sizeof(uint16_t) : sizeof(float);
-  shape.align_a = AlignmentOf(a_operand, shape.lda, operand_bytes);
-  shape.align_b = AlignmentOf(b_operand, shape.ldb, operand_bytes);
-  shape.align_c = AlignmentOf(c, shape.ldc, sizeof(float));
-  const GemmPlan* plan = PlanFor(shape);
+  key.align_a = AlignmentOf(a, shape.lda, operand_bytes);
+  key.align_b = AlignmentOf(b, shape.ldb, operand_bytes);
+  key.align_c = AlignmentOf(call.c, shape.ldc, sizeof(float));
+  const GemmPlan* plan = PlanFor(key);
   if (plan == nullptr) return;
-  CheckBlas(
-      cublasLtMatmul(lt_, plan->desc, &alpha, a_operand, plan->a, b_operand, plan->b, &beta, c,
-                     plan->c, c, plan->c, &plan->algo, lt_workspace_, kWorkspaceBytes, stream_),
-      "cublasLtMatmul");
+  if (plan->gemm_ex) {
+    CheckBlas(
+        cublasGemmEx(blas_, shape.transa ? CUBLAS_OP_T : CUBLAS_OP_N,
+                     shape.transb ? CUBLAS_OP_T : CUBLAS_OP_N, shape.m, shape.n, shape.k,
+                     &call.alpha, a, operand_type_, shape.lda, b, operand_type_, shape.ldb,
+                     &call.beta, call.c, CUDA_R_32F, shape.ldc, compute_type_, CUBLAS_GEMM_DEFAULT),
+        "cublasGemmEx");
+    return;
+  }
+  CheckBlas(cublasLtMatmul(lt_, plan->desc, &call.alpha, a, plan->a, b, plan->b, &call.beta, call.c,
+                           plan->c, call.c, plan->c, &plan->algo, lt_workspace_, kWorkspaceBytes,
+                           stream_),
+            "cublasLtMatmul");
 }
 
-void CudaBackend::BatchedGemm(const GemmShape& given, float alpha, const float* a, int64_t stride_a,
-                              const float* b, int64_t stride_b, float beta, float* c,
-                              int64_t stride_c, int batch) {
-  if (given.m == 0 || given.n == 0 || batch == 0) return;
-  GemmShape shape = given;
+void CudaBackend::BatchedGemm(const GemmCall& call) {
+  GemmShape shape = call.shape;
+  if (shape.m == 0 || shape.n == 0 || shape.batch == 0) return;
   // Each batch's matrices are packed (stride = ld x columns), so a batch is
   // one matrix of batch x columns columns: rounded and padded in one go.
-  const int a_rows = shape.transa ? shape.k : shape.m, a_cols = shape.transa ? shape.m : shape.k;
-  const int b_rows = shape.transb ? shape.n : shape.k, b_cols = shape.transb ? shape.k : shape.n;
-  CHECK(stride_a == int64_t{shape.lda} * a_cols && stride_b == int64_t{shape.ldb} * b_cols)
+  CHECK(shape.stride_a == int64_t{shape.lda} * shape.a_cols() &&
+        shape.stride_b == int64_t{shape.ldb} * shape.b_cols())
       << "BatchedGemm wants packed batches";
-  const void* a_operand = Operand(a, a_rows, int64_t{a_cols} * batch, &shape.lda, kOperandA);
-  const void* b_operand = Operand(b, b_rows, int64_t{b_cols} * batch, &shape.ldb, kOperandB);
-  if (a_operand == nullptr || b_operand == nullptr) return;
-  stride_a = int64_t{shape.lda} * a_cols;
-  stride_b = int64_t{shape.ldb} * b_cols;
+  const void* a =
+      Operand(call.a, shape.a_rows(), int64_t{shape.a_cols()} * shape.batch, &shape.lda, kOperandA);
+  const void* b =
+      Operand(call.b, shape.b_rows(), int64_t{shape.b_cols()} * shape.batch, &shape.ldb, kOperandB);
+  if (a == nullptr || b == nullptr) return;
+  shape.stride_a = int64_t{shape.lda} * shape.a_cols();
+  shape.stride_b = int64_t{shape.ldb} * shape.b_cols();
   CheckBlas(cublasGemmStridedBatchedEx(blas_, shape.transa ? CUBLAS_OP_T : CUBLAS_OP_N,
                                        shape.transb ? CUBLAS_OP_T : CUBLAS_OP_N, shape.m, shape.n,
-                                       shape.k, &alpha, a_operand, operand_type_, shape.lda,
-                                       stride_a, b_operand, operand_type_, shape.ldb, stride_b,
-                                       &beta, c, CUDA_R_32F, shape.ldc, stride_c, batch,
-                                       compute_type_, CUBLAS_GEMM_DEFAULT),
+                                       shape.k, &call.alpha, a, operand_type_, shape.lda,
+                                       shape.stride_a, b, operand_type_, shape.ldb, shape.stride_b,
+                                       &call.beta, call.c, CUDA_R_32F, shape.ldc, shape.stride_c,
+                                       shape.batch, compute_type_, CUBLAS_GEMM_DEFAULT),
             "cublasGemmStridedBatchedEx");
 }
 
-// In column-major terms (what cuBLAS sees) a row-major (T,hs) head is an
-// (hs,T) matrix with leading dimension hs, and a (T,T) block is (T,T).
-void CudaBackend::HeadScores(float alpha, const float* x, const float* y, float* out, int T, int hs,
-                             int batch) {
-  const int64_t head = int64_t{T} * hs, scores = int64_t{T} * T;
-  BatchedGemm(GemmShape{.transa = true, .m = T, .n = T, .k = hs, .lda = hs, .ldb = hs, .ldc = T},
-              alpha, y, head, x, head, 0.0f, out, scores, batch);
-}
-
-void CudaBackend::HeadsMix(float alpha, const float* p, bool transpose_p, const float* x,
-                           float* out, int T, int hs, int batch) {
-  const int64_t head = int64_t{T} * hs, scores = int64_t{T} * T;
-  BatchedGemm(
-      GemmShape{.transb = transpose_p, .m = hs, .n = T, .k = T, .lda = hs, .ldb = T, .ldc = hs},
-      alpha, x, head, p, scores, 0.0f, out, head, batch);
-}
-
 // ---- Linear -------------------------------------------------------------------
-// Row-major (N,C) arrays are column-major (C,N) ones to cuBLAS, so each
-// product below is written for the transposes (the shapes in comments are
-// the row-major ones).
+// Each product's shape is gemm_shapes.h's (tested on the CPU against
+// cblas_sgemm in column-major form).
 
 void CudaBackend::MatmulForward(TensorSpan out, TensorSpan inp, TensorSpan weight, TensorSpan bias,
                                 int N, int C, int OC) {
@@ -712,11 +770,9 @@ void CudaBackend::MatmulForward(TensorSpan out, TensorSpan inp, TensorSpan weigh
     cuda::BroadcastRows(y, b, N, OC, stream_);
     CheckLaunch("BroadcastRows");
   }
-  // out (N,OC) = inp (N,C) weight^T (C,OC) [+ out holding the bias].
-  Gemm(
-      GemmShape{
-          .transa = true, .transb = false, .m = OC, .n = N, .k = C, .lda = C, .ldb = C, .ldc = OC},
-      1.0f, w, x, b != nullptr ? 1.0f : 0.0f, y);
+  // out (N,OC) = inp (N,C) weight^T [+ out holding the bias].
+  Gemm(MatmulForwardGemm(y, x, w, N, C, OC,
+                         b != nullptr ? GemmOutput::kAccumulate : GemmOutput::kWrite));
 }
 
 void CudaBackend::MatmulBackward(TensorSpan dinp, TensorSpan dweight, TensorSpan dbias,
@@ -729,23 +785,8 @@ void CudaBackend::MatmulBackward(TensorSpan dinp, TensorSpan dweight, TensorSpan
   const float* x = CheckedF32(inp, Mul(N, C), "matmul inp");
   const float* w = CheckedF32(weight, Mul(OC, C), "matmul weight");
   if (!Begin()) return;
-  if (dx != nullptr) {
-    // dinp (N,C) += dout (N,OC) weight (OC,C).
-    Gemm(GemmShape{.transa = false,
-                   .transb = false,
-                   .m = C,
-                   .n = N,
-                   .k = OC,
-                   .lda = C,
-                   .ldb = OC,
-                   .ldc = C},
-         1.0f, w, dy, 1.0f, dx);
-  }
-  // dweight (OC,C) += dout^T (OC,N) inp (N,C).
-  Gemm(
-      GemmShape{
-          .transa = false, .transb = true, .m = C, .n = OC, .k = N, .lda = C, .ldb = OC, .ldc = C},
-      1.0f, x, dy, 1.0f, dw);
+  if (dx != nullptr) Gemm(MatmulInputGradGemm(dx, dy, w, N, C, OC));  // dinp += dout weight
+  Gemm(MatmulWeightGradGemm(dw, dy, x, N, C, OC));                    // dweight += dout^T inp
   if (db != nullptr) {
     auto* partial = static_cast<float*>(
         Scratch(kColumnSums, cuda::ColumnSumScratchFloats(N, OC) * sizeof(float)));
@@ -758,7 +799,7 @@ void CudaBackend::MatmulBackward(TensorSpan dinp, TensorSpan dweight, TensorSpan
 // ---- Attention ----------------------------------------------------------------
 // The state is the softmax probabilities (B,NH,T,T), as on the CPU. Each
 // (batch, head) is one GEMM of a strided batch over head-major copies of
-// q, k and v.
+// q, k and v (the shapes are gemm_shapes.h's).
 
 size_t CudaBackend::AttentionStateNumel(int B, int T, int NH) const {
   return Mul(Mul(B, NH), Mul(T, T));
@@ -780,14 +821,15 @@ void CudaBackend::AttentionForward(TensorSpan out, TensorSpan state, TensorSpan 
   float* o = heads + 3 * btc;
   const int hs = C / NH;
   const float scale = 1.0f / std::sqrt(static_cast<float>(hs));
+  const HeadBatch batch{.count = B * NH, .T = T, .hs = hs};
   cuda::SplitQkv(q, k, v, x, B, T, NH, hs, stream_);
   CheckLaunch("SplitQkv");
   // scores (T,T) = scale q (T,hs) k^T; the part above the diagonal is
   // computed and then masked by the softmax.
-  HeadScores(scale, q, k, att, T, hs, B * NH);
+  BatchedGemm(AttentionScoresGemm(att, q, k, scale, batch));
   cuda::CausalSoftmax(att, static_cast<int64_t>(B) * NH * T, T, stream_);
   CheckLaunch("CausalSoftmax");
-  HeadsMix(1.0f, att, false, v, o, T, hs, B * NH);  // o (T,hs) = att (T,T) v
+  BatchedGemm(AttentionOutputGemm(o, att, v, batch));  // o (T,hs) = att (T,T) v
   cuda::MergeHeads(y, o, B, T, NH, hs, stream_);
   CheckLaunch("MergeHeads");
 }
@@ -815,18 +857,18 @@ void CudaBackend::AttentionBackward(TensorSpan dqkv, TensorSpan dout, TensorSpan
   float* dv = grads + 2 * btc;
   const int hs = C / NH;
   const float scale = 1.0f / std::sqrt(static_cast<float>(hs));
-  const int batch = B * NH;
+  const HeadBatch batch{.count = B * NH, .T = T, .hs = hs};
   cuda::SplitQkv(q, k, v, x, B, T, NH, hs, stream_);
   CheckLaunch("SplitQkv");
   cuda::SplitHeads(dO, dy, B, T, NH, hs, stream_);
   CheckLaunch("SplitHeads");
-  HeadScores(1.0f, dO, v, datt, T, hs, batch);      // datt (T,T) = dO (T,hs) v^T
-  HeadsMix(1.0f, att, true, dO, dv, T, hs, batch);  // dv (T,hs) = att^T dO
+  BatchedGemm(AttentionProbsGradGemm(datt, dO, v, batch));  // datt (T,T) = dO (T,hs) v^T
+  BatchedGemm(AttentionValueGradGemm(dv, att, dO, batch));  // dv (T,hs) = att^T dO
   // datt becomes the gradient of the scaled scores.
-  cuda::CausalSoftmaxBackward(datt, att, static_cast<int64_t>(batch) * T, T, stream_);
+  cuda::CausalSoftmaxBackward(datt, att, static_cast<int64_t>(batch.count) * T, T, stream_);
   CheckLaunch("CausalSoftmaxBackward");
-  HeadsMix(scale, datt, false, k, dq, T, hs, batch);  // dq (T,hs) = scale dscores k
-  HeadsMix(scale, datt, true, q, dk, T, hs, batch);   // dk (T,hs) = scale dscores^T q
+  BatchedGemm(AttentionQueryGradGemm(dq, datt, k, scale, batch));  // dq = scale dscores k
+  BatchedGemm(AttentionKeyGradGemm(dk, datt, q, scale, batch));    // dk = scale dscores^T q
   cuda::AccumulateQkvGrad(dx, dq, dk, dv, B, T, NH, hs, stream_);
   CheckLaunch("AccumulateQkvGrad");
 }

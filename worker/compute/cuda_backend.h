@@ -2,7 +2,12 @@
 // CudaBackend: compute::Backend on one NVIDIA GPU (built where nvcc exists;
 // cuda_backend.cc, cuda_kernels_*.cu). Every op is enqueued on the
 // backend's own stream; the matmuls are cuBLASLt's, attention's products
-// cuBLAS's strided batches, the rest the kernels of cuda_kernels.h.
+// cuBLAS's strided batches, the rest the kernels of cuda_kernels.h. Every
+// GEMM's shape (transposes, leading dimensions, batch strides) comes from
+// gemm_shapes.h, whose builders the CPU tests run through cblas_sgemm in
+// column-major form. Where cuBLASLt's heuristic offers no usable algorithm
+// for a shape (none, or none whose state is success: odd alignments), that
+// shape runs through cublasGemmEx with the same types, logged once.
 //
 // Precision of the matmuls and attention's products: fp32 (IEEE products),
 // tf32 (the tensor cores' 10-bit mantissa inputs, fp32 accumulation) or
@@ -12,7 +17,14 @@
 // cross-entropy's sums double. Activations, parameters and gradients are
 // stored in fp32 in every precision (activation_dtype() is kFloat32): bf16
 // activation storage, which would halve the activations' memory and
-// traffic, is not built.
+// traffic, is not built. The GEMMs' math is pinned against the environment
+// (cuda_backend.cc, PinGemmMath): fp32 computes with
+// CUBLAS_COMPUTE_32F_PEDANTIC (cuBLAS's handle in CUBLAS_PEDANTIC_MATH),
+// which neither NVIDIA_TF32_OVERRIDE nor cuBLAS's fp32 emulation can turn
+// into TF32 or anything else; tf32 is refused at creation where
+// NVIDIA_TF32_OVERRIDE is set to anything but 1 (0 would silently compute
+// it in fp32); bf16 operands are not fp32, so neither reaches their
+// CUBLAS_COMPUTE_32F products.
 //
 // Memory: with arena_bytes > 0 the backend reserves that much device memory
 // once, at creation (ResourceExhausted there when the device lacks it), and
@@ -41,8 +53,11 @@
 //
 // Determinism: bitwise reproducible run to run on the same GPU and library
 // versions: no atomics in any accumulation, every reduction in a fixed order
-// (gpu_launch_plan.h), one cuBLASLt algorithm per GEMM shape chosen once and
-// kept, split-K reductions in place excluded, cuBLAS's workspace pinned.
+// (gpu_launch_plan.h), one cuBLASLt algorithm per GEMM shape and operand
+// alignment chosen once and kept (the heuristic's first usable result, or
+// cublasGemmEx where it has none), split-K reductions in place excluded,
+// cuBLAS's workspace pinned. The model's activation views start on 256
+// bytes (gpt_activations.h), cuBLASLt's default assumption.
 //
 // Thread-safety: thread-compatible, like every Backend; each call makes the
 // backend's device current on the calling thread.
@@ -67,6 +82,7 @@ struct CudaBackendOptions {
 
 // FailedPrecondition when there is no usable CUDA device at device_index,
 // or none of this build's CUDA architectures runs on it;
+// or for precision tf32 under NVIDIA_TF32_OVERRIDE (see Precision above);
 // InvalidArgument for a negative index;
 // ResourceExhausted when the arena cannot be reserved; Internal when CUDA,
 // cuBLAS or cuBLASLt cannot be initialised.

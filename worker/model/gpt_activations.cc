@@ -1,27 +1,43 @@
 #include "worker/model/gpt_activations.h"
 
 #include "common/log.h"
+#include "worker/compute/gpu_launch_plan.h"
 
 namespace cohort::model {
 namespace {
 
 using compute::TensorSpan;
 
-// Hands out consecutive views of an arena; with an empty arena it only
-// counts, so sizing and carving share one description of the layout.
+// Hands out consecutive views of an arena, each starting a whole number of
+// kDeviceAlignment (256) bytes after the arena's start; with an empty arena
+// it only counts, so sizing and carving share one description of the layout.
+// A GPU backend's buffers start on 256 bytes, so every view does too, which
+// is what cuBLASLt assumes of an operand unless told less (views packed back
+// to back can be 4-byte aligned, for which it may offer no algorithm). The
+// gaps hold nothing: only offsets change, not a single value, on any backend.
 class Carver {
  public:
-  explicit Carver(TensorSpan arena) : arena_(arena) {}
+  explicit Carver(TensorSpan arena)
+      : arena_(arena),
+        alignment_(compute::gpu_plan::kDeviceAlignment / compute::DTypeSize(arena.dtype)) {}
   TensorSpan Take(size_t numel) {
+    used_ = Aligned(used_);
     TensorSpan view;
     if (!arena_.empty()) view = arena_.Slice(used_, numel);
     used_ += numel;
     return view;
   }
-  size_t used() const { return used_; }
+  // Elements used, rounded up so that an arena holding several layouts back
+  // to back (GptModel's activation slots) starts each one aligned too.
+  size_t used() const { return Aligned(used_); }
 
  private:
+  size_t Aligned(size_t elements) const {
+    return (elements + alignment_ - 1) / alignment_ * alignment_;
+  }
+
   TensorSpan arena_;
+  size_t alignment_;
   size_t used_ = 0;
 };
 

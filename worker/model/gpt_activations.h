@@ -68,13 +68,14 @@ struct GptActivationGrads {
 };
 
 // Elements the layouts below need for a (B,T) micro-batch; largest at the
-// largest B and T.
+// largest B and T. Multiples of 256 bytes, like every view's offset.
 size_t ActivationsNumel(const GptConfig& config, const ModelLayout& layout,
                         const compute::Backend& backend, int B, int T);
 size_t ActivationGradsNumel(const GptConfig& config, const ModelLayout& layout, int B, int T);
 
-// Views packed for (B,T) at the start of `arena` (which holds at least the
-// Numel above).
+// Views for (B,T) at the start of `arena` (which holds at least the Numel
+// above), in order, each starting a multiple of 256 bytes after the arena's
+// start (gpt_activations.cc: so that a GPU's operands are 256-byte aligned).
 GptActivations LayOutActivations(const GptConfig& config, const ModelLayout& layout,
                                  const compute::Backend& backend, compute::TensorSpan arena, int B,
                                  int T);

@@ -1,15 +1,20 @@
-// The CUDA backend's creation and memory errors. The argument checks run on
-// every machine (they come before any device is touched); the rest needs a
-// device and skips, naming the reason, without one (fails so under
+// The CUDA backend's creation and memory errors, its GEMMs' pinned math and
+// their operands at any alignment. The argument checks run on every machine
+// (they come before any device is touched); the rest needs a device and
+// skips, naming the reason, without one (fails so under
 // COHORT_GPU_REQUIRED=1: tests/testing/gpu_required.h).
 
+#include <cstdlib>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
 #include "gtest/gtest.h"
 #include "tests/testing/gpu_required.h"
+#include "tests/unit/compute/reference_kernels.h"
 #include "worker/compute/backend_factory.h"
+#include "worker/compute/cpu_backend.h"
 
 namespace cohort::compute {
 namespace {
@@ -19,9 +24,36 @@ absl::StatusOr<std::unique_ptr<Backend>> MakeCuda(BackendOptions options) {
   return CreateBackend(options);
 }
 
+// Sets (or, with nullopt, unsets) NVIDIA_TF32_OVERRIDE for the test's
+// scope and restores what was there.
+class ScopedTf32Override {
+ public:
+  explicit ScopedTf32Override(std::optional<std::string> value) {
+    if (const char* old = std::getenv(kName)) old_ = old;
+    if (value.has_value()) {
+      setenv(kName, value->c_str(), 1);
+    } else {
+      unsetenv(kName);
+    }
+  }
+  ~ScopedTf32Override() {
+    if (old_.has_value()) {
+      setenv(kName, old_->c_str(), 1);
+    } else {
+      unsetenv(kName);
+    }
+  }
+
+ private:
+  static constexpr const char* kName = "NVIDIA_TF32_OVERRIDE";
+  std::optional<std::string> old_;
+};
+
 TEST(CudaBackendTest, EveryPrecisionIsBuiltLikeFp32) {
   // No precision is refused for itself: each fails or succeeds as fp32 does
-  // on this machine (FailedPrecondition without a device).
+  // on this machine (FailedPrecondition without a device). tf32 is refused
+  // under NVIDIA_TF32_OVERRIDE=0 (below), which this machine may set.
+  const ScopedTf32Override unset(std::nullopt);
   const absl::StatusCode fp32 = MakeCuda(BackendOptions{}).status().code();
   for (Precision precision : {Precision::kTf32, Precision::kBf16}) {
     EXPECT_EQ(MakeCuda(BackendOptions{.precision = precision}).status().code(), fp32)
@@ -165,6 +197,76 @@ TEST_F(CudaDeviceTest, AFailurePendingBeforeAllocateHostOrReserveScratchStaysFor
       << "Synchronize reports the attention's failure: " << synchronized;
   EXPECT_TRUE(be.Synchronize().ok()) << "and only once";
   EXPECT_TRUE(be.AllocateHost(DType::kFloat32, 1024).ok()) << "then the backend works again";
+}
+
+TEST_F(CudaDeviceTest, Tf32IsRefusedWhereNvidiaTf32OverrideWouldMakeItFp32) {
+  const ScopedTf32Override zero("0");
+  const absl::Status tf32 = MakeCuda(BackendOptions{.precision = Precision::kTf32}).status();
+  EXPECT_EQ(tf32.code(), absl::StatusCode::kFailedPrecondition) << tf32;
+  EXPECT_NE(std::string(tf32.message()).find("NVIDIA_TF32_OVERRIDE"), std::string::npos) << tf32;
+  // fp32's GEMMs are pedantic and bf16's operands are not fp32: the
+  // variable changes neither, so neither is refused.
+  EXPECT_TRUE(MakeCuda(BackendOptions{.precision = Precision::kFp32}).ok());
+  EXPECT_TRUE(MakeCuda(BackendOptions{.precision = Precision::kBf16}).ok());
+}
+
+// Views 4 and 8 bytes past a 256-byte boundary, and 75 channels (300-byte
+// columns): cuBLASLt is told each operand's alignment, and where it offers
+// no algorithm the backend falls back to cublasGemmEx. Either way the
+// product is the CPU's within fp32's rounding, and a repeat gives the same
+// bits (the plan is chosen once per shape and alignment).
+TEST_F(CudaDeviceTest, LinearLayersAtAnyOperandAlignmentGiveTheCpusProduct) {
+  constexpr int N = 14, C = 75, OC = 225;
+  absl::StatusOr<std::unique_ptr<Backend>> created = MakeCuda(BackendOptions{});
+  ASSERT_TRUE(created.ok()) << created.status();
+  Backend& gpu = **created;
+  CpuBackend cpu(CpuBackendOptions{.num_threads = 1});
+  const std::vector<float> x = ref::RandomFloats(size_t{N} * C, 1);
+  const std::vector<float> w = ref::RandomFloats(size_t{OC} * C, 2);
+  const std::vector<float> dy = ref::RandomFloats(size_t{N} * OC, 3);
+  std::vector<float> cpu_y(size_t{N} * OC), cpu_dx(x.size()), cpu_dw(w.size());
+  {
+    std::vector<float> xc = x, wc = w, dyc = dy;
+    cpu.MatmulForward(ref::Span(cpu_y), ref::Span(xc), ref::Span(wc), TensorSpan{}, N, C, OC);
+    cpu.MatmulBackward(ref::Span(cpu_dx), ref::Span(cpu_dw), TensorSpan{}, ref::Span(dyc),
+                       ref::Span(xc), ref::Span(wc), N, C, OC);
+  }
+  for (size_t shift : {size_t{0}, size_t{1}, size_t{2}}) {  // floats past the boundary
+    SCOPED_TRACE(testing::Message() << "operands " << 4 * shift << " bytes past 256");
+    // x, w, dy, y, dx, dw, each `shift` floats into its buffer.
+    const size_t sizes[] = {x.size(), w.size(), dy.size(), cpu_y.size(), x.size(), w.size()};
+    std::vector<Buffer> buffers;
+    std::vector<TensorSpan> spans;
+    for (size_t n : sizes) {
+      absl::StatusOr<Buffer> buffer = gpu.Allocate(DType::kFloat32, n + shift);
+      ASSERT_TRUE(buffer.ok()) << buffer.status();
+      spans.push_back(buffer->Slice(shift, n));
+      buffers.push_back(std::move(*buffer));
+    }
+    const TensorSpan sx = spans[0], sw = spans[1], sdy = spans[2];
+    const TensorSpan sy = spans[3], sdx = spans[4], sdw = spans[5];
+    gpu.CopyFromHost(sx, x.data());
+    gpu.CopyFromHost(sw, w.data());
+    gpu.CopyFromHost(sdy, dy.data());
+    std::vector<float> runs[2][3];
+    for (auto& run : runs) {
+      gpu.Zero(sdx);
+      gpu.Zero(sdw);
+      gpu.MatmulForward(sy, sx, sw, TensorSpan{}, N, C, OC);
+      gpu.MatmulBackward(sdx, sdw, TensorSpan{}, sdy, sx, sw, N, C, OC);
+      run[0].resize(cpu_y.size());
+      run[1].resize(x.size());
+      run[2].resize(w.size());
+      gpu.CopyToHost(run[0].data(), sy);
+      gpu.CopyToHost(run[1].data(), sdx);
+      gpu.CopyToHost(run[2].data(), sdw);
+      ASSERT_TRUE(gpu.Synchronize().ok());
+    }
+    EXPECT_LT(ref::RelativeError(runs[0][0], ref::ToDouble(cpu_y)), 1e-5);
+    EXPECT_LT(ref::RelativeError(runs[0][1], ref::ToDouble(cpu_dx)), 1e-5);
+    EXPECT_LT(ref::RelativeError(runs[0][2], ref::ToDouble(cpu_dw)), 1e-5);
+    for (int i = 0; i < 3; ++i) EXPECT_EQ(runs[0][i], runs[1][i]) << "output " << i;
+  }
 }
 
 }  // namespace
