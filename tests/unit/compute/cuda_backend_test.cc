@@ -232,7 +232,7 @@ TEST_F(CudaDeviceTest, LinearLayersAtAnyOperandAlignmentGiveTheCpusProduct) {
                        ref::Span(xc), ref::Span(wc), N, C, OC);
   }
   for (size_t shift : {size_t{0}, size_t{1}, size_t{2}}) {  // floats past the boundary
-    SCOPED_TRACE(testing::Message() << "operands " << 4 * shift << " bytes past 256");
+    SCOPED_TRACE(::testing::Message() << "operands " << 4 * shift << " bytes past 256");
     // x, w, dy, y, dx, dw, each `shift` floats into its buffer.
     const size_t sizes[] = {x.size(), w.size(), dy.size(), cpu_y.size(), x.size(), w.size()};
     std::vector<Buffer> buffers;
