@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """The table a user compares: Cohort's GPU step against PyTorch's on the same machine.
 
-  gpu_compare.py COHORT_JSON TORCH_JSON [TORCH_JSON ...]
+  gpu_compare.py COHORT_JSON [TORCH_JSON ...]
 
 Reads the --output json of cohort-bench-gpu and of one or more runs of
 torch_gpu_step.py (e.g. one for eager and sdpa, one for torch.compile; all with
@@ -9,7 +9,8 @@ the same --model, --batch and --seq) and prints one markdown row per precision:
 Cohort's whole step (forward, backward and optimizer, the state on the device)
 beside the fastest PyTorch row of that precision (eager, sdpa or torch.compile,
 each with clip and fused AdamW), with the ratio of tokens/s (above 1: Cohort is
-faster). Then every row of both, skipped and failed ones with their reasons.
+faster; "none ran" where no PyTorch run is given or none of its rows ran).
+Then every row of both, skipped and failed ones with their reasons.
 
 Exit status: 0 the table was printed (whatever the rows' outcomes); 2 an input
 is missing, not JSON, or of another model or shape than the other.
@@ -39,7 +40,7 @@ def mfu(row):
 
 
 def main(argv):
-    if len(argv) < 3:
+    if len(argv) < 2:
         print(__doc__, file=sys.stderr)
         return 2
     cohort = load(argv[1], "cohort-bench-gpu")
@@ -50,8 +51,8 @@ def main(argv):
                 print(f"gpu_compare.py: the runs differ in {key}: cohort {cohort.get(key)}, "
                       f"torch {run.get(key)}", file=sys.stderr)
                 return 2
-    torch = dict(runs[0], rows=[row for run in runs for row in run["rows"]])
-    print(f"Cohort against PyTorch {torch.get('torch', '?')}: {cohort['model']}, "
+    torch = dict(runs[0] if runs else {}, rows=[row for run in runs for row in run["rows"]])
+    print(f"Cohort against PyTorch {torch.get('torch', '(no run)')}: {cohort['model']}, "
           f"B={cohort['batch']} T={cohort['seq']}, {cohort['steps']} timed steps each "
           "(median); the whole step (forward, backward, clip, AdamW) on both sides.")
     print()
