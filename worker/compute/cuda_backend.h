@@ -1,6 +1,6 @@
 #pragma once
 // CudaBackend: compute::Backend on one NVIDIA GPU (built where nvcc exists;
-// cuda_backend.cc, cuda_kernels_*.cu). Every op is enqueued on the
+// cuda_backend*.cc over cuda_backend_impl.h, cuda_kernels_*.cu). Every op is enqueued on the
 // backend's own stream; the matmuls are cuBLASLt's, attention's products
 // cuBLAS's strided batches, the rest the kernels of cuda_kernels.h. Every
 // GEMM's shape (transposes, leading dimensions, batch strides) comes from
@@ -18,7 +18,7 @@
 // stored in fp32 in every precision (activation_dtype() is kFloat32): bf16
 // activation storage, which would halve the activations' memory and
 // traffic, is not built. The GEMMs' math is pinned against the environment
-// (cuda_backend.cc, PinGemmMath): fp32 computes with
+// (cuda_backend_gemm.cc, PinGemmMath): fp32 computes with
 // CUBLAS_COMPUTE_32F_PEDANTIC (cuBLAS's handle in CUBLAS_PEDANTIC_MATH),
 // which neither NVIDIA_TF32_OVERRIDE nor cuBLAS's fp32 emulation can turn
 // into TF32 or anything else; tf32 is refused at creation where

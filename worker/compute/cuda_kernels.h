@@ -1,7 +1,7 @@
 #pragma once
 // Host-side launchers of the CUDA backend's kernels (cuda_kernels_*.cu).
 // Plain C++17 over raw device pointers and a stream, so that the kernels
-// compile with nvcc alone and CudaBackend (cuda_backend.cc, built by the
+// compile with nvcc alone and CudaBackend (cuda_backend*.cc, built by the
 // host compiler) owns everything else: memory, errors, cuBLAS. Shapes and
 // semantics are those of the Backend op each serves (backend.h); every
 // launcher only enqueues work on `stream` and never synchronises. Launch

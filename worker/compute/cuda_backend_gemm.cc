@@ -1,0 +1,337 @@
+// CudaBackend (cuda_backend_impl.h): the GEMMs through cuBLASLt (one plan per
+// shape and alignment, gemm_shapes.h's calls), the linear layers and
+// attention, whose products they are.
+
+#include "worker/compute/cuda_backend_impl.h"
+
+namespace cohort::compute::cuda_impl {
+
+// ---- GEMMs ------------------------------------------------------------------
+
+// The GEMMs' arithmetic is pinned here so that nothing outside the job (an
+// environment variable, a library default) changes what a precision
+// computes:
+// - fp32: CUBLAS_COMPUTE_32F_PEDANTIC, and the cuBLAS handle's math mode
+//   CUBLAS_PEDANTIC_MATH. cublas_api.h defines the pedantic types as
+//   "standard arithmetic and exact specified internal storage format": no
+//   TF32 tensor cores whatever NVIDIA_TF32_OVERRIDE says, and none of the
+//   fp32 emulations (BF16x9) that newer cuBLAS releases can switch on from
+//   the environment, whose bits differ from IEEE fp32's. The plain
+//   CUBLAS_COMPUTE_32F promises only "at least" fp32's precision, which
+//   leaves that choice to the library and its environment.
+// - tf32: CUBLAS_COMPUTE_32F_FAST_TF32 (and the TF32 math mode). There the
+//   danger is the other way: NVIDIA_TF32_OVERRIDE=0 overrides the program
+//   and computes in full fp32, so creation is refused under it
+//   (CheckTf32Override, gemm_shapes.h) rather than silently giving other
+//   results than the same job elsewhere.
+// - bf16: CUBLAS_COMPUTE_32F over bf16 operands (the default math mode).
+//   TF32 and the fp32 emulations apply to fp32 operands only (a bf16
+//   product is exact in fp32), so those variables do not reach these GEMMs;
+//   pedantic here could only keep cuBLAS from its tensor-core kernels.
+absl::Status CudaBackend::PinGemmMath() {
+  RETURN_IF_ERROR(CheckTf32Override(options_.precision, std::getenv("NVIDIA_TF32_OVERRIDE")));
+  cublasMath_t math_mode = CUBLAS_DEFAULT_MATH;
+  switch (options_.precision) {
+    case Precision::kFp32:
+      compute_type_ = CUBLAS_COMPUTE_32F_PEDANTIC;
+      math_mode = CUBLAS_PEDANTIC_MATH;
+      break;
+    case Precision::kTf32:
+      compute_type_ = CUBLAS_COMPUTE_32F_FAST_TF32;
+      math_mode = CUBLAS_TF32_TENSOR_OP_MATH;
+      break;
+    case Precision::kBf16:
+      compute_type_ = CUBLAS_COMPUTE_32F;
+      math_mode = CUBLAS_DEFAULT_MATH;
+      break;
+  }
+  const cublasStatus_t set = cublasSetMathMode(blas_, math_mode);
+  if (set != CUBLAS_STATUS_SUCCESS) {
+    return absl::InternalError(absl::StrCat("cublasSetMathMode: ", BlasErrorText(set)));
+  }
+  return absl::OkStatus();
+}
+
+const GemmPlan* CudaBackend::PlanFor(const PlanKey& key) {
+  auto found = plans_.find(key);
+  if (found != plans_.end()) return &found->second;
+  const GemmShape& shape = key.shape;
+  GemmPlan plan;
+  auto fail = [&](cublasStatus_t status, const char* what) {
+    CheckBlas(status, what);
+    return status != CUBLAS_STATUS_SUCCESS;
+  };
+  auto destroy = [&plan] {
+    cublasLtMatrixLayoutDestroy(plan.a);
+    cublasLtMatrixLayoutDestroy(plan.b);
+    cublasLtMatrixLayoutDestroy(plan.c);
+    cublasLtMatmulDescDestroy(plan.desc);
+  };
+  const cublasOperation_t op_a = shape.transa ? CUBLAS_OP_T : CUBLAS_OP_N;
+  const cublasOperation_t op_b = shape.transb ? CUBLAS_OP_T : CUBLAS_OP_N;
+  if (fail(cublasLtMatmulDescCreate(&plan.desc, compute_type_, CUDA_R_32F),
+           "cublasLtMatmulDescCreate") ||
+      fail(cublasLtMatmulDescSetAttribute(plan.desc, CUBLASLT_MATMUL_DESC_TRANSA, &op_a,
+                                          sizeof(op_a)),
+           "cublasLtMatmulDescSetAttribute") ||
+      fail(cublasLtMatmulDescSetAttribute(plan.desc, CUBLASLT_MATMUL_DESC_TRANSB, &op_b,
+                                          sizeof(op_b)),
+           "cublasLtMatmulDescSetAttribute") ||
+      fail(cublasLtMatrixLayoutCreate(&plan.a, operand_type_, shape.a_rows(), shape.a_cols(),
+                                      shape.lda),
+           "cublasLtMatrixLayoutCreate") ||
+      fail(cublasLtMatrixLayoutCreate(&plan.b, operand_type_, shape.b_rows(), shape.b_cols(),
+                                      shape.ldb),
+           "cublasLtMatrixLayoutCreate") ||
+      fail(cublasLtMatrixLayoutCreate(&plan.c, CUDA_R_32F, shape.m, shape.n, shape.ldc),
+           "cublasLtMatrixLayoutCreate")) {
+    destroy();
+    return nullptr;
+  }
+  // The algorithm is chosen once per shape and kept: the heuristic's choice
+  // could otherwise differ between calls, and with it the summation order.
+  // Split-K reductions done in place in the output are left out (their
+  // partial sums may land in any order).
+  cublasLtMatmulPreference_t preference = nullptr;
+  const uint64_t workspace = kWorkspaceBytes;
+  const uint32_t schemes = CUBLASLT_REDUCTION_SCHEME_NONE | CUBLASLT_REDUCTION_SCHEME_COMPUTE_TYPE |
+                           CUBLASLT_REDUCTION_SCHEME_OUTPUT_TYPE;
+  cublasLtMatmulHeuristicResult_t results[kHeuristicResults] = {};
+  int found_algos = 0;
+  auto prefer = [&](cublasLtMatmulPreferenceAttributes_t attribute, const void* value,
+                    size_t bytes) {
+    return !fail(cublasLtMatmulPreferenceSetAttribute(preference, attribute, value, bytes),
+                 "cublasLtMatmulPreferenceSetAttribute");
+  };
+  bool asked =
+      !fail(cublasLtMatmulPreferenceCreate(&preference), "cublasLtMatmulPreferenceCreate") &&
+      prefer(CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &workspace, sizeof(workspace)) &&
+      prefer(CUBLASLT_MATMUL_PREF_REDUCTION_SCHEME_MASK, &schemes, sizeof(schemes)) &&
+      prefer(CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, &key.align_a, sizeof(uint32_t)) &&
+      prefer(CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES, &key.align_b, sizeof(uint32_t)) &&
+      prefer(CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, &key.align_c, sizeof(uint32_t)) &&
+      prefer(CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES, &key.align_c, sizeof(uint32_t));
+  if (asked) {
+    const cublasStatus_t heuristic =
+        cublasLtMatmulAlgoGetHeuristic(lt_, plan.desc, plan.a, plan.b, plan.c, plan.c, preference,
+                                       kHeuristicResults, results, &found_algos);
+    // NOT_SUPPORTED: no heuristic for this configuration, which is no
+    // algorithm, not a failure.
+    if (heuristic == CUBLAS_STATUS_NOT_SUPPORTED) {
+      found_algos = 0;
+    } else {
+      asked = !fail(heuristic, "cublasLtMatmulAlgoGetHeuristic");
+    }
+  }
+  if (preference != nullptr) cublasLtMatmulPreferenceDestroy(preference);
+  if (!asked) {
+    destroy();
+    return nullptr;
+  }
+  // Only a result whose state is success is usable (cublasLt.h: the other
+  // fields are valid only then).
+  const cublasLtMatmulHeuristicResult_t* usable = nullptr;
+  for (int i = 0; i < std::min(found_algos, kHeuristicResults) && usable == nullptr; ++i) {
+    if (results[i].state == CUBLAS_STATUS_SUCCESS) usable = &results[i];
+  }
+  if (usable != nullptr) {
+    plan.algo = usable->algo;
+  } else {
+    // Logged once: the plan is kept, so the shape never asks again.
+    plan.gemm_ex = true;
+    LOG(WARNING) << "cuBLASLt has no algorithm for a " << shape.m << "x" << shape.n << "x"
+                 << shape.k << " GEMM (transa " << shape.transa << ", transb " << shape.transb
+                 << ", ld " << shape.lda << "/" << shape.ldb << "/" << shape.ldc << ") with "
+                 << (bf16_ ? "bf16" : "fp32") << " operands aligned to " << key.align_a << "/"
+                 << key.align_b << "/" << key.align_c << " bytes on CUDA device "
+                 << options_.device_index
+                 << "; cublasGemmEx computes this shape, in the same precision";
+  }
+  return &plans_.emplace(key, plan).first->second;
+}
+
+const void* CudaBackend::Operand(const float* data, int rows, int64_t cols, int* ld,
+                                 ScratchSlot slot) {
+  if (!bf16_) return data;
+  const int padded = BfloatLeadingDimension(rows);
+  void* rounded = Scratch(slot, Mul(padded, cols) * sizeof(uint16_t));
+  if (rounded == nullptr) return nullptr;
+  cuda::RoundToBf16(static_cast<uint16_t*>(rounded), data, rows, cols, *ld, padded, stream_);
+  CheckLaunch("RoundToBf16");
+  *ld = padded;
+  return rounded;
+}
+
+void CudaBackend::Gemm(const GemmCall& call) {
+  CHECK(call.shape.batch == 1) << "Gemm takes one GEMM; a batch goes to BatchedGemm";
+  // Nothing to write; cuBLASLt refuses it.
+  if (call.shape.m == 0 || call.shape.n == 0) return;
+  PlanKey key{.shape = call.shape};
+  GemmShape& shape = key.shape;
+  const void* a = Operand(call.a, shape.a_rows(), shape.a_cols(), &shape.lda, kOperandA);
+  const void* b = Operand(call.b, shape.b_rows(), shape.b_cols(), &shape.ldb, kOperandB);
+  if (a == nullptr || b == nullptr) return;
+  const size_t operand_bytes = bf16_ ? sizeof(uint16_t) : sizeof(float);
+  key.align_a = AlignmentOf(a, shape.lda, operand_bytes);
+  key.align_b = AlignmentOf(b, shape.ldb, operand_bytes);
+  key.align_c = AlignmentOf(call.c, shape.ldc, sizeof(float));
+  const GemmPlan* plan = PlanFor(key);
+  if (plan == nullptr) return;
+  if (plan->gemm_ex) {
+    CheckBlas(
+        cublasGemmEx(blas_, shape.transa ? CUBLAS_OP_T : CUBLAS_OP_N,
+                     shape.transb ? CUBLAS_OP_T : CUBLAS_OP_N, shape.m, shape.n, shape.k,
+                     &call.alpha, a, operand_type_, shape.lda, b, operand_type_, shape.ldb,
+                     &call.beta, call.c, CUDA_R_32F, shape.ldc, compute_type_, CUBLAS_GEMM_DEFAULT),
+        "cublasGemmEx");
+    return;
+  }
+  CheckBlas(cublasLtMatmul(lt_, plan->desc, &call.alpha, a, plan->a, b, plan->b, &call.beta, call.c,
+                           plan->c, call.c, plan->c, &plan->algo, lt_workspace_, kWorkspaceBytes,
+                           stream_),
+            "cublasLtMatmul");
+}
+
+void CudaBackend::BatchedGemm(const GemmCall& call) {
+  GemmShape shape = call.shape;
+  if (shape.m == 0 || shape.n == 0 || shape.batch == 0) return;
+  // Each batch's matrices are packed (stride = ld x columns), so a batch is
+  // one matrix of batch x columns columns: rounded and padded in one go.
+  CHECK(shape.stride_a == int64_t{shape.lda} * shape.a_cols() &&
+        shape.stride_b == int64_t{shape.ldb} * shape.b_cols())
+      << "BatchedGemm wants packed batches";
+  const void* a =
+      Operand(call.a, shape.a_rows(), int64_t{shape.a_cols()} * shape.batch, &shape.lda, kOperandA);
+  const void* b =
+      Operand(call.b, shape.b_rows(), int64_t{shape.b_cols()} * shape.batch, &shape.ldb, kOperandB);
+  if (a == nullptr || b == nullptr) return;
+  shape.stride_a = int64_t{shape.lda} * shape.a_cols();
+  shape.stride_b = int64_t{shape.ldb} * shape.b_cols();
+  CheckBlas(cublasGemmStridedBatchedEx(blas_, shape.transa ? CUBLAS_OP_T : CUBLAS_OP_N,
+                                       shape.transb ? CUBLAS_OP_T : CUBLAS_OP_N, shape.m, shape.n,
+                                       shape.k, &call.alpha, a, operand_type_, shape.lda,
+                                       shape.stride_a, b, operand_type_, shape.ldb, shape.stride_b,
+                                       &call.beta, call.c, CUDA_R_32F, shape.ldc, shape.stride_c,
+                                       shape.batch, compute_type_, CUBLAS_GEMM_DEFAULT),
+            "cublasGemmStridedBatchedEx");
+}
+
+// ---- Linear -------------------------------------------------------------------
+// Each product's shape is gemm_shapes.h's (tested on the CPU against
+// cblas_sgemm in column-major form).
+
+void CudaBackend::MatmulForward(TensorSpan out, TensorSpan inp, TensorSpan weight, TensorSpan bias,
+                                int N, int C, int OC) {
+  float* y = CheckedF32(out, Mul(N, OC), "matmul out");
+  const float* x = CheckedF32(inp, Mul(N, C), "matmul inp");
+  const float* w = CheckedF32(weight, Mul(OC, C), "matmul weight");
+  const float* b = OptionalF32(bias, OC, "bias");
+  if (!Begin()) return;
+  if (b != nullptr) {
+    cuda::BroadcastRows(y, b, N, OC, stream_);
+    CheckLaunch("BroadcastRows");
+  }
+  // out (N,OC) = inp (N,C) weight^T [+ out holding the bias].
+  Gemm(MatmulForwardGemm(y, x, w, N, C, OC,
+                         b != nullptr ? GemmOutput::kAccumulate : GemmOutput::kWrite));
+}
+
+void CudaBackend::MatmulBackward(TensorSpan dinp, TensorSpan dweight, TensorSpan dbias,
+                                 TensorSpan dout, TensorSpan inp, TensorSpan weight, int N, int C,
+                                 int OC) {
+  float* dx = OptionalF32(dinp, Mul(N, C), "matmul dinp");
+  float* dw = CheckedF32(dweight, Mul(OC, C), "matmul dweight");
+  float* db = OptionalF32(dbias, OC, "matmul dbias");
+  const float* dy = CheckedF32(dout, Mul(N, OC), "matmul dout");
+  const float* x = CheckedF32(inp, Mul(N, C), "matmul inp");
+  const float* w = CheckedF32(weight, Mul(OC, C), "matmul weight");
+  if (!Begin()) return;
+  if (dx != nullptr) Gemm(MatmulInputGradGemm(dx, dy, w, N, C, OC));  // dinp += dout weight
+  Gemm(MatmulWeightGradGemm(dw, dy, x, N, C, OC));                    // dweight += dout^T inp
+  if (db != nullptr) {
+    auto* partial = static_cast<float*>(
+        Scratch(kColumnSums, cuda::ColumnSumScratchFloats(N, OC) * sizeof(float)));
+    if (partial == nullptr) return;
+    cuda::AddColumnSums(db, dy, N, OC, partial, stream_);
+    CheckLaunch("AddColumnSums");
+  }
+}
+
+// ---- Attention ----------------------------------------------------------------
+// The state is the softmax probabilities (B,NH,T,T), as on the CPU. Each
+// (batch, head) is one GEMM of a strided batch over head-major copies of
+// q, k and v (the shapes are gemm_shapes.h's).
+
+size_t CudaBackend::AttentionStateNumel(int B, int T, int NH) const {
+  return Mul(Mul(B, NH), Mul(T, T));
+}
+
+void CudaBackend::AttentionForward(TensorSpan out, TensorSpan state, TensorSpan qkv, int B, int T,
+                                   int C, int NH) {
+  CHECK(NH > 0 && C % NH == 0) << "C=" << C << " not divisible by NH=" << NH;
+  const size_t btc = Mul(Mul(B, T), C);
+  float* y = CheckedF32(out, btc, "attention out");
+  float* att = CheckedF32(state, AttentionStateNumel(B, T, NH), "attention state");
+  const float* x = CheckedF32(qkv, 3 * btc, "qkv");
+  if (!Begin()) return;
+  auto* heads = static_cast<float*>(Scratch(kAttentionHeads, 4 * btc * sizeof(float)));
+  if (heads == nullptr) return;
+  float* q = heads;
+  float* k = heads + btc;
+  float* v = heads + 2 * btc;
+  float* o = heads + 3 * btc;
+  const int hs = C / NH;
+  const float scale = 1.0f / std::sqrt(static_cast<float>(hs));
+  const HeadBatch batch{.count = B * NH, .T = T, .hs = hs};
+  cuda::SplitQkv(q, k, v, x, B, T, NH, hs, stream_);
+  CheckLaunch("SplitQkv");
+  // scores (T,T) = scale q (T,hs) k^T; the part above the diagonal is
+  // computed and then masked by the softmax.
+  BatchedGemm(AttentionScoresGemm(att, q, k, scale, batch));
+  cuda::CausalSoftmax(att, static_cast<int64_t>(B) * NH * T, T, stream_);
+  CheckLaunch("CausalSoftmax");
+  BatchedGemm(AttentionOutputGemm(o, att, v, batch));  // o (T,hs) = att (T,T) v
+  cuda::MergeHeads(y, o, B, T, NH, hs, stream_);
+  CheckLaunch("MergeHeads");
+}
+
+void CudaBackend::AttentionBackward(TensorSpan dqkv, TensorSpan dout, TensorSpan qkv,
+                                    TensorSpan state, int B, int T, int C, int NH) {
+  CHECK(NH > 0 && C % NH == 0) << "C=" << C << " not divisible by NH=" << NH;
+  const size_t btc = Mul(Mul(B, T), C);
+  float* dx = CheckedF32(dqkv, 3 * btc, "dqkv");
+  const float* dy = CheckedF32(dout, btc, "attention dout");
+  const float* x = CheckedF32(qkv, 3 * btc, "qkv");
+  const size_t state_numel = AttentionStateNumel(B, T, NH);
+  const float* att = CheckedF32(state, state_numel, "attention state");
+  if (!Begin()) return;
+  auto* heads = static_cast<float*>(Scratch(kAttentionHeads, 4 * btc * sizeof(float)));
+  auto* grads = static_cast<float*>(Scratch(kAttentionGrads, 3 * btc * sizeof(float)));
+  auto* datt = static_cast<float*>(Scratch(kScoreGrads, state_numel * sizeof(float)));
+  if (heads == nullptr || grads == nullptr || datt == nullptr) return;
+  float* q = heads;
+  float* k = heads + btc;
+  float* v = heads + 2 * btc;
+  float* dO = heads + 3 * btc;
+  float* dq = grads;
+  float* dk = grads + btc;
+  float* dv = grads + 2 * btc;
+  const int hs = C / NH;
+  const float scale = 1.0f / std::sqrt(static_cast<float>(hs));
+  const HeadBatch batch{.count = B * NH, .T = T, .hs = hs};
+  cuda::SplitQkv(q, k, v, x, B, T, NH, hs, stream_);
+  CheckLaunch("SplitQkv");
+  cuda::SplitHeads(dO, dy, B, T, NH, hs, stream_);
+  CheckLaunch("SplitHeads");
+  BatchedGemm(AttentionProbsGradGemm(datt, dO, v, batch));  // datt (T,T) = dO (T,hs) v^T
+  BatchedGemm(AttentionValueGradGemm(dv, att, dO, batch));  // dv (T,hs) = att^T dO
+  // datt becomes the gradient of the scaled scores.
+  cuda::CausalSoftmaxBackward(datt, att, static_cast<int64_t>(batch.count) * T, T, stream_);
+  CheckLaunch("CausalSoftmaxBackward");
+  BatchedGemm(AttentionQueryGradGemm(dq, datt, k, scale, batch));  // dq = scale dscores k
+  BatchedGemm(AttentionKeyGradGemm(dk, datt, q, scale, batch));    // dk = scale dscores^T q
+  cuda::AccumulateQkvGrad(dx, dq, dk, dv, B, T, NH, hs, stream_);
+  CheckLaunch("AccumulateQkvGrad");
+}
+
+}  // namespace cohort::compute::cuda_impl

@@ -1,0 +1,252 @@
+#pragma once
+// The CUDA backend's class and the plumbing its files share (internal to
+// cohort_compute: include it from cuda_backend*.cc only). The class is
+// declared here so that its methods can live in three files along its seams:
+// cuda_backend.cc (creation, errors, memory), cuda_backend_gemm.cc (the
+// cuBLASLt GEMMs, the linear layers, attention's products) and
+// cuda_backend_ops.cc (the kernels of the other ops and the optimizer's).
+// The contract is cuda_backend.h's.
+
+#include "worker/compute/cuda_backend.h"
+
+#include <cublasLt.h>
+#include <cublas_v2.h>
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <cstdlib>
+#include <cstring>
+#include <map>
+#include <optional>
+#include <tuple>
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "common/log.h"
+#include "common/status_macros.h"
+#include "worker/compute/cuda_kernels.h"
+#include "worker/compute/cuda_kernels_optimizer.h"
+#include "worker/compute/device_arena.h"
+#include "worker/compute/gpu_architectures.h"
+#include "worker/compute/gemm_shapes.h"
+#include "worker/compute/gpu_launch_plan.h"
+#include "worker/compute/span_checks.h"
+
+namespace cohort::compute::cuda_impl {
+
+
+using gpu_plan::AlignUp;
+
+// cuBLASLt's and cuBLAS's workspaces, each pinned for the backend's life
+// (cuBLAS picks the same kernels only while its workspace stays the same).
+// 32 MiB is what NVIDIA recommends for Hopper.
+constexpr size_t kWorkspaceBytes = size_t{32} << 20;
+
+inline size_t Mul(size_t a, size_t b) { return a * b; }
+
+// CUDA and cuBLAS codes are converted here, once (docs/conventions.md, Errors).
+inline std::string CudaErrorText(cudaError_t error) {
+  return absl::StrCat(cudaGetErrorName(error), ": ", cudaGetErrorString(error));
+}
+
+inline std::string BlasErrorText(cublasStatus_t status) {
+  return absl::StrCat(cublasGetStatusName(status), ": ", cublasGetStatusString(status));
+}
+
+// Scratch the ops keep between calls, one growing allocation per use.
+enum ScratchSlot : int {
+  kAttentionHeads,  // q, k, v and the per-head output or its gradient
+  kAttentionGrads,  // dq, dk, dv
+  kScoreGrads,      // d(scores), (B,NH,T,T)
+  kEncoderSort,     // the token sort of EncoderBackwardShard
+  kColumnSums,      // partial sums of dbias and LayerNorm's dweight
+  kOperandA,        // bf16: a GEMM's A and B operands, rounded from fp32
+  kOperandB,
+  kScratchSlots,
+};
+
+// A single GEMM (gemm_shapes.h; batch 1) as cuBLASLt plans it: its shape
+// as handed to the library (bf16 operands with their padded leading
+// dimensions) and what its operands allow: the largest power of two (<= 256)
+// dividing each operand's address and column stride (AlignmentOf). The
+// model's activation views start on 256 bytes, but a column of odd width
+// (75 floats: 300 bytes) or a view of a weight inside the parameter arena
+// may be aligned to 4 only, and an algorithm chosen for 256-byte operands
+// (cuBLASLt's default assumption) may refuse them or fault. A shape seen at
+// another alignment gets a plan of its own.
+struct PlanKey {
+  GemmShape shape;
+  uint32_t align_a = 256, align_b = 256, align_c = 256;
+
+  auto Tie() const {
+    return std::tie(shape.transa, shape.transb, shape.m, shape.n, shape.k, shape.lda, shape.ldb,
+                    shape.ldc, align_a, align_b, align_c);
+  }
+  bool operator<(const PlanKey& other) const { return Tie() < other.Tie(); }
+};
+
+// What cuBLASLt may assume of an operand: the largest power of two (<= 256)
+// dividing both its address and its column stride in bytes (ld x element
+// size): every column starts on that boundary, not only the first. bf16
+// operands of odd width (75 columns: 150-byte columns) are 2-byte aligned.
+// The leading dimension of a bf16 operand of `rows` rows: a multiple of 8
+// elements, 16 bytes.
+inline int BfloatLeadingDimension(int rows) { return (rows + 7) / 8 * 8; }
+
+inline uint32_t AlignmentOf(const void* pointer, int ld, size_t element_bytes) {
+  const auto address = reinterpret_cast<uintptr_t>(pointer);
+  const uint64_t stride = static_cast<uint64_t>(ld) * element_bytes;
+  uint32_t alignment = 256;
+  while (alignment > 1 && (address % alignment != 0 || stride % alignment != 0)) alignment /= 2;
+  return alignment;
+}
+
+// A shape's descriptors and the one algorithm chosen for it, or, where
+// cuBLASLt offered none, cublasGemmEx for it (same operand and compute types,
+// so the same math by another kernel; chosen once like an algorithm).
+struct GemmPlan {
+  cublasLtMatmulDesc_t desc = nullptr;
+  cublasLtMatrixLayout_t a = nullptr, b = nullptr, c = nullptr;
+  cublasLtMatmulAlgo_t algo{};
+  bool gemm_ex = false;
+};
+
+// Heuristic results asked for per shape: the first whose state is success
+// is taken. More than one so that a result cuBLASLt lists but cannot run
+// does not leave the shape without an algorithm; in the heuristic's order,
+// so the choice is as repeatable as the heuristic.
+constexpr int kHeuristicResults = 8;
+
+class CudaBackend final : public Backend {
+ public:
+  explicit CudaBackend(const CudaBackendOptions& options) : options_(options) {}
+  ~CudaBackend() override;
+  CudaBackend(const CudaBackend&) = delete;
+  CudaBackend& operator=(const CudaBackend&) = delete;
+
+  absl::Status Init();
+
+  std::string_view name() const override { return "cuda"; }
+  DType activation_dtype() const override { return DType::kFloat32; }
+  bool host_memory() const override { return false; }
+  absl::Status ReserveScratch(const PassShape& shape) override;
+  absl::StatusOr<Buffer> AllocateHost(DType dtype, size_t numel) override;
+
+  absl::StatusOr<Buffer> Allocate(DType dtype, size_t numel) override;
+  void Zero(TensorSpan dst) override;
+  void CopyFromHost(TensorSpan dst, const void* src) override;
+  void CopyToHost(void* dst, TensorSpan src) override;
+  void CopyWithin(TensorSpan dst, TensorSpan src) override;
+  absl::Status Synchronize() override;
+
+  void LayerNormForward(TensorSpan out, TensorSpan mean, TensorSpan rstd, TensorSpan inp,
+                        TensorSpan weight, TensorSpan bias, int N, int C) override;
+  void LayerNormBackward(TensorSpan dinp, TensorSpan dweight, TensorSpan dbias, TensorSpan dout,
+                         TensorSpan inp, TensorSpan weight, TensorSpan mean, TensorSpan rstd, int N,
+                         int C) override;
+  void MatmulForward(TensorSpan out, TensorSpan inp, TensorSpan weight, TensorSpan bias, int N,
+                     int C, int OC) override;
+  void MatmulBackward(TensorSpan dinp, TensorSpan dweight, TensorSpan dbias, TensorSpan dout,
+                      TensorSpan inp, TensorSpan weight, int N, int C, int OC) override;
+  size_t AttentionStateNumel(int B, int T, int NH) const override;
+  void AttentionForward(TensorSpan out, TensorSpan state, TensorSpan qkv, int B, int T, int C,
+                        int NH) override;
+  void AttentionBackward(TensorSpan dqkv, TensorSpan dout, TensorSpan qkv, TensorSpan state, int B,
+                         int T, int C, int NH) override;
+  void GeluForward(TensorSpan out, TensorSpan inp, size_t n) override;
+  void GeluBackward(TensorSpan dinp, TensorSpan inp, TensorSpan dout, size_t n) override;
+  void ResidualForward(TensorSpan out, TensorSpan inp1, TensorSpan inp2, size_t n) override;
+  void ResidualBackward(TensorSpan dinp1, TensorSpan dinp2, TensorSpan dout, size_t n) override;
+  void CrossEntropyForward(TensorSpan losses, TensorSpan lse, TensorSpan logits, TensorSpan targets,
+                           int N, int V, int Vp) override;
+  void EncoderForwardShard(TensorSpan out, TensorSpan inp, TensorSpan wte, TensorSpan wpe,
+                           int vocab_start, int Vs, int B, int T, int C) override;
+  void EncoderBackwardShard(TensorSpan dwte, TensorSpan dwpe, TensorSpan dout, TensorSpan inp,
+                            int vocab_start, int Vs, int B, int T, int C) override;
+  void CrossEntropyShardMax(TensorSpan row_max, TensorSpan logits, int N, int V, int Vs,
+                            int vocab_start) override;
+  void CrossEntropyShardSums(TensorSpan sums, TensorSpan logits, TensorSpan row_max,
+                             TensorSpan targets, int N, int V, int Vs, int vocab_start) override;
+  void CrossEntropyShardFinish(TensorSpan losses, TensorSpan lse, TensorSpan row_max,
+                               TensorSpan sums, int N) override;
+  void CrossEntropyShardBackward(TensorSpan dlogits, TensorSpan logits, TensorSpan lse,
+                                 TensorSpan targets, TensorSpan dlosses, int N, int V, int Vs,
+                                 int vocab_start) override;
+  void SumOfSquaresPieces(TensorSpan sums, TensorSpan grads, TensorSpan pieces) override;
+  void FinishGradNorm(TensorSpan scalars, TensorSpan sums, double max_norm) override;
+  void ClipAdamW(TensorSpan params, TensorSpan m, TensorSpan v, TensorSpan grads,
+                 TensorSpan scalars, size_t begin, size_t end, size_t moment_base, bool decay,
+                 const AdamWScalars& adamw) override;
+
+ private:
+  // Makes the device current; false (the op is skipped) while a failure
+  // waits for Synchronize.
+  bool Begin();
+  void Fail(absl::Status status);
+  void Check(cudaError_t error, const char* what);
+  void CheckBlas(cublasStatus_t status, const char* what);
+  // After a kernel launch: the launch's own error, if any.
+  void CheckLaunch(const char* what) { Check(cudaGetLastError(), what); }
+  // Runs `launch` (which enqueues kernels on stream_) unless a failure is
+  // pending, then reads the launch's error under `what`.
+  template <typename Enqueue>
+  void Launch(const char* what, Enqueue&& launch) {
+    if (!Begin()) return;
+    launch();
+    CheckLaunch(what);
+  }
+
+  // Device memory from the arena or cudaMalloc; nullptr with `error` set:
+  // ResourceExhausted for a shortage, or a device failure cudaMalloc was the
+  // first to see, which is also left pending.
+  void* RawAllocate(size_t bytes, absl::Status* error);
+  void RawFree(void* data);
+  // Grows scratch `slot` to at least `bytes`: OK, ResourceExhausted naming
+  // the shortfall (not recorded: the caller decides), or RawAllocate's
+  // pending device failure.
+  absl::Status GrowScratch(ScratchSlot slot, size_t bytes);
+  // At least `bytes` of scratch for `slot` (contents undefined), or nullptr
+  // after recording ResourceExhausted.
+  void* Scratch(ScratchSlot slot, size_t bytes);
+
+  // Pins the GEMMs' compute type and cuBLAS's math mode for the precision
+  // (see the definition); FailedPrecondition when the environment would
+  // change them. Part of Init, after the handles exist.
+  absl::Status PinGemmMath();
+  // One GEMM (batch 1) through cuBLASLt, or cublasGemmEx where its plan says.
+  void Gemm(const GemmCall& call);
+  const GemmPlan* PlanFor(const PlanKey& key);
+  // In bf16: the (rows x cols, leading dimension *ld) column-major matrix at
+  // `data` rounded to bf16 in scratch `slot`, its columns padded to a
+  // 16-byte stride (tensor-core kernels want it; *ld becomes the padded
+  // one), or nullptr after recording a failure. Otherwise `data` itself.
+  const void* Operand(const float* data, int rows, int64_t cols, int* ld, ScratchSlot slot);
+  // A strided batch of GEMMs through cuBLAS (attention's products), each
+  // batch's operands packed (stride = leading dimension x stored columns).
+  void BatchedGemm(const GemmCall& call);
+
+  CudaBackendOptions options_;
+  cublasComputeType_t compute_type_ = CUBLAS_COMPUTE_32F;
+  // bf16: GEMM operands rounded to bf16 (tensor cores), fp32 accumulation and
+  // results; the type cuBLAS is told the operands have.
+  bool bf16_ = false;
+  cudaDataType_t operand_type_ = CUDA_R_32F;
+  cudaStream_t stream_ = nullptr;
+  cublasLtHandle_t lt_ = nullptr;
+  cublasHandle_t blas_ = nullptr;
+  void* lt_workspace_ = nullptr;
+  void* blas_workspace_ = nullptr;
+  char* arena_base_ = nullptr;
+  std::optional<DeviceArena> arena_;
+  struct ScratchBuffer {
+    void* data = nullptr;
+    size_t bytes = 0;
+  };
+  ScratchBuffer scratch_[kScratchSlots];
+  std::map<PlanKey, GemmPlan> plans_;
+  absl::Status error_;
+};
+
+}  // namespace cohort::compute::cuda_impl
