@@ -14,8 +14,19 @@
 #include <cstdint>
 
 #include "worker/compute/cpu_kernels.h"
+#include "worker/compute/kernel_math.h"
 
 namespace cohort::compute::cpu {
+namespace {
+
+// The causal bound and the softmax backward's row math are the CUDA kernels'
+// too (kernel_math.h); the forward's max and exponentials are this backend's
+// vector primitives.
+using kernel_math::CausalColumns;
+using kernel_math::SoftmaxInputGrad;
+using kernel_math::StridedDot;
+
+}  // namespace
 
 void AttentionForward(float* out, float* att, const float* qkv, int B, int T, int C, int NH,
                       int threads) {
@@ -38,10 +49,11 @@ void AttentionForward(float* out, float* att, const float* qkv, int B, int T, in
     cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, T, T, hs, scale, q, C3, k, C3, 0.0f, a, T);
     for (int t = 0; t < T; ++t) {
       float* row = a + static_cast<int64_t>(t) * T;
-      const float maxval = MaxOf(row, t + 1);
-      const float inv = 1.0f / ExpShiftedSum(row, row, t + 1, maxval);
-      for (int t2 = 0; t2 <= t; ++t2) row[t2] *= inv;
-      for (int t2 = t + 1; t2 < T; ++t2) row[t2] = 0.0f;
+      const int valid = CausalColumns(t, T);
+      const float maxval = MaxOf(row, valid);
+      const float inv = 1.0f / ExpShiftedSum(row, row, valid, maxval);
+      for (int t2 = 0; t2 < valid; ++t2) row[t2] *= inv;
+      for (int t2 = valid; t2 < T; ++t2) row[t2] = 0.0f;
     }
     // out_bh (T,hs) = a (T,T) v (T,hs); the zeros above the diagonal add nothing.
     float* o = out + static_cast<int64_t>(b) * T * C + h * hs;
@@ -85,10 +97,10 @@ void AttentionBackward(float* dqkv, const float* dout, const float* qkv, const f
       for (int t = 0; t < T; ++t) {
         const float* arow = a + static_cast<int64_t>(t) * T;
         float* drow = datt + static_cast<int64_t>(t) * T;
-        float dot = 0.0f;
-        for (int t2 = 0; t2 <= t; ++t2) dot += arow[t2] * drow[t2];
-        for (int t2 = 0; t2 <= t; ++t2) drow[t2] = arow[t2] * (drow[t2] - dot);
-        for (int t2 = t + 1; t2 < T; ++t2) drow[t2] = 0.0f;
+        const int valid = CausalColumns(t, T);
+        const float dot = StridedDot(arow, drow, valid, 0, 1);
+        for (int t2 = 0; t2 < valid; ++t2) drow[t2] = SoftmaxInputGrad(arow[t2], drow[t2], dot);
+        for (int t2 = valid; t2 < T; ++t2) drow[t2] = 0.0f;
       }
       // dq (T,hs) += scale * dpre (T,T) k (T,hs);  dk (T,hs) += scale * dpre^T q.
       cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, T, hs, T, scale, datt, T, k, C3, 1.0f,

@@ -11,27 +11,18 @@
 #include <cstdint>
 
 #include "worker/compute/cpu_kernels.h"
+#include "worker/compute/kernel_math.h"
 
 namespace cohort::compute::cpu {
 namespace {
 
-// A shard holds the logit columns of vocab ids [vocab_start, vocab_start +
-// Vs); the first ValidColumns of them are real ids, the rest padding.
-int ValidColumns(int V, int Vs, int vocab_start) { return std::clamp(V - vocab_start, 0, Vs); }
-
-// The column of `target` in the shard, or -1 when another shard holds it.
-int TargetColumn(int32_t target, int valid, int vocab_start) {
-  const int64_t col = int64_t{target} - vocab_start;
-  return col >= 0 && col < valid ? static_cast<int>(col) : -1;
-}
-
-// lse = max + log(sum) and loss = lse - target_logit, both in double, stored
-// in fp32.
-void StoreLoss(float max, double sum, float target_logit, float* loss, float* lse) {
-  const double logsumexp = static_cast<double>(max) + std::log(sum);
-  *lse = static_cast<float>(logsumexp);
-  *loss = static_cast<float>(logsumexp - static_cast<double>(target_logit));
-}
+// The row pieces and the shard's column rules are the CUDA kernels' too
+// (kernel_math.h); the max and the sums of exponentials are this backend's
+// vector primitives (cpu_kernels_vector.cc), with its own exponential.
+using kernel_math::CrossEntropyDlogit;
+using kernel_math::ShardTargetColumn;
+using kernel_math::ShardValidColumns;
+using kernel_math::StoreLoss;
 
 }  // namespace
 
@@ -52,7 +43,7 @@ void CrossEntropyForward(float* losses, float* lse, const float* logits, const i
 void CrossEntropyShardMax(float* row_max, const float* logits, int N, int V, int Vs,
                           int vocab_start, int threads) {
   // row_max (N), logits (N,Vs)
-  const int valid = ValidColumns(V, Vs, vocab_start);
+  const int valid = ShardValidColumns(V, Vs, vocab_start);
   if (valid == 0) {
     std::fill_n(row_max, N, -HUGE_VALF);
     return;
@@ -66,7 +57,7 @@ void CrossEntropyShardSums(float* sums, const float* logits, const float* row_ma
                            const int32_t* targets, int N, int V, int Vs, int vocab_start,
                            int threads) {
   // sums (2N): [sum of exp(logit - max) | target logit or 0], logits (N,Vs)
-  const int valid = ValidColumns(V, Vs, vocab_start);
+  const int valid = ShardValidColumns(V, Vs, vocab_start);
   const int team = TeamSize(threads, N, int64_t{N} * valid);
 #pragma omp parallel for num_threads(team) schedule(static)
   for (int n = 0; n < N; ++n) {
@@ -74,7 +65,7 @@ void CrossEntropyShardSums(float* sums, const float* logits, const float* row_ma
     // Accumulated in double (as CrossEntropyForward), rounded to fp32 for the
     // group's reduction.
     sums[n] = valid == 0 ? 0.0f : static_cast<float>(SumExpShifted(row, valid, row_max[n]));
-    const int col = TargetColumn(targets[n], valid, vocab_start);
+    const int col = ShardTargetColumn(targets[n], valid, vocab_start);
     sums[N + n] = col < 0 ? 0.0f : row[col];
   }
 }
@@ -91,7 +82,7 @@ void CrossEntropyShardBackward(float* dlogits, const float* logits, const float*
                                int vocab_start, int threads) {
   // dlogits (N,Vs) = (softmax - onehot) * dlosses on valid columns, zero in
   // the padding.
-  const int valid = ValidColumns(V, Vs, vocab_start);
+  const int valid = ShardValidColumns(V, Vs, vocab_start);
   const int team = TeamSize(threads, N, int64_t{N} * std::max(valid, 1));
 #pragma omp parallel for num_threads(team) schedule(static)
   for (int n = 0; n < N; ++n) {
@@ -99,12 +90,14 @@ void CrossEntropyShardBackward(float* dlogits, const float* logits, const float*
     float* drow = dlogits + static_cast<int64_t>(n) * Vs;
     const float s = lse[n];
     const float dloss = dlosses[n];
+    // CrossEntropyDlogit(p, false, dloss) = p * dloss for every valid column
+    // at once, vectorised; then the target's column.
     ScaledExpShifted(drow, row, valid, s, dloss);
-    const int col = TargetColumn(targets[n], valid, vocab_start);
+    const int col = ShardTargetColumn(targets[n], valid, vocab_start);
     if (col >= 0) {
       float p_target;
       ScaledExpShifted(&p_target, row + col, 1, s, 1.0f);
-      drow[col] = (p_target - 1.0f) * dloss;
+      drow[col] = CrossEntropyDlogit(p_target, true, dloss);
     }
     std::fill(drow + valid, drow + Vs, 0.0f);
   }

@@ -2,10 +2,10 @@
 // cpu_kernels.h for the determinism rules every loop here follows.
 
 #include <algorithm>
-#include <cmath>
 #include <cstdint>
 
 #include "worker/compute/cpu_kernels.h"
+#include "worker/compute/kernel_math.h"
 
 namespace cohort::compute::cpu {
 namespace {
@@ -15,17 +15,22 @@ namespace {
 // channel's sum is the same serial sum whatever the thread count.
 constexpr int kChannelBlock = 16;
 
-constexpr float kLayerNormEps = 1e-5f;
 // GELU runs over fixed blocks of elements (a multiple of the vector width),
 // handed to the row primitives of cpu_kernels_vector.cc.
 constexpr int64_t kPointwiseBlock = 4096;
 
-// The row of token `ix` in a shard holding rows [vocab_start, vocab_start +
-// Vs) of a table, or -1 when the token lies outside the shard.
-int64_t ShardRow(int32_t ix, int vocab_start, int Vs) {
-  const int64_t row = int64_t{ix} - vocab_start;
-  return row >= 0 && row < Vs ? row : -1;
-}
+// The per-row and per-element math is the CUDA kernels' too (kernel_math.h):
+// a row here is the shard of it with first 0 and stride 1.
+using kernel_math::LayerNormGradSums;
+using kernel_math::LayerNormInputGrad;
+using kernel_math::LayerNormOutput;
+using kernel_math::LayerNormRstd;
+using kernel_math::LayerNormWeightGradTerm;
+using kernel_math::RowMean;
+using kernel_math::ShardRow;
+using kernel_math::StridedLayerNormGradSums;
+using kernel_math::StridedSquaredDeviation;
+using kernel_math::StridedSum;
 
 }  // namespace
 
@@ -93,18 +98,10 @@ void LayerNormForward(float* out, float* mean, float* rstd, const float* inp, co
 #pragma omp parallel for num_threads(team) schedule(static)
   for (int n = 0; n < N; ++n) {
     const float* x = inp + static_cast<int64_t>(n) * C;
-    float sum = 0.0f;
-    for (int c = 0; c < C; ++c) sum += x[c];
-    const float m = sum / C;
-    float var = 0.0f;  // two-pass variance: no cancellation
-    for (int c = 0; c < C; ++c) {
-      const float d = x[c] - m;
-      var += d * d;
-    }
-    var /= C;
-    const float s = 1.0f / std::sqrt(var + kLayerNormEps);
+    const float m = RowMean(StridedSum(x, C, 0, 1), C);
+    const float s = LayerNormRstd(StridedSquaredDeviation(x, C, m, 0, 1), C);
     float* y = out + static_cast<int64_t>(n) * C;
-    for (int c = 0; c < C; ++c) y[c] = (x[c] - m) * s * weight[c] + bias[c];
+    for (int c = 0; c < C; ++c) y[c] = LayerNormOutput(x[c], m, s, weight[c], bias[c]);
     mean[n] = m;
     rstd[n] = s;
   }
@@ -122,20 +119,11 @@ void LayerNormBackward(float* dinp, float* dweight, float* dbias, const float* d
     float* dx = dinp + static_cast<int64_t>(n) * C;
     const float m = mean[n];
     const float s = rstd[n];
-    float dnorm_mean = 0.0f;
-    float dnorm_norm_mean = 0.0f;
+    const LayerNormGradSums sums = StridedLayerNormGradSums(dy, x, weight, m, s, C, 0, 1);
+    const float dnorm_mean = RowMean(sums.dnorm, C);
+    const float dnorm_norm_mean = RowMean(sums.dnorm_norm, C);
     for (int c = 0; c < C; ++c) {
-      const float norm = (x[c] - m) * s;
-      const float dnorm = weight[c] * dy[c];
-      dnorm_mean += dnorm;
-      dnorm_norm_mean += dnorm * norm;
-    }
-    dnorm_mean /= C;
-    dnorm_norm_mean /= C;
-    for (int c = 0; c < C; ++c) {
-      const float norm = (x[c] - m) * s;
-      const float dnorm = weight[c] * dy[c];
-      dx[c] += (dnorm - dnorm_mean - norm * dnorm_norm_mean) * s;
+      dx[c] += LayerNormInputGrad(x[c], weight[c], dy[c], m, s, dnorm_mean, dnorm_norm_mean);
     }
   }
   // dweight, dbias: channel blocks, rows in order.
@@ -153,7 +141,7 @@ void LayerNormBackward(float* dinp, float* dweight, float* dbias, const float* d
       const float m = mean[n];
       const float s = rstd[n];
       for (int j = 0; j < width; ++j) {
-        acc_w[j] += (x[j] - m) * s * dy[j];
+        acc_w[j] += LayerNormWeightGradTerm(x[j], m, s, dy[j]);
         acc_b[j] += dy[j];
       }
     }

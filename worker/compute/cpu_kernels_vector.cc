@@ -24,13 +24,20 @@
 #include <cstring>
 
 #include "worker/compute/cpu_kernels.h"
+#include "worker/compute/kernel_math.h"
 
 namespace cohort::compute::cpu {
 namespace {
 
-// sqrt(2/pi) and the cubic coefficient of the GELU tanh approximation.
-constexpr float kGeluScale = 0.7978845608028654f;
-constexpr float kGeluCubic = 0.044715f;
+// GELU's formula and constants are kernel_math.h's, which the CUDA kernels
+// share: the scalar path calls its functions; the AVX2 path spells the same
+// operations, in the same order, out on vectors (kernel_math_test.cc checks
+// its bits against the functions given this file's exponential).
+using kernel_math::GeluExpArgument;
+using kernel_math::GeluFromExp;
+using kernel_math::GeluGradFromExp;
+using kernel_math::kGeluCubic;
+using kernel_math::kGeluScale;
 
 // exp: Cody-Waite reduction x = n ln2 + r with |r| <= ln2/2, a degree-7
 // Taylor polynomial for e^r, and 2^n applied in two halves so that n over
@@ -44,14 +51,6 @@ constexpr float kRoundMagic = 12582912.0f;  // 1.5 * 2^23: x + it - it rounds x 
 constexpr float kExpMax = 88.7228317f;      // ln(FLT_MAX)
 constexpr float kExpMin = -104.0f;          // exp below it is under half the smallest subnormal
 constexpr int32_t kInfBits = 0x7f800000;
-
-// The GELU of x and its derivative through the logistic function:
-// 0.5 (1 + tanh(u)) = sigmoid(2u) and 0.5 sech^2(u) = 2 s (1 - s), which
-// needs one exp and keeps full relative accuracy where 1 + tanh(u) or
-// 1 - tanh(u) would cancel:
-//   e = exp(-2u),  u = kGeluScale (x + kGeluCubic x^3)
-//   s = 1 / (1 + e),  1 - s = e s  (e = inf: s = 0, 1 - s = 1)
-//   gelu(x) = x s,  gelu'(x) = s + x 2 s (1 - s) kGeluScale (1 + 3 kGeluCubic x^2)
 
 // ---- Scalar path -------------------------------------------------------------
 
@@ -76,25 +75,14 @@ float ExpScalar(float x) {
   return y;
 }
 
-// exp(-2u) for the GELU of x.
-float GeluExpScalar(float x) {
-  const float cube = kGeluCubic * x * x * x;
-  return ExpScalar(-2.0f * (kGeluScale * (x + cube)));
-}
-
 void GeluForwardScalar(float* out, const float* inp, int64_t n) {
-  for (int64_t i = 0; i < n; ++i) out[i] = inp[i] * (1.0f / (1.0f + GeluExpScalar(inp[i])));
+  for (int64_t i = 0; i < n; ++i) out[i] = GeluFromExp(inp[i], ExpScalar(GeluExpArgument(inp[i])));
 }
 
 void GeluBackwardScalar(float* dinp, const float* inp, const float* dout, int64_t n) {
   for (int64_t i = 0; i < n; ++i) {
     const float x = inp[i];
-    const float e = GeluExpScalar(x);
-    const float s = 1.0f / (1.0f + e);
-    const float one_minus_s = std::isinf(e) ? 1.0f : e * s;
-    const float local =
-        s + x * (2.0f * s * one_minus_s) * (kGeluScale * (1.0f + 3.0f * kGeluCubic * x * x));
-    dinp[i] += local * dout[i];
+    dinp[i] += GeluGradFromExp(x, ExpScalar(GeluExpArgument(x))) * dout[i];
   }
 }
 

@@ -2,12 +2,14 @@
 // (B,T,NH,hs) layout of the model's activations and the (B,NH,T,hs) layout
 // of cuBLAS's strided batches, and the causal softmax and its backward (one
 // warp per row of scores, CUB's warp reductions). The products themselves
-// are strided-batched GEMMs issued by CudaBackend.
+// are strided-batched GEMMs issued by CudaBackend. The index maps and the
+// softmax's per-lane math are kernel_math.h's, which the CPU tests run.
 
 #include <math.h>
 
 #include "worker/compute/cuda_kernels.h"
 #include "worker/compute/cuda_reduce.cuh"
+#include "worker/compute/kernel_math.h"
 
 namespace cohort::compute::cuda {
 namespace {
@@ -20,18 +22,12 @@ using gpu_plan::WarpRowBlocks;
 
 constexpr int kWarpBlockThreads = kWarpSize * kWarpsPerBlock;
 
-// Index i of a (B,NH,T,hs) array -> the index of the same element in a
-// (B,T,parts,NH,hs) array (parts = 3 for qkv, 1 for activations), part 0.
-__device__ inline int64_t TokenMajorIndex(int64_t i, int T, int NH, int hs, int parts) {
-  const int d = static_cast<int>(i % hs);
-  const int64_t rest = i / hs;
-  const int t = static_cast<int>(rest % T);
-  const int64_t bh = rest / T;
-  const int h = static_cast<int>(bh % NH);
-  const int64_t b = bh / NH;
-  const int64_t C = static_cast<int64_t>(NH) * hs;
-  return (b * T + t) * parts * C + static_cast<int64_t>(h) * hs + d;
-}
+using kernel_math::CausalColumns;
+using kernel_math::SoftmaxInputGrad;
+using kernel_math::StridedDot;
+using kernel_math::StridedExpShiftedSum;
+using kernel_math::StridedMax;
+using kernel_math::TokenMajorIndex;
 
 __global__ void SplitQkvKernel(float* q, float* k, float* v, const float* qkv, int T, int NH,
                                int hs, int64_t total) {
@@ -76,16 +72,10 @@ __global__ void CausalSoftmaxKernel(float* att, int64_t rows, int T) {
   const int64_t r = static_cast<int64_t>(blockIdx.x) * kWarpsPerBlock + warp;
   if (r >= rows) return;
   float* row = att + r * T;
-  const int valid = static_cast<int>(r % T) + 1;
-  float maxval = -INFINITY;
-  for (int j = lane; j < valid; j += kWarpSize) maxval = fmaxf(maxval, row[j]);
-  maxval = WarpMaxAll(maxval, temp[warp]);
-  float sum = 0.0f;
-  for (int j = lane; j < valid; j += kWarpSize) {
-    const float e = expf(row[j] - maxval);
-    row[j] = e;  // each lane rewrites only the columns it reads
-    sum += e;
-  }
+  const int valid = CausalColumns(r, T);
+  const float maxval = WarpMaxAll(StridedMax(row, valid, lane, kWarpSize), temp[warp]);
+  // Each lane rewrites only the columns it reads.
+  const float sum = StridedExpShiftedSum(row, valid, maxval, lane, kWarpSize);
   const float inv = 1.0f / WarpSumAll(sum, temp[warp]);
   for (int j = lane; j < valid; j += kWarpSize) row[j] *= inv;
   for (int j = valid + lane; j < T; j += kWarpSize) row[j] = 0.0f;
@@ -99,11 +89,9 @@ __global__ void CausalSoftmaxBackwardKernel(float* datt, const float* att, int64
   if (r >= rows) return;
   float* drow = datt + r * T;
   const float* row = att + r * T;
-  const int valid = static_cast<int>(r % T) + 1;
-  float dot = 0.0f;
-  for (int j = lane; j < valid; j += kWarpSize) dot += row[j] * drow[j];
-  dot = WarpSumAll(dot, temp[warp]);
-  for (int j = lane; j < valid; j += kWarpSize) drow[j] = row[j] * (drow[j] - dot);
+  const int valid = CausalColumns(r, T);
+  const float dot = WarpSumAll(StridedDot(row, drow, valid, lane, kWarpSize), temp[warp]);
+  for (int j = lane; j < valid; j += kWarpSize) drow[j] = SoftmaxInputGrad(row[j], drow[j], dot);
   for (int j = valid + lane; j < T; j += kWarpSize) drow[j] = 0.0f;
 }
 

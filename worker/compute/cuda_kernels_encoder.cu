@@ -6,12 +6,14 @@
 // make its sums depend on timing, so the positions are sorted by token (a
 // CUB radix sort: stable, so each token's positions stay in order) and one
 // block per distinct token adds that token's rows of dout in position order:
-// the CPU backend's summation order, on every run.
+// the CPU backend's summation order, on every run. The shard's row test and
+// the sort key are kernel_math.h's, which the CPU tests run.
 
 #include <cub/device/device_radix_sort.cuh>
 
 #include "worker/compute/cuda_kernels.h"
 #include "worker/compute/cuda_reduce.cuh"
+#include "worker/compute/kernel_math.h"
 
 namespace cohort::compute::cuda {
 namespace {
@@ -20,10 +22,8 @@ using gpu_plan::AlignUp;
 using gpu_plan::GridStrideBlocks;
 using gpu_plan::kThreads;
 
-__device__ inline int64_t ShardRow(int32_t token, int vocab_start, int Vs) {
-  const int64_t row = static_cast<int64_t>(token) - vocab_start;
-  return row >= 0 && row < Vs ? row : -1;
-}
+using kernel_math::ShardRow;
+using kernel_math::ShardSortKey;
 
 __global__ void EncoderForwardKernel(float* out, const int32_t* inp, const float* wte,
                                      const float* wpe, int vocab_start, int Vs, int T, int C,
@@ -62,8 +62,7 @@ __global__ void PositionBackwardKernel(float* dwpe, const float* dout, int B, in
 __global__ void TokenKeysKernel(uint32_t* keys, int32_t* positions, const int32_t* inp,
                                 int vocab_start, int Vs, int n) {
   for (int64_t i = GlobalThread(); i < n; i += GridThreads()) {
-    const int64_t row = ShardRow(inp[i], vocab_start, Vs);
-    keys[i] = row < 0 ? static_cast<uint32_t>(Vs) : static_cast<uint32_t>(row);
+    keys[i] = ShardSortKey(inp[i], vocab_start, Vs);
     positions[i] = static_cast<int32_t>(i);
   }
 }

@@ -2,12 +2,14 @@
 // contract: the sum of exponentials in double, lse and the loss formed in
 // double, a shard's partial sum rounded to fp32 for the group's reduction).
 // One block of kRowThreads threads per row; CUB's block reductions combine
-// the threads' strided partials in a fixed tree.
+// the threads' strided partials in a fixed tree. A thread's partials, the
+// loss and the dlogit element are kernel_math.h's, which the CPU tests run.
 
 #include <math.h>
 
 #include "worker/compute/cuda_kernels.h"
 #include "worker/compute/cuda_reduce.cuh"
+#include "worker/compute/kernel_math.h"
 
 namespace cohort::compute::cuda {
 namespace {
@@ -16,36 +18,23 @@ using gpu_plan::GridStrideBlocks;
 using gpu_plan::kRowThreads;
 using gpu_plan::kThreads;
 
-// The first ValidColumns columns of a shard of Vs starting at vocab id
-// vocab_start are real ids; the rest are padding.
-__host__ __device__ inline int ValidColumns(int V, int Vs, int vocab_start) {
-  const int valid = V - vocab_start;
-  return valid < 0 ? 0 : (valid > Vs ? Vs : valid);
-}
-
-__device__ inline int TargetColumn(int32_t target, int valid, int vocab_start) {
-  const int64_t col = static_cast<int64_t>(target) - vocab_start;
-  return col >= 0 && col < valid ? static_cast<int>(col) : -1;
-}
+using kernel_math::ShardDlogit;
+using kernel_math::ShardTargetColumn;
+using kernel_math::ShardValidColumns;
+using kernel_math::StoreLoss;
+using kernel_math::StridedMax;
+using kernel_math::StridedSumExp;
 
 __device__ inline float RowMax(const float* row, int valid, BlockShared<float>& shared) {
-  float m = -INFINITY;
-  for (int j = threadIdx.x; j < valid; j += kRowThreads) m = fmaxf(m, row[j]);
-  return BlockReduceAll(m, MaxOp{}, shared);
+  return BlockReduceAll(StridedMax(row, valid, static_cast<int>(threadIdx.x), kRowThreads), MaxOp{},
+                        shared);
 }
 
 __device__ inline double RowSumExp(const float* row, int valid, float shift,
                                    BlockShared<double>& shared) {
-  double sum = 0.0;
-  for (int j = threadIdx.x; j < valid; j += kRowThreads) sum += expf(row[j] - shift);
-  return BlockReduceAll(sum, SumOp{}, shared);
-}
-
-__device__ inline void StoreLoss(float max, double sum, float target_logit, float* loss,
-                                 float* lse) {
-  const double logsumexp = static_cast<double>(max) + log(sum);
-  *lse = static_cast<float>(logsumexp);
-  *loss = static_cast<float>(logsumexp - static_cast<double>(target_logit));
+  return BlockReduceAll(
+      StridedSumExp(row, valid, shift, static_cast<int>(threadIdx.x), kRowThreads), SumOp{},
+      shared);
 }
 
 __global__ void CrossEntropyForwardKernel(float* losses, float* lse, const float* logits,
@@ -74,7 +63,7 @@ __global__ void ShardSumsKernel(float* sums, const float* logits, const float* r
   const double sum = RowSumExp(row, valid, row_max[n], shared);
   if (threadIdx.x == 0) {
     sums[n] = valid == 0 ? 0.0f : static_cast<float>(sum);
-    const int col = TargetColumn(targets[n], valid, vocab_start);
+    const int col = ShardTargetColumn(targets[n], valid, vocab_start);
     sums[N + n] = col < 0 ? 0.0f : row[col];
   }
 }
@@ -94,14 +83,9 @@ __global__ void ShardBackwardKernel(float* dlogits, const float* logits, const f
   float* drow = dlogits + n * Vs;
   const float s = lse[n];
   const float dloss = dlosses[n];
-  const int target_col = TargetColumn(targets[n], valid, vocab_start);
+  const int target_col = ShardTargetColumn(targets[n], valid, vocab_start);
   for (int j = threadIdx.x; j < Vs; j += kRowThreads) {
-    float d = 0.0f;
-    if (j < valid) {
-      const float p = expf(row[j] - s);
-      d = (j == target_col ? p - 1.0f : p) * dloss;
-    }
-    drow[j] = d;
+    drow[j] = ShardDlogit(row, j, valid, target_col, s, dloss);
   }
 }
 
@@ -120,7 +104,7 @@ void CrossEntropyForward(float* losses, float* lse, const float* logits, const i
 void CrossEntropyShardMax(float* row_max, const float* logits, int N, int V, int Vs,
                           int vocab_start, cudaStream_t stream) {
   if (N <= 0) return;
-  const int valid = ValidColumns(V, Vs, vocab_start);
+  const int valid = ShardValidColumns(V, Vs, vocab_start);
   if (valid == 0) {
     FillKernel<<<GridStrideBlocks(N, kThreads), kThreads, 0, stream>>>(row_max, -INFINITY, N);
     return;
@@ -132,8 +116,8 @@ void CrossEntropyShardSums(float* sums, const float* logits, const float* row_ma
                            const int32_t* targets, int N, int V, int Vs, int vocab_start,
                            cudaStream_t stream) {
   if (N <= 0) return;
-  ShardSumsKernel<<<N, kRowThreads, 0, stream>>>(sums, logits, row_max, targets, N,
-                                                 ValidColumns(V, Vs, vocab_start), Vs, vocab_start);
+  ShardSumsKernel<<<N, kRowThreads, 0, stream>>>(
+      sums, logits, row_max, targets, N, ShardValidColumns(V, Vs, vocab_start), Vs, vocab_start);
 }
 
 void CrossEntropyShardFinish(float* losses, float* lse, const float* row_max, const float* sums,
@@ -147,8 +131,9 @@ void CrossEntropyShardBackward(float* dlogits, const float* logits, const float*
                                const int32_t* targets, const float* dlosses, int N, int V, int Vs,
                                int vocab_start, cudaStream_t stream) {
   if (N <= 0) return;
-  ShardBackwardKernel<<<N, kRowThreads, 0, stream>>>(
-      dlogits, logits, lse, targets, dlosses, ValidColumns(V, Vs, vocab_start), Vs, vocab_start);
+  ShardBackwardKernel<<<N, kRowThreads, 0, stream>>>(dlogits, logits, lse, targets, dlosses,
+                                                     ShardValidColumns(V, Vs, vocab_start), Vs,
+                                                     vocab_start);
 }
 
 }  // namespace cohort::compute::cuda

@@ -1,12 +1,14 @@
 // LayerNorm, per-column sums (dbias, LayerNorm's dweight), GELU and the
 // residual add. LayerNorm gives each row one warp (CUB's warp reduction);
 // column sums go through the two-pass plan of gpu_launch_plan.h, rows in
-// order within a chunk and chunks in order after, never atomics.
+// order within a chunk and chunks in order after, never atomics. The
+// per-lane and per-element math is kernel_math.h's, which the CPU tests run.
 
 #include <cuda_bf16.h>
 
 #include "worker/compute/cuda_kernels.h"
 #include "worker/compute/cuda_reduce.cuh"
+#include "worker/compute/kernel_math.h"
 
 namespace cohort::compute::cuda {
 namespace {
@@ -17,17 +19,20 @@ using gpu_plan::kWarpSize;
 using gpu_plan::kWarpsPerBlock;
 using gpu_plan::WarpRowBlocks;
 
-constexpr float kLayerNormEps = 1e-5f;
+using kernel_math::GeluExpArgument;
+using kernel_math::GeluFromExp;
+using kernel_math::GeluGradFromExp;
+using kernel_math::LayerNormGradSums;
+using kernel_math::LayerNormInputGrad;
+using kernel_math::LayerNormOutput;
+using kernel_math::LayerNormRstd;
+using kernel_math::LayerNormWeightGradTerm;
+using kernel_math::RowMean;
+using kernel_math::StridedLayerNormGradSums;
+using kernel_math::StridedSquaredDeviation;
+using kernel_math::StridedSum;
+
 constexpr int kWarpBlockThreads = kWarpSize * kWarpsPerBlock;
-
-// Same form as the CPU backend: gelu(x) = x s with s = 1 / (1 + e),
-// e = exp(-2 u), u = sqrt(2/pi) (x + 0.044715 x^3) (the tanh approximation).
-constexpr float kGeluScale = 0.7978845608028654f;
-constexpr float kGeluCubic = 0.044715f;
-
-__device__ inline float GeluExp(float x) {
-  return expf(-2.0f * (kGeluScale * (x + kGeluCubic * x * x * x)));
-}
 
 __global__ void LayerNormForwardKernel(float* out, float* mean, float* rstd, const float* inp,
                                        const float* weight, const float* bias, int N, int C) {
@@ -37,17 +42,11 @@ __global__ void LayerNormForwardKernel(float* out, float* mean, float* rstd, con
   const int64_t n = static_cast<int64_t>(blockIdx.x) * kWarpsPerBlock + warp;
   if (n >= N) return;  // whole warps leave; nothing below syncs the block
   const float* x = inp + n * C;
-  float sum = 0.0f;
-  for (int c = lane; c < C; c += kWarpSize) sum += x[c];
-  const float m = WarpSumAll(sum, temp[warp]) / C;
-  float var = 0.0f;  // two passes: no cancellation
-  for (int c = lane; c < C; c += kWarpSize) {
-    const float d = x[c] - m;
-    var += d * d;
-  }
-  const float s = 1.0f / sqrtf(WarpSumAll(var, temp[warp]) / C + kLayerNormEps);
+  const float m = RowMean(WarpSumAll(StridedSum(x, C, lane, kWarpSize), temp[warp]), C);
+  const float s =
+      LayerNormRstd(WarpSumAll(StridedSquaredDeviation(x, C, m, lane, kWarpSize), temp[warp]), C);
   float* y = out + n * C;
-  for (int c = lane; c < C; c += kWarpSize) y[c] = (x[c] - m) * s * weight[c] + bias[c];
+  for (int c = lane; c < C; c += kWarpSize) y[c] = LayerNormOutput(x[c], m, s, weight[c], bias[c]);
   if (lane == 0) {
     mean[n] = m;
     rstd[n] = s;
@@ -67,20 +66,11 @@ __global__ void LayerNormBackwardKernel(float* dinp, const float* dout, const fl
   float* dx = dinp + n * C;
   const float m = mean[n];
   const float s = rstd[n];
-  float dnorm_sum = 0.0f;
-  float dnorm_norm_sum = 0.0f;
+  const LayerNormGradSums sums = StridedLayerNormGradSums(dy, x, weight, m, s, C, lane, kWarpSize);
+  const float dnorm_mean = RowMean(WarpSumAll(sums.dnorm, temp[warp]), C);
+  const float dnorm_norm_mean = RowMean(WarpSumAll(sums.dnorm_norm, temp[warp]), C);
   for (int c = lane; c < C; c += kWarpSize) {
-    const float norm = (x[c] - m) * s;
-    const float dnorm = weight[c] * dy[c];
-    dnorm_sum += dnorm;
-    dnorm_norm_sum += dnorm * norm;
-  }
-  const float dnorm_mean = WarpSumAll(dnorm_sum, temp[warp]) / C;
-  const float dnorm_norm_mean = WarpSumAll(dnorm_norm_sum, temp[warp]) / C;
-  for (int c = lane; c < C; c += kWarpSize) {
-    const float norm = (x[c] - m) * s;
-    const float dnorm = weight[c] * dy[c];
-    dx[c] += (dnorm - dnorm_mean - norm * dnorm_norm_mean) * s;
+    dx[c] += LayerNormInputGrad(x[c], weight[c], dy[c], m, s, dnorm_mean, dnorm_norm_mean);
   }
 }
 
@@ -98,7 +88,7 @@ struct LayerNormWeightTerm {
   int columns;
   __device__ float operator()(int64_t r, int c) const {
     const int64_t i = r * columns + c;
-    return (inp[i] - mean[r]) * rstd[r] * dout[i];
+    return LayerNormWeightGradTerm(inp[i], mean[r], rstd[r], dout[i]);
   }
 };
 
@@ -153,19 +143,14 @@ __global__ void RoundToBf16Kernel(__nv_bfloat16* out, const float* in, int rows,
 __global__ void GeluForwardKernel(float* out, const float* inp, int64_t n) {
   for (int64_t i = GlobalThread(); i < n; i += GridThreads()) {
     const float x = inp[i];
-    out[i] = x * (1.0f / (1.0f + GeluExp(x)));
+    out[i] = GeluFromExp(x, expf(GeluExpArgument(x)));
   }
 }
 
 __global__ void GeluBackwardKernel(float* dinp, const float* inp, const float* dout, int64_t n) {
   for (int64_t i = GlobalThread(); i < n; i += GridThreads()) {
     const float x = inp[i];
-    const float e = GeluExp(x);
-    const float s = 1.0f / (1.0f + e);
-    const float one_minus_s = isinf(e) ? 1.0f : e * s;
-    const float local =
-        s + x * (2.0f * s * one_minus_s) * (kGeluScale * (1.0f + 3.0f * kGeluCubic * x * x));
-    dinp[i] += local * dout[i];
+    dinp[i] += GeluGradFromExp(x, expf(GeluExpArgument(x))) * dout[i];
   }
 }
 

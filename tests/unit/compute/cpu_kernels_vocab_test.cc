@@ -6,7 +6,6 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
-#include <cstring>
 #include <vector>
 
 #include "gtest/gtest.h"
@@ -16,31 +15,17 @@
 namespace cohort::compute {
 namespace {
 
+using ref::Bits;
+using ref::Columns;
 using ref::RandomFloats;
 using ref::Span;
 using ref::ToDouble;
 using ref::Vec;
 
-// The bit patterns of `v`: EXPECT_EQ on them is a bitwise comparison that
-// tells -0 from +0 and prints the first difference.
-std::vector<uint32_t> Bits(const std::vector<float>& v) {
-  std::vector<uint32_t> bits(v.size());
-  std::memcpy(bits.data(), v.data(), v.size() * sizeof(float));
-  return bits;
-}
-
 // Rows [row0, row0 + rows) of a row-major matrix with `width` columns.
 std::vector<float> Rows(const std::vector<float>& m, int row0, int rows, int width) {
   return std::vector<float>(m.begin() + int64_t{row0} * width,
                             m.begin() + int64_t{row0 + rows} * width);
-}
-
-// Columns [col0, col0 + cols) of a row-major (n, width) matrix.
-std::vector<float> Columns(const std::vector<float>& m, int n, int width, int col0, int cols) {
-  std::vector<float> out(int64_t{n} * cols);
-  for (int r = 0; r < n; ++r)
-    std::copy_n(m.begin() + int64_t{r} * width + col0, cols, out.begin() + int64_t{r} * cols);
-  return out;
 }
 
 // ---- Encoder ------------------------------------------------------------------

@@ -7,6 +7,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <cstring>
 #include <random>
 #include <vector>
 
@@ -33,6 +34,23 @@ inline std::vector<float> RandomFloats(size_t n, uint64_t seed, float scale = 1.
 }
 
 inline Vec ToDouble(const std::vector<float>& v) { return Vec(v.begin(), v.end()); }
+
+// Columns [col0, col0 + cols) of a row-major (n, width) matrix.
+inline std::vector<float> Columns(const std::vector<float>& m, int n, int width, int col0,
+                                  int cols) {
+  std::vector<float> out(int64_t{n} * cols);
+  for (int r = 0; r < n; ++r)
+    std::copy_n(m.begin() + int64_t{r} * width + col0, cols, out.begin() + int64_t{r} * cols);
+  return out;
+}
+
+// The bit patterns of `v`: EXPECT_EQ on them is a bitwise comparison that
+// tells -0 from +0 and prints the first difference.
+inline std::vector<uint32_t> Bits(const std::vector<float>& v) {
+  std::vector<uint32_t> bits(v.size());
+  std::memcpy(bits.data(), v.data(), v.size() * sizeof(float));
+  return bits;
+}
 
 // ||actual - expected|| / ||expected|| (Frobenius); the absolute norm of the
 // difference when `expected` is zero.
