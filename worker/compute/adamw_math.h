@@ -12,17 +12,13 @@
 //   v = beta2 * v + (1 - beta2) * g * g
 //   p = p - (lr / (1 - beta1^t)) * m / (sqrt(v) / sqrt(1 - beta2^t) + eps)
 //
-// Plain C++17 with CUDA qualifiers where nvcc compiles it; no project
-// headers, so kernels include it without the rest of the tree.
+// Plain C++17 with CUDA qualifiers where nvcc compiles it (host_device.h);
+// no other project header, so kernels include it without the rest of the tree.
 
 #include <cmath>
 #include <cstdint>
 
-#if defined(__CUDACC__)
-#define COHORT_ADAMW_HD __host__ __device__ __forceinline__
-#else
-#define COHORT_ADAMW_HD inline
-#endif
+#include "worker/compute/host_device.h"
 
 namespace cohort::compute {
 
@@ -58,7 +54,7 @@ inline AdamWScalars AdamWScalarsFor(double beta1, double beta2, double eps, doub
 
 // One element: updates *param, *m, *v from the gradient `grad` (already
 // clipped). `decay`: the element's tensor takes weight decay.
-COHORT_ADAMW_HD void AdamWElement(const AdamWScalars& s, bool decay, float grad, float* param,
+COHORT_HOST_DEVICE void AdamWElement(const AdamWScalars& s, bool decay, float grad, float* param,
                                   float* m, float* v) {
   float p = *param;
   if (decay && s.decays) p *= s.decay_factor;
@@ -74,7 +70,7 @@ COHORT_ADAMW_HD void AdamWElement(const AdamWScalars& s, bool decay, float grad,
 // (norm + 1e-6)); 1 (no clipping) when max_norm <= 0 or the norm is NaN
 // (the trainer refuses a non-finite norm itself). In double, whose IEEE
 // operations round the same on a GPU as on the host.
-COHORT_ADAMW_HD double ClipFactor(double norm, double max_norm) {
+COHORT_HOST_DEVICE double ClipFactor(double norm, double max_norm) {
   if (max_norm <= 0.0) return 1.0;
   const double factor = max_norm / (norm + 1e-6);
   return factor < 1.0 ? factor : 1.0;

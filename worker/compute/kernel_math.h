@@ -28,11 +28,7 @@
 #include <cmath>
 #include <cstdint>
 
-#if defined(__CUDACC__)
-#define COHORT_HOST_DEVICE __host__ __device__ inline
-#else
-#define COHORT_HOST_DEVICE inline
-#endif
+#include "worker/compute/host_device.h"
 
 namespace cohort::compute::kernel_math {
 
