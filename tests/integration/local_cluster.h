@@ -9,7 +9,9 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "absl/time/clock.h"
 #include "absl/time/time.h"
 #include "cohort/v1/jobs.grpc.pb.h"
 #include "common/grpc_status.h"
@@ -39,33 +41,22 @@ class LocalCluster {
   void UseHosts(NetnsHosts* hosts) { hosts_ = hosts; }
 
   // Starts (or restarts) the coordinator on the same port and data dir.
+  // PickFreePort's port is free when picked, not reserved: a test running
+  // beside this one may take it first. The first start therefore moves to a
+  // fresh port when the coordinator reports that it cannot listen (a
+  // restart must keep the port its workers know).
   void StartCoordinator(const std::string& readopt_grace = "10s",
                         const std::vector<std::string>& extra_args = {}) {
-    Subprocess::Options options;
-    options.binary = BinaryPath("cohort-coordinator");
-    options.args = {absl::StrCat("--listen=", address()),
-                    absl::StrCat("--metrics_address=", ip(), ":0"),
-                    absl::StrCat("--data_dir=", dir_, "/data"),
-                    absl::StrCat("--heartbeat_interval=", kHeartbeatInterval),
-                    absl::StrCat("--heartbeat_timeout=", kHeartbeatTimeout),
-                    absl::StrCat("--readopt_grace=", readopt_grace)};
-    options.args.insert(options.args.end(), extra_args.begin(), extra_args.end());
-    if (hosts_ != nullptr) {
-      // Plaintext on the test's own bridge, which nothing else reaches.
-      options.args.push_back("--allow_insecure");
-      std::tie(options.binary, options.args) = hosts_->Command(0, options.binary, options.args);
+    const bool may_move = coordinator_starts_ == 0 && hosts_ == nullptr;
+    for (int attempt = 0;; ++attempt) {
+      const CoordinatorStart start = TryStartCoordinator(readopt_grace, extra_args);
+      if (start == CoordinatorStart::kUp) return;
+      if (start == CoordinatorStart::kPortTaken && may_move && attempt < 3) {
+        port_ = PickFreePort();
+        continue;
+      }
+      FAIL() << "coordinator did not come up; log:\n" << coordinator_->ReadLog();
     }
-    options.log_path = absl::StrCat(dir_, "/coordinator-", coordinator_starts_++, ".log");
-    auto process = Subprocess::Start(options);
-    ASSERT_TRUE(process.ok()) << process.status();
-    coordinator_ = *std::move(process);
-    channel_ = grpc::CreateChannel(address(), grpc::InsecureChannelCredentials());
-    jobs_ = v1::Jobs::NewStub(channel_);
-    workers_ = v1::Workers::NewStub(channel_);
-    ASSERT_TRUE(channel_->WaitForConnected(std::chrono::system_clock::now() +
-                                           std::chrono::seconds(30)))
-        << "coordinator did not come up; log:\n"
-        << coordinator_->ReadLog();
   }
 
   // Starts worker `id` on simulated host `host`.
@@ -225,6 +216,51 @@ class LocalCluster {
  private:
   std::string dir_;
   int port_;
+
+  enum class CoordinatorStart { kUp, kPortTaken, kFailed };
+  // One start of the coordinator, and whether it came up within 30 s: an
+  // early exit is seen at once (the connection is polled in slices while
+  // the process runs).
+  CoordinatorStart TryStartCoordinator(const std::string& readopt_grace,
+                                       const std::vector<std::string>& extra_args) {
+    Subprocess::Options options;
+    options.binary = BinaryPath("cohort-coordinator");
+    options.args = {absl::StrCat("--listen=", address()),
+                    absl::StrCat("--metrics_address=", ip(), ":0"),
+                    absl::StrCat("--data_dir=", dir_, "/data"),
+                    absl::StrCat("--heartbeat_interval=", kHeartbeatInterval),
+                    absl::StrCat("--heartbeat_timeout=", kHeartbeatTimeout),
+                    absl::StrCat("--readopt_grace=", readopt_grace)};
+    options.args.insert(options.args.end(), extra_args.begin(), extra_args.end());
+    if (hosts_ != nullptr) {
+      // Plaintext on the test's own bridge, which nothing else reaches.
+      options.args.push_back("--allow_insecure");
+      std::tie(options.binary, options.args) = hosts_->Command(0, options.binary, options.args);
+    }
+    options.log_path = absl::StrCat(dir_, "/coordinator-", coordinator_starts_++, ".log");
+    auto process = Subprocess::Start(options);
+    if (!process.ok()) {
+      ADD_FAILURE() << process.status();
+      return CoordinatorStart::kFailed;
+    }
+    coordinator_ = *std::move(process);
+    channel_ = grpc::CreateChannel(address(), grpc::InsecureChannelCredentials());
+    jobs_ = v1::Jobs::NewStub(channel_);
+    workers_ = v1::Workers::NewStub(channel_);
+    const absl::Time deadline = absl::Now() + absl::Seconds(30);
+    while (absl::Now() < deadline) {
+      if (channel_->WaitForConnected(std::chrono::system_clock::now() +
+                                     std::chrono::milliseconds(200))) {
+        return CoordinatorStart::kUp;
+      }
+      if (!coordinator_->Running()) {
+        return absl::StrContains(coordinator_->ReadLog(), "cannot listen for gRPC")
+                   ? CoordinatorStart::kPortTaken
+                   : CoordinatorStart::kFailed;
+      }
+    }
+    return CoordinatorStart::kFailed;
+  }
   NetnsHosts* hosts_ = nullptr;
   int coordinator_starts_ = 0;
   std::unique_ptr<Subprocess> coordinator_;
