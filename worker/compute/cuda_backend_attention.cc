@@ -235,8 +235,8 @@ void CudaBackend::CudnnAttentionForward(TensorSpan out, TensorSpan state, Tensor
     if (workspace == nullptr) return;
   }
   const StateParts parts = PartsOf(saved, layout);
-  cuda::RoundToBf16(parts.qkv, x, 3 * C, int64_t{B} * T, 3 * C, 3 * C, stream_);
-  CheckLaunch("RoundToBf16 (qkv)");
+  cuda::NarrowToBf16(parts.qkv, x, static_cast<int64_t>(3 * btc), stream_);
+  CheckLaunch("NarrowToBf16 (qkv)");
   if (!Begin()) return;
   if (absl::Status run = sdpa::ExecuteForward(*cudnn_, cudnn_handle_, *plan, shape,
                                               {parts.qkv, parts.out, parts.stats}, workspace);
@@ -271,8 +271,8 @@ void CudaBackend::CudnnAttentionBackward(TensorSpan dqkv, TensorSpan dout, Tenso
   auto* dout16 = reinterpret_cast<uint16_t*>(operands);
   auto* dqkv16 = reinterpret_cast<uint16_t*>(operands + dout_bytes);
   const StateParts parts = PartsOf(saved, layout);
-  cuda::RoundToBf16(dout16, dy, C, int64_t{B} * T, C, C, stream_);
-  CheckLaunch("RoundToBf16 (attention dout)");
+  cuda::NarrowToBf16(dout16, dy, static_cast<int64_t>(btc), stream_);
+  CheckLaunch("NarrowToBf16 (attention dout)");
   if (!Begin()) return;
   if (absl::Status run = sdpa::ExecuteBackward(
           *cudnn_, cudnn_handle_, *plan, shape,

@@ -72,6 +72,8 @@ void CausalSoftmax(float* att, int64_t rows, int T, cudaStream_t stream);
 void CausalSoftmaxBackward(float* datt, const float* att, int64_t rows, int T, cudaStream_t stream);
 
 // ---- cuDNN attention's conversions (cuda_kernels_sdpa.cu) -----------------
+// out[i] = in[i] rounded to bf16 (to nearest even; kernel_math::Bf16Bits), i < n.
+void NarrowToBf16(uint16_t* out, const float* in, int64_t n, cudaStream_t stream);
 // out[i] = the fp32 value of the bf16 in[i] (exact), i < n.
 void WidenBf16(float* out, const uint16_t* in, int64_t n, cudaStream_t stream);
 // acc[i] += the fp32 value of the bf16 grad[i], i < n (kernel_math::AddBf16).

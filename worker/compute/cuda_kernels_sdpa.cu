@@ -1,8 +1,8 @@
 // The per-element conversions around cuDNN's fused attention
-// (cuda_backend_attention.cc): its bf16 output widened into the model's fp32
+// (cuda_backend_attention.cc): the model's fp32 qkv and output gradient
+// rounded to bf16 for it, its bf16 output widened into the fp32
 // activations, and its bf16 gradient added to the fp32 one. The math is
-// bf16_math.h's, which the CPU tests run; the rounding to bf16 on the way in
-// is RoundToBf16's (cuda_kernels_pointwise.cu).
+// bf16_math.h's, which the CPU tests run (bf16_math_test.cc).
 
 #include "worker/compute/bf16_math.h"
 #include "worker/compute/cuda_kernels.h"
@@ -13,6 +13,12 @@ namespace {
 
 using gpu_plan::GridStrideBlocks;
 using gpu_plan::kThreads;
+
+__global__ void NarrowToBf16Kernel(uint16_t* out, const float* in, int64_t n) {
+  for (int64_t i = GlobalThread(); i < n; i += GridThreads()) {
+    out[i] = kernel_math::Bf16Bits(in[i]);
+  }
+}
 
 __global__ void WidenBf16Kernel(float* out, const uint16_t* in, int64_t n) {
   for (int64_t i = GlobalThread(); i < n; i += GridThreads()) {
@@ -27,6 +33,11 @@ __global__ void AddBf16Kernel(float* acc, const uint16_t* grad, int64_t n) {
 }
 
 }  // namespace
+
+void NarrowToBf16(uint16_t* out, const float* in, int64_t n, cudaStream_t stream) {
+  if (n <= 0) return;
+  NarrowToBf16Kernel<<<GridStrideBlocks(n, kThreads), kThreads, 0, stream>>>(out, in, n);
+}
 
 void WidenBf16(float* out, const uint16_t* in, int64_t n, cudaStream_t stream) {
   if (n <= 0) return;
