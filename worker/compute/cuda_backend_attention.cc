@@ -46,18 +46,21 @@ absl::Status CudaBackend::InitAttention(int compute_major) {
     return absl::OkStatus();
   }
   const bool required = mode == FusedAttention::kCudnn;
-  auto refuse = [&](std::string reason) {
+  // `fallback`: cuDNN was wanted and is missing (a warning), rather than
+  // not applicable to the job (precision fp32 or tf32: info).
+  auto refuse = [&](std::string reason, bool fallback = true) {
     if (required) {
       return absl::FailedPreconditionError(
           absl::StrCat("--fused_attention=cudnn on CUDA device ", options_.device_index, ": ",
                        reason));
     }
-    DecideForKernels(std::move(reason), /*fallback=*/true);
+    DecideForKernels(std::move(reason), fallback);
     return absl::OkStatus();
   };
   if (options_.precision != Precision::kBf16) {
     return refuse(absl::StrCat("precision ", PrecisionName(options_.precision),
-                               ": cuDNN's fused attention computes on bf16 inputs"));
+                               ": cuDNN's fused attention computes on bf16 inputs"),
+                  /*fallback=*/false);
   }
   if (compute_major < 8) {
     return refuse("cuDNN's fused flash attention needs compute capability 8.0 or newer");
