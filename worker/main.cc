@@ -8,6 +8,7 @@
 #include <atomic>
 #include <cstdlib>
 #include <iostream>
+#include <optional>
 #include <string>
 #include <thread>
 
@@ -84,6 +85,14 @@ ABSL_FLAG(std::string, collectives, "auto",
           "exchange over the group, host by host) or \"auto\" "
           "(hierarchical when every host holds the same number, two or more, of the group's "
           "ranks; else flat). \"hierarchical\" fails a generation whose hosts do not allow it.");
+ABSL_FLAG(std::string, fused_attention, "auto",
+          "How a GPU job runs causal attention: \"cudnn\" (cuDNN's fused flash attention, "
+          "loaded at run time from this machine: $COHORT_CUDNN_LIBRARY, the loader's search "
+          "path, /usr/local/cuda/lib64, PyTorch's nvidia-cudnn wheel; the worker refuses to "
+          "start without it), \"off\" (the backend's own kernels) or \"auto\" (cuDNN where "
+          "it loads and plans the job's shapes in precision bf16, else the kernels; the choice "
+          "and the reason are logged once and exported as "
+          "cohort_worker_attention_implementation).");
 ABSL_FLAG(std::string, log_level, "",
           "Minimum log level: debug, info, warning or error; empty means $COHORT_LOG_LEVEL, "
           "else info.");
@@ -182,6 +191,15 @@ int main(int argc, char** argv) {
       cohort::comm::ParseCollectiveAlgorithm(absl::GetFlag(FLAGS_collectives));
   if (!collectives.ok()) return Fail(absl::StrCat("--collectives: ", collectives.status().message()));
   config.collectives = *collectives;
+  const std::optional<cohort::compute::FusedAttention> fused_attention =
+      cohort::compute::FusedAttentionFromName(absl::GetFlag(FLAGS_fused_attention));
+  if (!fused_attention.has_value()) return Fail("--fused_attention must be auto, cudnn or off");
+  config.fused_attention = *fused_attention;
+  if (config.fused_attention == cohort::compute::FusedAttention::kCudnn) {
+    if (absl::Status cudnn = cohort::compute::CheckCudnnLoads(); !cudnn.ok()) {
+      return Fail(absl::StrCat("--fused_attention=cudnn: ", cudnn.message()));
+    }
+  }
   config.ucx_net_devices = absl::GetFlag(FLAGS_ucx_net_devices);
   if (config.ucx_net_devices.empty() || config.ucx_net_devices.size() > 256) {
     return Fail("--ucx_net_devices must be auto, all or a UCX device list (1 to 256 characters)");

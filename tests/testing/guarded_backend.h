@@ -122,8 +122,8 @@ class GuardedBackend final : public compute::Backend {
                       compute::TensorSpan weight, int N, int C, int OC) override {
     COHORT_GUARDED(MatmulBackward, dinp, dweight, dbias, dout, inp, weight, N, C, OC);
   }
-  size_t AttentionStateNumel(int B, int T, int NH) const override {
-    return cpu_.AttentionStateNumel(B, T, NH);
+  size_t AttentionStateNumel(int B, int T, int C, int NH) const override {
+    return cpu_.AttentionStateNumel(B, T, C, NH);
   }
   void AttentionForward(compute::TensorSpan out, compute::TensorSpan state, compute::TensorSpan qkv,
                         int B, int T, int C, int NH) override {

@@ -67,6 +67,7 @@
 #include "absl/strings/str_split.h"
 #include "common/status_macros.h"
 #include "tools/bench/host_optimizer.h"
+#include "worker/compute/attention_report.h"
 #include "worker/compute/backend.h"
 #include "worker/compute/backend_factory.h"
 #include "worker/model/gpt_config.h"
@@ -151,6 +152,7 @@ struct RowResult {
   std::optional<double> peak_mem_gib;  // none where the backend cannot tell
   double first_loss = 0;
   double last_loss = 0;
+  std::string attention;  // the attention implementation and why (attention_report.h)
 };
 
 int FlagError(const std::string& message) {
@@ -387,6 +389,15 @@ RowResult RunRow(const BenchConfig& bench, size_t row) {
       bench.model, backend->get(), model::ModelOptions{.max_micro_batch = bench.batch});
   if (!created.ok()) return fail(Outcome::kFailed, created.status());
   model::GptModel& gpt = **created;
+  if (const std::optional<compute::AttentionChoice> choice = compute::LatestAttentionChoice();
+      choice.has_value() && bench.backend == compute::BackendKind::kCuda) {
+    result.attention = absl::StrCat(compute::AttentionImplementationName(choice->implementation),
+                                    " (", choice->reason, ")");
+  } else {
+    result.attention = "kernels";
+  }
+  std::fprintf(stderr, "cohort-bench-gpu: %s attention: %s\n", label.c_str(),
+               result.attention.c_str());
   gpt.InitializeParameters(/*seed=*/1234);
 
   // A few fixed random batches, cycled: the data does not change the work.
@@ -582,7 +593,8 @@ void PrintJson(const BenchConfig& bench, size_t num_params, const std::vector<Ro
                                             : std::nullopt),
         ", \"mfu\": ", JsonNumber(r.mfu), ", \"peak_mem_gib\": ", JsonNumber(r.peak_mem_gib),
         ", \"first_loss\": ", JsonNumber(if_ran(r.first_loss)),
-        ", \"last_loss\": ", JsonNumber(if_ran(r.last_loss)), "}"));
+        ", \"last_loss\": ", JsonNumber(if_ran(r.last_loss)),
+        ", \"attention\": ", JsonString(r.attention), "}"));
   }
   std::printf(
       "{\"model\": %s, \"shape\": %s, \"num_params\": %zu, \"batch\": %d, \"seq\": %d, "

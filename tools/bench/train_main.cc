@@ -135,8 +135,8 @@ class TimingBackend final : public cohort::compute::Backend {
     Time(absl::StrCat("MatmulBackward ", C, "->", OC),
          [&] { inner_->MatmulBackward(dinp, dweight, dbias, dout, inp, weight, N, C, OC); });
   }
-  size_t AttentionStateNumel(int B, int T, int NH) const override {
-    return inner_->AttentionStateNumel(B, T, NH);
+  size_t AttentionStateNumel(int B, int T, int C, int NH) const override {
+    return inner_->AttentionStateNumel(B, T, C, NH);
   }
   void AttentionForward(Span out, Span state, Span qkv, int B, int T, int C, int NH) override {
     Time("AttentionForward", [&] { inner_->AttentionForward(out, state, qkv, B, T, C, NH); });

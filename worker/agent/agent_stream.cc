@@ -232,6 +232,7 @@ void WorkerAgent::SendHeartbeat(const std::shared_ptr<AttachStream>& stream) {
     heartbeat_sent_at_[sequence] = clock_->Now();
   }
   metrics_.resident_memory.Set(static_cast<double>(ResidentMemoryBytes()));
+  metrics_.RefreshAttentionImplementation();
   metrics_.step.Set(static_cast<double>(progress.step.value()));
   if (progress.loss.has_value()) metrics_.loss.Set(*progress.loss);
   metrics_.tokens_per_second.Set(progress.tokens_per_second);

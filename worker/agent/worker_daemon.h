@@ -6,6 +6,7 @@
 #include <memory>
 #include <string>
 
+#include "worker/compute/backend_factory.h"
 #include "absl/status/statusor.h"
 #include "cohort/v1/job.pb.h"
 #include "common/ids.h"
@@ -41,6 +42,7 @@ struct WorkerConfig {
   // --ucx_net_devices: "auto", "all" or UCX's own list (comm::ResolveNetDevices).
   std::string ucx_net_devices = "auto";
   comm::CollectiveAlgorithm collectives = comm::CollectiveAlgorithm::kAuto;  // --collectives
+  compute::FusedAttention fused_attention = compute::FusedAttention::kAuto;  // --fused_attention
 };
 
 // "<host>-<cpu|gpu>-<index>".

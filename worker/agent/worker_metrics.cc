@@ -1,10 +1,25 @@
 #include "worker/agent/worker_metrics.h"
 
+#include "worker/compute/attention_report.h"
+
 namespace cohort::worker {
 namespace {
 
 prometheus::Gauge& NewGauge(prometheus::Registry& registry, const char* name, const char* help) {
   return prometheus::BuildGauge().Name(name).Help(help).Register(registry).Add({});
+}
+
+constexpr char kAttentionName[] = "cohort_worker_attention_implementation";
+constexpr char kAttentionHelp[] =
+    "1 for the attention implementation the worker's GPU backend runs (cuDNN's fused attention "
+    "or the backend's kernels), 0 for the other";
+
+prometheus::Gauge& AttentionGauge(prometheus::Registry& registry, const char* implementation) {
+  return prometheus::BuildGauge()
+      .Name(kAttentionName)
+      .Help(kAttentionHelp)
+      .Register(registry)
+      .Add({{"implementation", implementation}});
 }
 
 prometheus::Counter& NewCounter(prometheus::Registry& registry, const char* name,
@@ -51,6 +66,16 @@ WorkerMetrics::WorkerMetrics(std::shared_ptr<prometheus::Registry> registry)
                          "Wall time of the last optimizer step")),
       warm_spare_memory(NewGauge(*registry, "cohort_worker_warm_spare_bytes",
                                  "Memory of the session a warm spare prepared ahead (estimate)")),
+      attention_cudnn(AttentionGauge(*registry, "cudnn")),
+      attention_kernels(AttentionGauge(*registry, "kernels")),
       registry_(std::move(registry)) {}
+
+void WorkerMetrics::RefreshAttentionImplementation() {
+  const std::optional<compute::AttentionChoice> choice = compute::LatestAttentionChoice();
+  const bool cudnn =
+      choice.has_value() && choice->implementation == compute::AttentionImplementation::kCudnn;
+  attention_cudnn.Set(cudnn ? 1.0 : 0.0);
+  attention_kernels.Set(choice.has_value() && !cudnn ? 1.0 : 0.0);
+}
 
 }  // namespace cohort::worker

@@ -29,6 +29,12 @@ class WorkerMetrics {
   prometheus::Gauge& tokens_per_second_average;  // over the generation's last 20 steps
   prometheus::Gauge& step_time;              // seconds of the last step
   prometheus::Gauge& warm_spare_memory;      // bytes of a warm spare's prepared session
+  // 1 for the attention implementation the GPU backend runs, 0 for the other
+  // (label implementation = cudnn | kernels); both 0 until a GPU backend
+  // decided. Refreshed per heartbeat (compute::LatestAttentionChoice).
+  prometheus::Gauge& attention_cudnn;
+  prometheus::Gauge& attention_kernels;
+  void RefreshAttentionImplementation();
 
  private:
   std::shared_ptr<prometheus::Registry> registry_;

@@ -4,6 +4,7 @@
 #include "worker/compute/cpu_backend.h"
 #if COHORT_HAVE_CUDA
 #include "worker/compute/cuda_backend.h"
+#include "worker/compute/cuda_cudnn_library.h"
 #endif
 
 namespace cohort::compute {
@@ -24,6 +25,30 @@ std::optional<Precision> PrecisionFromName(std::string_view name) {
   return std::nullopt;
 }
 
+const char* FusedAttentionName(FusedAttention mode) {
+  switch (mode) {
+    case FusedAttention::kAuto: return "auto";
+    case FusedAttention::kCudnn: return "cudnn";
+    case FusedAttention::kOff: return "off";
+  }
+  return "unknown";
+}
+
+std::optional<FusedAttention> FusedAttentionFromName(std::string_view name) {
+  for (FusedAttention mode : {FusedAttention::kAuto, FusedAttention::kCudnn, FusedAttention::kOff}) {
+    if (name == FusedAttentionName(mode)) return mode;
+  }
+  return std::nullopt;
+}
+
+absl::Status CheckCudnnLoads() {
+#if COHORT_HAVE_CUDA
+  return CudnnLibrary::Load({}).status();
+#else
+  return absl::UnimplementedError("this build has no CUDA backend, so no cuDNN attention");
+#endif
+}
+
 absl::StatusOr<std::unique_ptr<Backend>> CreateBackend(const BackendOptions& options) {
   if (options.num_threads < 0) {
     return absl::InvalidArgumentError(
@@ -41,7 +66,8 @@ absl::StatusOr<std::unique_ptr<Backend>> CreateBackend(const BackendOptions& opt
 #if COHORT_HAVE_CUDA
       return CreateCudaBackend(CudaBackendOptions{.device_index = options.device_index,
                                                   .precision = options.precision,
-                                                  .arena_bytes = options.arena_bytes});
+                                                  .arena_bytes = options.arena_bytes,
+                                                  .fused_attention = options.fused_attention});
 #else
       return absl::UnimplementedError(
           "this build has no CUDA backend (nvcc was not found when it was configured)");

@@ -19,6 +19,20 @@ const char* PrecisionName(Precision precision);  // "fp32", "tf32", "bf16"
 // The precision PrecisionName names `name`; nullopt for any other string.
 std::optional<Precision> PrecisionFromName(std::string_view name);
 
+// How a CUDA backend runs causal attention (the worker's --fused_attention):
+// kAuto: cuDNN's fused flash attention where cuDNN loads and plans the
+// session's shapes (precision bf16 only), else the backend's own kernels;
+// kCudnn: cuDNN's or an error when the backend is set up; kOff: the kernels.
+// The CPU backend ignores it.
+enum class FusedAttention { kAuto, kCudnn, kOff };
+const char* FusedAttentionName(FusedAttention mode);  // "auto", "cudnn", "off"
+std::optional<FusedAttention> FusedAttentionFromName(std::string_view name);
+// Whether cuDNN loads on this machine (cuda_cudnn_library.h): OK naming
+// nothing, else why not (Unimplemented in a build without CUDA). For the
+// worker's start with --fused_attention=cudnn; the backend checks again,
+// with the device and the shapes, when a job builds it.
+absl::Status CheckCudnnLoads();
+
 struct BackendOptions {
   BackendKind kind = BackendKind::kCpu;
   // CPU: OpenMP and OpenBLAS threads; 0 = omp_get_max_threads(). >= 0.
@@ -28,6 +42,7 @@ struct BackendOptions {
   // for the backend's buffers (0: allocated on demand; cuda_backend.h).
   int device_index = 0;
   size_t arena_bytes = 0;
+  FusedAttention fused_attention = FusedAttention::kAuto;
 };
 
 // A new backend owned by the caller. InvalidArgument for a negative thread

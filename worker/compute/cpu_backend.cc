@@ -126,7 +126,7 @@ void CpuBackend::MatmulBackward(TensorSpan dinp, TensorSpan dweight, TensorSpan 
       CheckedF32(weight, Mul(OC, C), "matmul weight"), N, C, OC, threads_);
 }
 
-size_t CpuBackend::AttentionStateNumel(int B, int T, int NH) const {
+size_t CpuBackend::AttentionStateNumel(int B, int T, int /*C*/, int NH) const {
   return Mul(Mul(B, NH), Mul(T, T));
 }
 
@@ -135,7 +135,7 @@ void CpuBackend::AttentionForward(TensorSpan out, TensorSpan state, TensorSpan q
   CHECK(NH > 0 && C % NH == 0) << "C=" << C << " not divisible by NH=" << NH;
   const size_t bt = Mul(B, T);
   cpu::AttentionForward(CheckedF32(out, bt * C, "attention out"),
-                        CheckedF32(state, AttentionStateNumel(B, T, NH), "attention state"),
+                        CheckedF32(state, AttentionStateNumel(B, T, C, NH), "attention state"),
                         CheckedF32(qkv, bt * 3 * C, "qkv"), B, T, C, NH, threads_);
 }
 
@@ -148,7 +148,7 @@ void CpuBackend::AttentionBackward(TensorSpan dqkv, TensorSpan dout, TensorSpan 
   cpu::AttentionBackward(CheckedF32(dqkv, bt * 3 * C, "dqkv"),
                          CheckedF32(dout, bt * C, "attention dout"),
                          CheckedF32(qkv, bt * 3 * C, "qkv"),
-                         CheckedF32(state, AttentionStateNumel(B, T, NH), "attention state"),
+                         CheckedF32(state, AttentionStateNumel(B, T, C, NH), "attention state"),
                          attention_scratch_.data(), B, T, C, NH, threads_);
 }
 

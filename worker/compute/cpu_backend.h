@@ -56,7 +56,7 @@ class CpuBackend final : public Backend {
                      int C, int OC) override;
   void MatmulBackward(TensorSpan dinp, TensorSpan dweight, TensorSpan dbias, TensorSpan dout,
                       TensorSpan inp, TensorSpan weight, int N, int C, int OC) override;
-  size_t AttentionStateNumel(int B, int T, int NH) const override;
+  size_t AttentionStateNumel(int B, int T, int C, int NH) const override;
   void AttentionForward(TensorSpan out, TensorSpan state, TensorSpan qkv, int B, int T, int C,
                         int NH) override;
   void AttentionBackward(TensorSpan dqkv, TensorSpan dout, TensorSpan qkv, TensorSpan state, int B,

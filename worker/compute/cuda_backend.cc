@@ -7,6 +7,7 @@ namespace cohort::compute::cuda_impl {
 CudaBackend::~CudaBackend() {
   cudaSetDevice(options_.device_index);  // the handles and memory belong to it
   if (stream_ != nullptr) cudaStreamSynchronize(stream_);
+  ReleaseAttention();
   for (auto& [shape, plan] : plans_) {
     cublasLtMatrixLayoutDestroy(plan.a);
     cublasLtMatrixLayoutDestroy(plan.b);
@@ -74,6 +75,7 @@ absl::Status CudaBackend::Init() {
                      CapabilityName(capability), " (use fp32)"));
   }
   operand_type_ = bf16_ ? CUDA_R_16BF : CUDA_R_32F;
+  RETURN_IF_ERROR(InitAttention(capability.major));
   if (options_.arena_bytes > 0) {
     const size_t capacity = AlignUp(options_.arena_bytes);
     void* base = nullptr;
@@ -238,13 +240,9 @@ absl::Status CudaBackend::ReserveScratch(const PassShape& shape) {
   // As in AllocateHost: a pending failure is returned and left for
   // Synchronize.
   if (!Begin()) return error_;
-  const size_t btc = Mul(Mul(shape.max_batch, shape.max_seq), shape.attention_width);
   const int rows = shape.max_batch * shape.max_seq;
   size_t wanted[kScratchSlots] = {};
-  wanted[kAttentionHeads] = 4 * btc * sizeof(float);
-  wanted[kAttentionGrads] = 3 * btc * sizeof(float);
-  wanted[kScoreGrads] =
-      AttentionStateNumel(shape.max_batch, shape.max_seq, shape.heads) * sizeof(float);
+  RETURN_IF_ERROR(ChooseAttention(shape, wanted));  // attention's slots
   if (shape.vocab_rows > 0) {
     wanted[kEncoderSort] = cuda::EncoderBackwardScratchBytes(rows, shape.vocab_rows);
   }
@@ -271,7 +269,7 @@ absl::Status CudaBackend::ReserveScratch(const PassShape& shape) {
     wanted[kOperandA] = padded(std::max({Mul(wide, C), Mul(shape.head_rows, C), Mul(rows, wide)}));
     wanted[kOperandB] =
         padded(std::max({Mul(rows, std::max<size_t>(wide, shape.head_rows)),
-                         AttentionStateNumel(shape.max_batch, shape.max_seq, shape.heads)}));
+                         AttentionOperandNumel(shape)}));
   }
   // A shortage is this call's answer, returned and not left pending; a
   // device failure met on the way stays pending as well (RawAllocate).

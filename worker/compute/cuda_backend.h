@@ -1,8 +1,10 @@
 #pragma once
 // CudaBackend: compute::Backend on one NVIDIA GPU (built where nvcc exists;
 // cuda_backend*.cc over cuda_backend_impl.h, cuda_kernels_*.cu). Every op is enqueued on the
-// backend's own stream; the matmuls are cuBLASLt's, attention's products
-// cuBLAS's strided batches, the rest the kernels of cuda_kernels.h. Every
+// backend's own stream; the matmuls are cuBLASLt's; attention is cuDNN's
+// fused flash attention in bf16 where cuDNN loads (loaded at run time, not
+// linked: cuda_backend_attention.cc, --fused_attention), else cuBLAS's
+// strided batches and kernels; the rest the kernels of cuda_kernels.h. Every
 // GEMM's shape (transposes, leading dimensions, batch strides) comes from
 // gemm_shapes.h, whose builders the CPU tests run through cblas_sgemm in
 // column-major form. Where cuBLASLt's heuristic offers no usable algorithm
@@ -78,6 +80,9 @@ struct CudaBackendOptions {
   Precision precision = Precision::kFp32;
   // Device memory reserved up front for Allocate; 0: allocate on demand.
   size_t arena_bytes = 0;
+  // Attention through cuDNN's fused flash attention or the kernels
+  // (backend_factory.h; cuda_backend_attention.cc).
+  FusedAttention fused_attention = FusedAttention::kAuto;
 };
 
 // FailedPrecondition when there is no usable CUDA device at device_index,

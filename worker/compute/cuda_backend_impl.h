@@ -1,10 +1,12 @@
 #pragma once
 // The CUDA backend's class and the plumbing its files share (internal to
 // cohort_compute: include it from cuda_backend*.cc only). The class is
-// declared here so that its methods can live in three files along its seams:
+// declared here so that its methods can live in files along its seams:
 // cuda_backend.cc (creation, errors, memory), cuda_backend_gemm.cc (the
-// cuBLASLt GEMMs, the linear layers, attention's products) and
-// cuda_backend_ops.cc (the kernels of the other ops and the optimizer's).
+// cuBLASLt GEMMs, the linear layers, the kernels' attention products),
+// cuda_backend_attention.cc (attention: cuDNN's fused attention, or the
+// kernels of cuda_backend_attention_kernels.cc) and cuda_backend_ops.cc (the kernels of the other ops and the
+// optimizer's).
 // The contract is cuda_backend.h's.
 
 #include "worker/compute/cuda_backend.h"
@@ -19,13 +21,18 @@
 #include <cstdlib>
 #include <cstring>
 #include <map>
+#include <memory>
 #include <optional>
+#include <string>
 #include <tuple>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
 #include "common/log.h"
 #include "common/status_macros.h"
+#include "worker/compute/attention_report.h"
+#include "worker/compute/cuda_cudnn_library.h"
+#include "worker/compute/cuda_cudnn_sdpa.h"
 #include "worker/compute/cuda_kernels.h"
 #include "worker/compute/cuda_kernels_optimizer.h"
 #include "worker/compute/device_arena.h"
@@ -46,6 +53,9 @@ constexpr size_t kWorkspaceBytes = size_t{32} << 20;
 
 inline size_t Mul(size_t a, size_t b) { return a * b; }
 
+// The kernels' attention state: the probabilities (B,NH,T,T).
+inline size_t ProbabilitiesNumel(int B, int T, int NH) { return Mul(Mul(B, NH), Mul(T, T)); }
+
 // CUDA and cuBLAS codes are converted here, once (docs/conventions.md, Errors).
 inline std::string CudaErrorText(cudaError_t error) {
   return absl::StrCat(cudaGetErrorName(error), ": ", cudaGetErrorString(error));
@@ -64,6 +74,8 @@ enum ScratchSlot : int {
   kColumnSums,      // partial sums of dbias and LayerNorm's dweight
   kOperandA,        // bf16: a GEMM's A and B operands, rounded from fp32
   kOperandB,
+  kSdpaOperands,   // cuDNN attention's backward: bf16 dout (B,T,C) and dqkv (B,T,3C)
+  kSdpaWorkspace,  // cuDNN attention's plans' workspace
   kScratchSlots,
 };
 
@@ -150,7 +162,7 @@ class CudaBackend final : public Backend {
                      int C, int OC) override;
   void MatmulBackward(TensorSpan dinp, TensorSpan dweight, TensorSpan dbias, TensorSpan dout,
                       TensorSpan inp, TensorSpan weight, int N, int C, int OC) override;
-  size_t AttentionStateNumel(int B, int T, int NH) const override;
+  size_t AttentionStateNumel(int B, int T, int C, int NH) const override;
   void AttentionForward(TensorSpan out, TensorSpan state, TensorSpan qkv, int B, int T, int C,
                         int NH) override;
   void AttentionBackward(TensorSpan dqkv, TensorSpan dout, TensorSpan qkv, TensorSpan state, int B,
@@ -226,6 +238,44 @@ class CudaBackend final : public Backend {
   // A strided batch of GEMMs through cuBLAS (attention's products), each
   // batch's operands packed (stride = leading dimension x stored columns).
   void BatchedGemm(const GemmCall& call);
+
+  // ---- Attention: cuDNN's fused attention or the kernels -------------------
+  // (cuda_backend_attention.cc). Members of this block are that file's.
+  // Init's part: loads cuDNN and creates its handle where the mode, the
+  // precision and the device allow it; decides for the kernels (reported)
+  // where they do not in auto mode, and fails where --fused_attention=cudnn.
+  absl::Status InitAttention(int compute_major);
+  // ReserveScratch's part: decides for the session (once): cuDNN where both
+  // plans of the largest shape build, else the kernels (auto) or an error
+  // (cudnn); then the attention scratch slots' sizes into `wanted`.
+  absl::Status ChooseAttention(const PassShape& shape, size_t* wanted);
+  // Elements of attention's probabilities that the bf16 GEMM operands round
+  // (the kernels' path); 0 under cuDNN.
+  size_t AttentionOperandNumel(const PassShape& shape) const;
+  // The destructor's part: plans, then the handle (before the library).
+  void ReleaseAttention();
+  bool UsesCudnn(int B, int T, int C, int NH) const;
+  void DecideForKernels(std::string reason, bool fallback);
+  // The plan for a shape and direction, built on first use; nullptr after
+  // recording the failure.
+  const sdpa::Plan* SdpaPlanFor(const sdpa::Shape& shape, sdpa::Direction direction);
+  void CudnnAttentionForward(TensorSpan out, TensorSpan state, TensorSpan qkv, int B, int T, int C,
+                             int NH);
+  void CudnnAttentionBackward(TensorSpan dqkv, TensorSpan dout, TensorSpan state, int B, int T,
+                              int C, int NH);
+  void KernelAttentionForward(TensorSpan out, TensorSpan state, TensorSpan qkv, int B, int T,
+                              int C, int NH);
+  void KernelAttentionBackward(TensorSpan dqkv, TensorSpan dout, TensorSpan qkv, TensorSpan state,
+                               int B, int T, int C, int NH);
+
+  std::unique_ptr<CudnnLibrary> cudnn_;  // null: the kernels
+  cudnnHandle_t cudnn_handle_ = nullptr;
+  // Decided at the first ReserveScratch (or in Init for the kernels);
+  // before that AttentionStateNumel answers for cuDNN where it is loaded.
+  bool attention_decided_ = false;
+  AttentionImplementation attention_ = AttentionImplementation::kKernels;
+  std::map<std::pair<sdpa::Shape, sdpa::Direction>, std::unique_ptr<sdpa::Plan>> sdpa_plans_;
+  // ---- end of attention's block ------------------------------------------
 
   CudaBackendOptions options_;
   cublasComputeType_t compute_type_ = CUBLAS_COMPUTE_32F;

@@ -71,6 +71,14 @@ void CausalSoftmax(float* att, int64_t rows, int T, cudaStream_t stream);
 // columns, zeros after.
 void CausalSoftmaxBackward(float* datt, const float* att, int64_t rows, int T, cudaStream_t stream);
 
+// ---- cuDNN attention's conversions (cuda_kernels_sdpa.cu) -----------------
+// out[i] = in[i] rounded to bf16 (to nearest even; kernel_math::Bf16Bits), i < n.
+void NarrowToBf16(uint16_t* out, const float* in, int64_t n, cudaStream_t stream);
+// out[i] = the fp32 value of the bf16 in[i] (exact), i < n.
+void WidenBf16(float* out, const uint16_t* in, int64_t n, cudaStream_t stream);
+// acc[i] += the fp32 value of the bf16 grad[i], i < n (kernel_math::AddBf16).
+void AddBf16(float* acc, const uint16_t* grad, int64_t n, cudaStream_t stream);
+
 // ---- Cross-entropy (cuda_kernels_loss.cu) ---------------------------------
 void CrossEntropyForward(float* losses, float* lse, const float* logits, const int32_t* targets,
                          int N, int V, int Vp, cudaStream_t stream);

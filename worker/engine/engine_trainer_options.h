@@ -11,6 +11,7 @@
 #include <string>
 #include <vector>
 
+#include "worker/compute/backend_factory.h"
 #include "absl/status/status.h"
 #include "absl/time/time.h"
 #include "client/checkpoint_client.h"
@@ -34,6 +35,8 @@ struct EngineTrainerOptions {
   int num_threads = 0;
   // The CUDA device a GPU job's layers run on (the worker's --device_index).
   int device_index = 0;
+  // How a GPU job runs attention (the worker's --fused_attention).
+  compute::FusedAttention fused_attention = compute::FusedAttention::kAuto;
   // Bound on building the communicators (all peers must publish).
   absl::Duration bootstrap_timeout = absl::Seconds(120);
   // UCX's network interfaces for groups across hosts

@@ -55,7 +55,8 @@ GptActivations Carve(const GptConfig& config, const ModelLayout& layout,
     l.ln1_rstd = carver.Take(bt);
     l.qkv = carver.Take(bt * 3 * Cl);
     l.atty = carver.Take(bt * Cl);
-    l.att = carver.Take(backend.AttentionStateNumel(B, T, config.heads / layout.tp));
+    l.att = carver.Take(
+        backend.AttentionStateNumel(B, T, static_cast<int>(Cl), config.heads / layout.tp));
     l.attproj = carver.Take(bt * C);
     l.residual2 = carver.Take(bt * C);
     l.ln2 = carver.Take(bt * C);

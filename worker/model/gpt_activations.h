@@ -27,7 +27,7 @@ struct GptLayerActivations {
   compute::TensorSpan ln1_rstd;   // (B,T)
   compute::TensorSpan qkv;        // (B,T,3C)
   compute::TensorSpan atty;       // (B,T,C)
-  compute::TensorSpan att;        // Backend::AttentionStateNumel(B,T,NH)
+  compute::TensorSpan att;        // Backend::AttentionStateNumel(B,T,C/tp,NH/tp)
   compute::TensorSpan attproj;    // (B,T,C)
   compute::TensorSpan residual2;  // (B,T,C)
   compute::TensorSpan ln2;        // (B,T,C)

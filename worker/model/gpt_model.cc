@@ -71,16 +71,12 @@ absl::StatusOr<std::unique_ptr<GptModel>> GptModel::Create(const GptConfig& conf
     ASSIGN_OR_RETURN(model->embedding_grad_,
                      backend->Allocate(DType::kFloat32, model->table_[kWte].numel));
   }
-  const size_t per_slot = ActivationsNumel(config, layout, *backend, max_b, max_t);
-  ASSIGN_OR_RETURN(model->acts_, backend->Allocate(DType::kFloat32, per_slot * slots));
-  ASSIGN_OR_RETURN(model->grad_acts_,
-                   backend->Allocate(DType::kFloat32,
-                                     ActivationGradsNumel(config, layout, max_b, max_t)));
-  const size_t tokens_per_slot = 2 * static_cast<size_t>(max_b) * max_t;
-  ASSIGN_OR_RETURN(model->tokens_, backend->Allocate(DType::kInt32, tokens_per_slot * slots));
   // The scratch the ops keep (a GPU's: attention's copies and score
   // gradients, sort and column-sum space) is reserved now, so that a model
-  // too big for the device fails here rather than in its first step.
+  // too big for the device fails here rather than in its first step; and
+  // before the activations, since reserving is where a GPU backend decides
+  // how it runs attention, which sets the size of attention's state
+  // (Backend::AttentionStateNumel).
   const int local_width = config.width / layout.tp;
   RETURN_IF_ERROR(backend->ReserveScratch(compute::PassShape{
       .max_batch = max_b,
@@ -92,6 +88,13 @@ absl::StatusOr<std::unique_ptr<GptModel>> GptModel::Create(const GptConfig& conf
       .head_rows = layout.has_head() ? layout.vocab_rows(config) : 0,
       .width = config.width,
   }));
+  const size_t per_slot = ActivationsNumel(config, layout, *backend, max_b, max_t);
+  ASSIGN_OR_RETURN(model->acts_, backend->Allocate(DType::kFloat32, per_slot * slots));
+  ASSIGN_OR_RETURN(model->grad_acts_,
+                   backend->Allocate(DType::kFloat32,
+                                     ActivationGradsNumel(config, layout, max_b, max_t)));
+  const size_t tokens_per_slot = 2 * static_cast<size_t>(max_b) * max_t;
+  ASSIGN_OR_RETURN(model->tokens_, backend->Allocate(DType::kInt32, tokens_per_slot * slots));
   if (!backend->host_memory()) {
     model->staging_ = std::make_unique<HostStaging>();
     HostStaging& staging = *model->staging_;

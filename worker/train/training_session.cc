@@ -23,6 +23,7 @@ compute::BackendOptions BackendOptionsFor(const TrainingConfig& config,
   backend.num_threads = options.num_threads;
   backend.precision = config.precision;
   backend.device_index = options.device_index;
+  backend.fused_attention = options.fused_attention;
   return backend;
 }
 

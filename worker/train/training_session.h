@@ -15,6 +15,7 @@
 #include <memory>
 #include <optional>
 
+#include "worker/compute/backend_factory.h"
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
 #include "common/ids.h"
@@ -41,6 +42,8 @@ struct TrainingSessionOptions {
   int num_threads = 0;
   // The CUDA device of a GPU job (TrainingConfig::backend kCuda).
   int device_index = 0;
+  // How a CUDA backend runs attention (the worker's --fused_attention).
+  compute::FusedAttention fused_attention = compute::FusedAttention::kAuto;
   // The backend to build the session on instead of creating one from the
   // config (tests: a backend whose memory the host cannot read, to run the
   // GPU path's host staging without a GPU). Null: created.

@@ -242,7 +242,7 @@ TEST_P(BackendConformanceTest, CausalAttention) {
   const std::vector<float> qkv = RandomFloats(size_t{N} * 3 * C, 13),
                            dout = RandomFloats(size_t{N} * C, 14);
   Buffer qkv_b = Upload(qkv), out = Zeros(size_t{N} * C);
-  Buffer state = Zeros(backend_->AttentionStateNumel(B, T, NH));
+  Buffer state = Zeros(backend_->AttentionStateNumel(B, T, C, NH));
   backend_->AttentionForward(out.span(), state.span(), qkv_b.span(), B, T, C, NH);
   EXPECT_LT(RelativeError(Download(out), ref::Attention(ToDouble(qkv), B, T, C, NH)),
             ProductTolerance());
@@ -435,7 +435,7 @@ TEST_P(BackendConformanceTest, EveryOpIsBitwiseReproducible) {
     const TensorSpan mm = out(size_t{N} * OC), dx = out(x.size()), dw = out(w.size()), db = out(OC);
     backend_->MatmulForward(mm, x_b.span(), w_b.span(), TensorSpan{}, N, C, OC);
     backend_->MatmulBackward(dx, dw, db, dmm_b.span(), x_b.span(), w_b.span(), N, C, OC);
-    const TensorSpan att = out(size_t{N} * C), state = out(backend_->AttentionStateNumel(B, T, NH)),
+    const TensorSpan att = out(size_t{N} * C), state = out(backend_->AttentionStateNumel(B, T, C, NH)),
                      dqkv = out(qkv.size());
     backend_->AttentionForward(att, state, qkv_b.span(), B, T, C, NH);
     backend_->AttentionBackward(dqkv, datt_b.span(), qkv_b.span(), state, B, T, C, NH);

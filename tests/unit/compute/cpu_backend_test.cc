@@ -117,7 +117,7 @@ std::vector<std::pair<std::string, std::vector<float>>> RunEveryOp(int threads) 
                          4 * C);
   KEEP(fc), KEEP(dfx), KEEP(dfw), KEEP(dfb);
 
-  std::vector<float> att_out(N * C), att(backend.AttentionStateNumel(B, T, NH)), dqkv(N * 3 * C);
+  std::vector<float> att_out(N * C), att(backend.AttentionStateNumel(B, T, C, NH)), dqkv(N * 3 * C);
   backend.AttentionForward(Span(att_out), Span(att), Span(qkv), B, T, C, NH);
   backend.AttentionBackward(Span(dqkv), Span(dout), Span(qkv), Span(att), B, T, C, NH);
   KEEP(att_out), KEEP(att), KEEP(dqkv);

@@ -27,7 +27,7 @@ TEST_P(CpuAttentionTest, ForwardMatchesReferenceAndProbabilitiesAreCausal) {
   const auto [B, T, C, NH] = GetParam();
   CpuBackend backend(CpuBackendOptions{.num_threads = 2});
   std::vector<float> qkv = RandomFloats(B * T * 3 * C, 1, 2.0f);
-  std::vector<float> out(B * T * C, 7.0f), att(backend.AttentionStateNumel(B, T, NH), 7.0f);
+  std::vector<float> out(B * T * C, 7.0f), att(backend.AttentionStateNumel(B, T, C, NH), 7.0f);
   backend.AttentionForward(Span(out), Span(att), Span(qkv), B, T, C, NH);
   EXPECT_LT(RelativeError(out, ref::Attention(ToDouble(qkv), B, T, C, NH)), 2e-6);
   // Each row of att is a distribution over positions <= t.
@@ -51,7 +51,7 @@ TEST_P(CpuAttentionTest, BackwardMatchesReference) {
   const auto [B, T, C, NH] = GetParam();
   CpuBackend backend(CpuBackendOptions{.num_threads = 2});
   std::vector<float> qkv = RandomFloats(B * T * 3 * C, 2, 2.0f);
-  std::vector<float> out(B * T * C), att(backend.AttentionStateNumel(B, T, NH));
+  std::vector<float> out(B * T * C), att(backend.AttentionStateNumel(B, T, C, NH));
   backend.AttentionForward(Span(out), Span(att), Span(qkv), B, T, C, NH);
   std::vector<float> dout = RandomFloats(out.size(), 3);
   std::vector<float> dqkv(qkv.size(), 0.25f);

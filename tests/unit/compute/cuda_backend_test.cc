@@ -134,7 +134,7 @@ StarvedBackend RunAttentionWithoutRoomForItsScratch() {
   if (!backend.ok()) return starved;
   starved.backend = *std::move(backend);
   Backend& be = *starved.backend;
-  for (size_t numel : {size_t{B} * T * 3 * C, size_t{B} * T * C, be.AttentionStateNumel(B, T, NH),
+  for (size_t numel : {size_t{B} * T * 3 * C, size_t{B} * T * C, be.AttentionStateNumel(B, T, C, NH),
                        size_t{120 * 1024 / 4}}) {
     absl::StatusOr<Buffer> buffer = be.Allocate(DType::kFloat32, numel);
     EXPECT_TRUE(buffer.ok()) << buffer.status();
