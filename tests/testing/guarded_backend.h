@@ -122,6 +122,27 @@ class GuardedBackend final : public compute::Backend {
                       compute::TensorSpan weight, int N, int C, int OC) override {
     COHORT_GUARDED(MatmulBackward, dinp, dweight, dbias, dout, inp, weight, N, C, OC);
   }
+  void MatmulGeluForward(compute::TensorSpan out, compute::TensorSpan pre, compute::TensorSpan inp,
+                         compute::TensorSpan weight, compute::TensorSpan bias, int N, int C,
+                         int OC) override {
+    COHORT_GUARDED(MatmulGeluForward, out, pre, inp, weight, bias, N, C, OC);
+  }
+  void MatmulGeluBackward(compute::TensorSpan dpre, compute::TensorSpan dpre_bias,
+                          compute::TensorSpan dweight, compute::TensorSpan dbias,
+                          compute::TensorSpan dout, compute::TensorSpan act,
+                          compute::TensorSpan pre, compute::TensorSpan weight, int N, int C,
+                          int OC) override {
+    COHORT_GUARDED(MatmulGeluBackward, dpre, dpre_bias, dweight, dbias, dout, act, pre, weight, N,
+                   C, OC);
+  }
+  void ResidualLayerNormForward(compute::TensorSpan residual_out, compute::TensorSpan out,
+                                compute::TensorSpan mean, compute::TensorSpan rstd,
+                                compute::TensorSpan inp1, compute::TensorSpan inp2,
+                                compute::TensorSpan weight, compute::TensorSpan bias, int N,
+                                int C) override {
+    COHORT_GUARDED(ResidualLayerNormForward, residual_out, out, mean, rstd, inp1, inp2, weight,
+                   bias, N, C);
+  }
   size_t AttentionStateNumel(int B, int T, int C, int NH) const override {
     return cpu_.AttentionStateNumel(B, T, C, NH);
   }

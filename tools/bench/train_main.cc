@@ -135,6 +135,24 @@ class TimingBackend final : public cohort::compute::Backend {
     Time(absl::StrCat("MatmulBackward ", C, "->", OC),
          [&] { inner_->MatmulBackward(dinp, dweight, dbias, dout, inp, weight, N, C, OC); });
   }
+  void MatmulGeluForward(Span out, Span pre, Span inp, Span weight, Span bias, int N, int C,
+                         int OC) override {
+    Time(absl::StrCat("MatmulGeluForward ", C, "->", OC),
+         [&] { inner_->MatmulGeluForward(out, pre, inp, weight, bias, N, C, OC); });
+  }
+  void MatmulGeluBackward(Span dpre, Span dpre_bias, Span dweight, Span dbias, Span dout, Span act,
+                          Span pre, Span weight, int N, int C, int OC) override {
+    Time(absl::StrCat("MatmulGeluBackward ", C, "->", OC), [&] {
+      inner_->MatmulGeluBackward(dpre, dpre_bias, dweight, dbias, dout, act, pre, weight, N, C, OC);
+    });
+  }
+  void ResidualLayerNormForward(Span residual_out, Span out, Span mean, Span rstd, Span inp1,
+                                Span inp2, Span weight, Span bias, int N, int C) override {
+    Time("ResidualLayerNormForward", [&] {
+      inner_->ResidualLayerNormForward(residual_out, out, mean, rstd, inp1, inp2, weight, bias, N,
+                                       C);
+    });
+  }
   size_t AttentionStateNumel(int B, int T, int C, int NH) const override {
     return inner_->AttentionStateNumel(B, T, C, NH);
   }

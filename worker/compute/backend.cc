@@ -3,6 +3,7 @@
 #include <utility>
 
 #include "common/log.h"
+#include "worker/compute/span_checks.h"
 
 namespace cohort::compute {
 
@@ -85,6 +86,20 @@ void Backend::EncoderBackward(TensorSpan dwte, TensorSpan dwpe, TensorSpan dout,
                               int B, int T, int C) {
   CHECK(C > 0 && !dwpe.empty()) << "EncoderBackward: C=" << C << ", dwpe is required";
   EncoderBackwardShard(dwte, dwpe, dout, inp, 0, static_cast<int>(dwte.numel / C), B, T, C);
+}
+
+void Backend::ResidualLayerNormForward(TensorSpan residual_out, TensorSpan out, TensorSpan mean,
+                                       TensorSpan rstd, TensorSpan inp1, TensorSpan inp2,
+                                       TensorSpan weight, TensorSpan bias, int N, int C) {
+  CheckNotAnInput(residual_out, {inp1, inp2}, "ResidualLayerNormForward: residual_out");
+  ResidualForward(residual_out, inp1, inp2, static_cast<size_t>(N) * C);
+  LayerNormForward(out, mean, rstd, residual_out, weight, bias, N, C);
+}
+
+void Backend::MatmulGeluForward(TensorSpan out, TensorSpan pre, TensorSpan inp, TensorSpan weight,
+                                TensorSpan bias, int N, int C, int OC) {
+  MatmulForward(pre, inp, weight, bias, N, C, OC);
+  GeluForward(out, pre, static_cast<size_t>(N) * OC);
 }
 
 void Backend::CrossEntropyBackward(TensorSpan dlogits, TensorSpan logits, TensorSpan lse,

@@ -164,6 +164,16 @@ class Backend {
   virtual void LayerNormBackward(TensorSpan dinp, TensorSpan dweight, TensorSpan dbias,
                                  TensorSpan dout, TensorSpan inp, TensorSpan weight,
                                  TensorSpan mean, TensorSpan rstd, int N, int C) = 0;
+  // A residual add fused with the LayerNorm that reads its sum (the model's
+  // residual2 -> ln2 and residual3 -> the next layer's ln1):
+  // residual_out (N,C) = inp1 + inp2, then LayerNormForward(out, mean, rstd,
+  // residual_out, weight, bias). WRITES every output; residual_out may be
+  // neither input. The default runs ResidualForward then LayerNormForward,
+  // so the CPU's bits are those two ops'; a GPU reads the sum from
+  // registers instead of reading it back.
+  virtual void ResidualLayerNormForward(TensorSpan residual_out, TensorSpan out, TensorSpan mean,
+                                        TensorSpan rstd, TensorSpan inp1, TensorSpan inp2,
+                                        TensorSpan weight, TensorSpan bias, int N, int C);
 
   // ---- Linear -------------------------------------------------------------
   // out (N,OC) = inp (N,C) weight^T + bias.  weight (OC,C); bias (OC) or empty.
@@ -174,6 +184,28 @@ class Backend {
   virtual void MatmulBackward(TensorSpan dinp, TensorSpan dweight, TensorSpan dbias,
                               TensorSpan dout, TensorSpan inp, TensorSpan weight, int N, int C,
                               int OC) = 0;
+
+  // ---- Linear fused with GELU ----------------------------------------------
+  // The MLP's two halves with the activation between them, in one op each
+  // (a GPU folds bias, GELU and their gradients into the GEMMs' epilogues).
+  // pre (N,OC) = inp (N,C) weight^T + bias (bias (OC) or empty), kept for the
+  // backward; out (N,OC) = gelu(pre). WRITES both. The default runs
+  // MatmulForward then GeluForward: the CPU's bits are those two ops'.
+  virtual void MatmulGeluForward(TensorSpan out, TensorSpan pre, TensorSpan inp, TensorSpan weight,
+                                 TensorSpan bias, int N, int C, int OC);
+  // The backward of y = gelu(pre) weight^T + bias, for weight (OC,C) and
+  // act = gelu(pre) (N,C) as MatmulGeluForward left them:
+  //   dweight (OC,C) += dout^T act;  dbias (OC) += sum_n dout[n,:] (empty: none);
+  //   dpre (N,C) = gelu'(pre) * (dout weight)            WRITES (no accumulation);
+  //   dpre_bias (C) += sum_n dpre[n,:] (empty: none): the bias gradient of
+  //   the layer that produced pre, which its own MatmulBackward then skips.
+  // dpre may not alias act, pre or dout. On the CPU the bits are those of
+  // Zero(t); MatmulBackward(t, dweight, dbias, dout, act, weight); Zero(dpre);
+  // GeluBackward(dpre, pre, t) and the bias sums of MatmulBackward(.., dpre_bias,
+  // dpre, ..), with t the backend's own scratch.
+  virtual void MatmulGeluBackward(TensorSpan dpre, TensorSpan dpre_bias, TensorSpan dweight,
+                                  TensorSpan dbias, TensorSpan dout, TensorSpan act, TensorSpan pre,
+                                  TensorSpan weight, int N, int C, int OC) = 0;
 
   // ---- Causal self-attention ----------------------------------------------
   // Elements (of the activation dtype's size) of the state AttentionForward
@@ -209,8 +241,10 @@ class Backend {
   virtual void CrossEntropyForward(TensorSpan losses, TensorSpan lse, TensorSpan logits,
                                    TensorSpan targets, int N, int V, int Vp) = 0;
   // dlogits (N,Vp) = (softmax(logits[n,:V]) - onehot(targets[n])) * dlosses[n]
-  // in the first V columns, 0 in the padding. WRITES (no accumulation);
-  // dlogits may not alias logits. dlosses (N) fp32: the loss scale per position.
+  // in the first V columns, 0 in the padding. WRITES (no accumulation).
+  // dlogits may be logits itself (the same span: the gradient overwrites the
+  // logits in place, which the model does to keep one vocabulary-sized
+  // buffer), or must not overlap it. dlosses (N) fp32: the loss scale per position.
   // Defaults to CrossEntropyShardBackward over the whole vocabulary.
   virtual void CrossEntropyBackward(TensorSpan dlogits, TensorSpan logits, TensorSpan lse,
                                     TensorSpan targets, TensorSpan dlosses, int N, int V, int Vp);
@@ -257,9 +291,9 @@ class Backend {
   virtual void CrossEntropyShardFinish(TensorSpan losses, TensorSpan lse, TensorSpan row_max,
                                        TensorSpan sums, int N) = 0;
   // dlogits (N,Vs) = (exp(logits[n,j] - lse[n]) - [vocab_start + j == targets[n]]) * dlosses[n]
-  // on valid columns, 0 on padding columns. WRITES (no accumulation); may not
-  // alias logits. With vocab_start 0 and Vs = Vp the same bits as
-  // CrossEntropyBackward.
+  // on valid columns, 0 on padding columns. WRITES (no accumulation); may be
+  // logits itself, in place, as in CrossEntropyBackward. With vocab_start 0
+  // and Vs = Vp the same bits as CrossEntropyBackward.
   virtual void CrossEntropyShardBackward(TensorSpan dlogits, TensorSpan logits, TensorSpan lse,
                                          TensorSpan targets, TensorSpan dlosses, int N, int V,
                                          int Vs, int vocab_start) = 0;

@@ -59,6 +59,9 @@ absl::Status CpuBackend::ReserveScratch(const PassShape& shape) {
   // AttentionBackward's per-thread score rows.
   const size_t scratch = Mul(threads_, Mul(shape.max_seq, shape.max_seq));
   if (attention_scratch_.size() < scratch) attention_scratch_.resize(scratch);
+  // MatmulGeluBackward's (N, 4C/tp): the widest biased matmul's output.
+  const size_t gelu = Mul(Mul(shape.max_batch, shape.max_seq), shape.max_bias_columns);
+  if (gelu_grad_scratch_.size() < gelu) gelu_grad_scratch_.resize(gelu);
   return absl::OkStatus();
 }
 
@@ -124,6 +127,31 @@ void CpuBackend::MatmulBackward(TensorSpan dinp, TensorSpan dweight, TensorSpan 
       CheckedF32(dweight, Mul(OC, C), "matmul dweight"), OptionalF32(dbias, OC, "matmul dbias"),
       CheckedF32(dout, Mul(N, OC), "matmul dout"), CheckedF32(inp, Mul(N, C), "matmul inp"),
       CheckedF32(weight, Mul(OC, C), "matmul weight"), N, C, OC, threads_);
+}
+
+void CpuBackend::MatmulGeluBackward(TensorSpan dpre, TensorSpan dpre_bias, TensorSpan dweight,
+                                    TensorSpan dbias, TensorSpan dout, TensorSpan act,
+                                    TensorSpan pre, TensorSpan weight, int N, int C, int OC) {
+  const size_t nc = Mul(N, C);
+  float* dp = CheckedF32(dpre, nc, "matmul-gelu dpre");
+  float* dpb = OptionalF32(dpre_bias, C, "matmul-gelu dpre_bias");
+  const float* p = CheckedF32(pre, nc, "matmul-gelu pre");
+  CheckNotAnInput(dpre, {act, pre, dout}, "MatmulGeluBackward: dpre");
+  // Exactly the unfused sequence's operations, in its order: the GELU's
+  // output gradient accumulated into zeros, then GELU's backward accumulated
+  // into a zeroed dpre (0 + x, which turns -0 into +0 as it always did), then
+  // the column sums MatmulBackward would take of dpre.
+  if (gelu_grad_scratch_.size() < nc) gelu_grad_scratch_.resize(nc);
+  float* dact = gelu_grad_scratch_.data();
+  std::fill_n(dact, nc, 0.0f);
+  cpu::MatmulBackward(dact, CheckedF32(dweight, Mul(OC, C), "matmul-gelu dweight"),
+                      OptionalF32(dbias, OC, "matmul-gelu dbias"),
+                      CheckedF32(dout, Mul(N, OC), "matmul-gelu dout"),
+                      CheckedF32(act, nc, "matmul-gelu act"),
+                      CheckedF32(weight, Mul(OC, C), "matmul-gelu weight"), N, C, OC, threads_);
+  std::fill_n(dp, nc, 0.0f);
+  cpu::GeluBackward(dp, p, dact, nc, threads_);
+  if (dpb != nullptr) cpu::AddColumnSums(dpb, dp, N, C, threads_);
 }
 
 size_t CpuBackend::AttentionStateNumel(int B, int T, int /*C*/, int NH) const {
@@ -231,7 +259,7 @@ void CpuBackend::CrossEntropyShardBackward(TensorSpan dlogits, TensorSpan logits
                                            int Vs, int vocab_start) {
   CheckVocabShard(vocab_start, Vs);
   CHECK(V > 0) << "V=" << V;
-  CHECK(dlogits.data != logits.data) << "dlogits may not alias logits";
+  CheckInPlaceOrApart(dlogits, logits);
   cpu::CrossEntropyShardBackward(
       CheckedF32(dlogits, Mul(N, Vs), "dlogits"), CheckedF32(logits, Mul(N, Vs), "logits"),
       CheckedF32(lse, N, "lse"), CheckedI32(targets, N, "targets"),

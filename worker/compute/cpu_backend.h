@@ -56,6 +56,9 @@ class CpuBackend final : public Backend {
                      int C, int OC) override;
   void MatmulBackward(TensorSpan dinp, TensorSpan dweight, TensorSpan dbias, TensorSpan dout,
                       TensorSpan inp, TensorSpan weight, int N, int C, int OC) override;
+  void MatmulGeluBackward(TensorSpan dpre, TensorSpan dpre_bias, TensorSpan dweight,
+                          TensorSpan dbias, TensorSpan dout, TensorSpan act, TensorSpan pre,
+                          TensorSpan weight, int N, int C, int OC) override;
   size_t AttentionStateNumel(int B, int T, int C, int NH) const override;
   void AttentionForward(TensorSpan out, TensorSpan state, TensorSpan qkv, int B, int T, int C,
                         int NH) override;
@@ -91,6 +94,9 @@ class CpuBackend final : public Backend {
   const int threads_;
   // AttentionBackward's per-thread (T,T) gradient of the probabilities.
   std::vector<float> attention_scratch_;
+  // MatmulGeluBackward's gradient of the GELU's output, (N,C) of the MLP's
+  // widest pass; reserved by ReserveScratch.
+  std::vector<float> gelu_grad_scratch_;
 };
 
 }  // namespace cohort::compute

@@ -71,6 +71,9 @@ void MatmulForward(float* out, const float* inp, const float* weight, const floa
                    int C, int OC, int threads);
 void MatmulBackward(float* dinp, float* dweight, float* dbias, const float* dout, const float* inp,
                     const float* weight, int N, int C, int OC, int threads);
+// dbias (OC) += sum over n of dout[n, :], rows in order: MatmulBackward's bias
+// gradient, also the fused MLP backward's (CpuBackend::MatmulGeluBackward).
+void AddColumnSums(float* dbias, const float* dout, int N, int OC, int threads);
 
 // ---- cpu_kernels_attention.cc ----------------------------------------------
 // att (B,NH,T,T): softmax probabilities, zero above the diagonal.

@@ -91,14 +91,14 @@ void CrossEntropyShardBackward(float* dlogits, const float* logits, const float*
     const float s = lse[n];
     const float dloss = dlosses[n];
     // CrossEntropyDlogit(p, false, dloss) = p * dloss for every valid column
-    // at once, vectorised; then the target's column.
-    ScaledExpShifted(drow, row, valid, s, dloss);
+    // at once, vectorised; then the target's column. The target's
+    // probability is taken first, so that drow may be row itself (in place:
+    // every other column reads its own logit before writing it).
     const int col = ShardTargetColumn(targets[n], valid, vocab_start);
-    if (col >= 0) {
-      float p_target;
-      ScaledExpShifted(&p_target, row + col, 1, s, 1.0f);
-      drow[col] = CrossEntropyDlogit(p_target, true, dloss);
-    }
+    float p_target = 0.0f;
+    if (col >= 0) ScaledExpShifted(&p_target, row + col, 1, s, 1.0f);
+    ScaledExpShifted(drow, row, valid, s, dloss);
+    if (col >= 0) drow[col] = CrossEntropyDlogit(p_target, true, dloss);
     std::fill(drow + valid, drow + Vs, 0.0f);
   }
 }

@@ -132,8 +132,10 @@ void MatmulBackward(float* dinp, float* dweight, float* dbias, const float* dout
   // dweight (OC,C) += dout^T (OC,N) * inp (N,C)
   BlockedSgemm(CblasTrans, CblasNoTrans, OC, C, N, 1.0f, dout, OC, inp, C, 1.0f, dweight, C,
                threads);
-  if (dbias == nullptr) return;
-  // dbias (OC) += sum over n of dout[n, :], rows in order.
+  if (dbias != nullptr) AddColumnSums(dbias, dout, N, OC, threads);
+}
+
+void AddColumnSums(float* dbias, const float* dout, int N, int OC, int threads) {
   const int blocks = (OC + kChannelBlock - 1) / kChannelBlock;
   const int team = TeamSize(threads, blocks, int64_t{N} * OC);
 #pragma omp parallel for num_threads(team) schedule(static)

@@ -53,11 +53,43 @@ absl::Status CudaBackend::PinGemmMath() {
   return absl::OkStatus();
 }
 
-const GemmPlan* CudaBackend::PlanFor(const PlanKey& key) {
+bool CudaBackend::SetEpiloguePointers(const GemmPlan& plan, const GemmShape& shape,
+                                      const GemmEpilogue& epilogue) {
+  auto set = [&](cublasLtMatmulDescAttributes_t attribute, const void* value, size_t bytes) {
+    const cublasStatus_t status =
+        cublasLtMatmulDescSetAttribute(plan.desc, attribute, value, bytes);
+    CheckBlas(status, "cublasLtMatmulDescSetAttribute (epilogue)");
+    return status == CUBLAS_STATUS_SUCCESS;
+  };
+  if (UsesBias(epilogue.kind) &&
+      !set(CUBLASLT_MATMUL_DESC_BIAS_POINTER, &epilogue.bias, sizeof(epilogue.bias))) {
+    return false;
+  }
+  if (UsesAux(epilogue.kind)) {
+    const int64_t aux_ld = shape.ldc;
+    if (!set(CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER, &epilogue.aux, sizeof(epilogue.aux)) ||
+        !set(CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_LD, &aux_ld, sizeof(aux_ld))) {
+      return false;
+    }
+  }
+  return true;
+}
+
+const GemmPlan* CudaBackend::PlanFor(const PlanKey& key, const GemmEpilogue& epilogue) {
   auto found = plans_.find(key);
   if (found != plans_.end()) return &found->second;
   const GemmShape& shape = key.shape;
   GemmPlan plan;
+  const cublasLtEpilogue_t lt_epilogue = LtEpilogue(key.epilogue);
+  if (UsesAux(key.epilogue) && shape.ldc % 8 != 0) {
+    // cublasLt.h: the aux leading dimension must be a multiple of 8.
+    plan.unfused = true;
+    LOG(WARNING) << "cuBLASLt's " << EpilogueName(key.epilogue) << " epilogue needs an aux "
+                 << "leading dimension divisible by 8, and a " << shape.m << "x" << shape.n << "x"
+                 << shape.k << " GEMM has " << shape.ldc << " on CUDA device "
+                 << options_.device_index << "; separate kernels compute it";
+    return &plans_.emplace(key, plan).first->second;
+  }
   auto fail = [&](cublasStatus_t status, const char* what) {
     CheckBlas(status, what);
     return status != CUBLAS_STATUS_SUCCESS;
@@ -78,6 +110,9 @@ const GemmPlan* CudaBackend::PlanFor(const PlanKey& key) {
       fail(cublasLtMatmulDescSetAttribute(plan.desc, CUBLASLT_MATMUL_DESC_TRANSB, &op_b,
                                           sizeof(op_b)),
            "cublasLtMatmulDescSetAttribute") ||
+      fail(cublasLtMatmulDescSetAttribute(plan.desc, CUBLASLT_MATMUL_DESC_EPILOGUE, &lt_epilogue,
+                                          sizeof(lt_epilogue)),
+           "cublasLtMatmulDescSetAttribute") ||
       fail(cublasLtMatrixLayoutCreate(&plan.a, operand_type_, shape.a_rows(), shape.a_cols(),
                                       shape.lda),
            "cublasLtMatrixLayoutCreate") ||
@@ -85,7 +120,8 @@ const GemmPlan* CudaBackend::PlanFor(const PlanKey& key) {
                                       shape.ldb),
            "cublasLtMatrixLayoutCreate") ||
       fail(cublasLtMatrixLayoutCreate(&plan.c, CUDA_R_32F, shape.m, shape.n, shape.ldc),
-           "cublasLtMatrixLayoutCreate")) {
+           "cublasLtMatrixLayoutCreate") ||
+      !SetEpiloguePointers(plan, shape, epilogue)) {
     destroy();
     return nullptr;
   }
@@ -137,6 +173,21 @@ const GemmPlan* CudaBackend::PlanFor(const PlanKey& key) {
   }
   if (usable != nullptr) {
     plan.algo = usable->algo;
+  } else if (key.epilogue != Epilogue::kNone) {
+    // The product alone has its own plan (with cublasGemmEx behind it where
+    // needed); the epilogue's work goes to separate kernels.
+    plan.unfused = true;
+    destroy();
+    plan.desc = nullptr;
+    plan.a = plan.b = plan.c = nullptr;
+    LOG(WARNING) << "cuBLASLt has no algorithm with the " << EpilogueName(key.epilogue)
+                 << " epilogue for a " << shape.m << "x" << shape.n << "x" << shape.k
+                 << " GEMM (transa " << shape.transa << ", transb " << shape.transb << ", ld "
+                 << shape.lda << "/" << shape.ldb << "/" << shape.ldc << ") with "
+                 << (bf16_ ? "bf16" : "fp32") << " operands aligned to " << key.align_a << "/"
+                 << key.align_b << "/" << key.align_c << " bytes, vectors to " << key.align_bias
+                 << "/" << key.align_aux << ", on CUDA device " << options_.device_index
+                 << "; separate kernels compute it, in the same precision";
   } else {
     // Logged once: the plan is kept, so the shape never asks again.
     plan.gemm_ex = true;
@@ -163,21 +214,30 @@ const void* CudaBackend::Operand(const float* data, int rows, int64_t cols, int*
   return rounded;
 }
 
-void CudaBackend::Gemm(const GemmCall& call) {
+EpilogueRun CudaBackend::Gemm(const GemmCall& call, const GemmEpilogue& epilogue) {
   CHECK(call.shape.batch == 1) << "Gemm takes one GEMM; a batch goes to BatchedGemm";
-  // Nothing to write; cuBLASLt refuses it.
-  if (call.shape.m == 0 || call.shape.n == 0) return;
-  PlanKey key{.shape = call.shape};
+  // Nothing to write; cuBLASLt refuses it. (No caller fuses an epilogue
+  // into an empty product: the ops return before.)
+  if (call.shape.m == 0 || call.shape.n == 0) return EpilogueRun::kDone;
+  PlanKey key{.shape = call.shape, .epilogue = epilogue.kind};
+  if (UsesBias(epilogue.kind)) key.align_bias = AlignmentOf(epilogue.bias, 0, sizeof(float));
+  if (UsesAux(epilogue.kind)) {
+    key.align_aux = AlignmentOf(epilogue.aux, call.shape.ldc, sizeof(float));
+  }
   GemmShape& shape = key.shape;
   const void* a = Operand(call.a, shape.a_rows(), shape.a_cols(), &shape.lda, kOperandA);
   const void* b = Operand(call.b, shape.b_rows(), shape.b_cols(), &shape.ldb, kOperandB);
-  if (a == nullptr || b == nullptr) return;
+  if (a == nullptr || b == nullptr) return EpilogueRun::kDone;
   const size_t operand_bytes = bf16_ ? sizeof(uint16_t) : sizeof(float);
   key.align_a = AlignmentOf(a, shape.lda, operand_bytes);
   key.align_b = AlignmentOf(b, shape.ldb, operand_bytes);
   key.align_c = AlignmentOf(call.c, shape.ldc, sizeof(float));
-  const GemmPlan* plan = PlanFor(key);
-  if (plan == nullptr) return;
+  const GemmPlan* plan = PlanFor(key, epilogue);
+  if (plan == nullptr) return EpilogueRun::kDone;
+  if (plan->unfused) return EpilogueRun::kUnfused;
+  if (epilogue.kind != Epilogue::kNone && !SetEpiloguePointers(*plan, shape, epilogue)) {
+    return EpilogueRun::kDone;
+  }
   if (plan->gemm_ex) {
     CheckBlas(
         cublasGemmEx(blas_, shape.transa ? CUBLAS_OP_T : CUBLAS_OP_N,
@@ -185,12 +245,13 @@ void CudaBackend::Gemm(const GemmCall& call) {
                      &call.alpha, a, operand_type_, shape.lda, b, operand_type_, shape.ldb,
                      &call.beta, call.c, CUDA_R_32F, shape.ldc, compute_type_, CUBLAS_GEMM_DEFAULT),
         "cublasGemmEx");
-    return;
+    return EpilogueRun::kDone;
   }
   CheckBlas(cublasLtMatmul(lt_, plan->desc, &call.alpha, a, plan->a, b, plan->b, &call.beta, call.c,
                            plan->c, call.c, plan->c, &plan->algo, lt_workspace_, kWorkspaceBytes,
                            stream_),
             "cublasLtMatmul");
+  return EpilogueRun::kDone;
 }
 
 void CudaBackend::BatchedGemm(const GemmCall& call) {
@@ -228,13 +289,17 @@ void CudaBackend::MatmulForward(TensorSpan out, TensorSpan inp, TensorSpan weigh
   const float* w = CheckedF32(weight, Mul(OC, C), "matmul weight");
   const float* b = OptionalF32(bias, OC, "bias");
   if (!Begin()) return;
-  if (b != nullptr) {
-    cuda::BroadcastRows(y, b, N, OC, stream_);
-    CheckLaunch("BroadcastRows");
+  // out (N,OC) = inp (N,C) weight^T + bias, the bias in the GEMM's epilogue.
+  const GemmCall product = MatmulForwardGemm(y, x, w, N, C, OC, GemmOutput::kWrite);
+  if (b == nullptr) {
+    Gemm(product);
+    return;
   }
-  // out (N,OC) = inp (N,C) weight^T [+ out holding the bias].
-  Gemm(MatmulForwardGemm(y, x, w, N, C, OC,
-                         b != nullptr ? GemmOutput::kAccumulate : GemmOutput::kWrite));
+  if (Gemm(product, {.kind = Epilogue::kBias, .bias = b}) == EpilogueRun::kDone) return;
+  // Unfused: out holds the broadcast bias and the product adds to it.
+  cuda::BroadcastRows(y, b, N, OC, stream_);
+  CheckLaunch("BroadcastRows");
+  Gemm(MatmulForwardGemm(y, x, w, N, C, OC, GemmOutput::kAccumulate));
 }
 
 void CudaBackend::MatmulBackward(TensorSpan dinp, TensorSpan dweight, TensorSpan dbias,
@@ -248,14 +313,7 @@ void CudaBackend::MatmulBackward(TensorSpan dinp, TensorSpan dweight, TensorSpan
   const float* w = CheckedF32(weight, Mul(OC, C), "matmul weight");
   if (!Begin()) return;
   if (dx != nullptr) Gemm(MatmulInputGradGemm(dx, dy, w, N, C, OC));  // dinp += dout weight
-  Gemm(MatmulWeightGradGemm(dw, dy, x, N, C, OC));                    // dweight += dout^T inp
-  if (db != nullptr) {
-    auto* partial = static_cast<float*>(
-        Scratch(kColumnSums, cuda::ColumnSumScratchFloats(N, OC) * sizeof(float)));
-    if (partial == nullptr) return;
-    cuda::AddColumnSums(db, dy, N, OC, partial, stream_);
-    CheckLaunch("AddColumnSums");
-  }
+  WeightAndBiasGrad(dw, db, dy, x, N, C, OC);
 }
 
 }  // namespace cohort::compute::cuda_impl

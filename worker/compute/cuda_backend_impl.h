@@ -5,8 +5,9 @@
 // cuda_backend.cc (creation, errors, memory), cuda_backend_gemm.cc (the
 // cuBLASLt GEMMs, the linear layers, the kernels' attention products),
 // cuda_backend_attention.cc (attention: cuDNN's fused attention, or the
-// kernels of cuda_backend_attention_kernels.cc) and cuda_backend_ops.cc (the kernels of the other ops and the
-// optimizer's).
+// kernels of cuda_backend_attention_kernels.cc), cuda_backend_fused.cc (the
+// fused ops, the epilogues' bias gradients) and cuda_backend_ops.cc (the
+// kernels of the other ops and the optimizer's).
 // The contract is cuda_backend.h's.
 
 #include "worker/compute/cuda_backend.h"
@@ -33,6 +34,7 @@
 #include "worker/compute/attention_report.h"
 #include "worker/compute/cuda_cudnn_library.h"
 #include "worker/compute/cuda_cudnn_sdpa.h"
+#include "worker/compute/cuda_epilogue.h"
 #include "worker/compute/cuda_kernels.h"
 #include "worker/compute/cuda_kernels_optimizer.h"
 #include "worker/compute/device_arena.h"
@@ -91,10 +93,14 @@ enum ScratchSlot : int {
 struct PlanKey {
   GemmShape shape;
   uint32_t align_a = 256, align_b = 256, align_c = 256;
+  // An epilogue's plan is its own: the epilogue and its vectors' alignment
+  // (the heuristic reads the pointers' values for it) are part of the key.
+  Epilogue epilogue = Epilogue::kNone;
+  uint32_t align_bias = 256, align_aux = 256;
 
   auto Tie() const {
     return std::tie(shape.transa, shape.transb, shape.m, shape.n, shape.k, shape.lda, shape.ldb,
-                    shape.ldc, align_a, align_b, align_c);
+                    shape.ldc, align_a, align_b, align_c, epilogue, align_bias, align_aux);
   }
   bool operator<(const PlanKey& other) const { return Tie() < other.Tie(); }
 };
@@ -118,12 +124,21 @@ inline uint32_t AlignmentOf(const void* pointer, int ld, size_t element_bytes) {
 // A shape's descriptors and the one algorithm chosen for it, or, where
 // cuBLASLt offered none, cublasGemmEx for it (same operand and compute types,
 // so the same math by another kernel; chosen once like an algorithm).
+// A plan with an epilogue that cuBLASLt cannot run for the shape (no
+// algorithm, or an operand the epilogue does not allow) is `unfused`: the
+// caller computes the product and the epilogue's work with separate kernels,
+// also chosen once per shape and logged once.
 struct GemmPlan {
   cublasLtMatmulDesc_t desc = nullptr;
   cublasLtMatrixLayout_t a = nullptr, b = nullptr, c = nullptr;
   cublasLtMatmulAlgo_t algo{};
   bool gemm_ex = false;
+  bool unfused = false;
 };
+
+// What Gemm did with a call's epilogue: ran it (or met a failure, now
+// pending: nothing more to do either way), or left it to the caller.
+enum class EpilogueRun { kDone, kUnfused };
 
 // Heuristic results asked for per shape: the first whose state is success
 // is taken. More than one so that a result cuBLASLt lists but cannot run
@@ -162,6 +177,14 @@ class CudaBackend final : public Backend {
                      int C, int OC) override;
   void MatmulBackward(TensorSpan dinp, TensorSpan dweight, TensorSpan dbias, TensorSpan dout,
                       TensorSpan inp, TensorSpan weight, int N, int C, int OC) override;
+  void MatmulGeluForward(TensorSpan out, TensorSpan pre, TensorSpan inp, TensorSpan weight,
+                         TensorSpan bias, int N, int C, int OC) override;
+  void MatmulGeluBackward(TensorSpan dpre, TensorSpan dpre_bias, TensorSpan dweight,
+                          TensorSpan dbias, TensorSpan dout, TensorSpan act, TensorSpan pre,
+                          TensorSpan weight, int N, int C, int OC) override;
+  void ResidualLayerNormForward(TensorSpan residual_out, TensorSpan out, TensorSpan mean,
+                                TensorSpan rstd, TensorSpan inp1, TensorSpan inp2,
+                                TensorSpan weight, TensorSpan bias, int N, int C) override;
   size_t AttentionStateNumel(int B, int T, int C, int NH) const override;
   void AttentionForward(TensorSpan out, TensorSpan state, TensorSpan qkv, int B, int T, int C,
                         int NH) override;
@@ -227,9 +250,22 @@ class CudaBackend final : public Backend {
   // (see the definition); FailedPrecondition when the environment would
   // change them. Part of Init, after the handles exist.
   absl::Status PinGemmMath();
-  // One GEMM (batch 1) through cuBLASLt, or cublasGemmEx where its plan says.
-  void Gemm(const GemmCall& call);
-  const GemmPlan* PlanFor(const PlanKey& key);
+  // One GEMM (batch 1) through cuBLASLt, or cublasGemmEx where its plan
+  // says, with `epilogue` fused where cuBLASLt runs it for the shape;
+  // kUnfused (nothing computed) where it does not, for the caller to run
+  // the product and the epilogue's work apart (cuda_backend_fused.cc).
+  EpilogueRun Gemm(const GemmCall& call, const GemmEpilogue& epilogue = {});
+  const GemmPlan* PlanFor(const PlanKey& key, const GemmEpilogue& epilogue);
+  // Sets the call's epilogue pointers on the plan's descriptor.
+  bool SetEpiloguePointers(const GemmPlan& plan, const GemmShape& shape,
+                           const GemmEpilogue& epilogue);
+  // dbias (n) += the bias gradient an epilogue wrote to `partial` (the
+  // epilogues write; the backend's gradients accumulate).
+  void AccumulateBiasGrad(float* dbias, const float* partial, int n);
+  // MatmulBackward's dweight and dbias (cuda_backend_fused.cc); dbias may
+  // be null.
+  void WeightAndBiasGrad(float* dweight, float* dbias, const float* dout, const float* inp, int N,
+                         int C, int OC);
   // In bf16: the (rows x cols, leading dimension *ld) column-major matrix at
   // `data` rounded to bf16 in scratch `slot`, its columns padded to a
   // 16-byte stride (tensor-core kernels want it; *ld becomes the padded

@@ -153,7 +153,7 @@ void CudaBackend::CrossEntropyShardBackward(TensorSpan dlogits, TensorSpan logit
                                             int Vs, int vocab_start) {
   CheckVocabShard(vocab_start, Vs);
   CHECK(V > 0) << "V=" << V;
-  CHECK(dlogits.data != logits.data) << "dlogits may not alias logits";
+  CheckInPlaceOrApart(dlogits, logits);
   float* dz = CheckedF32(dlogits, Mul(N, Vs), "dlogits");
   const float* z = CheckedF32(logits, Mul(N, Vs), "logits");
   const float* s = CheckedF32(lse, N, "lse");

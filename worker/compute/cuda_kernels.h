@@ -53,6 +53,17 @@ void ResidualForward(float* out, const float* inp1, const float* inp2, size_t n,
                      cudaStream_t stream);
 void ResidualBackward(float* dinp1, float* dinp2, const float* dout, size_t n, cudaStream_t stream);
 
+// ---- Fused ops (cuda_kernels_pointwise.cu) ------------------------------------
+// residual (N,C) = inp1 + inp2, then LayerNormForward of it into out, mean,
+// rstd, in one pass per row. residual may be neither input.
+void ResidualLayerNormForward(float* residual, float* out, float* mean, float* rstd,
+                              const float* inp1, const float* inp2, const float* weight,
+                              const float* bias, int N, int C, cudaStream_t stream);
+// grad[i] = gelu'(pre[i]) * grad[i], in place: GELU's backward where the
+// GEMM before it wrote the output gradient (the fallback of the DGELU
+// epilogue, where cuBLASLt offers no algorithm for it).
+void GeluGradInPlace(float* grad, const float* pre, size_t n, cudaStream_t stream);
+
 // ---- Attention pieces (cuda_kernels_attention.cu); the products are cuBLAS's
 // q, k, v (B,NH,T,hs) = the three parts of qkv (B,T,3,NH,hs).
 void SplitQkv(float* q, float* k, float* v, const float* qkv, int B, int T, int NH, int hs,

@@ -84,6 +84,9 @@ __global__ void ShardBackwardKernel(float* dlogits, const float* logits, const f
   const float s = lse[n];
   const float dloss = dlosses[n];
   const int target_col = ShardTargetColumn(targets[n], valid, vocab_start);
+  // Safe in place (dlogits == logits): element j is read only by the thread
+  // that writes it, before it writes it; lse, targets and dlosses are other
+  // buffers, read before the loop.
   for (int j = threadIdx.x; j < Vs; j += kRowThreads) {
     drow[j] = ShardDlogit(row, j, valid, target_col, s, dloss);
   }

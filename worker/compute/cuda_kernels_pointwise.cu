@@ -1,5 +1,5 @@
 // LayerNorm, per-column sums (dbias, LayerNorm's dweight), GELU and the
-// residual add. LayerNorm gives each row one warp (CUB's warp reduction);
+// residual add, and the fused residual add + LayerNorm. LayerNorm gives each row one warp (CUB's warp reduction);
 // column sums go through the two-pass plan of gpu_launch_plan.h, rows in
 // order within a chunk and chunks in order after, never atomics. The
 // per-lane and per-element math is kernel_math.h's, which the CPU tests run.
@@ -29,10 +29,29 @@ using kernel_math::LayerNormRstd;
 using kernel_math::LayerNormWeightGradTerm;
 using kernel_math::RowMean;
 using kernel_math::StridedLayerNormGradSums;
+using kernel_math::StridedResidualSum;
 using kernel_math::StridedSquaredDeviation;
 using kernel_math::StridedSum;
 
 constexpr int kWarpBlockThreads = kWarpSize * kWarpsPerBlock;
+
+// Row n's LayerNorm by its warp, from this lane's share of the row's sum:
+// the mean, the rstd from the squared deviations, the output, and mean[n]
+// and rstd[n] from lane 0.
+__device__ inline void WarpLayerNormRow(float* out, float* mean, float* rstd, const float* x,
+                                        const float* weight, const float* bias, int64_t n, int C,
+                                        int lane, float lane_sum,
+                                        WarpReduceFloat::TempStorage& temp) {
+  const float m = RowMean(WarpSumAll(lane_sum, temp), C);
+  const float s =
+      LayerNormRstd(WarpSumAll(StridedSquaredDeviation(x, C, m, lane, kWarpSize), temp), C);
+  float* y = out + n * C;
+  for (int c = lane; c < C; c += kWarpSize) y[c] = LayerNormOutput(x[c], m, s, weight[c], bias[c]);
+  if (lane == 0) {
+    mean[n] = m;
+    rstd[n] = s;
+  }
+}
 
 __global__ void LayerNormForwardKernel(float* out, float* mean, float* rstd, const float* inp,
                                        const float* weight, const float* bias, int N, int C) {
@@ -42,15 +61,8 @@ __global__ void LayerNormForwardKernel(float* out, float* mean, float* rstd, con
   const int64_t n = static_cast<int64_t>(blockIdx.x) * kWarpsPerBlock + warp;
   if (n >= N) return;  // whole warps leave; nothing below syncs the block
   const float* x = inp + n * C;
-  const float m = RowMean(WarpSumAll(StridedSum(x, C, lane, kWarpSize), temp[warp]), C);
-  const float s =
-      LayerNormRstd(WarpSumAll(StridedSquaredDeviation(x, C, m, lane, kWarpSize), temp[warp]), C);
-  float* y = out + n * C;
-  for (int c = lane; c < C; c += kWarpSize) y[c] = LayerNormOutput(x[c], m, s, weight[c], bias[c]);
-  if (lane == 0) {
-    mean[n] = m;
-    rstd[n] = s;
-  }
+  WarpLayerNormRow(out, mean, rstd, x, weight, bias, n, C, lane, StridedSum(x, C, lane, kWarpSize),
+                   temp[warp]);
 }
 
 __global__ void LayerNormBackwardKernel(float* dinp, const float* dout, const float* inp,
@@ -165,6 +177,32 @@ __global__ void ResidualBackwardKernel(float* dinp1, float* dinp2, const float* 
   }
 }
 
+// One warp per row, like LayerNormForwardKernel. Each lane writes the sums of
+// its own columns (first = lane, stride = warp) and the LayerNorm's passes
+// read back exactly those columns by the same lane, so no other thread's
+// write is read and no barrier is needed; the re-reads hit the cache the
+// writes just filled instead of a second kernel's trip through memory.
+__global__ void ResidualLayerNormForwardKernel(float* residual, float* out, float* mean,
+                                               float* rstd, const float* inp1, const float* inp2,
+                                               const float* weight, const float* bias, int N,
+                                               int C) {
+  __shared__ WarpReduceFloat::TempStorage temp[kWarpsPerBlock];
+  const int warp = threadIdx.x / kWarpSize;
+  const int lane = threadIdx.x % kWarpSize;
+  const int64_t n = static_cast<int64_t>(blockIdx.x) * kWarpsPerBlock + warp;
+  if (n >= N) return;  // whole warps leave; nothing below syncs the block
+  float* x = residual + n * C;
+  const float lane_sum = StridedResidualSum(x, inp1 + n * C, inp2 + n * C, C, lane, kWarpSize);
+  WarpLayerNormRow(out, mean, rstd, x, weight, bias, n, C, lane, lane_sum, temp[warp]);
+}
+
+__global__ void GeluGradInPlaceKernel(float* grad, const float* pre, int64_t n) {
+  for (int64_t i = GlobalThread(); i < n; i += GridThreads()) {
+    const float x = pre[i];
+    grad[i] = GeluGradFromExp(x, expf(GeluExpArgument(x))) * grad[i];
+  }
+}
+
 }  // namespace
 
 void LayerNormForward(float* out, float* mean, float* rstd, const float* inp, const float* weight,
@@ -231,6 +269,20 @@ void ResidualBackward(float* dinp1, float* dinp2, const float* dout, size_t n,
   const auto count = static_cast<int64_t>(n);
   ResidualBackwardKernel<<<GridStrideBlocks(count, kThreads), kThreads, 0, stream>>>(dinp1, dinp2,
                                                                                      dout, count);
+}
+
+void ResidualLayerNormForward(float* residual, float* out, float* mean, float* rstd,
+                              const float* inp1, const float* inp2, const float* weight,
+                              const float* bias, int N, int C, cudaStream_t stream) {
+  if (N <= 0) return;
+  ResidualLayerNormForwardKernel<<<WarpRowBlocks(N), kWarpBlockThreads, 0, stream>>>(
+      residual, out, mean, rstd, inp1, inp2, weight, bias, N, C);
+}
+
+void GeluGradInPlace(float* grad, const float* pre, size_t n, cudaStream_t stream) {
+  if (n == 0) return;
+  GeluGradInPlaceKernel<<<GridStrideBlocks(static_cast<int64_t>(n), kThreads), kThreads, 0,
+                          stream>>>(grad, pre, static_cast<int64_t>(n));
 }
 
 }  // namespace cohort::compute::cuda

@@ -85,6 +85,22 @@ COHORT_HOST_DEVICE float StridedSum(const float* x, int n, int first, int stride
   return sum;
 }
 
+// out[c] = a[c] + b[c] over the share's columns, returning the sum of those
+// out[c] in StridedSum's order: a residual add and the first pass of the
+// LayerNorm that normalises it, in one (the fused residual + LayerNorm). The
+// same additions as ResidualForward then StridedSum(out, ...), so the same
+// bits. out may be neither input.
+COHORT_HOST_DEVICE float StridedResidualSum(float* out, const float* a, const float* b, int n,
+                                            int first, int stride) {
+  float sum = 0.0f;
+  for (int c = first; c < n; c += stride) {
+    const float r = a[c] + b[c];
+    out[c] = r;
+    sum += r;
+  }
+  return sum;
+}
+
 // sum_c a[c] b[c].
 COHORT_HOST_DEVICE float StridedDot(const float* a, const float* b, int n, int first, int stride) {
   float dot = 0.0f;

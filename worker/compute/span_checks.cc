@@ -77,4 +77,19 @@ void CheckVocabShard(int vocab_start, int Vs) {
   CHECK(vocab_start >= 0 && Vs > 0) << "vocab shard: vocab_start=" << vocab_start << " Vs=" << Vs;
 }
 
+void CheckNotAnInput(TensorSpan written, std::initializer_list<TensorSpan> inputs,
+                     const char* what) {
+  for (const TensorSpan& input : inputs) {
+    CHECK(written.data != input.data) << what << " may not be an input of the op";
+  }
+}
+
+void CheckInPlaceOrApart(TensorSpan dlogits, TensorSpan logits) {
+  if (dlogits.data == logits.data) return;
+  const auto* d = static_cast<const char*>(dlogits.data);
+  const auto* l = static_cast<const char*>(logits.data);
+  CHECK(d + dlogits.bytes() <= l || l + logits.bytes() <= d)
+      << "dlogits overlaps logits without being them";
+}
+
 }  // namespace cohort::compute

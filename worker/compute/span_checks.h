@@ -7,6 +7,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <initializer_list>
 
 #include "worker/compute/backend.h"
 
@@ -28,5 +29,13 @@ void CheckAdamWRange(TensorSpan params, TensorSpan m, TensorSpan v, TensorSpan g
                      TensorSpan scalars, size_t begin, size_t end, size_t moment_base);
 // A vocab shard: rows (or logit columns) [vocab_start, vocab_start + Vs).
 void CheckVocabShard(int vocab_start, int Vs);
+// An op's written output is none of its inputs (the fused ops': their
+// kernels read an input after writing the output). `what` names the op and
+// the output in the failure.
+void CheckNotAnInput(TensorSpan written, std::initializer_list<TensorSpan> inputs,
+                     const char* what);
+// A cross-entropy backward's dlogits is its logits (in place) or lies
+// apart from them: a partial overlap would read gradients as logits.
+void CheckInPlaceOrApart(TensorSpan dlogits, TensorSpan logits);
 
 }  // namespace cohort::compute

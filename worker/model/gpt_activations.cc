@@ -94,8 +94,6 @@ GptActivationGrads CarveGrads(const GptConfig& config, const ModelLayout& layout
   grads.datty = carver.Take(bt * Cl);
   grads.dqkv = carver.Take(bt * 3 * Cl);
   grads.dfch = carver.Take(bt * 4 * Cl);
-  grads.dfch_gelu = carver.Take(bt * 4 * Cl);
-  if (layout.has_head()) grads.dlogits = carver.Take(bt * layout.vocab_rows(config));
   return grads;
 }
 

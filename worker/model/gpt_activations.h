@@ -63,8 +63,9 @@ struct GptActivationGrads {
   compute::TensorSpan datty;      // (B,T,C)
   compute::TensorSpan dqkv;       // (B,T,3C)
   compute::TensorSpan dfch;       // (B,T,4C)
-  compute::TensorSpan dfch_gelu;  // (B,T,4C)
-  compute::TensorSpan dlogits;    // (B,T,Vp/tp), last stage only
+  // No gradient of the GELU's output (Backend::MatmulGeluBackward goes from
+  // dresidual to dfch in one op) and none of the logits: the backward
+  // writes it over the logits (GptActivations::logits).
 };
 
 // Elements the layouts below need for a (B,T) micro-batch; largest at the

@@ -333,6 +333,7 @@ absl::StatusOr<double> GptModel::ForwardStage(int slot_index, const int32_t* inp
   // From here on the slot's previous state is overwritten.
   Slot& slot = slots_[slot_index];
   slot.B = 0;
+  slot.logits_overwritten = false;
   const int N = B * T;
   const int L = lay.num_layers(config_);
   const int C = config_.width;
@@ -367,22 +368,31 @@ absl::StatusOr<double> GptModel::ForwardStage(int slot_index, const int32_t* inp
     RETURN_IF_ERROR(CheckCancelled());
     GptLayerActivations& la = a.layers[l];
     const TensorSpan residual = l == 0 ? a.encoded : a.layers[l - 1].residual3;
-    be.LayerNormForward(la.ln1, la.ln1_mean, la.ln1_rstd, residual, param(kLn1w, l),
-                        param(kLn1b, l), N, C);
+    // A later layer's ln1 came with the previous layer's residual add.
+    if (l == 0) {
+      be.LayerNormForward(la.ln1, la.ln1_mean, la.ln1_rstd, residual, param(kLn1w, l),
+                          param(kLn1b, l), N, C);
+    }
     be.MatmulForward(la.qkv, la.ln1, param(kQkvw, l), param(kQkvb, l), N, C, 3 * Cl);
     be.AttentionForward(la.atty, la.att, la.qkv, B, T, Cl, NHl);
     be.MatmulForward(la.attproj, la.atty, param(kAttprojw, l),
                      bias_here ? param(kAttprojb, l) : TensorSpan{}, N, Cl, C);
     RETURN_IF_ERROR(TensorAllReduce(la.attproj, comm::ReduceOp::kSum));
-    be.ResidualForward(la.residual2, residual, la.attproj, static_cast<size_t>(N) * C);
-    be.LayerNormForward(la.ln2, la.ln2_mean, la.ln2_rstd, la.residual2, param(kLn2w, l),
-                        param(kLn2b, l), N, C);
-    be.MatmulForward(la.fch, la.ln2, param(kFcw, l), param(kFcb, l), N, C, 4 * Cl);
-    be.GeluForward(la.fch_gelu, la.fch, static_cast<size_t>(N) * 4 * Cl);
+    be.ResidualLayerNormForward(la.residual2, la.ln2, la.ln2_mean, la.ln2_rstd, residual,
+                                la.attproj, param(kLn2w, l), param(kLn2b, l), N, C);
+    // fch keeps the GELU's input for the backward.
+    be.MatmulGeluForward(la.fch_gelu, la.fch, la.ln2, param(kFcw, l), param(kFcb, l), N, C, 4 * Cl);
     be.MatmulForward(la.fcproj, la.fch_gelu, param(kFcprojw, l),
                      bias_here ? param(kFcprojb, l) : TensorSpan{}, N, 4 * Cl, C);
     RETURN_IF_ERROR(TensorAllReduce(la.fcproj, comm::ReduceOp::kSum));
-    be.ResidualForward(la.residual3, la.residual2, la.fcproj, static_cast<size_t>(N) * C);
+    if (l + 1 < L) {  // the residual add with the next layer's ln1
+      GptLayerActivations& next = a.layers[l + 1];
+      be.ResidualLayerNormForward(la.residual3, next.ln1, next.ln1_mean, next.ln1_rstd,
+                                  la.residual2, la.fcproj, param(kLn1w, l + 1), param(kLn1b, l + 1),
+                                  N, C);
+    } else {  // the head's lnf or the next stage reads it
+      be.ResidualForward(la.residual3, la.residual2, la.fcproj, static_cast<size_t>(N) * C);
+    }
   }
   slot.acts = std::move(a);
   double loss = 0.0;
@@ -513,8 +523,13 @@ absl::Status GptModel::BackwardOnBackend(int slot_index, double loss_scale) {
   if (!std::isfinite(loss_scale)) {
     return absl::InvalidArgumentError(absl::StrCat("loss_scale must be finite, got ", loss_scale));
   }
+  if (slots_[slot_index].logits_overwritten) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("Backward needs a new Forward of slot ", slot_index,
+                     ": the last Backward wrote the logits' gradient over its logits"));
+  }
   const ModelLayout& lay = layout();
-  const Slot& slot = slots_[slot_index];
+  Slot& slot = slots_[slot_index];
   const int B = slot.B;
   const int T = slot.T;
   const int N = B * T;
@@ -524,7 +539,6 @@ absl::Status GptModel::BackwardOnBackend(int slot_index, double loss_scale) {
   const int NHl = config_.heads / lay.tp;
   const int V = config_.vocab_size;
   const int Vs = lay.vocab_rows(config_);
-  const size_t NC = static_cast<size_t>(N) * C;
   compute::Backend& be = *backend_;
   const GptActivations& a = slot.acts;
   const GptActivationGrads g = LayOutActivationGrads(config_, lay, grad_acts_.span(), B, T);
@@ -534,18 +548,26 @@ absl::Status GptModel::BackwardOnBackend(int slot_index, double loss_scale) {
   }
 
   if (lay.has_head()) {
+    // A cancel seen before the logits are overwritten leaves the slot able
+    // to run its backward again.
+    RETURN_IF_ERROR(CheckCancelled());
     // d(loss_scale * mean loss)/d(loss at each position).
     host_dlosses_.assign(N, static_cast<float>(loss_scale / N));
     be.CopyFromHost(a.dlosses, host_dlosses_.data());
+    // The logits' gradient overwrites the logits (backend.h allows it in
+    // place): no second vocabulary-sized buffer. From here the slot's logits
+    // are gone (logits(), CopyLogitsToHost and a second Backward refuse).
+    const TensorSpan dlogits = a.logits;
+    slot.logits_overwritten = true;
     if (lay.tp == 1) {
-      be.CrossEntropyBackward(g.dlogits, a.logits, a.lse, slot.targets, a.dlosses, N, V, Vs);
+      be.CrossEntropyBackward(dlogits, a.logits, a.lse, slot.targets, a.dlosses, N, V, Vs);
     } else {
-      be.CrossEntropyShardBackward(g.dlogits, a.logits, a.lse, slot.targets, a.dlosses, N, V, Vs,
+      be.CrossEntropyShardBackward(dlogits, a.logits, a.lse, slot.targets, a.dlosses, N, V, Vs,
                                    lay.vocab_start(config_));
     }
     // LM head: the first of the two tied wte contributions.
     be.Zero(g.dln);
-    be.MatmulBackward(g.dln, grad(kWte), TensorSpan{}, g.dlogits, a.lnf, param(kWte), N, C, Vs);
+    be.MatmulBackward(g.dln, grad(kWte), TensorSpan{}, dlogits, a.lnf, param(kWte), N, C, Vs);
     RETURN_IF_ERROR(TensorAllReduce(g.dln, comm::ReduceOp::kSum));
     be.Zero(g.dresidual);
     be.LayerNormBackward(g.dresidual, grad(kLnfw), grad(kLnfb), g.dln, a.layers.back().residual3,
@@ -560,13 +582,12 @@ absl::Status GptModel::BackwardOnBackend(int slot_index, double loss_scale) {
     const GptLayerActivations& la = a.layers[l];
     const TensorSpan residual = l == 0 ? a.encoded : a.layers[l - 1].residual3;
     // MLP branch: residual3 = residual2 + fcproj(gelu(fc(ln2(residual2)))).
-    be.Zero(g.dfch_gelu);
-    be.MatmulBackward(g.dfch_gelu, grad(kFcprojw, l), grad(kFcprojb, l), g.dresidual, la.fch_gelu,
-                      param(kFcprojw, l), N, 4 * Cl, C);
-    be.Zero(g.dfch);
-    be.GeluBackward(g.dfch, la.fch, g.dfch_gelu, NC / lay.tp * 4);
+    // fcproj's and the GELU's backward in one op, which also gives fc's bias
+    // gradient (dfch is written, so it needs no zeroing).
+    be.MatmulGeluBackward(g.dfch, grad(kFcb, l), grad(kFcprojw, l), grad(kFcprojb, l), g.dresidual,
+                          la.fch_gelu, la.fch, param(kFcprojw, l), N, 4 * Cl, C);
     be.Zero(g.dln);
-    be.MatmulBackward(g.dln, grad(kFcw, l), grad(kFcb, l), g.dfch, la.ln2, param(kFcw, l), N, C,
+    be.MatmulBackward(g.dln, grad(kFcw, l), TensorSpan{}, g.dfch, la.ln2, param(kFcw, l), N, C,
                       4 * Cl);
     RETURN_IF_ERROR(TensorAllReduce(g.dln, comm::ReduceOp::kSum));
     be.LayerNormBackward(g.dresidual, grad(kLn2w, l), grad(kLn2b, l), g.dln, la.residual2,
@@ -599,13 +620,18 @@ absl::Status GptModel::BackwardOnBackend(int slot_index, double loss_scale) {
 }
 
 TensorSpan GptModel::logits() const {
-  if (slots_[0].B == 0) return TensorSpan{};
+  if (slots_[0].B == 0 || slots_[0].logits_overwritten) return TensorSpan{};
   return slots_[0].acts.logits;
 }
 
 absl::Status GptModel::CopyLogitsToHost(float* dst) {
   if (slots_[0].B == 0 || !layout().has_head()) {
     return absl::FailedPreconditionError("no Forward with the LM head has run yet");
+  }
+  if (slots_[0].logits_overwritten) {
+    return absl::FailedPreconditionError(
+        "the logits of the last Forward are gone: its Backward wrote their gradient over them; "
+        "run Forward again to read logits");
   }
   backend_->CopyToHost(dst, slots_[0].acts.logits);
   return backend_->Synchronize();

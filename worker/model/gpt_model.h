@@ -202,18 +202,23 @@ class GptModel {
   // Adds d(loss_scale * mean loss of the last Forward)/d(params) to grads()
   // (both parts of the tied wte included: the token embedding's is added
   // into grads() and embedding_grad() cleared). May be repeated (each call
-  // adds again). FailedPrecondition without a successful Forward since
-  // Create or with pipeline parallelism; InvalidArgument for a non-finite
-  // scale.
+  // adds again; on the stage with the LM head each call needs a Forward
+  // before it, since the backward overwrites the logits with their gradient).
+  // FailedPrecondition without a successful Forward since Create (or since
+  // the last Backward, on the head's stage) or with pipeline parallelism;
+  // InvalidArgument for a non-finite scale.
   absl::Status Backward(double loss_scale);
 
   // The logits (B,T,Vp) of the last successful Forward (backend memory); an
-  // empty span before the first. Padding columns V..Vp-1 hold lnf · wte[v]
-  // and take no part in the loss.
+  // empty span before the first, and after a Backward of that Forward, which
+  // writes the logits' gradient over them (one vocabulary-sized buffer, not
+  // two). Padding columns V..Vp-1 hold lnf · wte[v] and take no part in the
+  // loss.
   // Under tensor parallelism: this rank's vocabulary columns (B,T,Vp/tp).
   compute::TensorSpan logits() const;
   // Copies logits() into dst (its numel floats); FailedPrecondition before
-  // the first Forward or on a stage without the head.
+  // the first Forward, after a Backward of it (the logits are gradients now)
+  // or on a stage without the head.
   absl::Status CopyLogitsToHost(float* dst);
   int last_batch() const { return slots_[0].B; }
   int last_time() const { return slots_[0].T; }
@@ -227,6 +232,9 @@ class GptModel {
     GptActivations acts;
     compute::TensorSpan inputs;
     compute::TensorSpan targets;
+    // A backward wrote the logits' gradient over acts.logits (in place);
+    // the logits are gone until the slot's next forward.
+    bool logits_overwritten = false;
   };
 
   GptModel(const GptConfig& config, compute::Backend* backend, const ModelOptions& options);

@@ -175,6 +175,27 @@ LayerNormData MakeLayerNormData(int N, int C) {
 
 constexpr std::array<std::pair<int, int>, 3> kLayerNormShapes = {{{4, 1}, {5, 37}, {3, 768}}};
 
+// LayerNormForward of (N,C) x from kernel_math's whole-row functions, the
+// row sum given (the fused residual's comes with its sums).
+template <typename RowSum>
+void KernelMathLayerNorm(const std::vector<float>& x, const LayerNormData& d, RowSum row_sum,
+                         std::vector<float>* out, std::vector<float>* mean,
+                         std::vector<float>* rstd) {
+  const int N = d.N, C = d.C;
+  out->resize(N * C);
+  mean->resize(N);
+  rstd->resize(N);
+  for (int n = 0; n < N; ++n) {
+    const float* row = x.data() + n * C;
+    (*mean)[n] = km::RowMean(row_sum(n), C);
+    (*rstd)[n] = km::LayerNormRstd(km::StridedSquaredDeviation(row, C, (*mean)[n], 0, 1), C);
+    for (int c = 0; c < C; ++c) {
+      (*out)[n * C + c] =
+          km::LayerNormOutput(row[c], (*mean)[n], (*rstd)[n], d.weight[c], d.bias[c]);
+    }
+  }
+}
+
 TEST(KernelMathLayerNormTest, WholeRowFunctionsGiveTheCpuBackendsBits) {
   // The CPU backend's row is the share with first 0 and stride 1 (serial
   // sums, no fused multiply-add), and its dweight sums the term over rows in
@@ -186,16 +207,10 @@ TEST(KernelMathLayerNormTest, WholeRowFunctionsGiveTheCpuBackendsBits) {
     std::vector<float> out(N * C), mean(N), rstd(N);
     backend.LayerNormForward(Span(out), Span(mean), Span(rstd), Span(d.x), Span(d.weight),
                              Span(d.bias), N, C);
-    std::vector<float> want_out(N * C), want_mean(N), want_rstd(N);
-    for (int n = 0; n < N; ++n) {
-      const float* row = d.x.data() + n * C;
-      want_mean[n] = km::RowMean(km::StridedSum(row, C, 0, 1), C);
-      want_rstd[n] = km::LayerNormRstd(km::StridedSquaredDeviation(row, C, want_mean[n], 0, 1), C);
-      for (int c = 0; c < C; ++c) {
-        want_out[n * C + c] =
-            km::LayerNormOutput(row[c], want_mean[n], want_rstd[n], d.weight[c], d.bias[c]);
-      }
-    }
+    std::vector<float> want_out, want_mean, want_rstd;
+    KernelMathLayerNorm(
+        d.x, d, [&](int n) { return km::StridedSum(d.x.data() + n * C, C, 0, 1); }, &want_out,
+        &want_mean, &want_rstd);
     EXPECT_EQ(Bits(mean), Bits(want_mean));
     EXPECT_EQ(Bits(rstd), Bits(want_rstd));
     EXPECT_EQ(Bits(out), Bits(want_out));
@@ -276,6 +291,54 @@ TEST(KernelMathLayerNormTest, TheWarpsLaneOrderMatchesDoublePrecision) {
     ref::LayerNormBackward(ToDouble(d.dout), x, w, N, C, &want_dx, &want_dw, &want_db);
     EXPECT_LT(RelativeError(dx, want_dx), 2e-6);
     EXPECT_LT(RelativeError(dw, want_dw), 2e-6);
+  }
+}
+
+TEST(KernelMathLayerNormTest, TheResidualSumGivesTheCpuResidualAndLayerNormBits) {
+  // The fused residual + LayerNorm's first pass: the whole row's share is
+  // ResidualForward's sums and StridedSum over them, bitwise; then the
+  // LayerNorm's functions over that row give the CPU backend's unfused
+  // ResidualForward + LayerNormForward bits.
+  CpuBackend backend(CpuBackendOptions{.num_threads = 2});
+  for (const auto& [N, C] : kLayerNormShapes) {
+    SCOPED_TRACE(::testing::Message() << "N " << N << " C " << C);
+    LayerNormData d = MakeLayerNormData(N, C);
+    std::vector<float> other = RandomFloats(N * C, 17 + C);
+    std::vector<float> residual(N * C), out(N * C), mean(N), rstd(N);
+    backend.ResidualForward(Span(residual), Span(d.x), Span(other), residual.size());
+    backend.LayerNormForward(Span(out), Span(mean), Span(rstd), Span(residual), Span(d.weight),
+                             Span(d.bias), N, C);
+    std::vector<float> fused(N * C), want_out, want_mean, want_rstd;
+    // Row n's sums are written (and summed) before row n is normalised.
+    KernelMathLayerNorm(
+        fused, d,
+        [&](int n) {
+          return km::StridedResidualSum(fused.data() + n * C, d.x.data() + n * C,
+                                        other.data() + n * C, C, 0, 1);
+        },
+        &want_out, &want_mean, &want_rstd);
+    EXPECT_EQ(Bits(fused), Bits(residual));
+    EXPECT_EQ(Bits(want_mean), Bits(mean));
+    EXPECT_EQ(Bits(want_rstd), Bits(rstd));
+    EXPECT_EQ(Bits(want_out), Bits(out));
+  }
+}
+
+TEST(KernelMathLayerNormTest, TheLanesResidualSumsWriteEveryColumnOnceAndSumTheirShare) {
+  // The device's split: lane l writes and sums columns l, l + 32, ...; the
+  // lanes together write every column once, and each lane's sum is
+  // StridedSum over the columns it wrote (what the kernel's LayerNorm then
+  // reads back, by the same lane).
+  for (const auto& shape : kLayerNormShapes) {
+    const int C = shape.second;
+    SCOPED_TRACE(::testing::Message() << "C " << C);
+    const std::vector<float> a = RandomFloats(C, 31 + C), b = RandomFloats(C, 32 + C);
+    std::vector<float> sum(C, std::nanf(""));
+    for (int lane = 0; lane < kLanes; ++lane) {
+      const float share = km::StridedResidualSum(sum.data(), a.data(), b.data(), C, lane, kLanes);
+      EXPECT_EQ(Bits({share}), Bits({km::StridedSum(sum.data(), C, lane, kLanes)})) << lane;
+    }
+    for (int c = 0; c < C; ++c) EXPECT_EQ(Bits({sum[c]}), Bits({a[c] + b[c]})) << c;
   }
 }
 

@@ -33,8 +33,7 @@ std::vector<TensorSpan> Views(const GptActivations& a) {
 }
 
 std::vector<TensorSpan> Views(const GptActivationGrads& g) {
-  std::vector<TensorSpan> views = {g.dresidual, g.dln,       g.datty,  g.dqkv,
-                                   g.dfch,      g.dfch_gelu, g.dlogits};
+  std::vector<TensorSpan> views = {g.dresidual, g.dln, g.datty, g.dqkv, g.dfch};
   std::erase_if(views, [](const TensorSpan& v) { return v.empty(); });
   return views;
 }

@@ -100,6 +100,43 @@ TEST_F(GptModelTest, InitialLossIsNearUniformAndPaddingLogitsAreZero) {
   }
 }
 
+TEST_F(GptModelTest, BackwardWritesTheLogitsGradientOverTheLogits) {
+  // One vocabulary-sized buffer: after a backward the logits are gone, and
+  // every reader says so instead of reading gradients as logits.
+  const std::vector<int32_t> tokens = Tokens(2 * 2 * 16, 50, 4);
+  const int32_t* inputs = tokens.data();
+  const int32_t* targets = tokens.data() + 32;
+  ASSERT_TRUE(model_->Forward(inputs, targets, 2, 16).ok());
+  const compute::TensorSpan logits = model_->logits();
+  ASSERT_FALSE(logits.empty());
+  std::vector<float> before(logits.numel);
+  ASSERT_TRUE(model_->CopyLogitsToHost(before.data()).ok());
+  model_->ZeroGrad();
+  ASSERT_TRUE(model_->Backward(1.0).ok());
+  // The buffer now holds the gradient: each row sums to ~0 over the real
+  // vocabulary (softmax minus one-hot), which no row of logits here does.
+  const auto* dlogits = static_cast<const float*>(logits.data);
+  const int Vp = Tiny().PaddedVocab();
+  double row_sum = 0.0;
+  for (int v = 0; v < 50; ++v) row_sum += dlogits[v];
+  EXPECT_NEAR(row_sum, 0.0, 1e-6);
+  EXPECT_NE(dlogits[0], before[0]);
+  EXPECT_EQ(dlogits[Vp - 1], 0.0f);  // padding columns get a zero gradient
+  EXPECT_TRUE(model_->logits().empty());
+  std::vector<float> after(before.size());
+  const absl::Status copy = model_->CopyLogitsToHost(after.data());
+  EXPECT_EQ(copy.code(), absl::StatusCode::kFailedPrecondition) << copy;
+  EXPECT_NE(copy.message().find("gradient"), absl::string_view::npos) << copy;
+  // A second backward would take those gradients for logits.
+  const absl::Status again = model_->Backward(1.0);
+  EXPECT_EQ(again.code(), absl::StatusCode::kFailedPrecondition) << again;
+  // A new forward brings the logits back, bit for bit.
+  ASSERT_TRUE(model_->Forward(inputs, targets, 2, 16).ok());
+  ASSERT_TRUE(model_->CopyLogitsToHost(after.data()).ok());
+  EXPECT_EQ(std::memcmp(after.data(), before.data(), before.size() * sizeof(float)), 0);
+  EXPECT_TRUE(model_->Backward(1.0).ok());
+}
+
 TEST_F(GptModelTest, MicroBatchAccumulationEqualsTheWholeBatch) {
   const size_t n = model_->num_params();
   const std::vector<int32_t> tokens = Tokens(2 * 4 * 12, 50, 3);
@@ -139,6 +176,9 @@ TEST_F(GptModelTest, BackwardAccumulatesAndScales) {
   model_->ZeroGrad();
   ASSERT_TRUE(model_->Backward(1.0f).ok());
   const std::vector<float> g1(model_->grads(), model_->grads() + n);
+  // The backward wrote the logits' gradient over the logits: the second
+  // needs the forward again (the same activations, bit for bit).
+  ASSERT_TRUE(model_->Forward(tokens.data(), tokens.data() + 30, 3, 10).ok());
   ASSERT_TRUE(model_->Backward(2.0f).ok());  // adds 2x on top: 3x in total
   std::vector<float> want(n);
   for (size_t i = 0; i < n; ++i) want[i] = 3.0f * g1[i];
@@ -189,9 +229,10 @@ RunResult RunOnce(int threads) {
   RunResult r;
   model.ZeroGrad();
   r.loss = model.Forward(tokens.data(), tokens.data() + B * T, B, T).value();
-  CHECK(model.Backward(1.0f).ok());
+  // Before the backward, which writes the logits' gradient over them.
   r.logits.resize(model.logits().numel);
   CHECK(model.CopyLogitsToHost(r.logits.data()).ok());
+  CHECK(model.Backward(1.0f).ok());
   const size_t n = model.num_params();
   r.grads.assign(model.grads(), model.grads() + n);
   std::vector<float> m(n), v(n);

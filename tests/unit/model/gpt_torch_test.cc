@@ -147,13 +147,14 @@ TEST(GptTorchTest, ThreeTrainingStepsMatchPyTorch) {
     model.ZeroGrad();
     absl::StatusOr<double> loss = model.Forward(inputs, inputs + kB * kT, kB, kT);
     ASSERT_TRUE(loss.ok()) << loss.status();
+    // The logits before the backward, which writes their gradient over them.
+    if (step == 0) {
+      ASSERT_TRUE(model.CopyLogitsToHost(logits.data()).ok());
+    }
     ASSERT_TRUE(model.Backward(1.0f).ok());
     EXPECT_LE(std::abs(*loss - ref_losses[step]), kTolerance * std::abs(ref_losses[step]))
         << "step " << step << ": " << *loss << " vs torch " << ref_losses[step];
-    if (step == 0) {
-      ASSERT_TRUE(model.CopyLogitsToHost(logits.data()).ok());
-      grads0.assign(model.grads(), model.grads() + n);
-    }
+    if (step == 0) grads0.assign(model.grads(), model.grads() + n);
     const double norm = std::sqrt(train::SumOfSquares(model.grads(), n, kThreads));
     EXPECT_LE(std::abs(norm - ref_norms[step]), kTolerance * ref_norms[step])
         << "step " << step << ": grad norm " << norm << " vs torch " << ref_norms[step];

@@ -79,6 +79,8 @@ TEST(HostStagingTest, AStagedModelMovesWeightsAndGradientsWhenItMust) {
   EXPECT_EQ(pass(d), pass(s));
   EXPECT_TRUE(SameBits(std::as_const(d).grads(), std::as_const(s).grads(), n));
   // 4. After ZeroGrad the host copies read as zeros, the embedding part too.
+  // (A backward writes the logits' gradient over the logits: a forward first.)
+  ASSERT_TRUE(s.ForwardStage(0, tokens.data(), tokens.data() + B * T, B, T).ok());
   ASSERT_TRUE(s.BackwardStage(0, 1.0).ok());  // leaves the embedding part nonzero
   const compute::TensorSpan embedding = s.embedding_grad();
   ASSERT_FALSE(embedding.empty());
