@@ -9,6 +9,13 @@
 // belongs fails too. The GPU path's staging is tested with it on machines
 // without a GPU; its results are the CPU backend's bits.
 //
+// It also keeps the books of the weights' working copy (backend.h,
+// AttachParams) a bf16 GPU backend keeps, without the copy: a write to the
+// attached arena by anything but ClipAdamW makes the copy stale until
+// RefreshParamCopy, and a linear layer that reads a weight from the arena
+// while it is stale is counted (stale_weight_reads()): on a GPU it would
+// have read an old copy.
+//
 // Header-only (tests link it without a library of their own).
 // Thread-compatible, like every Backend.
 
@@ -21,10 +28,12 @@
 #include <memory>
 #include <type_traits>
 #include <utility>
+#include <vector>
 
 #include "absl/status/statusor.h"
 #include "absl/strings/str_cat.h"
 #include "common/log.h"
+#include "common/status_macros.h"
 #include "worker/compute/backend.h"
 #include "worker/compute/cpu_backend.h"
 
@@ -67,6 +76,7 @@ class GuardedBackend final : public compute::Backend {
     Open open(this);
     CheckSpans("Zero", dst);
     cpu_.Zero(dst);
+    NoteWrite(dst);
   }
   void CopyFromHost(compute::TensorSpan dst, const void* src) override {
     Open open(this);
@@ -74,6 +84,7 @@ class GuardedBackend final : public compute::Backend {
     CHECK(Region(src) == nullptr) << "CopyFromHost: the source is backend memory";
     cpu_.CopyFromHost(dst, src);
     bytes_from_host_ += dst.bytes();
+    NoteWrite(dst);
   }
   void CopyToHost(void* dst, compute::TensorSpan src) override {
     Open open(this);
@@ -86,7 +97,31 @@ class GuardedBackend final : public compute::Backend {
     Open open(this);
     CheckSpans("CopyWithin", dst, src);
     cpu_.CopyWithin(dst, src);
+    NoteWrite(dst);
   }
+  absl::Status AttachParams(compute::TensorSpan params,
+                            const std::vector<compute::ParamBlock>& blocks) override {
+    CheckSpans("AttachParams", params);
+    RETURN_IF_ERROR(cpu_.AttachParams(params, blocks));
+    attached_ = params;
+    copy_stale_ = false;  // made now
+    ++param_copy_refreshes_;
+    return absl::OkStatus();
+  }
+  void RefreshParamCopy() override {
+    if (attached_.empty()) return;
+    copy_stale_ = false;
+    ++param_copy_refreshes_;
+  }
+  void DetachParams(compute::TensorSpan params) override {
+    if (params.data != attached_.data) return;
+    attached_ = compute::TensorSpan{};
+    copy_stale_ = false;
+  }
+  // The working copy's books (see the class comment).
+  bool params_attached() const { return !attached_.empty(); }
+  size_t param_copy_refreshes() const { return param_copy_refreshes_; }
+  size_t stale_weight_reads() const { return stale_weight_reads_; }
   absl::Status Synchronize() override { return cpu_.Synchronize(); }
   // Bytes moved by CopyFromHost and CopyToHost since the backend was made:
   // what a GPU would move over PCIe (tests of the device-resident step).
@@ -115,11 +150,13 @@ class GuardedBackend final : public compute::Backend {
   }
   void MatmulForward(compute::TensorSpan out, compute::TensorSpan inp, compute::TensorSpan weight,
                      compute::TensorSpan bias, int N, int C, int OC) override {
+    NoteWeightRead(weight);
     COHORT_GUARDED(MatmulForward, out, inp, weight, bias, N, C, OC);
   }
   void MatmulBackward(compute::TensorSpan dinp, compute::TensorSpan dweight,
                       compute::TensorSpan dbias, compute::TensorSpan dout, compute::TensorSpan inp,
                       compute::TensorSpan weight, int N, int C, int OC) override {
+    NoteWeightRead(weight);
     COHORT_GUARDED(MatmulBackward, dinp, dweight, dbias, dout, inp, weight, N, C, OC);
   }
   size_t AttentionStateNumel(int B, int T, int NH) const override {
@@ -240,6 +277,19 @@ class GuardedBackend final : public compute::Backend {
     GuardedBackend* backend_;
   };
 
+  bool InAttached(const compute::TensorSpan& span) const {
+    if (attached_.empty() || span.empty()) return false;
+    const auto* begin = static_cast<const char*>(attached_.data);
+    const auto* data = static_cast<const char*>(span.data);
+    return data + span.bytes() > begin && data < begin + attached_.bytes();
+  }
+  void NoteWrite(const compute::TensorSpan& dst) {
+    if (InAttached(dst)) copy_stale_ = true;
+  }
+  void NoteWeightRead(const compute::TensorSpan& weight) {
+    if (copy_stale_ && InAttached(weight)) ++stale_weight_reads_;
+  }
+
   void Protect(int protection) {
     for (const auto& [data, bytes] : regions_) CHECK(mprotect(data, bytes, protection) == 0);
   }
@@ -248,6 +298,10 @@ class GuardedBackend final : public compute::Backend {
   std::map<void*, size_t> regions_;  // live buffers: address -> mapped bytes
   size_t bytes_from_host_ = 0;
   size_t bytes_to_host_ = 0;
+  compute::TensorSpan attached_;  // AttachParams' arena; empty: none
+  bool copy_stale_ = false;
+  size_t param_copy_refreshes_ = 0;
+  size_t stale_weight_reads_ = 0;
 };
 
 }  // namespace cohort::testing

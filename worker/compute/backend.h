@@ -39,10 +39,12 @@
 #include <cstdint>
 #include <functional>
 #include <string_view>
+#include <vector>
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "worker/compute/adamw_math.h"
+#include "worker/compute/param_copy_layout.h"
 
 namespace cohort::compute {
 
@@ -144,6 +146,31 @@ class Backend {
   // Waits for every op issued so far; the first failure since the last call
   // (Internal for device faults). Always OK on the CPU.
   virtual absl::Status Synchronize() = 0;
+
+  // The weights' working copy. A backend whose GEMMs take bf16 operands
+  // would otherwise round every fp32 weight to bf16 on every GEMM call.
+  // AttachParams hands it the parameter arena `params` (fp32, this backend's
+  // memory, alive until DetachParams) and the `blocks` of it that GEMMs read
+  // as matrices; the backend then keeps a bf16 copy of those blocks
+  // (param_copy_layout.h), made here, and a GEMM operand that is whole rows
+  // of one block is read from the copy: the same bits the per-call rounding
+  // gives. ClipAdamW over exactly `params` writes the copy of every element
+  // it updates in the same pass; any other change of `params` (a copy from
+  // the host, CopyWithin, Zero) must be followed by RefreshParamCopy before
+  // the next GEMM reads a weight. A second AttachParams replaces the first.
+  // InvalidArgument for blocks that ParamCopyLayout refuses (checked on
+  // every backend); ResourceExhausted when the copy does not fit. Backends
+  // whose GEMMs round nothing (the CPU, fp32 and tf32 CUDA) keep no copy:
+  // the defaults only check the blocks.
+  virtual absl::Status AttachParams(TensorSpan params, const std::vector<ParamBlock>& blocks);
+  // Rounds the attached blocks into the copy again (nothing when none is
+  // attached). Ordered after the ops issued before it, like every op.
+  virtual void RefreshParamCopy() {}
+  // Forgets the arena and frees its copy if `params` is the attached arena
+  // (nothing otherwise, so that an owner that was replaced cannot detach its
+  // successor's); GEMMs round per call again. Call it before the arena's
+  // buffer is freed.
+  virtual void DetachParams(TensorSpan params) {}
 
   // ---- Encoder ------------------------------------------------------------
   // out (B,T,C) = wte[inp[b,t], :] + wpe[t, :].   inp (B,T) int32, every id
@@ -283,6 +310,8 @@ class Backend {
   // scalars[1] of FinishGradNorm; nothing at all when scalars[0] (the norm)
   // is not finite, so a step the caller refuses leaves the state as it was.
   // params and grads cover the arena; m and v hold elements from moment_base.
+  // Where `params` is the arena AttachParams attached, the working copy of
+  // each updated element is written in the same pass (fused).
   virtual void ClipAdamW(TensorSpan params, TensorSpan m, TensorSpan v, TensorSpan grads,
                          TensorSpan scalars, size_t begin, size_t end, size_t moment_base,
                          bool decay, const AdamWScalars& adamw) = 0;

@@ -201,6 +201,11 @@ void CudaBackend::ClipAdamW(TensorSpan params, TensorSpan m, TensorSpan v, Tenso
                     static_cast<float*>(v.data), static_cast<const float*>(grads.data),
                     static_cast<const double*>(scalars.data), static_cast<int64_t>(begin),
                     static_cast<int64_t>(end), static_cast<int64_t>(moment_base), decay, adamw,
+                    // Fused: the working copy of what it updates (backend.h).
+                    param_copy_.has_value() && params.data == param_copy_->params &&
+                            params.numel == param_copy_->numel
+                        ? CopyRef()
+                        : cuda::ParamCopyRef{},
                     stream_);
   });
 }

@@ -5,6 +5,8 @@
 // to run; they differ from the CPU's serial sums, which is the backends'
 // contract (backend.h, Determinism).
 
+#include <cuda_bf16.h>
+
 #include <cmath>
 
 #include "worker/compute/cuda_kernels_optimizer.h"
@@ -51,16 +53,29 @@ __global__ void FinishGradNormKernel(double* scalars, const double* sums, int64_
   }
 }
 
+// Element i's copy, if a block holds it: the rounding RoundToBf16Kernel
+// (the GEMMs' per-call rounding) applies, so the bits are the same.
+__device__ inline void WriteCopy(const ParamCopyRef& copy, int64_t i, float value) {
+  const int64_t at = CopyIndexOf(copy.blocks, copy.count, i);
+  if (at >= 0) reinterpret_cast<__nv_bfloat16*>(copy.copy)[at] = __float2bfloat16_rn(value);
+}
+
 __global__ void ClipAdamWKernel(float* params, float* m, float* v, const float* grads,
                                 const double* scalars, int64_t begin, int64_t end,
-                                int64_t moment_base, bool decay, AdamWScalars adamw) {
+                                int64_t moment_base, bool decay, AdamWScalars adamw,
+                                ParamCopyRef copy) {
   const double norm = scalars[0];
   if (!isfinite(norm)) return;
   const float clip = static_cast<float>(scalars[1]);
   for (int64_t i = begin + GlobalThread(); i < end; i += GridThreads()) {
     const int64_t j = i - moment_base;
     AdamWElement(adamw, decay, grads[i] * clip, &params[i], &m[j], &v[j]);
+    if (copy.copy != nullptr) WriteCopy(copy, i, params[i]);
   }
+}
+
+__global__ void RefreshParamCopyKernel(ParamCopyRef copy, const float* params, int64_t numel) {
+  for (int64_t i = GlobalThread(); i < numel; i += GridThreads()) WriteCopy(copy, i, params[i]);
 }
 
 }  // namespace
@@ -80,11 +95,18 @@ void FinishGradNorm(double* scalars, const double* sums, int64_t count, double m
 
 void ClipAdamW(float* params, float* m, float* v, const float* grads, const double* scalars,
                int64_t begin, int64_t end, int64_t moment_base, bool decay,
-               const AdamWScalars& adamw, cudaStream_t stream) {
+               const AdamWScalars& adamw, const ParamCopyRef& copy, cudaStream_t stream) {
   if (end <= begin) return;
   const int64_t blocks = GridStrideBlocks(end - begin, kThreads);
   ClipAdamWKernel<<<static_cast<unsigned>(blocks), kThreads, 0, stream>>>(
-      params, m, v, grads, scalars, begin, end, moment_base, decay, adamw);
+      params, m, v, grads, scalars, begin, end, moment_base, decay, adamw, copy);
+}
+
+void RefreshParamCopy(const ParamCopyRef& copy, const float* params, int64_t numel,
+                      cudaStream_t stream) {
+  if (numel <= 0 || copy.copy == nullptr) return;
+  RefreshParamCopyKernel<<<static_cast<unsigned>(GridStrideBlocks(numel, kThreads)), kThreads, 0,
+                           stream>>>(copy, params, numel);
 }
 
 }  // namespace cohort::compute::cuda

@@ -22,6 +22,47 @@ GptModel::GptModel(const GptConfig& config, compute::Backend* backend, const Mod
       options_(options),
       tensor_group_(options.layout.tp > 1 ? options.tensor_group : nullptr) {}
 
+GptModel::~GptModel() {
+  if (weight_copy_attached_) backend_->DetachParams(params_.span());
+}
+
+namespace {
+
+// The blocks of the arena that the linear layers read as weights: one per
+// layer of each per-layer matrix, and the tied LM head (wte). Rows are a
+// weight's input features (its last dimension).
+std::vector<compute::ParamBlock> GemmWeightBlocks(const ParameterTable& table) {
+  std::vector<compute::ParamBlock> blocks;
+  for (ParamId id : {kWte, kQkvw, kAttprojw, kFcw, kFcprojw}) {
+    const ParameterInfo& info = table[id];
+    if (!info.present()) continue;
+    const int row_length = static_cast<int>(info.shape.back());
+    const size_t layers = info.per_layer ? static_cast<size_t>(info.shape[0]) : 1;
+    const size_t numel = info.numel / layers;
+    for (size_t l = 0; l < layers; ++l) {
+      blocks.push_back(compute::ParamBlock{
+          .offset = info.offset + l * numel, .numel = numel, .row_length = row_length});
+    }
+  }
+  // Table order is ascending by offset, which the layout wants.
+  std::sort(blocks.begin(), blocks.end(),
+            [](const compute::ParamBlock& a, const compute::ParamBlock& b) {
+              return a.offset < b.offset;
+            });
+  return blocks;
+}
+
+}  // namespace
+
+absl::Status GptModel::AttachWeightCopy() {
+  RETURN_IF_ERROR(backend_->AttachParams(params_.span(), GemmWeightBlocks(table_)));
+  weight_copy_attached_ = true;
+  // The copy is made from what the backend holds now; weights the host
+  // wrote since the last upload come with the next Forward's upload, which
+  // refreshes it (UploadStaleParams).
+  return absl::OkStatus();
+}
+
 absl::Status GptModel::set_tensor_group(comm::Communicator* group) {
   const ModelLayout& layout = options_.layout;
   if (layout.tp == 1) return absl::OkStatus();
@@ -162,6 +203,7 @@ void GptModel::InitializeParameters(uint64_t seed) {
   std::vector<float> host(num_params());
   model::InitializeParameters(config_, table_, seed, host.data());
   backend_->CopyFromHost(params_.span(), host.data());
+  backend_->RefreshParamCopy();  // the weights changed outside ClipAdamW (backend.h)
 }
 
 // ---- Host staging ---------------------------------------------------------------
@@ -221,8 +263,14 @@ void GptModel::Download(HostCopy& copy, TensorSpan device) {
 }
 
 absl::Status GptModel::UploadStaleParams() {
-  if (staging_ == nullptr) return absl::OkStatus();
-  return UploadIfHostNewer(staging_->params, params_.span());
+  if (staging_ == nullptr || staging_->params.newest != Newest::kHostNewer) {
+    return absl::OkStatus();
+  }
+  RETURN_IF_ERROR(UploadIfHostNewer(staging_->params, params_.span()));
+  // Weights from the host (a fresh start, a restore, a peer's): the working
+  // copy follows (backend.h, AttachParams).
+  backend_->RefreshParamCopy();
+  return absl::OkStatus();
 }
 
 absl::Status GptModel::UploadStaleGrads() {

@@ -104,6 +104,10 @@ class GptModel {
   static absl::StatusOr<std::unique_ptr<GptModel>> Create(const GptConfig& config,
                                                           compute::Backend* backend,
                                                           const ModelOptions& options);
+  // Detaches the weights' working copy (AttachWeightCopy) from the backend.
+  ~GptModel();
+  GptModel(const GptModel&) = delete;
+  GptModel& operator=(const GptModel&) = delete;
 
   const GptConfig& config() const { return config_; }
   const ModelLayout& layout() const { return options_.layout; }
@@ -128,8 +132,18 @@ class GptModel {
   // then downloads them when it asks. A no-op on a model that is not staged.
   void set_gradients_stay_on_backend(bool stay) { gradients_stay_ = stay; }
   // The caller changed the weights in backend memory (the device-resident
-  // optimizer): the host copy is refreshed when params() is next read.
+  // optimizer): the host copy is refreshed when params() is next read. The
+  // backend's working copy is not refreshed: the optimizer's ClipAdamW
+  // writes it (backend.h); a caller that changed the weights by any other
+  // op calls backend()->RefreshParamCopy() itself.
   void MarkParamsChangedOnBackend();
+  // Attaches the parameter arena to the backend with the weights its GEMMs
+  // read (backend.h, AttachParams: a bf16 backend then keeps a bf16 working
+  // copy instead of rounding them on every call), for the device-resident
+  // step; an upload of the weights from the host refreshes the copy from
+  // then on, and the model detaches it when destroyed. InvalidArgument or
+  // ResourceExhausted from the backend.
+  absl::Status AttachWeightCopy();
   // The backend's arenas (what the ops use; device memory on a GPU).
   compute::TensorSpan params_span() const { return params_.span(); }
   compute::TensorSpan grads_span() const { return grads_.span(); }
@@ -304,6 +318,7 @@ class GptModel {
   std::vector<float> host_dlosses_;
   const std::atomic<bool>* cancel_ = nullptr;
   bool gradients_stay_ = false;
+  bool weight_copy_attached_ = false;  // AttachWeightCopy
   // Mutable: a const read of grads() may have to materialise the zeros that
   // ZeroGrad left on the backend.
   mutable std::unique_ptr<HostStaging> staging_;

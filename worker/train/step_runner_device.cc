@@ -25,6 +25,9 @@ bool StepRunner::QualifiesForDevice() const {
 absl::Status StepRunner::PrepareDevice() {
   compute::Backend* backend = model_->backend();
   RETURN_IF_ERROR(tree_.UseBackend(backend));
+  // A bf16 backend's GEMMs read the weights from a working copy the
+  // optimizer keeps (backend.h, AttachParams), not rounded per call.
+  RETURN_IF_ERROR(model_->AttachWeightCopy());
   DeviceOptimizerOptions options;
   options.adamw = config_.adamw;
   options.grad_clip = config_.grad_clip;
