@@ -16,6 +16,14 @@
 // while it is stale is counted (stale_weight_reads()): on a GPU it would
 // have read an old copy.
 //
+// The asynchronous copies keep a GPU's timing where it matters to the
+// caller: their host side must be AllocateHost memory (CHECKed); what
+// CopyToHostAsync reads is taken when it is called but written to the host
+// only at the next Synchronize (a caller that reads it earlier sees the old
+// contents), and the source of a CopyFromHostAsync must be unchanged when
+// the next Synchronize comes (CHECKed: a GPU's copy engine might read it
+// any time until then). Synchronize calls are counted.
+//
 // Header-only (tests link it without a library of their own).
 // Thread-compatible, like every Backend.
 
@@ -65,9 +73,17 @@ class GuardedBackend final : public compute::Backend {
       regions_.erase(region);
     });
   }
-  // Host memory, not guarded (the model's staging copies live there).
+  // Host memory, not guarded (the model's staging copies live there), but
+  // remembered: the asynchronous copies take only it.
   absl::StatusOr<compute::Buffer> AllocateHost(compute::DType dtype, size_t numel) override {
-    return cpu_.AllocateHost(dtype, numel);
+    ASSIGN_OR_RETURN(compute::Buffer inner, cpu_.AllocateHost(dtype, numel));
+    void* data = inner.data();
+    host_regions_.emplace(data, std::max<size_t>(numel * compute::DTypeSize(dtype), 1));
+    auto owned = std::make_shared<compute::Buffer>(std::move(inner));
+    return compute::Buffer(data, dtype, numel, [this, owned](void* p) mutable {
+      host_regions_.erase(p);
+      owned.reset();
+    });
   }
   absl::Status ReserveScratch(const compute::PassShape& shape) override {
     return cpu_.ReserveScratch(shape);
@@ -122,7 +138,36 @@ class GuardedBackend final : public compute::Backend {
   bool params_attached() const { return !attached_.empty(); }
   size_t param_copy_refreshes() const { return param_copy_refreshes_; }
   size_t stale_weight_reads() const { return stale_weight_reads_; }
-  absl::Status Synchronize() override { return cpu_.Synchronize(); }
+  void CopyFromHostAsync(compute::TensorSpan dst, const void* src) override {
+    CHECK(InHostRegion(src, dst.bytes()))
+        << "CopyFromHostAsync: the source is not AllocateHost memory";
+    CopyFromHost(dst, src);
+    const auto* bytes = static_cast<const char*>(src);
+    pending_uploads_.push_back({src, std::vector<char>(bytes, bytes + dst.bytes())});
+  }
+  void CopyToHostAsync(void* dst, compute::TensorSpan src) override {
+    Open open(this);
+    CheckSpans("CopyToHostAsync", src);
+    CHECK(InHostRegion(dst, src.bytes()))
+        << "CopyToHostAsync: the destination is not AllocateHost memory";
+    const auto* bytes = static_cast<const char*>(src.data);
+    pending_downloads_.push_back({dst, std::vector<char>(bytes, bytes + src.bytes())});
+    bytes_to_host_ += src.bytes();
+  }
+  absl::Status Synchronize() override {
+    ++synchronizations_;
+    for (const PendingCopy& upload : pending_uploads_) {
+      CHECK(std::memcmp(upload.host, upload.bytes.data(), upload.bytes.size()) == 0)
+          << "the source of a CopyFromHostAsync changed before the next Synchronize";
+    }
+    pending_uploads_.clear();
+    for (const PendingCopy& download : pending_downloads_) {
+      std::memcpy(const_cast<void*>(download.host), download.bytes.data(), download.bytes.size());
+    }
+    pending_downloads_.clear();
+    return cpu_.Synchronize();
+  }
+  size_t synchronizations() const { return synchronizations_; }
   // Bytes moved by CopyFromHost and CopyToHost since the backend was made:
   // what a GPU would move over PCIe (tests of the device-resident step).
   size_t bytes_from_host() const { return bytes_from_host_; }
@@ -230,6 +275,12 @@ class GuardedBackend final : public compute::Backend {
                       double max_norm) override {
     COHORT_GUARDED(FinishGradNorm, scalars, sums, max_norm);
   }
+  void SumLosses(compute::TensorSpan sum, compute::TensorSpan losses) override {
+    COHORT_GUARDED(SumLosses, sum, losses);
+  }
+  void SkipUpdateUnlessFinite(compute::TensorSpan scalars, compute::TensorSpan values) override {
+    COHORT_GUARDED(SkipUpdateUnlessFinite, scalars, values);
+  }
   void ClipAdamW(compute::TensorSpan params, compute::TensorSpan m, compute::TensorSpan v,
                  compute::TensorSpan grads, compute::TensorSpan scalars, size_t begin, size_t end,
                  size_t moment_base, bool decay, const compute::AdamWScalars& adamw) override {
@@ -277,6 +328,14 @@ class GuardedBackend final : public compute::Backend {
     GuardedBackend* backend_;
   };
 
+  // Whether [address, address + bytes) lies in one AllocateHost buffer.
+  bool InHostRegion(const void* address, size_t bytes) const {
+    auto it = host_regions_.upper_bound(const_cast<void*>(address));
+    if (it == host_regions_.begin()) return false;
+    --it;
+    const auto* begin = static_cast<const char*>(it->first);
+    return static_cast<const char*>(address) + bytes <= begin + it->second;
+  }
   bool InAttached(const compute::TensorSpan& span) const {
     if (attached_.empty() || span.empty()) return false;
     const auto* begin = static_cast<const char*>(attached_.data);
@@ -298,6 +357,15 @@ class GuardedBackend final : public compute::Backend {
   std::map<void*, size_t> regions_;  // live buffers: address -> mapped bytes
   size_t bytes_from_host_ = 0;
   size_t bytes_to_host_ = 0;
+  std::map<void*, size_t> host_regions_;  // live AllocateHost buffers: address -> bytes
+  // An asynchronous copy waiting for the next Synchronize: the host side
+  // and the bytes (a download's, to write then; an upload's, to compare).
+  struct PendingCopy {
+    const void* host;
+    std::vector<char> bytes;
+  };
+  std::vector<PendingCopy> pending_uploads_, pending_downloads_;
+  size_t synchronizations_ = 0;
   compute::TensorSpan attached_;  // AttachParams' arena; empty: none
   bool copy_stale_ = false;
   size_t param_copy_refreshes_ = 0;

@@ -136,6 +136,17 @@ class Backend {
   virtual void CopyFromHost(TensorSpan dst, const void* src) = 0;
   // dst[0 .. src.numel) = src[:] (host memory, same dtype).
   virtual void CopyToHost(void* dst, TensorSpan src) = 0;
+  // Asynchronous copies between backend memory and host memory from
+  // AllocateHost (page-locked on a GPU: the copy engine moves it while the
+  // host goes on, where pageable memory makes the driver stage the copy and
+  // wait). Ordered with the ops like every op; neither waits.
+  // CopyFromHostAsync reads `src` when the copy runs, so the caller leaves
+  // it unchanged until its next Synchronize returns; CopyToHostAsync writes
+  // `dst` when the copy runs, so the caller reads it only after its next
+  // Synchronize returns. The defaults are the synchronous copies, which keep
+  // both promises (the CPU's).
+  virtual void CopyFromHostAsync(TensorSpan dst, const void* src) { CopyFromHost(dst, src); }
+  virtual void CopyToHostAsync(void* dst, TensorSpan src) { CopyToHost(dst, src); }
   // dst[:] = src[0 .. dst.numel), both backend memory of the same dtype, not
   // overlapping; every bit kept (negative zeros and NaN payloads too).
   virtual void CopyWithin(TensorSpan dst, TensorSpan src) = 0;
@@ -305,6 +316,17 @@ class Backend {
   // scalars (2) float64: [0] = sqrt(sum of the P sums), [1] =
   // ClipFactor([0], max_norm) (adamw_math.h). The CPU adds the sums in order.
   virtual void FinishGradNorm(TensorSpan scalars, TensorSpan sums, double max_norm) = 0;
+  // sum (1) float64 = the sum of losses[0..n) (fp32) in double: a
+  // micro-batch's loss sum, kept in backend memory so that the step reads
+  // all of them at once, at its end, instead of waiting for each. The CPU
+  // adds in order from 0 (the bits of the host's serial double sum); a GPU
+  // in a fixed tree of its own (deterministic, not the CPU's bits).
+  virtual void SumLosses(TensorSpan sum, TensorSpan losses) = 0;
+  // scalars[0] (FinishGradNorm's norm) = NaN when any of `values` (float64,
+  // the step's loss sums) is not finite, so that ClipAdamW updates nothing:
+  // a step whose loss is not finite leaves the state as it was, decided in
+  // the stream without the host waiting for the losses before the update.
+  virtual void SkipUpdateUnlessFinite(TensorSpan scalars, TensorSpan values) = 0;
   // For i in [begin, end): AdamWElement(adamw, decay, grads[i] * float(clip),
   // params[i], m[i - moment_base], v[i - moment_base]), where clip is
   // scalars[1] of FinishGradNorm; nothing at all when scalars[0] (the norm)

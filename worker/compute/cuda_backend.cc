@@ -345,17 +345,16 @@ absl::Status CudaBackend::AttachParams(TensorSpan params, const std::vector<Para
 
 cuda::ParamCopyRef CudaBackend::CopyRef() const {
   if (!param_copy_.has_value()) return {};
-  return cuda::ParamCopyRef{
-      .copy = static_cast<uint16_t*>(param_copy_->copy),
-      .blocks = static_cast<const ParamCopyBlock*>(param_copy_->blocks),
-      .count = static_cast<int>(param_copy_->layout.blocks().size())};
+  return cuda::ParamCopyRef{.copy = static_cast<uint16_t*>(param_copy_->copy),
+                            .blocks = static_cast<const ParamCopyBlock*>(param_copy_->blocks),
+                            .count = static_cast<int>(param_copy_->layout.blocks().size())};
 }
 
 void CudaBackend::RefreshParamCopy() {
   if (!param_copy_.has_value()) return;
   Launch("RefreshParamCopy", [&] {
-    cuda::RefreshParamCopy(CopyRef(), param_copy_->params,
-                           static_cast<int64_t>(param_copy_->numel), stream_);
+    cuda::RefreshParamCopy(CopyRef(), param_copy_->params, static_cast<int64_t>(param_copy_->numel),
+                           stream_);
   });
 }
 
@@ -368,6 +367,20 @@ void CudaBackend::FreeParamCopy() {
   RawFree(param_copy_->copy);
   RawFree(param_copy_->blocks);
   param_copy_.reset();
+}
+
+// The asynchronous copies: no wait (backend.h); the host memory is
+// AllocateHost's, page-locked, so the copy engine moves it in stream order.
+void CudaBackend::CopyFromHostAsync(TensorSpan dst, const void* src) {
+  if (dst.numel == 0 || !Begin()) return;
+  Check(cudaMemcpyAsync(dst.data, src, dst.bytes(), cudaMemcpyHostToDevice, stream_),
+        "cudaMemcpyAsync (to the device)");
+}
+
+void CudaBackend::CopyToHostAsync(void* dst, TensorSpan src) {
+  if (src.numel == 0 || !Begin()) return;
+  Check(cudaMemcpyAsync(dst, src.data, src.bytes(), cudaMemcpyDeviceToHost, stream_),
+        "cudaMemcpyAsync (to the host)");
 }
 
 }  // namespace cohort::compute::cuda_impl

@@ -150,14 +150,13 @@ const GemmPlan* CudaBackend::PlanFor(const PlanKey& key) {
   return &plans_.emplace(key, plan).first->second;
 }
 
-const void* CudaBackend::CopiedOperand(const float* data, int rows, int64_t cols,
-                                       int* ld) const {
+const void* CudaBackend::CopiedOperand(const float* data, int rows, int64_t cols, int* ld) const {
   if (!param_copy_.has_value() || data < param_copy_->params ||
       data >= param_copy_->params + param_copy_->numel) {
     return nullptr;
   }
-  const std::optional<ParamCopyView> view = param_copy_->layout.Find(
-      static_cast<size_t>(data - param_copy_->params), rows, cols, *ld);
+  const std::optional<ParamCopyView> view =
+      param_copy_->layout.Find(static_cast<size_t>(data - param_copy_->params), rows, cols, *ld);
   if (!view.has_value()) return nullptr;
   *ld = view->ld;
   return static_cast<const uint16_t*>(param_copy_->copy) + view->copy_offset;

@@ -139,6 +139,8 @@ class CudaBackend final : public Backend {
   void CopyFromHost(TensorSpan dst, const void* src) override;
   void CopyToHost(void* dst, TensorSpan src) override;
   void CopyWithin(TensorSpan dst, TensorSpan src) override;
+  void CopyFromHostAsync(TensorSpan dst, const void* src) override;
+  void CopyToHostAsync(void* dst, TensorSpan src) override;
   absl::Status Synchronize() override;
   absl::Status AttachParams(TensorSpan params, const std::vector<ParamBlock>& blocks) override;
   void RefreshParamCopy() override;
@@ -179,6 +181,8 @@ class CudaBackend final : public Backend {
                                  int vocab_start) override;
   void SumOfSquaresPieces(TensorSpan sums, TensorSpan grads, TensorSpan pieces) override;
   void FinishGradNorm(TensorSpan scalars, TensorSpan sums, double max_norm) override;
+  void SumLosses(TensorSpan sum, TensorSpan losses) override;
+  void SkipUpdateUnlessFinite(TensorSpan scalars, TensorSpan values) override;
   void ClipAdamW(TensorSpan params, TensorSpan m, TensorSpan v, TensorSpan grads,
                  TensorSpan scalars, size_t begin, size_t end, size_t moment_base, bool decay,
                  const AdamWScalars& adamw) override;

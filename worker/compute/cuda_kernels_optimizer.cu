@@ -53,6 +53,23 @@ __global__ void FinishGradNormKernel(double* scalars, const double* sums, int64_
   }
 }
 
+// One block: thread t adds losses t, t + kRowThreads, ... in double, then
+// the block's tree.
+__global__ void SumLossesKernel(double* sum, const float* losses, int64_t n) {
+  __shared__ BlockShared<double> shared;
+  double partial = 0.0;
+  for (int64_t i = threadIdx.x; i < n; i += kRowThreads) partial += losses[i];
+  const double total = BlockReduceAll(partial, SumOp{}, shared);
+  if (threadIdx.x == 0) sum[0] = total;
+}
+
+// One thread: the step's loss sums are a handful.
+__global__ void SkipUpdateUnlessFiniteKernel(double* scalars, const double* values, int64_t n) {
+  for (int64_t i = 0; i < n; ++i) {
+    if (!isfinite(values[i])) scalars[0] = nan("");
+  }
+}
+
 // Element i's copy, if a block holds it: the rounding RoundToBf16Kernel
 // (the GEMMs' per-call rounding) applies, so the bits are the same.
 __device__ inline void WriteCopy(const ParamCopyRef& copy, int64_t i, float value) {
@@ -100,6 +117,15 @@ void ClipAdamW(float* params, float* m, float* v, const float* grads, const doub
   const int64_t blocks = GridStrideBlocks(end - begin, kThreads);
   ClipAdamWKernel<<<static_cast<unsigned>(blocks), kThreads, 0, stream>>>(
       params, m, v, grads, scalars, begin, end, moment_base, decay, adamw, copy);
+}
+
+void SumLosses(double* sum, const float* losses, int64_t n, cudaStream_t stream) {
+  SumLossesKernel<<<1, kRowThreads, 0, stream>>>(sum, losses, n);
+}
+
+void SkipUpdateUnlessFinite(double* scalars, const double* values, int64_t n, cudaStream_t stream) {
+  if (n <= 0) return;
+  SkipUpdateUnlessFiniteKernel<<<1, 1, 0, stream>>>(scalars, values, n);
 }
 
 void RefreshParamCopy(const ParamCopyRef& copy, const float* params, int64_t numel,

@@ -24,6 +24,11 @@ void SumOfSquaresPieces(double* sums, const float* grads, const int64_t* pieces,
 // scalars[0] = sqrt(sum of sums[0..count)), scalars[1] = ClipFactor(scalars[0], max_norm).
 void FinishGradNorm(double* scalars, const double* sums, int64_t count, double max_norm,
                     cudaStream_t stream);
+// sum[0] = the sum of losses[0..n) in double, one block's fixed tree.
+void SumLosses(double* sum, const float* losses, int64_t n, cudaStream_t stream);
+// scalars[0] = NaN when any of values[0..n) is not finite.
+void SkipUpdateUnlessFinite(double* scalars, const double* values, int64_t n, cudaStream_t stream);
+
 // The weights' bf16 working copy (backend.h, AttachParams) as the kernels
 // see it: `copy` (bf16 bits) laid out by the `count` ParamCopyLayout
 // `blocks` (device memory). A null copy: none.

@@ -15,9 +15,9 @@ absl::StatusOr<ParamCopyLayout> ParamCopyLayout::Create(size_t arena_numel,
   int64_t next = 0;
   for (size_t k = 0; k < blocks.size(); ++k) {
     const ParamBlock& block = blocks[k];
-    const std::string name = absl::StrCat("parameter block ", k, " (offset ", block.offset,
-                                          ", numel ", block.numel, ", row_length ",
-                                          block.row_length, ")");
+    const std::string name =
+        absl::StrCat("parameter block ", k, " (offset ", block.offset, ", numel ", block.numel,
+                     ", row_length ", block.row_length, ")");
     if (block.row_length < 1 || block.numel % static_cast<size_t>(block.row_length) != 0) {
       return absl::InvalidArgumentError(
           absl::StrCat(name, ": row_length must be >= 1 and divide numel"));

@@ -1,7 +1,9 @@
 #include "worker/model/gpt_model.h"
 
 #include <algorithm>
+#include <bit>
 #include <cmath>
+#include <limits>
 #include <string>
 #include <utility>
 
@@ -119,6 +121,10 @@ absl::StatusOr<std::unique_ptr<GptModel>> GptModel::Create(const GptConfig& conf
                                      ActivationGradsNumel(config, layout, max_b, max_t)));
   const size_t tokens_per_slot = 2 * static_cast<size_t>(max_b) * max_t;
   ASSIGN_OR_RETURN(model->tokens_, backend->Allocate(DType::kInt32, tokens_per_slot * slots));
+  if (layout.has_head()) {
+    ASSIGN_OR_RETURN(model->dlosses_,
+                     backend->Allocate(DType::kFloat32, static_cast<size_t>(max_b) * max_t));
+  }
   // The scratch the ops keep (a GPU's: attention's copies and score
   // gradients, sort and column-sum space) is reserved now, so that a model
   // too big for the device fails here rather than in its first step.
@@ -374,6 +380,8 @@ absl::StatusOr<double> GptModel::ForwardStage(int slot_index, const int32_t* inp
   const ModelLayout& lay = layout();
   if (lay.has_embedding()) RETURN_IF_ERROR(CheckTokens("input", inputs, B, T));
   if (lay.has_head()) RETURN_IF_ERROR(CheckTokens("target", targets, B, T));
+  // DeferNextForward's request holds for this forward only.
+  const TensorSpan loss_sum = std::exchange(next_loss_sum_, TensorSpan{});
   RETURN_IF_ERROR(UploadStaleParams());
   // From here on the slot's previous state is overwritten.
   Slot& slot = slots_[slot_index];
@@ -389,8 +397,17 @@ absl::StatusOr<double> GptModel::ForwardStage(int slot_index, const int32_t* inp
                                  config_.context_length;
   slot.inputs = tokens_.Slice(tokens_per_slot * slot_index, N);
   slot.targets = tokens_.Slice(tokens_per_slot * slot_index + N, N);
-  if (lay.has_embedding()) be.CopyFromHost(slot.inputs, inputs);
-  if (lay.has_head()) be.CopyFromHost(slot.targets, targets);
+  // Deferred: the caller's arrays are AllocateHost memory it keeps until
+  // its next wait (DeferNextForward), so nothing waits here.
+  auto upload = [&](TensorSpan dst, const int32_t* src) {
+    if (loss_sum.empty()) {
+      be.CopyFromHost(dst, src);
+    } else {
+      be.CopyFromHostAsync(dst, src);
+    }
+  };
+  if (lay.has_embedding()) upload(slot.inputs, inputs);
+  if (lay.has_head()) upload(slot.targets, targets);
   GptActivations a = LayOutActivations(config_, lay, be, slot.arena, B, T);
   if (staging_ != nullptr && !lay.has_embedding()) {
     be.CopyFromHost(a.encoded, staging_->stage_input[slot_index].data());  // StageInput
@@ -434,7 +451,7 @@ absl::StatusOr<double> GptModel::ForwardStage(int slot_index, const int32_t* inp
   if (lay.has_head()) {
     slot.B = B;  // HeadForward reads the slot's shape
     slot.T = T;
-    ASSIGN_OR_RETURN(loss, HeadForward(slot));
+    ASSIGN_OR_RETURN(loss, HeadForward(slot, loss_sum));
   } else {
     if (staging_ != nullptr) {  // StageOutput, for the caller to send
       be.CopyToHost(staging_->stage_output[slot_index].data(), slot.acts.layers.back().residual3);
@@ -446,7 +463,7 @@ absl::StatusOr<double> GptModel::ForwardStage(int slot_index, const int32_t* inp
   return loss;
 }
 
-absl::StatusOr<double> GptModel::HeadForward(Slot& slot) {
+absl::StatusOr<double> GptModel::HeadForward(Slot& slot, TensorSpan loss_sum) {
   const ModelLayout& lay = layout();
   compute::Backend& be = *backend_;
   GptActivations& a = slot.acts;
@@ -469,6 +486,12 @@ absl::StatusOr<double> GptModel::HeadForward(Slot& slot) {
     be.CrossEntropyShardSums(a.ce_sums, a.logits, a.row_max, slot.targets, N, V, Vs, start);
     RETURN_IF_ERROR(TensorAllReduce(a.ce_sums, comm::ReduceOp::kSum));
     be.CrossEntropyShardFinish(a.losses, a.lse, a.row_max, a.ce_sums, N);
+  }
+  if (!loss_sum.empty()) {
+    // The device-resident step reads every micro-batch's sum at its end,
+    // in one wait (DeferNextForward); the CPU's are this loop's bits.
+    be.SumLosses(loss_sum, a.losses.Slice(0, N));
+    return std::numeric_limits<double>::quiet_NaN();
   }
   host_losses_.resize(N);
   be.CopyToHost(host_losses_.data(), a.losses);
@@ -580,12 +603,11 @@ absl::Status GptModel::BackwardOnBackend(int slot_index, double loss_scale) {
 
   if (lay.has_head()) {
     // d(loss_scale * mean loss)/d(loss at each position).
-    host_dlosses_.assign(N, static_cast<float>(loss_scale / N));
-    be.CopyFromHost(a.dlosses, host_dlosses_.data());
+    const TensorSpan dlosses = LossGradient(static_cast<float>(loss_scale / N), N);
     if (lay.tp == 1) {
-      be.CrossEntropyBackward(g.dlogits, a.logits, a.lse, slot.targets, a.dlosses, N, V, Vs);
+      be.CrossEntropyBackward(g.dlogits, a.logits, a.lse, slot.targets, dlosses, N, V, Vs);
     } else {
-      be.CrossEntropyShardBackward(g.dlogits, a.logits, a.lse, slot.targets, a.dlosses, N, V, Vs,
+      be.CrossEntropyShardBackward(g.dlogits, a.logits, a.lse, slot.targets, dlosses, N, V, Vs,
                                    lay.vocab_start(config_));
     }
     // LM head: the first of the two tied wte contributions.
@@ -640,7 +662,23 @@ absl::Status GptModel::BackwardOnBackend(int slot_index, double loss_scale) {
   } else if (staging_ != nullptr) {  // StageInputGrad, for the caller to send
     be.CopyToHost(staging_->stage_input_grad.data(), g.dresidual);
   }
+  // The device-resident step waits once, at its end: a backward whose
+  // gradients stay on the backend leaves its errors for that wait.
+  if (gradients_stay_ && staging_ != nullptr) return absl::OkStatus();
   return be.Synchronize();
+}
+
+TensorSpan GptModel::LossGradient(float value, int N) {
+  if (std::bit_cast<uint32_t>(value) != std::bit_cast<uint32_t>(dlosses_value_) ||
+      dlosses_filled_ < N) {
+    // A synchronous copy: the host vector is free again when it returns, and
+    // the backwards before it read the old values in stream order.
+    host_dlosses_.assign(N, value);
+    backend_->CopyFromHost(dlosses_.Slice(0, N), host_dlosses_.data());
+    dlosses_value_ = value;
+    dlosses_filled_ = N;
+  }
+  return dlosses_.Slice(0, N);
 }
 
 TensorSpan GptModel::logits() const {

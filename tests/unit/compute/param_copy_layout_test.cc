@@ -22,9 +22,9 @@ int64_t PerCallIndex(int64_t r, int64_t c, int row_length) {
 TEST(ParamCopyLayoutTest, PadsRowsToEightAndStartsBlocksOn256Bytes) {
   // A 3 x 75 weight (padded rows of 80), a 2 x 16 one (no padding), a bias
   // between them that no block holds.
-  absl::StatusOr<ParamCopyLayout> layout = ParamCopyLayout::Create(
-      300, {{.offset = 0, .numel = 225, .row_length = 75},
-            {.offset = 230, .numel = 32, .row_length = 16}});
+  absl::StatusOr<ParamCopyLayout> layout =
+      ParamCopyLayout::Create(300, {{.offset = 0, .numel = 225, .row_length = 75},
+                                    {.offset = 230, .numel = 32, .row_length = 16}});
   ASSERT_TRUE(layout.ok()) << layout.status();
   ASSERT_EQ(layout->blocks().size(), 2u);
   EXPECT_EQ(layout->blocks()[0].ld, 80);
@@ -48,8 +48,8 @@ TEST(ParamCopyLayoutTest, IndexMapIsThePerCallRoundingsLayoutOfEachBlock) {
   const std::vector<ParamCopyBlock>& copy = layout->blocks();
   std::vector<int> hits(layout->copy_numel(), 0);
   for (size_t i = 0; i < arena; ++i) {
-    const int64_t at = CopyIndexOf(copy.data(), static_cast<int>(copy.size()),
-                                   static_cast<int64_t>(i));
+    const int64_t at =
+        CopyIndexOf(copy.data(), static_cast<int>(copy.size()), static_cast<int64_t>(i));
     int owner = -1;
     for (size_t k = 0; k < blocks.size(); ++k) {
       if (i >= blocks[k].offset && i < blocks[k].offset + blocks[k].numel) owner = k;
@@ -60,9 +60,9 @@ TEST(ParamCopyLayoutTest, IndexMapIsThePerCallRoundingsLayoutOfEachBlock) {
     }
     const ParamBlock& block = blocks[owner];
     const int64_t local = static_cast<int64_t>(i - block.offset);
-    EXPECT_EQ(at, copy[owner].copy_offset +
-                      PerCallIndex(local / block.row_length, local % block.row_length,
-                                   block.row_length))
+    EXPECT_EQ(
+        at, copy[owner].copy_offset +
+                PerCallIndex(local / block.row_length, local % block.row_length, block.row_length))
         << "element " << i;
     ASSERT_GE(at, 0);
     ASSERT_LT(at, static_cast<int64_t>(layout->copy_numel()));
@@ -73,9 +73,9 @@ TEST(ParamCopyLayoutTest, IndexMapIsThePerCallRoundingsLayoutOfEachBlock) {
 }
 
 TEST(ParamCopyLayoutTest, FindsOperandsThatAreWholeRowsOfOneBlock) {
-  absl::StatusOr<ParamCopyLayout> layout = ParamCopyLayout::Create(
-      1000, {{.offset = 100, .numel = 6 * 75, .row_length = 75},
-             {.offset = 600, .numel = 4 * 32, .row_length = 32}});
+  absl::StatusOr<ParamCopyLayout> layout =
+      ParamCopyLayout::Create(1000, {{.offset = 100, .numel = 6 * 75, .row_length = 75},
+                                     {.offset = 600, .numel = 4 * 32, .row_length = 32}});
   ASSERT_TRUE(layout.ok()) << layout.status();
   // The whole first block: a 75 x 6 column-major operand with ld 75.
   std::optional<ParamCopyView> whole = layout->Find(100, 75, 6, 75);
@@ -106,9 +106,9 @@ TEST(ParamCopyLayoutTest, RefusesBadBlockLists) {
     absl::StatusOr<ParamCopyLayout> layout = ParamCopyLayout::Create(arena, blocks);
     return !layout.ok() && absl::IsInvalidArgument(layout.status());
   };
-  EXPECT_TRUE(refused(100, {{.offset = 0, .numel = 10, .row_length = 3}}));   // 3 does not divide 10
-  EXPECT_TRUE(refused(100, {{.offset = 0, .numel = 10, .row_length = 0}}));   // no rows
-  EXPECT_TRUE(refused(100, {{.offset = 0, .numel = 0, .row_length = 1}}));    // empty
+  EXPECT_TRUE(refused(100, {{.offset = 0, .numel = 10, .row_length = 3}}));  // 3 does not divide 10
+  EXPECT_TRUE(refused(100, {{.offset = 0, .numel = 10, .row_length = 0}}));  // no rows
+  EXPECT_TRUE(refused(100, {{.offset = 0, .numel = 0, .row_length = 1}}));   // empty
   EXPECT_TRUE(refused(100, {{.offset = 95, .numel = 10, .row_length = 5}}));  // past the arena
   EXPECT_TRUE(refused(100, {{.offset = 20, .numel = 10, .row_length = 5},
                             {.offset = 0, .numel = 10, .row_length = 5}}));  // descending

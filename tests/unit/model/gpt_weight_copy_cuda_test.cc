@@ -15,8 +15,8 @@
 #include <utility>
 #include <vector>
 
-#include "gtest/gtest.h"
 #include "common/status_macros.h"
+#include "gtest/gtest.h"
 #include "tests/testing/gpu_required.h"
 #include "worker/compute/backend_factory.h"
 #include "worker/model/gpt_model.h"
@@ -39,11 +39,11 @@ struct DeviceTrainer {
   std::unique_ptr<train::DeviceOptimizer> optimizer;
 
   absl::Status Init(const GptConfig& config, bool working_copy) {
-    ASSIGN_OR_RETURN(backend, compute::CreateBackend(compute::BackendOptions{
-                                  .kind = compute::BackendKind::kCuda,
-                                  .precision = compute::Precision::kBf16}));
-    ASSIGN_OR_RETURN(model,
-                     GptModel::Create(config, backend.get(), ModelOptions{.max_micro_batch = kBatch}));
+    ASSIGN_OR_RETURN(
+        backend, compute::CreateBackend(compute::BackendOptions{
+                     .kind = compute::BackendKind::kCuda, .precision = compute::Precision::kBf16}));
+    ASSIGN_OR_RETURN(
+        model, GptModel::Create(config, backend.get(), ModelOptions{.max_micro_batch = kBatch}));
     model->InitializeParameters(11);
     plan = std::make_unique<train::GradNormPlan>(config, model->table());
     ASSIGN_OR_RETURN(optimizer, train::DeviceOptimizer::Create(
@@ -80,9 +80,9 @@ bool SameBits(double a, double b) { return std::memcmp(&a, &b, sizeof(double)) =
 class GptWeightCopyCudaTest : public ::testing::TestWithParam<int> {
  protected:
   void SetUp() override {
-    absl::StatusOr<std::unique_ptr<compute::Backend>> probe = compute::CreateBackend(
-        compute::BackendOptions{.kind = compute::BackendKind::kCuda,
-                                .precision = compute::Precision::kBf16});
+    absl::StatusOr<std::unique_ptr<compute::Backend>> probe =
+        compute::CreateBackend(compute::BackendOptions{.kind = compute::BackendKind::kCuda,
+                                                       .precision = compute::Precision::kBf16});
     if (!probe.ok()) {
       COHORT_SKIP_OR_FAIL_WITHOUT_GPU("no bf16 CUDA backend here: " + probe.status().ToString());
     }
@@ -90,8 +90,8 @@ class GptWeightCopyCudaTest : public ::testing::TestWithParam<int> {
 };
 
 TEST_P(GptWeightCopyCudaTest, StepsGiveTheBitsOfPerCallRounding) {
-  const GptConfig config{.layers = 2, .heads = 3, .width = GetParam(), .vocab_size = 211,
-                         .context_length = 32};
+  const GptConfig config{
+      .layers = 2, .heads = 3, .width = GetParam(), .vocab_size = 211, .context_length = 32};
   DeviceTrainer copied, rounded;
   ASSERT_TRUE(copied.Init(config, /*working_copy=*/true).ok());
   ASSERT_TRUE(rounded.Init(config, /*working_copy=*/false).ok());

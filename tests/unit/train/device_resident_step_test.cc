@@ -61,16 +61,22 @@ TEST(DeviceResidentStepTest, TrainsBitwiseLikeTheCpuAndMovesNoStatePerStep) {
   ASSERT_FALSE(cpu->runner().device_resident());
 
   const size_t arena_bytes = device->model().num_params() * sizeof(float);
+  const size_t micro_batches = static_cast<size_t>(config.micro_batches_per_step());
+  const size_t tokens = static_cast<size_t>(config.micro_batch_size) * config.model.context_length;
   for (int64_t step = 0; step < config.steps; ++step) {
     const size_t to_host = guarded->bytes_to_host();
     const size_t from_host = guarded->bytes_from_host();
+    const size_t waits = guarded->synchronizations();
     ExpectSameStep(cpu->RunStep(Step(step)), device->RunStep(Step(step)), step);
-    if (step == 0) continue;  // the first step uploads the initial weights
-    // Per step: the tokens and loss scales up, the losses and the norm down;
-    // far below one arena (the host-staged path moves three).
-    const size_t moved =
-        guarded->bytes_to_host() - to_host + guarded->bytes_from_host() - from_host;
-    EXPECT_LT(moved, arena_bytes / 20) << "step " << step << " moved " << moved << " bytes";
+    // the first step uploads the initial weights and the loss gradients
+    if (step == 0) continue;
+    // Per step: each micro-batch's inputs and targets up; its loss sum
+    // (one double) and the norm and clip factor down; one wait, at the end.
+    EXPECT_EQ(guarded->bytes_from_host() - from_host, micro_batches * 2 * tokens * sizeof(int32_t))
+        << "step " << step;
+    EXPECT_EQ(guarded->bytes_to_host() - to_host, (micro_batches + 2) * sizeof(double))
+        << "step " << step;
+    EXPECT_EQ(guarded->synchronizations() - waits, 1u) << "step " << step;
   }
   // The weights' working copy (backend.h, AttachParams) was attached and
   // never read stale: only the optimizer changed the weights, and it keeps
