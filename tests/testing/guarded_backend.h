@@ -78,10 +78,12 @@ class GuardedBackend final : public compute::Backend {
   absl::StatusOr<compute::Buffer> AllocateHost(compute::DType dtype, size_t numel) override {
     ASSIGN_OR_RETURN(compute::Buffer inner, cpu_.AllocateHost(dtype, numel));
     void* data = inner.data();
-    host_regions_.emplace(data, std::max<size_t>(numel * compute::DTypeSize(dtype), 1));
+    host_regions_->emplace(data, std::max<size_t>(numel * compute::DTypeSize(dtype), 1));
     auto owned = std::make_shared<compute::Buffer>(std::move(inner));
-    return compute::Buffer(data, dtype, numel, [this, owned](void* p) mutable {
-      host_regions_.erase(p);
+    // Host buffers may outlive the backend (plain memory): the books are
+    // shared with them.
+    return compute::Buffer(data, dtype, numel, [regions = host_regions_, owned](void* p) mutable {
+      regions->erase(p);
       owned.reset();
     });
   }
@@ -330,8 +332,8 @@ class GuardedBackend final : public compute::Backend {
 
   // Whether [address, address + bytes) lies in one AllocateHost buffer.
   bool InHostRegion(const void* address, size_t bytes) const {
-    auto it = host_regions_.upper_bound(const_cast<void*>(address));
-    if (it == host_regions_.begin()) return false;
+    auto it = host_regions_->upper_bound(const_cast<void*>(address));
+    if (it == host_regions_->begin()) return false;
     --it;
     const auto* begin = static_cast<const char*>(it->first);
     return static_cast<const char*>(address) + bytes <= begin + it->second;
@@ -357,7 +359,9 @@ class GuardedBackend final : public compute::Backend {
   std::map<void*, size_t> regions_;  // live buffers: address -> mapped bytes
   size_t bytes_from_host_ = 0;
   size_t bytes_to_host_ = 0;
-  std::map<void*, size_t> host_regions_;  // live AllocateHost buffers: address -> bytes
+  // Live AllocateHost buffers: address -> bytes.
+  std::shared_ptr<std::map<void*, size_t>> host_regions_ =
+      std::make_shared<std::map<void*, size_t>>();
   // An asynchronous copy waiting for the next Synchronize: the host side
   // and the bytes (a download's, to write then; an upload's, to compare).
   struct PendingCopy {

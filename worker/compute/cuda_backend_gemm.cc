@@ -151,12 +151,13 @@ const GemmPlan* CudaBackend::PlanFor(const PlanKey& key) {
 }
 
 const void* CudaBackend::CopiedOperand(const float* data, int rows, int64_t cols, int* ld) const {
-  if (!param_copy_.has_value() || data < param_copy_->params ||
-      data >= param_copy_->params + param_copy_->numel) {
-    return nullptr;
-  }
+  if (!param_copy_.has_value()) return nullptr;
+  // Addresses compared as integers: `data` may lie in another buffer.
+  const auto at = reinterpret_cast<uintptr_t>(data);
+  const auto base = reinterpret_cast<uintptr_t>(param_copy_->params);
+  if (at < base || at >= base + param_copy_->numel * sizeof(float)) return nullptr;
   const std::optional<ParamCopyView> view =
-      param_copy_->layout.Find(static_cast<size_t>(data - param_copy_->params), rows, cols, *ld);
+      param_copy_->layout.Find((at - base) / sizeof(float), rows, cols, *ld);
   if (!view.has_value()) return nullptr;
   *ld = view->ld;
   return static_cast<const uint16_t*>(param_copy_->copy) + view->copy_offset;
