@@ -9,6 +9,21 @@
 // belongs fails too. The GPU path's staging is tested with it on machines
 // without a GPU; its results are the CPU backend's bits.
 //
+// It also keeps the books of the weights' working copy (backend.h,
+// AttachParams) a bf16 GPU backend keeps, without the copy: a write to the
+// attached arena by anything but ClipAdamW makes the copy stale until
+// RefreshParamCopy, and a linear layer that reads a weight from the arena
+// while it is stale is counted (stale_weight_reads()): on a GPU it would
+// have read an old copy.
+//
+// The asynchronous copies keep a GPU's timing where it matters to the
+// caller: their host side must be AllocateHost memory (CHECKed); what
+// CopyToHostAsync reads is taken when it is called but written to the host
+// only at the next Synchronize (a caller that reads it earlier sees the old
+// contents), and the source of a CopyFromHostAsync must be unchanged when
+// the next Synchronize comes (CHECKed: a GPU's copy engine might read it
+// any time until then). Synchronize calls are counted.
+//
 // Header-only (tests link it without a library of their own).
 // Thread-compatible, like every Backend.
 
@@ -21,10 +36,12 @@
 #include <memory>
 #include <type_traits>
 #include <utility>
+#include <vector>
 
 #include "absl/status/statusor.h"
 #include "absl/strings/str_cat.h"
 #include "common/log.h"
+#include "common/status_macros.h"
 #include "worker/compute/backend.h"
 #include "worker/compute/cpu_backend.h"
 
@@ -56,9 +73,19 @@ class GuardedBackend final : public compute::Backend {
       regions_.erase(region);
     });
   }
-  // Host memory, not guarded (the model's staging copies live there).
+  // Host memory, not guarded (the model's staging copies live there), but
+  // remembered: the asynchronous copies take only it.
   absl::StatusOr<compute::Buffer> AllocateHost(compute::DType dtype, size_t numel) override {
-    return cpu_.AllocateHost(dtype, numel);
+    ASSIGN_OR_RETURN(compute::Buffer inner, cpu_.AllocateHost(dtype, numel));
+    void* data = inner.data();
+    host_regions_->emplace(data, std::max<size_t>(numel * compute::DTypeSize(dtype), 1));
+    auto owned = std::make_shared<compute::Buffer>(std::move(inner));
+    // Host buffers may outlive the backend (plain memory): the books are
+    // shared with them.
+    return compute::Buffer(data, dtype, numel, [regions = host_regions_, owned](void* p) mutable {
+      regions->erase(p);
+      owned.reset();
+    });
   }
   absl::Status ReserveScratch(const compute::PassShape& shape) override {
     return cpu_.ReserveScratch(shape);
@@ -67,6 +94,7 @@ class GuardedBackend final : public compute::Backend {
     Open open(this);
     CheckSpans("Zero", dst);
     cpu_.Zero(dst);
+    NoteWrite(dst);
   }
   void CopyFromHost(compute::TensorSpan dst, const void* src) override {
     Open open(this);
@@ -74,6 +102,7 @@ class GuardedBackend final : public compute::Backend {
     CHECK(Region(src) == nullptr) << "CopyFromHost: the source is backend memory";
     cpu_.CopyFromHost(dst, src);
     bytes_from_host_ += dst.bytes();
+    NoteWrite(dst);
   }
   void CopyToHost(void* dst, compute::TensorSpan src) override {
     Open open(this);
@@ -86,8 +115,61 @@ class GuardedBackend final : public compute::Backend {
     Open open(this);
     CheckSpans("CopyWithin", dst, src);
     cpu_.CopyWithin(dst, src);
+    NoteWrite(dst);
   }
-  absl::Status Synchronize() override { return cpu_.Synchronize(); }
+  absl::Status AttachParams(compute::TensorSpan params,
+                            const std::vector<compute::ParamBlock>& blocks) override {
+    CheckSpans("AttachParams", params);
+    RETURN_IF_ERROR(cpu_.AttachParams(params, blocks));
+    attached_ = params;
+    copy_stale_ = false;  // made now
+    ++param_copy_refreshes_;
+    return absl::OkStatus();
+  }
+  void RefreshParamCopy() override {
+    if (attached_.empty()) return;
+    copy_stale_ = false;
+    ++param_copy_refreshes_;
+  }
+  void DetachParams(compute::TensorSpan params) override {
+    if (params.data != attached_.data) return;
+    attached_ = compute::TensorSpan{};
+    copy_stale_ = false;
+  }
+  // The working copy's books (see the class comment).
+  bool params_attached() const { return !attached_.empty(); }
+  size_t param_copy_refreshes() const { return param_copy_refreshes_; }
+  size_t stale_weight_reads() const { return stale_weight_reads_; }
+  void CopyFromHostAsync(compute::TensorSpan dst, const void* src) override {
+    CHECK(InHostRegion(src, dst.bytes()))
+        << "CopyFromHostAsync: the source is not AllocateHost memory";
+    CopyFromHost(dst, src);
+    const auto* bytes = static_cast<const char*>(src);
+    pending_uploads_.push_back({src, std::vector<char>(bytes, bytes + dst.bytes())});
+  }
+  void CopyToHostAsync(void* dst, compute::TensorSpan src) override {
+    Open open(this);
+    CheckSpans("CopyToHostAsync", src);
+    CHECK(InHostRegion(dst, src.bytes()))
+        << "CopyToHostAsync: the destination is not AllocateHost memory";
+    const auto* bytes = static_cast<const char*>(src.data);
+    pending_downloads_.push_back({dst, std::vector<char>(bytes, bytes + src.bytes())});
+    bytes_to_host_ += src.bytes();
+  }
+  absl::Status Synchronize() override {
+    ++synchronizations_;
+    for (const PendingCopy& upload : pending_uploads_) {
+      CHECK(std::memcmp(upload.host, upload.bytes.data(), upload.bytes.size()) == 0)
+          << "the source of a CopyFromHostAsync changed before the next Synchronize";
+    }
+    pending_uploads_.clear();
+    for (const PendingCopy& download : pending_downloads_) {
+      std::memcpy(const_cast<void*>(download.host), download.bytes.data(), download.bytes.size());
+    }
+    pending_downloads_.clear();
+    return cpu_.Synchronize();
+  }
+  size_t synchronizations() const { return synchronizations_; }
   // Bytes moved by CopyFromHost and CopyToHost since the backend was made:
   // what a GPU would move over PCIe (tests of the device-resident step).
   size_t bytes_from_host() const { return bytes_from_host_; }
@@ -115,11 +197,13 @@ class GuardedBackend final : public compute::Backend {
   }
   void MatmulForward(compute::TensorSpan out, compute::TensorSpan inp, compute::TensorSpan weight,
                      compute::TensorSpan bias, int N, int C, int OC) override {
+    NoteWeightRead(weight);
     COHORT_GUARDED(MatmulForward, out, inp, weight, bias, N, C, OC);
   }
   void MatmulBackward(compute::TensorSpan dinp, compute::TensorSpan dweight,
                       compute::TensorSpan dbias, compute::TensorSpan dout, compute::TensorSpan inp,
                       compute::TensorSpan weight, int N, int C, int OC) override {
+    NoteWeightRead(weight);
     COHORT_GUARDED(MatmulBackward, dinp, dweight, dbias, dout, inp, weight, N, C, OC);
   }
   void MatmulGeluForward(compute::TensorSpan out, compute::TensorSpan pre, compute::TensorSpan inp,
@@ -214,6 +298,12 @@ class GuardedBackend final : public compute::Backend {
                       double max_norm) override {
     COHORT_GUARDED(FinishGradNorm, scalars, sums, max_norm);
   }
+  void SumLosses(compute::TensorSpan sum, compute::TensorSpan losses) override {
+    COHORT_GUARDED(SumLosses, sum, losses);
+  }
+  void SkipUpdateUnlessFinite(compute::TensorSpan scalars, compute::TensorSpan values) override {
+    COHORT_GUARDED(SkipUpdateUnlessFinite, scalars, values);
+  }
   void ClipAdamW(compute::TensorSpan params, compute::TensorSpan m, compute::TensorSpan v,
                  compute::TensorSpan grads, compute::TensorSpan scalars, size_t begin, size_t end,
                  size_t moment_base, bool decay, const compute::AdamWScalars& adamw) override {
@@ -261,6 +351,27 @@ class GuardedBackend final : public compute::Backend {
     GuardedBackend* backend_;
   };
 
+  // Whether [address, address + bytes) lies in one AllocateHost buffer.
+  bool InHostRegion(const void* address, size_t bytes) const {
+    auto it = host_regions_->upper_bound(const_cast<void*>(address));
+    if (it == host_regions_->begin()) return false;
+    --it;
+    const auto* begin = static_cast<const char*>(it->first);
+    return static_cast<const char*>(address) + bytes <= begin + it->second;
+  }
+  bool InAttached(const compute::TensorSpan& span) const {
+    if (attached_.empty() || span.empty()) return false;
+    const auto* begin = static_cast<const char*>(attached_.data);
+    const auto* data = static_cast<const char*>(span.data);
+    return data + span.bytes() > begin && data < begin + attached_.bytes();
+  }
+  void NoteWrite(const compute::TensorSpan& dst) {
+    if (InAttached(dst)) copy_stale_ = true;
+  }
+  void NoteWeightRead(const compute::TensorSpan& weight) {
+    if (copy_stale_ && InAttached(weight)) ++stale_weight_reads_;
+  }
+
   void Protect(int protection) {
     for (const auto& [data, bytes] : regions_) CHECK(mprotect(data, bytes, protection) == 0);
   }
@@ -269,6 +380,21 @@ class GuardedBackend final : public compute::Backend {
   std::map<void*, size_t> regions_;  // live buffers: address -> mapped bytes
   size_t bytes_from_host_ = 0;
   size_t bytes_to_host_ = 0;
+  // Live AllocateHost buffers: address -> bytes.
+  std::shared_ptr<std::map<void*, size_t>> host_regions_ =
+      std::make_shared<std::map<void*, size_t>>();
+  // An asynchronous copy waiting for the next Synchronize: the host side
+  // and the bytes (a download's, to write then; an upload's, to compare).
+  struct PendingCopy {
+    const void* host;
+    std::vector<char> bytes;
+  };
+  std::vector<PendingCopy> pending_uploads_, pending_downloads_;
+  size_t synchronizations_ = 0;
+  compute::TensorSpan attached_;  // AttachParams' arena; empty: none
+  bool copy_stale_ = false;
+  size_t param_copy_refreshes_ = 0;
+  size_t stale_weight_reads_ = 0;
 };
 
 }  // namespace cohort::testing

@@ -431,6 +431,10 @@ RowResult RunRow(const BenchConfig& bench, size_t row) {
            .grad_clip = cohort::bench::HostOptimizer::kGradClip});
   if (!device_optimizer.ok()) return fail(Outcome::kFailed, device_optimizer.status());
   (*device_optimizer)->ResetMoments();
+  // bf16: the GEMMs read the weights' working copy, which ClipAdamW keeps.
+  if (absl::Status attached = gpt.AttachWeightCopy(); !attached.ok()) {
+    return fail(Outcome::kFailed, attached);
+  }
   gpt.set_gradients_stay_on_backend(true);
   auto device_step = [&](int step) -> absl::StatusOr<double> {
     ASSIGN_OR_RETURN(double loss, forward_backward(step));

@@ -108,6 +108,20 @@ class TimingBackend final : public cohort::compute::Backend {
   void CopyWithin(Span dst, Span src) override {
     Time("Copy", [&] { inner_->CopyWithin(dst, src); });
   }
+  void CopyFromHostAsync(Span dst, const void* src) override {
+    Time("Copy", [&] { inner_->CopyFromHostAsync(dst, src); });
+  }
+  void CopyToHostAsync(void* dst, Span src) override {
+    Time("Copy", [&] { inner_->CopyToHostAsync(dst, src); });
+  }
+  absl::Status AttachParams(Span params,
+                            const std::vector<cohort::compute::ParamBlock>& blocks) override {
+    return inner_->AttachParams(params, blocks);
+  }
+  void RefreshParamCopy() override {
+    Time("RefreshParamCopy", [&] { inner_->RefreshParamCopy(); });
+  }
+  void DetachParams(Span params) override { inner_->DetachParams(params); }
   absl::Status Synchronize() override { return inner_->Synchronize(); }
   void EncoderForward(Span out, Span inp, Span wte, Span wpe, int B, int T, int C) override {
     Time("EncoderForward", [&] { inner_->EncoderForward(out, inp, wte, wpe, B, T, C); });
@@ -217,6 +231,12 @@ class TimingBackend final : public cohort::compute::Backend {
   }
   void SumOfSquaresPieces(Span sums, Span grads, Span pieces) override {
     Time("SumOfSquaresPieces", [&] { inner_->SumOfSquaresPieces(sums, grads, pieces); });
+  }
+  void SumLosses(Span sum, Span losses) override {
+    Time("SumLosses", [&] { inner_->SumLosses(sum, losses); });
+  }
+  void SkipUpdateUnlessFinite(Span scalars, Span values) override {
+    Time("SkipUpdateUnlessFinite", [&] { inner_->SkipUpdateUnlessFinite(scalars, values); });
   }
   void FinishGradNorm(Span scalars, Span sums, double max_norm) override {
     Time("FinishGradNorm", [&] { inner_->FinishGradNorm(scalars, sums, max_norm); });

@@ -74,6 +74,13 @@ void Buffer::Release() {
   numel_ = 0;
 }
 
+absl::Status Backend::AttachParams(TensorSpan params, const std::vector<ParamBlock>& blocks) {
+  CHECK(params.dtype == DType::kFloat32) << "AttachParams: the arena is fp32";
+  // No copy to keep; the blocks are still checked, so that a caller's
+  // mistake shows on every backend.
+  return ParamCopyLayout::Create(params.numel, blocks).status();
+}
+
 // The unsharded ops are the shards that hold the whole table (the shard ops
 // promise the same bits with vocab_start 0 and Vs = Vp).
 void Backend::EncoderForward(TensorSpan out, TensorSpan inp, TensorSpan wte, TensorSpan wpe, int B,

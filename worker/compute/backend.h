@@ -39,10 +39,12 @@
 #include <cstdint>
 #include <functional>
 #include <string_view>
+#include <vector>
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "worker/compute/adamw_math.h"
+#include "worker/compute/param_copy_layout.h"
 
 namespace cohort::compute {
 
@@ -134,6 +136,17 @@ class Backend {
   virtual void CopyFromHost(TensorSpan dst, const void* src) = 0;
   // dst[0 .. src.numel) = src[:] (host memory, same dtype).
   virtual void CopyToHost(void* dst, TensorSpan src) = 0;
+  // Asynchronous copies between backend memory and host memory from
+  // AllocateHost (page-locked on a GPU: the copy engine moves it while the
+  // host goes on, where pageable memory makes the driver stage the copy and
+  // wait). Ordered with the ops like every op; neither waits.
+  // CopyFromHostAsync reads `src` when the copy runs, so the caller leaves
+  // it unchanged until its next Synchronize returns; CopyToHostAsync writes
+  // `dst` when the copy runs, so the caller reads it only after its next
+  // Synchronize returns. The defaults are the synchronous copies, which keep
+  // both promises (the CPU's).
+  virtual void CopyFromHostAsync(TensorSpan dst, const void* src) { CopyFromHost(dst, src); }
+  virtual void CopyToHostAsync(void* dst, TensorSpan src) { CopyToHost(dst, src); }
   // dst[:] = src[0 .. dst.numel), both backend memory of the same dtype, not
   // overlapping; every bit kept (negative zeros and NaN payloads too).
   virtual void CopyWithin(TensorSpan dst, TensorSpan src) = 0;
@@ -144,6 +157,31 @@ class Backend {
   // Waits for every op issued so far; the first failure since the last call
   // (Internal for device faults). Always OK on the CPU.
   virtual absl::Status Synchronize() = 0;
+
+  // The weights' working copy. A backend whose GEMMs take bf16 operands
+  // would otherwise round every fp32 weight to bf16 on every GEMM call.
+  // AttachParams hands it the parameter arena `params` (fp32, this backend's
+  // memory, alive until DetachParams) and the `blocks` of it that GEMMs read
+  // as matrices; the backend then keeps a bf16 copy of those blocks
+  // (param_copy_layout.h), made here, and a GEMM operand that is whole rows
+  // of one block is read from the copy: the same bits the per-call rounding
+  // gives. ClipAdamW over exactly `params` writes the copy of every element
+  // it updates in the same pass; any other change of `params` (a copy from
+  // the host, CopyWithin, Zero) must be followed by RefreshParamCopy before
+  // the next GEMM reads a weight. A second AttachParams replaces the first.
+  // InvalidArgument for blocks that ParamCopyLayout refuses (checked on
+  // every backend); ResourceExhausted when the copy does not fit. Backends
+  // whose GEMMs round nothing (the CPU, fp32 and tf32 CUDA) keep no copy:
+  // the defaults only check the blocks.
+  virtual absl::Status AttachParams(TensorSpan params, const std::vector<ParamBlock>& blocks);
+  // Rounds the attached blocks into the copy again (nothing when none is
+  // attached). Ordered after the ops issued before it, like every op.
+  virtual void RefreshParamCopy() {}
+  // Forgets the arena and frees its copy if `params` is the attached arena
+  // (nothing otherwise, so that an owner that was replaced cannot detach its
+  // successor's); GEMMs round per call again. Call it before the arena's
+  // buffer is freed.
+  virtual void DetachParams(TensorSpan params) {}
 
   // ---- Encoder ------------------------------------------------------------
   // out (B,T,C) = wte[inp[b,t], :] + wpe[t, :].   inp (B,T) int32, every id
@@ -315,11 +353,24 @@ class Backend {
   // scalars (2) float64: [0] = sqrt(sum of the P sums), [1] =
   // ClipFactor([0], max_norm) (adamw_math.h). The CPU adds the sums in order.
   virtual void FinishGradNorm(TensorSpan scalars, TensorSpan sums, double max_norm) = 0;
+  // sum (1) float64 = the sum of losses[0..n) (fp32) in double: a
+  // micro-batch's loss sum, kept in backend memory so that the step reads
+  // all of them at once, at its end, instead of waiting for each. The CPU
+  // adds in order from 0 (the bits of the host's serial double sum); a GPU
+  // in a fixed tree of its own (deterministic, not the CPU's bits).
+  virtual void SumLosses(TensorSpan sum, TensorSpan losses) = 0;
+  // scalars[0] (FinishGradNorm's norm) = NaN when any of `values` (float64,
+  // the step's loss sums) is not finite, so that ClipAdamW updates nothing:
+  // a step whose loss is not finite leaves the state as it was, decided in
+  // the stream without the host waiting for the losses before the update.
+  virtual void SkipUpdateUnlessFinite(TensorSpan scalars, TensorSpan values) = 0;
   // For i in [begin, end): AdamWElement(adamw, decay, grads[i] * float(clip),
   // params[i], m[i - moment_base], v[i - moment_base]), where clip is
   // scalars[1] of FinishGradNorm; nothing at all when scalars[0] (the norm)
   // is not finite, so a step the caller refuses leaves the state as it was.
   // params and grads cover the arena; m and v hold elements from moment_base.
+  // Where `params` is the arena AttachParams attached, the working copy of
+  // each updated element is written in the same pass (fused).
   virtual void ClipAdamW(TensorSpan params, TensorSpan m, TensorSpan v, TensorSpan grads,
                          TensorSpan scalars, size_t begin, size_t end, size_t moment_base,
                          bool decay, const AdamWScalars& adamw) = 0;

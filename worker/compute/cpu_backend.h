@@ -86,6 +86,8 @@ class CpuBackend final : public Backend {
   // cpu_backend_optimizer.cc.
   void SumOfSquaresPieces(TensorSpan sums, TensorSpan grads, TensorSpan pieces) override;
   void FinishGradNorm(TensorSpan scalars, TensorSpan sums, double max_norm) override;
+  void SumLosses(TensorSpan sum, TensorSpan losses) override;
+  void SkipUpdateUnlessFinite(TensorSpan scalars, TensorSpan values) override;
   void ClipAdamW(TensorSpan params, TensorSpan m, TensorSpan v, TensorSpan grads,
                  TensorSpan scalars, size_t begin, size_t end, size_t moment_base, bool decay,
                  const AdamWScalars& adamw) override;

@@ -9,6 +9,7 @@
 #include <cmath>
 #include <cstdint>
 #include <cstring>
+#include <limits>
 
 #include "worker/compute/adamw_math.h"
 #include "worker/compute/cpu_backend.h"
@@ -45,6 +46,24 @@ void CpuBackend::FinishGradNorm(TensorSpan scalars, TensorSpan sums, double max_
   for (size_t k = 0; k < sums.numel; ++k) total += in[k];
   out[0] = std::sqrt(total);
   out[1] = ClipFactor(out[0], max_norm);
+}
+
+void CpuBackend::SumLosses(TensorSpan sum, TensorSpan losses) {
+  double* out = CheckedF64(sum, 1, "loss sum");
+  const float* in = CheckedF32(losses, losses.numel, "losses");
+  // In order, in double: what the model's host loop did with the losses
+  // it copied back (GptModel::HeadForward), bit for bit.
+  double total = 0.0;
+  for (size_t i = 0; i < losses.numel; ++i) total += in[i];
+  out[0] = total;
+}
+
+void CpuBackend::SkipUpdateUnlessFinite(TensorSpan scalars, TensorSpan values) {
+  double* out = CheckedF64(scalars, 2, "scalars");
+  const double* in = CheckedF64(values, 0, "values");
+  for (size_t i = 0; i < values.numel; ++i) {
+    if (!std::isfinite(in[i])) out[0] = std::numeric_limits<double>::quiet_NaN();
+  }
 }
 
 void CpuBackend::ClipAdamW(TensorSpan params, TensorSpan m, TensorSpan v, TensorSpan grads,

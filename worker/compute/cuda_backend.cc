@@ -17,6 +17,7 @@ CudaBackend::~CudaBackend() {
   for (ScratchBuffer& scratch : scratch_) {
     if (scratch.data != nullptr) RawFree(scratch.data);
   }
+  FreeParamCopy();
   if (blas_ != nullptr) cublasDestroy(blas_);
   if (lt_ != nullptr) cublasLtDestroy(lt_);
   if (lt_workspace_ != nullptr) cudaFree(lt_workspace_);
@@ -299,6 +300,85 @@ void CudaBackend::CopyToHost(void* dst, TensorSpan src) {
   Check(cudaMemcpyAsync(dst, src.data, src.bytes(), cudaMemcpyDeviceToHost, stream_),
         "cudaMemcpyAsync (to the host)");
   Check(cudaStreamSynchronize(stream_), "cudaStreamSynchronize");
+}
+
+// ---- The weights' working copy ------------------------------------------------
+
+absl::Status CudaBackend::AttachParams(TensorSpan params, const std::vector<ParamBlock>& blocks) {
+  CHECK(params.dtype == DType::kFloat32) << "AttachParams: the arena is fp32";
+  ASSIGN_OR_RETURN(ParamCopyLayout layout, ParamCopyLayout::Create(params.numel, blocks));
+  FreeParamCopy();
+  // fp32 and tf32 GEMMs read the fp32 weights themselves: nothing to keep.
+  if (!bf16_ || layout.blocks().empty()) return absl::OkStatus();
+  if (!Begin()) return error_;
+  ParamCopy copy{.params = static_cast<const float*>(params.data),
+                 .numel = params.numel,
+                 .layout = std::move(layout)};
+  const size_t copy_bytes = copy.layout.copy_numel() * sizeof(uint16_t);
+  const size_t block_bytes = copy.layout.blocks().size() * sizeof(ParamCopyBlock);
+  absl::Status error;
+  copy.copy = RawAllocate(copy_bytes, &error);
+  if (copy.copy == nullptr) {
+    return absl::ResourceExhaustedError(
+        absl::StrCat("the weights' bf16 working copy: ", error.message()));
+  }
+  copy.blocks = RawAllocate(block_bytes, &error);
+  if (copy.blocks == nullptr) {
+    RawFree(copy.copy);
+    return absl::ResourceExhaustedError(
+        absl::StrCat("the weights' bf16 working copy: ", error.message()));
+  }
+  // The padding stays zero, as in the per-call rounding (Operand).
+  Check(cudaMemsetAsync(copy.copy, 0, copy_bytes, stream_), "cudaMemsetAsync");
+  Check(cudaMemcpyAsync(copy.blocks, copy.layout.blocks().data(), block_bytes,
+                        cudaMemcpyHostToDevice, stream_),
+        "cudaMemcpyAsync (the working copy's blocks)");
+  // The host vector is pageable: the copy has read it once this returns,
+  // but wait here anyway (once per session) so nothing depends on that.
+  Check(cudaStreamSynchronize(stream_), "cudaStreamSynchronize");
+  param_copy_ = std::move(copy);
+  RefreshParamCopy();
+  return error_;
+}
+
+cuda::ParamCopyRef CudaBackend::CopyRef() const {
+  if (!param_copy_.has_value()) return {};
+  return cuda::ParamCopyRef{.copy = static_cast<uint16_t*>(param_copy_->copy),
+                            .blocks = static_cast<const ParamCopyBlock*>(param_copy_->blocks),
+                            .count = static_cast<int>(param_copy_->layout.blocks().size())};
+}
+
+void CudaBackend::RefreshParamCopy() {
+  if (!param_copy_.has_value()) return;
+  Launch("RefreshParamCopy", [&] {
+    cuda::RefreshParamCopy(CopyRef(), param_copy_->params, static_cast<int64_t>(param_copy_->numel),
+                           stream_);
+  });
+}
+
+void CudaBackend::DetachParams(TensorSpan params) {
+  if (param_copy_.has_value() && params.data == param_copy_->params) FreeParamCopy();
+}
+
+void CudaBackend::FreeParamCopy() {
+  if (!param_copy_.has_value()) return;
+  RawFree(param_copy_->copy);
+  RawFree(param_copy_->blocks);
+  param_copy_.reset();
+}
+
+// The asynchronous copies: no wait (backend.h); the host memory is
+// AllocateHost's, page-locked, so the copy engine moves it in stream order.
+void CudaBackend::CopyFromHostAsync(TensorSpan dst, const void* src) {
+  if (dst.numel == 0 || !Begin()) return;
+  Check(cudaMemcpyAsync(dst.data, src, dst.bytes(), cudaMemcpyHostToDevice, stream_),
+        "cudaMemcpyAsync (to the device)");
+}
+
+void CudaBackend::CopyToHostAsync(void* dst, TensorSpan src) {
+  if (src.numel == 0 || !Begin()) return;
+  Check(cudaMemcpyAsync(dst, src.data, src.bytes(), cudaMemcpyDeviceToHost, stream_),
+        "cudaMemcpyAsync (to the host)");
 }
 
 }  // namespace cohort::compute::cuda_impl

@@ -202,9 +202,25 @@ const GemmPlan* CudaBackend::PlanFor(const PlanKey& key, const GemmEpilogue& epi
   return &plans_.emplace(key, plan).first->second;
 }
 
+const void* CudaBackend::CopiedOperand(const float* data, int rows, int64_t cols, int* ld) const {
+  if (!param_copy_.has_value()) return nullptr;
+  // Addresses compared as integers: `data` may lie in another buffer.
+  const auto at = reinterpret_cast<uintptr_t>(data);
+  const auto base = reinterpret_cast<uintptr_t>(param_copy_->params);
+  if (at < base || at >= base + param_copy_->numel * sizeof(float)) return nullptr;
+  const std::optional<ParamCopyView> view =
+      param_copy_->layout.Find((at - base) / sizeof(float), rows, cols, *ld);
+  if (!view.has_value()) return nullptr;
+  *ld = view->ld;
+  return static_cast<const uint16_t*>(param_copy_->copy) + view->copy_offset;
+}
+
 const void* CudaBackend::Operand(const float* data, int rows, int64_t cols, int* ld,
                                  ScratchSlot slot) {
   if (!bf16_) return data;
+  // A weight of the attached arena: its working copy holds exactly what the
+  // rounding below would write (param_copy_layout.h).
+  if (const void* copied = CopiedOperand(data, rows, cols, ld); copied != nullptr) return copied;
   const int padded = BfloatLeadingDimension(rows);
   void* rounded = Scratch(slot, Mul(padded, cols) * sizeof(uint16_t));
   if (rounded == nullptr) return nullptr;

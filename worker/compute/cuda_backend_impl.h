@@ -166,7 +166,12 @@ class CudaBackend final : public Backend {
   void CopyFromHost(TensorSpan dst, const void* src) override;
   void CopyToHost(void* dst, TensorSpan src) override;
   void CopyWithin(TensorSpan dst, TensorSpan src) override;
+  void CopyFromHostAsync(TensorSpan dst, const void* src) override;
+  void CopyToHostAsync(void* dst, TensorSpan src) override;
   absl::Status Synchronize() override;
+  absl::Status AttachParams(TensorSpan params, const std::vector<ParamBlock>& blocks) override;
+  void RefreshParamCopy() override;
+  void DetachParams(TensorSpan params) override;
 
   void LayerNormForward(TensorSpan out, TensorSpan mean, TensorSpan rstd, TensorSpan inp,
                         TensorSpan weight, TensorSpan bias, int N, int C) override;
@@ -211,6 +216,8 @@ class CudaBackend final : public Backend {
                                  int vocab_start) override;
   void SumOfSquaresPieces(TensorSpan sums, TensorSpan grads, TensorSpan pieces) override;
   void FinishGradNorm(TensorSpan scalars, TensorSpan sums, double max_norm) override;
+  void SumLosses(TensorSpan sum, TensorSpan losses) override;
+  void SkipUpdateUnlessFinite(TensorSpan scalars, TensorSpan values) override;
   void ClipAdamW(TensorSpan params, TensorSpan m, TensorSpan v, TensorSpan grads,
                  TensorSpan scalars, size_t begin, size_t end, size_t moment_base, bool decay,
                  const AdamWScalars& adamw) override;
@@ -271,6 +278,14 @@ class CudaBackend final : public Backend {
   // 16-byte stride (tensor-core kernels want it; *ld becomes the padded
   // one), or nullptr after recording a failure. Otherwise `data` itself.
   const void* Operand(const float* data, int rows, int64_t cols, int* ld, ScratchSlot slot);
+  // The working copy of a weight: for an fp32 operand that is whole rows of
+  // an attached block, its place in the copy (with *ld the copy's padded
+  // leading dimension); nullptr otherwise.
+  const void* CopiedOperand(const float* data, int rows, int64_t cols, int* ld) const;
+  // The copy as the kernels take it (a null copy when none is attached).
+  cuda::ParamCopyRef CopyRef() const;
+  // Frees the copy, whichever arena it mirrors.
+  void FreeParamCopy();
   // A strided batch of GEMMs through cuBLAS (attention's products), each
   // batch's operands packed (stride = leading dimension x stored columns).
   void BatchedGemm(const GemmCall& call);
@@ -331,6 +346,17 @@ class CudaBackend final : public Backend {
     size_t bytes = 0;
   };
   ScratchBuffer scratch_[kScratchSlots];
+  // The weights' bf16 working copy (AttachParams; bf16 only): the arena it
+  // mirrors, its layout, and in device memory the copy and the layout's
+  // blocks for the kernels.
+  struct ParamCopy {
+    const float* params = nullptr;
+    size_t numel = 0;
+    ParamCopyLayout layout;
+    void* copy = nullptr;
+    void* blocks = nullptr;
+  };
+  std::optional<ParamCopy> param_copy_;
   std::map<PlanKey, GemmPlan> plans_;
   absl::Status error_;
 };

@@ -191,6 +191,21 @@ void CudaBackend::FinishGradNorm(TensorSpan scalars, TensorSpan sums, double max
   });
 }
 
+void CudaBackend::SumLosses(TensorSpan sum, TensorSpan losses) {
+  double* out = CheckedF64(sum, 1, "loss sum");
+  const float* in = CheckedF32(losses, losses.numel, "losses");
+  Launch("SumLosses",
+         [&] { cuda::SumLosses(out, in, static_cast<int64_t>(losses.numel), stream_); });
+}
+
+void CudaBackend::SkipUpdateUnlessFinite(TensorSpan scalars, TensorSpan values) {
+  double* out = CheckedF64(scalars, 2, "scalars");
+  const double* in = CheckedF64(values, 0, "values");
+  Launch("SkipUpdateUnlessFinite", [&] {
+    cuda::SkipUpdateUnlessFinite(out, in, static_cast<int64_t>(values.numel), stream_);
+  });
+}
+
 void CudaBackend::ClipAdamW(TensorSpan params, TensorSpan m, TensorSpan v, TensorSpan grads,
                             TensorSpan scalars, size_t begin, size_t end, size_t moment_base,
                             bool decay, const AdamWScalars& adamw) {
@@ -201,6 +216,11 @@ void CudaBackend::ClipAdamW(TensorSpan params, TensorSpan m, TensorSpan v, Tenso
                     static_cast<float*>(v.data), static_cast<const float*>(grads.data),
                     static_cast<const double*>(scalars.data), static_cast<int64_t>(begin),
                     static_cast<int64_t>(end), static_cast<int64_t>(moment_base), decay, adamw,
+                    // Fused: the working copy of what it updates (backend.h).
+                    param_copy_.has_value() && params.data == param_copy_->params &&
+                            params.numel == param_copy_->numel
+                        ? CopyRef()
+                        : cuda::ParamCopyRef{},
                     stream_);
   });
 }

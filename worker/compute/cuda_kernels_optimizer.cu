@@ -5,6 +5,8 @@
 // to run; they differ from the CPU's serial sums, which is the backends'
 // contract (backend.h, Determinism).
 
+#include <cuda_bf16.h>
+
 #include <cmath>
 
 #include "worker/compute/cuda_kernels_optimizer.h"
@@ -51,16 +53,46 @@ __global__ void FinishGradNormKernel(double* scalars, const double* sums, int64_
   }
 }
 
+// One block: thread t adds losses t, t + kRowThreads, ... in double, then
+// the block's tree.
+__global__ void SumLossesKernel(double* sum, const float* losses, int64_t n) {
+  __shared__ BlockShared<double> shared;
+  double partial = 0.0;
+  for (int64_t i = threadIdx.x; i < n; i += kRowThreads) partial += losses[i];
+  const double total = BlockReduceAll(partial, SumOp{}, shared);
+  if (threadIdx.x == 0) sum[0] = total;
+}
+
+// One thread: the step's loss sums are a handful.
+__global__ void SkipUpdateUnlessFiniteKernel(double* scalars, const double* values, int64_t n) {
+  for (int64_t i = 0; i < n; ++i) {
+    if (!isfinite(values[i])) scalars[0] = nan("");
+  }
+}
+
+// Element i's copy, if a block holds it: the rounding RoundToBf16Kernel
+// (the GEMMs' per-call rounding) applies, so the bits are the same.
+__device__ inline void WriteCopy(const ParamCopyRef& copy, int64_t i, float value) {
+  const int64_t at = CopyIndexOf(copy.blocks, copy.count, i);
+  if (at >= 0) reinterpret_cast<__nv_bfloat16*>(copy.copy)[at] = __float2bfloat16_rn(value);
+}
+
 __global__ void ClipAdamWKernel(float* params, float* m, float* v, const float* grads,
                                 const double* scalars, int64_t begin, int64_t end,
-                                int64_t moment_base, bool decay, AdamWScalars adamw) {
+                                int64_t moment_base, bool decay, AdamWScalars adamw,
+                                ParamCopyRef copy) {
   const double norm = scalars[0];
   if (!isfinite(norm)) return;
   const float clip = static_cast<float>(scalars[1]);
   for (int64_t i = begin + GlobalThread(); i < end; i += GridThreads()) {
     const int64_t j = i - moment_base;
     AdamWElement(adamw, decay, grads[i] * clip, &params[i], &m[j], &v[j]);
+    if (copy.copy != nullptr) WriteCopy(copy, i, params[i]);
   }
+}
+
+__global__ void RefreshParamCopyKernel(ParamCopyRef copy, const float* params, int64_t numel) {
+  for (int64_t i = GlobalThread(); i < numel; i += GridThreads()) WriteCopy(copy, i, params[i]);
 }
 
 }  // namespace
@@ -80,11 +112,27 @@ void FinishGradNorm(double* scalars, const double* sums, int64_t count, double m
 
 void ClipAdamW(float* params, float* m, float* v, const float* grads, const double* scalars,
                int64_t begin, int64_t end, int64_t moment_base, bool decay,
-               const AdamWScalars& adamw, cudaStream_t stream) {
+               const AdamWScalars& adamw, const ParamCopyRef& copy, cudaStream_t stream) {
   if (end <= begin) return;
   const int64_t blocks = GridStrideBlocks(end - begin, kThreads);
   ClipAdamWKernel<<<static_cast<unsigned>(blocks), kThreads, 0, stream>>>(
-      params, m, v, grads, scalars, begin, end, moment_base, decay, adamw);
+      params, m, v, grads, scalars, begin, end, moment_base, decay, adamw, copy);
+}
+
+void SumLosses(double* sum, const float* losses, int64_t n, cudaStream_t stream) {
+  SumLossesKernel<<<1, kRowThreads, 0, stream>>>(sum, losses, n);
+}
+
+void SkipUpdateUnlessFinite(double* scalars, const double* values, int64_t n, cudaStream_t stream) {
+  if (n <= 0) return;
+  SkipUpdateUnlessFiniteKernel<<<1, 1, 0, stream>>>(scalars, values, n);
+}
+
+void RefreshParamCopy(const ParamCopyRef& copy, const float* params, int64_t numel,
+                      cudaStream_t stream) {
+  if (numel <= 0 || copy.copy == nullptr) return;
+  RefreshParamCopyKernel<<<static_cast<unsigned>(GridStrideBlocks(numel, kThreads)), kThreads, 0,
+                           stream>>>(copy, params, numel);
 }
 
 }  // namespace cohort::compute::cuda

@@ -74,7 +74,6 @@ GptActivations Carve(const GptConfig& config, const ModelLayout& layout,
     acts.logits = carver.Take(bt * layout.vocab_rows(config));
     acts.losses = carver.Take(bt);
     acts.lse = carver.Take(bt);
-    acts.dlosses = carver.Take(bt);
     if (layout.tp > 1) {
       acts.row_max = carver.Take(bt);
       acts.ce_sums = carver.Take(2 * bt);

@@ -49,7 +49,6 @@ struct GptActivations {
   compute::TensorSpan logits;    // (B,T,Vp/tp)
   compute::TensorSpan losses;    // (B,T)
   compute::TensorSpan lse;       // (B,T)
-  compute::TensorSpan dlosses;   // (B,T)
   // Vocab-parallel cross-entropy (tp > 1): row maxima, then the sums of
   // exponentials and the target logits.
   compute::TensorSpan row_max;  // (B,T)

@@ -1,7 +1,9 @@
 #include "worker/model/gpt_model.h"
 
 #include <algorithm>
+#include <bit>
 #include <cmath>
+#include <limits>
 #include <string>
 #include <utility>
 
@@ -21,6 +23,47 @@ GptModel::GptModel(const GptConfig& config, compute::Backend* backend, const Mod
       backend_(backend),
       options_(options),
       tensor_group_(options.layout.tp > 1 ? options.tensor_group : nullptr) {}
+
+GptModel::~GptModel() {
+  if (weight_copy_attached_) backend_->DetachParams(params_.span());
+}
+
+namespace {
+
+// The blocks of the arena that the linear layers read as weights: one per
+// layer of each per-layer matrix, and the tied LM head (wte). Rows are a
+// weight's input features (its last dimension).
+std::vector<compute::ParamBlock> GemmWeightBlocks(const ParameterTable& table) {
+  std::vector<compute::ParamBlock> blocks;
+  for (ParamId id : {kWte, kQkvw, kAttprojw, kFcw, kFcprojw}) {
+    const ParameterInfo& info = table[id];
+    if (!info.present()) continue;
+    const int row_length = static_cast<int>(info.shape.back());
+    const size_t layers = info.per_layer ? static_cast<size_t>(info.shape[0]) : 1;
+    const size_t numel = info.numel / layers;
+    for (size_t l = 0; l < layers; ++l) {
+      blocks.push_back(compute::ParamBlock{
+          .offset = info.offset + l * numel, .numel = numel, .row_length = row_length});
+    }
+  }
+  // Table order is ascending by offset, which the layout wants.
+  std::sort(blocks.begin(), blocks.end(),
+            [](const compute::ParamBlock& a, const compute::ParamBlock& b) {
+              return a.offset < b.offset;
+            });
+  return blocks;
+}
+
+}  // namespace
+
+absl::Status GptModel::AttachWeightCopy() {
+  RETURN_IF_ERROR(backend_->AttachParams(params_.span(), GemmWeightBlocks(table_)));
+  weight_copy_attached_ = true;
+  // The copy is made from what the backend holds now; weights the host
+  // wrote since the last upload come with the next Forward's upload, which
+  // refreshes it (UploadStaleParams).
+  return absl::OkStatus();
+}
 
 absl::Status GptModel::set_tensor_group(comm::Communicator* group) {
   const ModelLayout& layout = options_.layout;
@@ -95,6 +138,10 @@ absl::StatusOr<std::unique_ptr<GptModel>> GptModel::Create(const GptConfig& conf
                                      ActivationGradsNumel(config, layout, max_b, max_t)));
   const size_t tokens_per_slot = 2 * static_cast<size_t>(max_b) * max_t;
   ASSIGN_OR_RETURN(model->tokens_, backend->Allocate(DType::kInt32, tokens_per_slot * slots));
+  if (layout.has_head()) {
+    ASSIGN_OR_RETURN(model->dlosses_,
+                     backend->Allocate(DType::kFloat32, static_cast<size_t>(max_b) * max_t));
+  }
   if (!backend->host_memory()) {
     model->staging_ = std::make_unique<HostStaging>();
     HostStaging& staging = *model->staging_;
@@ -165,6 +212,7 @@ void GptModel::InitializeParameters(uint64_t seed) {
   std::vector<float> host(num_params());
   model::InitializeParameters(config_, table_, seed, host.data());
   backend_->CopyFromHost(params_.span(), host.data());
+  backend_->RefreshParamCopy();  // the weights changed outside ClipAdamW (backend.h)
 }
 
 // ---- Host staging ---------------------------------------------------------------
@@ -224,8 +272,14 @@ void GptModel::Download(HostCopy& copy, TensorSpan device) {
 }
 
 absl::Status GptModel::UploadStaleParams() {
-  if (staging_ == nullptr) return absl::OkStatus();
-  return UploadIfHostNewer(staging_->params, params_.span());
+  if (staging_ == nullptr || staging_->params.newest != Newest::kHostNewer) {
+    return absl::OkStatus();
+  }
+  RETURN_IF_ERROR(UploadIfHostNewer(staging_->params, params_.span()));
+  // Weights from the host (a fresh start, a restore, a peer's): the working
+  // copy follows (backend.h, AttachParams).
+  backend_->RefreshParamCopy();
+  return absl::OkStatus();
 }
 
 absl::Status GptModel::UploadStaleGrads() {
@@ -329,6 +383,8 @@ absl::StatusOr<double> GptModel::ForwardStage(int slot_index, const int32_t* inp
   const ModelLayout& lay = layout();
   if (lay.has_embedding()) RETURN_IF_ERROR(CheckTokens("input", inputs, B, T));
   if (lay.has_head()) RETURN_IF_ERROR(CheckTokens("target", targets, B, T));
+  // DeferNextForward's request holds for this forward only.
+  const TensorSpan loss_sum = std::exchange(next_loss_sum_, TensorSpan{});
   RETURN_IF_ERROR(UploadStaleParams());
   // From here on the slot's previous state is overwritten.
   Slot& slot = slots_[slot_index];
@@ -345,8 +401,17 @@ absl::StatusOr<double> GptModel::ForwardStage(int slot_index, const int32_t* inp
                                  config_.context_length;
   slot.inputs = tokens_.Slice(tokens_per_slot * slot_index, N);
   slot.targets = tokens_.Slice(tokens_per_slot * slot_index + N, N);
-  if (lay.has_embedding()) be.CopyFromHost(slot.inputs, inputs);
-  if (lay.has_head()) be.CopyFromHost(slot.targets, targets);
+  // Deferred: the caller's arrays are AllocateHost memory it keeps until
+  // its next wait (DeferNextForward), so nothing waits here.
+  auto upload = [&](TensorSpan dst, const int32_t* src) {
+    if (loss_sum.empty()) {
+      be.CopyFromHost(dst, src);
+    } else {
+      be.CopyFromHostAsync(dst, src);
+    }
+  };
+  if (lay.has_embedding()) upload(slot.inputs, inputs);
+  if (lay.has_head()) upload(slot.targets, targets);
   GptActivations a = LayOutActivations(config_, lay, be, slot.arena, B, T);
   if (staging_ != nullptr && !lay.has_embedding()) {
     be.CopyFromHost(a.encoded, staging_->stage_input[slot_index].data());  // StageInput
@@ -399,7 +464,7 @@ absl::StatusOr<double> GptModel::ForwardStage(int slot_index, const int32_t* inp
   if (lay.has_head()) {
     slot.B = B;  // HeadForward reads the slot's shape
     slot.T = T;
-    ASSIGN_OR_RETURN(loss, HeadForward(slot));
+    ASSIGN_OR_RETURN(loss, HeadForward(slot, loss_sum));
   } else {
     if (staging_ != nullptr) {  // StageOutput, for the caller to send
       be.CopyToHost(staging_->stage_output[slot_index].data(), slot.acts.layers.back().residual3);
@@ -411,7 +476,7 @@ absl::StatusOr<double> GptModel::ForwardStage(int slot_index, const int32_t* inp
   return loss;
 }
 
-absl::StatusOr<double> GptModel::HeadForward(Slot& slot) {
+absl::StatusOr<double> GptModel::HeadForward(Slot& slot, TensorSpan loss_sum) {
   const ModelLayout& lay = layout();
   compute::Backend& be = *backend_;
   GptActivations& a = slot.acts;
@@ -434,6 +499,12 @@ absl::StatusOr<double> GptModel::HeadForward(Slot& slot) {
     be.CrossEntropyShardSums(a.ce_sums, a.logits, a.row_max, slot.targets, N, V, Vs, start);
     RETURN_IF_ERROR(TensorAllReduce(a.ce_sums, comm::ReduceOp::kSum));
     be.CrossEntropyShardFinish(a.losses, a.lse, a.row_max, a.ce_sums, N);
+  }
+  if (!loss_sum.empty()) {
+    // The device-resident step reads every micro-batch's sum at its end,
+    // in one wait (DeferNextForward); the CPU's are this loop's bits.
+    be.SumLosses(loss_sum, a.losses.Slice(0, N));
+    return std::numeric_limits<double>::quiet_NaN();
   }
   host_losses_.resize(N);
   be.CopyToHost(host_losses_.data(), a.losses);
@@ -552,17 +623,16 @@ absl::Status GptModel::BackwardOnBackend(int slot_index, double loss_scale) {
     // to run its backward again.
     RETURN_IF_ERROR(CheckCancelled());
     // d(loss_scale * mean loss)/d(loss at each position).
-    host_dlosses_.assign(N, static_cast<float>(loss_scale / N));
-    be.CopyFromHost(a.dlosses, host_dlosses_.data());
+    const TensorSpan dlosses = LossGradient(static_cast<float>(loss_scale / N), N);
     // The logits' gradient overwrites the logits (backend.h allows it in
     // place): no second vocabulary-sized buffer. From here the slot's logits
     // are gone (logits(), CopyLogitsToHost and a second Backward refuse).
     const TensorSpan dlogits = a.logits;
     slot.logits_overwritten = true;
     if (lay.tp == 1) {
-      be.CrossEntropyBackward(dlogits, a.logits, a.lse, slot.targets, a.dlosses, N, V, Vs);
+      be.CrossEntropyBackward(dlogits, a.logits, a.lse, slot.targets, dlosses, N, V, Vs);
     } else {
-      be.CrossEntropyShardBackward(dlogits, a.logits, a.lse, slot.targets, a.dlosses, N, V, Vs,
+      be.CrossEntropyShardBackward(dlogits, a.logits, a.lse, slot.targets, dlosses, N, V, Vs,
                                    lay.vocab_start(config_));
     }
     // LM head: the first of the two tied wte contributions.
@@ -616,7 +686,23 @@ absl::Status GptModel::BackwardOnBackend(int slot_index, double loss_scale) {
   } else if (staging_ != nullptr) {  // StageInputGrad, for the caller to send
     be.CopyToHost(staging_->stage_input_grad.data(), g.dresidual);
   }
+  // The device-resident step waits once, at its end: a backward whose
+  // gradients stay on the backend leaves its errors for that wait.
+  if (gradients_stay_ && staging_ != nullptr) return absl::OkStatus();
   return be.Synchronize();
+}
+
+TensorSpan GptModel::LossGradient(float value, int N) {
+  if (std::bit_cast<uint32_t>(value) != std::bit_cast<uint32_t>(dlosses_value_) ||
+      dlosses_filled_ < N) {
+    // A synchronous copy: the host vector is free again when it returns, and
+    // the backwards before it read the old values in stream order.
+    host_dlosses_.assign(N, value);
+    backend_->CopyFromHost(dlosses_.Slice(0, N), host_dlosses_.data());
+    dlosses_value_ = value;
+    dlosses_filled_ = N;
+  }
+  return dlosses_.Slice(0, N);
 }
 
 TensorSpan GptModel::logits() const {

@@ -104,6 +104,10 @@ class GptModel {
   static absl::StatusOr<std::unique_ptr<GptModel>> Create(const GptConfig& config,
                                                           compute::Backend* backend,
                                                           const ModelOptions& options);
+  // Detaches the weights' working copy (AttachWeightCopy) from the backend.
+  ~GptModel();
+  GptModel(const GptModel&) = delete;
+  GptModel& operator=(const GptModel&) = delete;
 
   const GptConfig& config() const { return config_; }
   const ModelLayout& layout() const { return options_.layout; }
@@ -128,8 +132,27 @@ class GptModel {
   // then downloads them when it asks. A no-op on a model that is not staged.
   void set_gradients_stay_on_backend(bool stay) { gradients_stay_ = stay; }
   // The caller changed the weights in backend memory (the device-resident
-  // optimizer): the host copy is refreshed when params() is next read.
+  // optimizer): the host copy is refreshed when params() is next read. The
+  // backend's working copy is not refreshed: the optimizer's ClipAdamW
+  // writes it (backend.h); a caller that changed the weights by any other
+  // op calls backend()->RefreshParamCopy() itself.
   void MarkParamsChangedOnBackend();
+  // The device-resident step's forwards, which do not wait for the device:
+  // the next ForwardStage (only that one) takes token arrays in AllocateHost
+  // memory that the caller leaves unchanged until its next
+  // Backend::Synchronize, and uploads them asynchronously; and on the stage
+  // with the head it leaves its loss sum (float64, Backend::SumLosses: the
+  // mean loss times B*T) in `loss_sum` (backend memory) and returns NaN
+  // instead of waiting to return the loss. The backwards of such a step
+  // (set_gradients_stay_on_backend) do not wait either.
+  void DeferNextForward(compute::TensorSpan loss_sum) { next_loss_sum_ = loss_sum; }
+  // Attaches the parameter arena to the backend with the weights its GEMMs
+  // read (backend.h, AttachParams: a bf16 backend then keeps a bf16 working
+  // copy instead of rounding them on every call), for the device-resident
+  // step; an upload of the weights from the host refreshes the copy from
+  // then on, and the model detaches it when destroyed. InvalidArgument or
+  // ResourceExhausted from the backend.
+  absl::Status AttachWeightCopy();
   // The backend's arenas (what the ops use; device memory on a GPU).
   compute::TensorSpan params_span() const { return params_.span(); }
   compute::TensorSpan grads_span() const { return grads_.span(); }
@@ -242,10 +265,14 @@ class GptModel {
   absl::Status CheckTokens(const char* what, const int32_t* ids, int B, int T) const;
   // Sums `span` over the tensor group (no-op without tensor parallelism).
   absl::Status TensorAllReduce(compute::TensorSpan span, comm::ReduceOp op);
-  absl::StatusOr<double> HeadForward(Slot& slot);
+  absl::StatusOr<double> HeadForward(Slot& slot, compute::TensorSpan loss_sum);
   absl::Status CheckCancelled() const;
   // BackwardStage without the staging around it.
   absl::Status BackwardOnBackend(int slot_index, double loss_scale);
+  // dlosses_'s first N elements, each `value`: uploaded only when the
+  // value or a longer N asks for it (rarely: the first step, a new
+  // micro-batch count).
+  compute::TensorSpan LossGradient(float value, int N);
   // Staging (no-ops on a model that is not staged): the host parameters to
   // the backend if they were handed out for writing since the last upload;
   // the host gradients likewise before a backward; the backend's gradients
@@ -310,8 +337,15 @@ class GptModel {
   int last_backward_slot_ = -1;
   std::vector<float> host_losses_;
   std::vector<float> host_dlosses_;
+  // The loss gradient per position (loss_scale / N for the first N): the
+  // same for every micro-batch of a step, so uploaded only when it changes.
+  compute::Buffer dlosses_;  // max B x maxT fp32, on the stage with the head
+  float dlosses_value_ = 0.0f;
+  int dlosses_filled_ = 0;             // leading elements holding dlosses_value_
+  compute::TensorSpan next_loss_sum_;  // DeferNextForward's, until the next forward
   const std::atomic<bool>* cancel_ = nullptr;
   bool gradients_stay_ = false;
+  bool weight_copy_attached_ = false;  // AttachWeightCopy
   // Mutable: a const read of grads() may have to materialise the zeros that
   // ZeroGrad left on the backend.
   mutable std::unique_ptr<HostStaging> staging_;

@@ -34,6 +34,7 @@ absl::StatusOr<std::unique_ptr<DeviceOptimizer>> DeviceOptimizer::Create(
   ASSIGN_OR_RETURN(optimizer->pieces_, backend->Allocate(DType::kInt64, bounds.size()));
   ASSIGN_OR_RETURN(optimizer->sums_, backend->Allocate(DType::kFloat64, pieces.size()));
   ASSIGN_OR_RETURN(optimizer->scalars_, backend->Allocate(DType::kFloat64, 2));
+  ASSIGN_OR_RETURN(optimizer->scalars_host_, backend->AllocateHost(DType::kFloat64, 2));
   ASSIGN_OR_RETURN(optimizer->m_, backend->Allocate(DType::kFloat32, end - begin));
   ASSIGN_OR_RETURN(optimizer->v_, backend->Allocate(DType::kFloat32, end - begin));
   if (!bounds.empty()) backend->CopyFromHost(optimizer->pieces_.span(), bounds.data());
@@ -51,13 +52,14 @@ void DeviceOptimizer::ResetMoments() {
 }
 
 absl::Status DeviceOptimizer::Enqueue(compute::TensorSpan params, compute::TensorSpan grads,
-                                      double lr, int64_t t) {
+                                      double lr, int64_t t, compute::TensorSpan losses) {
   if (t < 1) return absl::InvalidArgumentError(absl::StrCat("AdamW step must be >= 1, got ", t));
   if (!std::isfinite(lr) || lr < 0.0) {
     return absl::InvalidArgumentError(absl::StrCat("AdamW lr must be finite and >= 0, got ", lr));
   }
   backend_->SumOfSquaresPieces(sums_.span(), grads, pieces_.span());
   backend_->FinishGradNorm(scalars_.span(), sums_.span(), options_.grad_clip);
+  if (!losses.empty()) backend_->SkipUpdateUnlessFinite(scalars_.span(), losses);
   const compute::AdamWScalars scalars =
       compute::AdamWScalarsFor(options_.adamw.beta1, options_.adamw.beta2, options_.adamw.eps,
                                options_.adamw.weight_decay, lr, t);
@@ -65,14 +67,13 @@ absl::Status DeviceOptimizer::Enqueue(compute::TensorSpan params, compute::Tenso
     backend_->ClipAdamW(params, m_.span(), v_.span(), grads, scalars_.span(), range.begin,
                         range.end, begin_, range.decay, scalars);
   }
+  backend_->CopyToHostAsync(scalars_host_.data(), scalars_.span());
   return absl::OkStatus();
 }
 
 absl::StatusOr<double> DeviceOptimizer::Norm() {
-  double scalars[2] = {0.0, 0.0};
-  backend_->CopyToHost(scalars, scalars_.span());
   RETURN_IF_ERROR(backend_->Synchronize());
-  return scalars[0];
+  return static_cast<const double*>(scalars_host_.data())[0];
 }
 
 }  // namespace cohort::train

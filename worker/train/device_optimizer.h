@@ -58,13 +58,18 @@ class DeviceOptimizer {
   // Enqueues the norm of `grads` over the range, the clip factor, and AdamW
   // update number `t` (>= 1) with learning rate `lr` onto `params`, the
   // gradient scaled by the clip factor on the fly (`grads` is left as it
-  // was). A non-finite norm leaves params and moments unchanged. `params`
-  // and `grads` are the model's arenas (backend memory, table order).
-  // InvalidArgument for t < 1 or a negative or non-finite lr.
-  absl::Status Enqueue(compute::TensorSpan params, compute::TensorSpan grads, double lr,
-                       int64_t t);
-  // The norm of the last Enqueue (before clipping); waits for the backend,
-  // so the backend's errors since the last wait surface here.
+  // was), then the norm's asynchronous copy to the host. A non-finite norm
+  // leaves params and moments unchanged, and so does a non-finite value in
+  // `losses` (float64 in backend memory, the step's loss sums; may be
+  // empty), the norm then reading NaN. `params` and `grads` are the model's
+  // arenas (backend memory, table order). InvalidArgument for t < 1 or a
+  // negative or non-finite lr.
+  absl::Status Enqueue(compute::TensorSpan params, compute::TensorSpan grads, double lr, int64_t t,
+                       compute::TensorSpan losses = {});
+  // The norm of the last Enqueue (before clipping). Waits for the backend
+  // (Synchronize: the step's one wait, which also completes the caller's
+  // other asynchronous copies), so its errors since the last wait surface
+  // here.
   absl::StatusOr<double> Norm();
 
  private:
@@ -79,6 +84,7 @@ class DeviceOptimizer {
   compute::Buffer pieces_;   // int64 (begin, end) per piece, uploaded once
   compute::Buffer sums_;     // float64, one per piece
   compute::Buffer scalars_;  // float64: the norm, the clip factor
+  compute::Buffer scalars_host_;  // their host copy (AllocateHost), valid after a wait
   compute::Buffer m_, v_;    // fp32 moments of [begin, end)
 };
 

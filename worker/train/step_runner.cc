@@ -217,9 +217,11 @@ absl::Status StepRunner::RunSchedule(Step step, const std::atomic<bool>* cancel)
     const int leaf = leaves_.begin + i;  // the step's micro-batch index
     const int slot = i % slots_;
     if (op.kind == PipelineOpKind::kForward) {
+      int32_t* inputs = inputs_.data();
+      int32_t* targets = targets_.data();
+      if (device_optimizer_ != nullptr) DeviceTokens(i, &inputs, &targets);
       if (first || last) {
-        RETURN_IF_ERROR(
-            sampler_->Fill(step, leaf * B, B, inputs_.data(), targets_.data()));
+        RETURN_IF_ERROR(sampler_->Fill(step, leaf * B, B, inputs, targets));
       }
       if (!first) {
         RETURN_IF_ERROR(Exchange(model_->StageInput(slot, B, T).data, activation_bytes,
@@ -227,9 +229,13 @@ absl::Status StepRunner::RunSchedule(Step step, const std::atomic<bool>* cancel)
       } else {
         RETURN_IF_ERROR(FlushSend());
       }
-      ASSIGN_OR_RETURN(double loss,
-                       model_->ForwardStage(slot, inputs_.data(), targets_.data(), B, T));
-      if (last) leaf_losses_[leaf] = loss;  // divided by the micro-batch count once, in StepLoss
+      if (device_optimizer_ != nullptr) {
+        // The loss stays on the backend until the step's end (FinishOnDevice).
+        model_->DeferNextForward(loss_sums_.Slice(i, 1));
+      }
+      ASSIGN_OR_RETURN(double loss, model_->ForwardStage(slot, inputs, targets, B, T));
+      // Divided by the micro-batch count once, in StepLoss.
+      if (last && device_optimizer_ == nullptr) leaf_losses_[leaf] = loss;
       if (!last) {
         pending_ = PendingSend{model_->StageOutput(slot).data, activation_bytes,
                                layout_.stage + 1};

@@ -221,6 +221,8 @@ class StepRunner {
   // backend memory and the DeviceOptimizer.
   bool QualifiesForDevice() const;
   absl::Status PrepareDevice();
+  // Micro-batch `i`'s token arrays in step_tokens_.
+  void DeviceTokens(int i, int32_t** inputs, int32_t** targets);
   // Folds micro-batch `leaf`'s gradients (backend memory) into the tree.
   void AddLeafOnDevice(int leaf, bool kept);
   // The end of a step on the backend: norm, clip and AdamW, the host reading
@@ -258,6 +260,13 @@ class StepRunner {
   mutable UninitializedArray<float> m_;
   mutable UninitializedArray<float> v_;
   std::unique_ptr<DeviceOptimizer> device_optimizer_;
+  // The device-resident step's per-micro-batch buffers (PrepareDevice): the
+  // tokens (inputs then targets, AllocateHost memory, uploaded
+  // asynchronously and left alone until the step's one wait), and the loss
+  // sums in backend memory and their host copy, read after that wait.
+  compute::Buffer step_tokens_;
+  compute::Buffer loss_sums_;
+  compute::Buffer loss_sums_host_;
   mutable MomentsNewest moments_newest_ = MomentsNewest::kSynced;
   std::vector<DecayRange> decay_ranges_;
   std::unique_ptr<StateVersions> versions_;

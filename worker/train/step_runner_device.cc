@@ -25,6 +25,9 @@ bool StepRunner::QualifiesForDevice() const {
 absl::Status StepRunner::PrepareDevice() {
   compute::Backend* backend = model_->backend();
   RETURN_IF_ERROR(tree_.UseBackend(backend));
+  // A bf16 backend's GEMMs read the weights from a working copy the
+  // optimizer keeps (backend.h, AttachParams), not rounded per call.
+  RETURN_IF_ERROR(model_->AttachWeightCopy());
   DeviceOptimizerOptions options;
   options.adamw = config_.adamw;
   options.grad_clip = config_.grad_clip;
@@ -32,11 +35,25 @@ absl::Status StepRunner::PrepareDevice() {
                    DeviceOptimizer::Create(backend, norm_plan_, model_->table(),
                                            data_parallel_->update_begin(),
                                            data_parallel_->update_end(), options));
+  const size_t tokens =
+      static_cast<size_t>(config_.micro_batch_size) * config_.model.context_length;
+  const size_t micro_batches = static_cast<size_t>(micro_batches_per_rank_);
+  ASSIGN_OR_RETURN(step_tokens_,
+                   backend->AllocateHost(compute::DType::kInt32, 2 * tokens * micro_batches));
+  ASSIGN_OR_RETURN(loss_sums_, backend->Allocate(compute::DType::kFloat64, micro_batches));
+  ASSIGN_OR_RETURN(loss_sums_host_, backend->AllocateHost(compute::DType::kFloat64, micro_batches));
   // The moments are in backend memory from now on; the host copies are
   // whatever a restore writes into them (adam_m() marks them) until then.
   moments_newest_ = MomentsNewest::kSynced;
   versions_->set_host_refresh([this] { SyncMomentsToHost(); });
   return absl::OkStatus();
+}
+
+void StepRunner::DeviceTokens(int i, int32_t** inputs, int32_t** targets) {
+  const size_t tokens =
+      static_cast<size_t>(config_.micro_batch_size) * config_.model.context_length;
+  *inputs = static_cast<int32_t*>(step_tokens_.data()) + 2 * tokens * i;
+  *targets = *inputs + tokens;
 }
 
 void StepRunner::AddLeafOnDevice(int leaf, bool kept) {
@@ -63,18 +80,32 @@ absl::StatusOr<StepResult> StepRunner::FinishOnDevice(Step step) {
     options_.gradient_observer(host.data(), host.size(), data_parallel_->update_begin(),
                                data_parallel_->update_end(), step);
   }
+  compute::Backend* backend = model_->backend();
+  // Every micro-batch's loss sum comes down with the norm, in the step's
+  // one wait (DeviceOptimizer::Norm).
+  backend->CopyToHostAsync(loss_sums_host_.data(), loss_sums_.span());
+  RETURN_IF_ERROR(UploadMomentsIfHostNewer());
+  const double lr = LearningRate(config_.lr, step.value());
+  versions_->BeforeUpdate(step.value());
+  // A non-finite loss sum makes the update skip itself on the device, as a
+  // non-finite norm does: the host decides after the wait, the state as it was.
+  RETURN_IF_ERROR(device_optimizer_->Enqueue(model_->params_span(), accumulated, lr,
+                                             step.value() + 1, loss_sums_.span()));
+  ASSIGN_OR_RETURN(double norm, device_optimizer_->Norm());
+  // The loss HeadForward returns on the host path: the sum over the B*T
+  // positions divided by their count.
+  const int positions = config_.micro_batch_size * config_.model.context_length;
+  const auto* sums = static_cast<const double*>(loss_sums_host_.data());
+  for (int i = 0; i < micro_batches_per_rank_; ++i) {
+    leaf_losses_[leaves_.begin + i] = sums[i] / positions;
+  }
   ASSIGN_OR_RETURN(double loss, StepLoss());
   if (!std::isfinite(loss)) {
+    versions_->AfterUpdate(step.value());
     return absl::FailedPreconditionError(absl::StrCat(
         "step ", step.value(), ": non-finite loss ", loss,
         "; parameters left unchanged (lower optimizer.learning_rate or set grad_clip)"));
   }
-  RETURN_IF_ERROR(UploadMomentsIfHostNewer());
-  const double lr = LearningRate(config_.lr, step.value());
-  versions_->BeforeUpdate(step.value());
-  RETURN_IF_ERROR(device_optimizer_->Enqueue(model_->params_span(), accumulated, lr,
-                                             step.value() + 1));
-  ASSIGN_OR_RETURN(double norm, device_optimizer_->Norm());
   if (!std::isfinite(norm)) {
     // The update skipped itself (backend.h, ClipAdamW): the state is the
     // step before's.

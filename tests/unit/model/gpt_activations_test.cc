@@ -26,7 +26,7 @@ std::vector<TensorSpan> Views(const GptActivations& a) {
                  {l.ln1, l.ln1_mean, l.ln1_rstd, l.qkv, l.atty, l.att, l.attproj, l.residual2,
                   l.ln2, l.ln2_mean, l.ln2_rstd, l.fch, l.fch_gelu, l.fcproj, l.residual3});
   }
-  views.insert(views.end(), {a.lnf, a.lnf_mean, a.lnf_rstd, a.logits, a.losses, a.lse, a.dlosses,
+  views.insert(views.end(), {a.lnf, a.lnf_mean, a.lnf_rstd, a.logits, a.losses, a.lse,
                              a.row_max, a.ce_sums});
   std::erase_if(views, [](const TensorSpan& v) { return v.empty(); });
   return views;

@@ -133,6 +133,64 @@ TEST(DeviceOptimizerStandaloneTest, ANonFiniteGradientLeavesTheStateAsItWas) {
   EXPECT_EQ(m, std::vector<float>(n, 0.0f));
 }
 
+TEST(DeviceOptimizerStandaloneTest, ANonFiniteLossSumSkipsAFiniteUpdate) {
+  // Finite gradients, but one of the step's loss sums is NaN: nothing is
+  // updated, and the norm reads NaN (SkipUpdateUnlessFinite).
+  const ParameterTable table(kConfig);
+  const GradNormPlan plan(kConfig, table);
+  const size_t n = table.num_params();
+  testing::GuardedBackend backend(1);
+  auto optimizer = DeviceOptimizer::Create(&backend, plan, table, 0, n, {});
+  ASSERT_TRUE(optimizer.ok()) << optimizer.status();
+  (*optimizer)->ResetMoments();
+  const std::vector<float> weights(n, 0.5f), g(n, 1e-3f);
+  const std::vector<double> sums = {3.0, std::numeric_limits<double>::quiet_NaN(), 1.0};
+  absl::StatusOr<Buffer> params = backend.Allocate(DType::kFloat32, n);
+  absl::StatusOr<Buffer> grads = backend.Allocate(DType::kFloat32, n);
+  absl::StatusOr<Buffer> losses = backend.Allocate(DType::kFloat64, sums.size());
+  ASSERT_TRUE(params.ok() && grads.ok() && losses.ok());
+  backend.CopyFromHost(params->span(), weights.data());
+  backend.CopyFromHost(grads->span(), g.data());
+  backend.CopyFromHost(losses->span(), sums.data());
+  ASSERT_TRUE((*optimizer)->Enqueue(params->span(), grads->span(), 1e-3, 1, losses->span()).ok());
+  absl::StatusOr<double> norm = (*optimizer)->Norm();
+  ASSERT_TRUE(norm.ok());
+  EXPECT_TRUE(std::isnan(*norm));
+  std::vector<float> after(n);
+  backend.CopyToHost(after.data(), params->span());
+  EXPECT_EQ(after, weights);
+  // Finite sums leave the update alone.
+  const std::vector<double> finite = {3.0, 2.0, 1.0};
+  backend.CopyFromHost(losses->span(), finite.data());
+  ASSERT_TRUE((*optimizer)->Enqueue(params->span(), grads->span(), 1e-3, 1, losses->span()).ok());
+  norm = (*optimizer)->Norm();
+  ASSERT_TRUE(norm.ok());
+  EXPECT_TRUE(std::isfinite(*norm));
+  backend.CopyToHost(after.data(), params->span());
+  EXPECT_NE(after, weights);
+}
+
+TEST(DeviceOptimizerStandaloneTest, SumLossesIsTheHostsSerialDoubleSumOnTheCpu) {
+  // What GptModel::HeadForward did on the host with the losses it copied
+  // back; the CPU backend's op must give its bits (the device-resident
+  // step's losses stay what they were).
+  testing::GuardedBackend backend(2);
+  std::vector<float> values(4099);
+  for (size_t i = 0; i < values.size(); ++i) {
+    values[i] = static_cast<float>(std::sin(0.37 * i) * 9.0 + 1e-3 * i);
+  }
+  double serial = 0.0;
+  for (float value : values) serial += value;
+  absl::StatusOr<Buffer> losses = backend.Allocate(DType::kFloat32, values.size());
+  absl::StatusOr<Buffer> sum = backend.Allocate(DType::kFloat64, 1);
+  ASSERT_TRUE(losses.ok() && sum.ok());
+  backend.CopyFromHost(losses->span(), values.data());
+  backend.SumLosses(sum->span(), losses->span());
+  double device = 0.0;
+  backend.CopyToHost(&device, sum->span());
+  EXPECT_EQ(std::memcmp(&device, &serial, sizeof(double)), 0) << device << " vs " << serial;
+}
+
 TEST(DeviceOptimizerStandaloneTest, RefusesARangeOutsideTheArenaAndBadUpdates) {
   const ParameterTable table(kConfig);
   const GradNormPlan plan(kConfig, table);
