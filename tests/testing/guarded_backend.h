@@ -24,6 +24,11 @@
 // the next Synchronize comes (CHECKed: a GPU's copy engine might read it
 // any time until then). Synchronize calls are counted.
 //
+// It keeps the books of device memory too: the bytes Allocate has handed
+// out (the most at once, peak_bytes(), and the calls, allocations()), and a
+// GPU's up-front reservation (ReserveDeviceMemory), refused past
+// set_capacity() as a device without the room refuses it.
+//
 // Header-only (tests link it without a library of their own).
 // Thread-compatible, like every Backend.
 
@@ -66,13 +71,35 @@ class GuardedBackend final : public compute::Backend {
       return absl::ResourceExhaustedError(absl::StrCat("cannot map ", mapped, " bytes"));
     }
     regions_.emplace(data, mapped);  // fresh anonymous pages read as zero
-    return compute::Buffer(data, dtype, numel, [this](void* p) {
+    ++allocations_;
+    live_bytes_ += bytes;
+    peak_bytes_ = std::max(peak_bytes_, live_bytes_);
+    return compute::Buffer(data, dtype, numel, [this, bytes](void* p) {
       auto region = regions_.find(p);
       CHECK(region != regions_.end());
       munmap(p, region->second);
       regions_.erase(region);
+      live_bytes_ -= bytes;
     });
   }
+  // A GPU's up-front reservation, without its memory: refused past
+  // set_capacity() as a device without the room refuses it, recorded
+  // otherwise (reserved_bytes()), a no-op once made.
+  absl::Status ReserveDeviceMemory(size_t bytes) override {
+    if (reserved_bytes_ > 0) return absl::OkStatus();
+    if (bytes > capacity_) {
+      return absl::ResourceExhaustedError(absl::StrCat("cannot reserve ", bytes,
+                                                       " bytes of device memory: ", capacity_,
+                                                       " bytes free"));
+    }
+    reserved_bytes_ = bytes;
+    return absl::OkStatus();
+  }
+  void set_capacity(size_t bytes) { capacity_ = bytes; }
+  size_t reserved_bytes() const { return reserved_bytes_; }
+  // The bytes Allocate has handed out: the most held at once, and all calls.
+  size_t peak_bytes() const { return peak_bytes_; }
+  size_t allocations() const { return allocations_; }
   // Host memory, not guarded (the model's staging copies live there), but
   // remembered: the asynchronous copies take only it.
   absl::StatusOr<compute::Buffer> AllocateHost(compute::DType dtype, size_t numel) override {
@@ -395,6 +422,11 @@ class GuardedBackend final : public compute::Backend {
   bool copy_stale_ = false;
   size_t param_copy_refreshes_ = 0;
   size_t stale_weight_reads_ = 0;
+  size_t capacity_ = ~size_t{0};
+  size_t reserved_bytes_ = 0;
+  size_t live_bytes_ = 0;  // requested bytes, not the mapped pages
+  size_t peak_bytes_ = 0;
+  size_t allocations_ = 0;
 };
 
 }  // namespace cohort::testing

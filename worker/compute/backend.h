@@ -154,6 +154,20 @@ class Backend {
   // calls, so that running out shows when a model is built, not mid-step.
   // ResourceExhausted naming the bytes when the memory is not there.
   virtual absl::Status ReserveScratch(const PassShape& shape) = 0;
+  // The bytes of backend memory ReserveScratch(shape) takes (0 where the ops
+  // keep none there). It settles what ReserveScratch would settle (a GPU
+  // backend's choice of attention), so memory sized from it is the memory
+  // the model then takes. Errors: ReserveScratch's, but for the shortage.
+  virtual absl::StatusOr<size_t> ScratchBytes(const PassShape& shape) { return size_t{0}; }
+  // Reserves `bytes` of backend memory at once, from which the buffers,
+  // scratch and working copy asked for later are carved: a training session
+  // sized up front (TrainingSession::Create) meets a shortage when it is
+  // built, as ResourceExhausted naming the bytes asked and those free, not
+  // in a step. An allocation the reservation cannot hold is taken outside it
+  // where the device has the memory, logged once (an estimate that fell
+  // short), rather than failing a job that fits. Once per backend (later
+  // calls are no-ops); nothing on backends of host memory.
+  virtual absl::Status ReserveDeviceMemory(size_t bytes) { return absl::OkStatus(); }
   // Waits for every op issued so far; the first failure since the last call
   // (Internal for device faults). Always OK on the CPU.
   virtual absl::Status Synchronize() = 0;
@@ -174,6 +188,12 @@ class Backend {
   // whose GEMMs round nothing (the CPU, fp32 and tf32 CUDA) keep no copy:
   // the defaults only check the blocks.
   virtual absl::Status AttachParams(TensorSpan params, const std::vector<ParamBlock>& blocks);
+  // The backend memory AttachParams takes for an arena of `params_numel`
+  // elements and these blocks (0 where the backend keeps no copy, or the
+  // blocks are refused).
+  virtual size_t ParamCopyBytes(size_t params_numel, const std::vector<ParamBlock>& blocks) const {
+    return 0;
+  }
   // Rounds the attached blocks into the copy again (nothing when none is
   // attached). Ordered after the ops issued before it, like every op.
   virtual void RefreshParamCopy() {}

@@ -78,22 +78,46 @@ absl::Status CudaBackend::Init() {
   operand_type_ = bf16_ ? CUDA_R_16BF : CUDA_R_32F;
   RETURN_IF_ERROR(InitAttention(capability.major));
   if (options_.arena_bytes > 0) {
-    const size_t capacity = AlignUp(options_.arena_bytes);
-    void* base = nullptr;
-    const cudaError_t reserved = cudaMalloc(&base, capacity);
-    if (reserved != cudaSuccess) {
-      cudaGetLastError();  // an out-of-memory is not sticky; clear it
-      size_t free_bytes = 0, total_bytes = 0;
-      cudaMemGetInfo(&free_bytes, &total_bytes);
-      return absl::ResourceExhaustedError(
-          absl::StrCat("cannot reserve a device arena of ", capacity, " bytes on CUDA device ",
-                       options_.device_index, ": ", free_bytes, " of ", total_bytes,
-                       " bytes free (", CudaErrorText(reserved), ")"));
-    }
-    arena_base_ = static_cast<char*>(base);
-    arena_.emplace(capacity, gpu_plan::kDeviceAlignment);
+    RETURN_IF_ERROR(ReserveArena(options_.arena_bytes, /*overflow=*/false));
   }
   return absl::OkStatus();
+}
+
+absl::Status CudaBackend::ReserveArena(size_t bytes, bool overflow) {
+  const size_t capacity = AlignUp(std::max<size_t>(bytes, 1));
+  void* base = nullptr;
+  const cudaError_t reserved = cudaMalloc(&base, capacity);
+  if (reserved != cudaSuccess) {
+    cudaGetLastError();  // an out-of-memory is not sticky; clear it
+    size_t free_bytes = 0, total_bytes = 0;
+    cudaMemGetInfo(&free_bytes, &total_bytes);
+    return absl::ResourceExhaustedError(
+        absl::StrCat("cannot reserve a device arena of ", capacity, " bytes on CUDA device ",
+                     options_.device_index, ": ", free_bytes, " of ", total_bytes,
+                     " bytes free (", CudaErrorText(reserved), ")"));
+  }
+  arena_base_ = static_cast<char*>(base);
+  arena_.emplace(capacity, gpu_plan::kDeviceAlignment);
+  arena_overflow_ = overflow;
+  return absl::OkStatus();
+}
+
+absl::Status CudaBackend::ReserveDeviceMemory(size_t bytes) {
+  if (!Begin()) return error_;
+  if (arena_.has_value()) return absl::OkStatus();  // reserved already
+  RETURN_IF_ERROR(ReserveArena(bytes, /*overflow=*/true));
+  LOG(INFO) << "CUDA device " << options_.device_index << ": reserved " << arena_->capacity()
+            << " bytes for the training session";
+  return absl::OkStatus();
+}
+
+size_t CudaBackend::ParamCopyBytes(size_t params_numel,
+                                   const std::vector<ParamBlock>& blocks) const {
+  if (!bf16_) return 0;
+  absl::StatusOr<ParamCopyLayout> layout = ParamCopyLayout::Create(params_numel, blocks);
+  if (!layout.ok() || layout->blocks().empty()) return 0;
+  return AlignUp(layout->copy_numel() * sizeof(uint16_t)) +
+         AlignUp(layout->blocks().size() * sizeof(ParamCopyBlock));
 }
 
 // ---- Errors -----------------------------------------------------------------
@@ -140,13 +164,21 @@ absl::Status CudaBackend::Synchronize() {
 void* CudaBackend::RawAllocate(size_t bytes, absl::Status* error) {
   if (arena_.has_value()) {
     const std::optional<size_t> offset = arena_->Allocate(bytes);
-    if (!offset.has_value()) {
+    if (offset.has_value()) return arena_base_ + *offset;
+    if (!arena_overflow_) {
       *error = absl::ResourceExhaustedError(absl::StrCat("device arena of CUDA device ",
                                                          options_.device_index, ": ",
                                                          arena_->DescribeShortfall(bytes)));
       return nullptr;
     }
-    return arena_base_ + *offset;
+    // The session's estimate fell short (ReserveDeviceMemory): the memory
+    // comes from the device directly, as without a reservation.
+    if (!overflow_logged_) {
+      overflow_logged_ = true;
+      LOG(WARNING) << "CUDA device " << options_.device_index
+                   << ": the session's reserved memory is short (" << arena_->DescribeShortfall(bytes)
+                   << "); allocating outside it";
+    }
   }
   void* data = nullptr;
   const cudaError_t allocated = cudaMalloc(&data, std::max<size_t>(bytes, 1));
@@ -169,8 +201,13 @@ void* CudaBackend::RawAllocate(size_t bytes, absl::Status* error) {
   return data;
 }
 
+bool CudaBackend::InArena(const void* data) const {
+  const auto* p = static_cast<const char*>(data);
+  return arena_.has_value() && p >= arena_base_ && p < arena_base_ + arena_->capacity();
+}
+
 void CudaBackend::RawFree(void* data) {
-  if (arena_.has_value()) {
+  if (InArena(data)) {
     // Later allocations of the same range are ordered after every op already
     // issued on the stream, so the range can be handed out at once.
     arena_->Free(static_cast<size_t>(static_cast<char*>(data) - arena_base_));
@@ -237,12 +274,33 @@ void* CudaBackend::Scratch(ScratchSlot slot, size_t bytes) {
   return scratch_[slot].data;
 }
 
+absl::StatusOr<size_t> CudaBackend::ScratchBytes(const PassShape& shape) {
+  if (!Begin()) return error_;
+  size_t wanted[kScratchSlots] = {};
+  RETURN_IF_ERROR(ScratchWanted(shape, wanted));
+  size_t total = 0;
+  for (size_t bytes : wanted) total += bytes > 0 ? AlignUp(bytes) : 0;
+  return total;
+}
+
 absl::Status CudaBackend::ReserveScratch(const PassShape& shape) {
   // As in AllocateHost: a pending failure is returned and left for
   // Synchronize.
   if (!Begin()) return error_;
-  const int rows = shape.max_batch * shape.max_seq;
   size_t wanted[kScratchSlots] = {};
+  RETURN_IF_ERROR(ScratchWanted(shape, wanted));
+  // A shortage is this call's answer, returned and not left pending; a
+  // device failure met on the way stays pending as well (RawAllocate).
+  for (int slot = 0; slot < kScratchSlots; ++slot) {
+    if (wanted[slot] > 0) {
+      RETURN_IF_ERROR(GrowScratch(static_cast<ScratchSlot>(slot), wanted[slot]));
+    }
+  }
+  return absl::OkStatus();
+}
+
+absl::Status CudaBackend::ScratchWanted(const PassShape& shape, size_t* wanted) {
+  const int rows = shape.max_batch * shape.max_seq;
   RETURN_IF_ERROR(ChooseAttention(shape, wanted));  // attention's slots
   if (shape.vocab_rows > 0) {
     wanted[kEncoderSort] = cuda::EncoderBackwardScratchBytes(rows, shape.vocab_rows);
@@ -271,13 +329,6 @@ absl::Status CudaBackend::ReserveScratch(const PassShape& shape) {
     wanted[kOperandB] =
         padded(std::max({Mul(rows, std::max<size_t>(wide, shape.head_rows)),
                          AttentionOperandNumel(shape)}));
-  }
-  // A shortage is this call's answer, returned and not left pending; a
-  // device failure met on the way stays pending as well (RawAllocate).
-  for (int slot = 0; slot < kScratchSlots; ++slot) {
-    if (wanted[slot] > 0) {
-      RETURN_IF_ERROR(GrowScratch(static_cast<ScratchSlot>(slot), wanted[slot]));
-    }
   }
   return absl::OkStatus();
 }

@@ -30,9 +30,12 @@
 //
 // Memory: with arena_bytes > 0 the backend reserves that much device memory
 // once, at creation (ResourceExhausted there when the device lacks it), and
-// Allocate carves buffers from it (device_arena.h): a session sized up front
-// fails when it is built, not mid-step. With 0 every Allocate is a
-// cudaMalloc. ResourceExhausted from Allocate names the bytes wanted and
+// Allocate carves buffers from it (device_arena.h), refusing what does not
+// fit. A training session reserves its estimate instead, before its model
+// allocates (ReserveDeviceMemory, TrainingSession::EstimateDeviceBytes): a
+// session too large fails when it is built, not mid-step, and what an
+// estimate that fell short leaves out comes from cudaMalloc, logged once.
+// Without either every Allocate is a cudaMalloc. ResourceExhausted from Allocate names the bytes wanted and
 // the bytes free. Scratch the ops need (attention's head-major copies and
 // score gradients, sort and column-sum space) is kept between calls, from
 // the same memory: ReserveScratch takes it for the largest passes up front

@@ -159,6 +159,9 @@ class CudaBackend final : public Backend {
   DType activation_dtype() const override { return DType::kFloat32; }
   bool host_memory() const override { return false; }
   absl::Status ReserveScratch(const PassShape& shape) override;
+  absl::StatusOr<size_t> ScratchBytes(const PassShape& shape) override;
+  absl::Status ReserveDeviceMemory(size_t bytes) override;
+  size_t ParamCopyBytes(size_t params_numel, const std::vector<ParamBlock>& blocks) const override;
   absl::StatusOr<Buffer> AllocateHost(DType dtype, size_t numel) override;
 
   absl::StatusOr<Buffer> Allocate(DType dtype, size_t numel) override;
@@ -245,6 +248,13 @@ class CudaBackend final : public Backend {
   // first to see, which is also left pending.
   void* RawAllocate(size_t bytes, absl::Status* error);
   void RawFree(void* data);
+  // The arena: `bytes` reserved with one cudaMalloc. `overflow`: what it
+  // cannot hold comes from cudaMalloc (ReserveDeviceMemory's estimate);
+  // otherwise a shortage is ResourceExhausted (CudaBackendOptions::arena_bytes).
+  absl::Status ReserveArena(size_t bytes, bool overflow);
+  bool InArena(const void* data) const;
+  // Each scratch slot's bytes for passes up to `shape`; settles attention.
+  absl::Status ScratchWanted(const PassShape& shape, size_t* wanted);
   // Grows scratch `slot` to at least `bytes`: OK, ResourceExhausted naming
   // the shortfall (not recorded: the caller decides), or RawAllocate's
   // pending device failure.
@@ -341,6 +351,8 @@ class CudaBackend final : public Backend {
   void* blas_workspace_ = nullptr;
   char* arena_base_ = nullptr;
   std::optional<DeviceArena> arena_;
+  bool arena_overflow_ = false;
+  bool overflow_logged_ = false;
   struct ScratchBuffer {
     void* data = nullptr;
     size_t bytes = 0;

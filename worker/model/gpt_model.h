@@ -104,6 +104,21 @@ class GptModel {
   static absl::StatusOr<std::unique_ptr<GptModel>> Create(const GptConfig& config,
                                                           compute::Backend* backend,
                                                           const ModelOptions& options);
+  // The largest passes a model of `config` with `layout` and micro-batches
+  // up to `max_micro_batch` runs: what Create reserves scratch for
+  // (Backend::ReserveScratch), and what a session sizes its memory with.
+  static compute::PassShape PassShapeFor(const GptConfig& config, const ModelLayout& layout,
+                                         int max_micro_batch);
+  // The blocks of the parameter arena that the linear layers read as
+  // weights (Backend::AttachParams; AttachWeightCopy hands these over).
+  static std::vector<compute::ParamBlock> WeightCopyBlocks(const ParameterTable& table);
+  // The backend memory Create allocates for `config` and `options`, before
+  // scratch (Backend::ScratchBytes) and a working copy: the weights, the
+  // gradients, the activations of every slot and their gradients, the token
+  // ids and the loss gradient, each rounded up to `alignment` bytes as a
+  // device allocator rounds them.
+  static size_t BackendBytes(const GptConfig& config, const compute::Backend& backend,
+                             const ModelOptions& options, size_t alignment);
   // Detaches the weights' working copy (AttachWeightCopy) from the backend.
   ~GptModel();
   GptModel(const GptModel&) = delete;

@@ -57,11 +57,13 @@ absl::StatusOr<std::unique_ptr<TrainingSession>> TrainingSession::Create(
   }
   TrainingSession* const reuse = options.reuse;
   std::unique_ptr<TrainingSession> session(new TrainingSession(config));
+  bool own_backend = true;  // not one an earlier session sized already
   if (options.backend != nullptr) {
     session->backend_ = options.backend;
   } else if (reuse != nullptr && reuse->config_.precision == config.precision &&
              reuse->config_.backend == config.backend) {
     session->backend_ = reuse->backend_;
+    own_backend = false;
   } else {
     ASSIGN_OR_RETURN(session->backend_, compute::CreateBackend(BackendOptionsFor(config, options)));
   }
@@ -77,6 +79,7 @@ absl::StatusOr<std::unique_ptr<TrainingSession>> TrainingSession::Create(
     session->backend_ = reuse->backend_;  // the model's own, whatever options.backend says
     session->reused_model_ = true;
   } else {
+    if (own_backend) RETURN_IF_ERROR(ReserveDeviceMemory(config, layout, dp, options, *session));
     ASSIGN_OR_RETURN(session->model_,
                      model::GptModel::Create(config.model, session->backend_.get(), model_options));
   }
@@ -161,6 +164,24 @@ absl::StatusOr<std::unique_ptr<TrainingSession>> TrainingSession::Create(
   }
   if (options.initialize_parameters && !session->reused_model_) session->InitializeParameters();
   return session;
+}
+
+absl::Status TrainingSession::ReserveDeviceMemory(const TrainingConfig& config,
+                                                  const model::ModelLayout& layout, int dp,
+                                                  const TrainingSessionOptions& options,
+                                                  TrainingSession& session) {
+  compute::Backend& backend = *session.backend_;
+  ASSIGN_OR_RETURN(const uint64_t bytes,
+                   EstimateDeviceBytes(config, layout, dp, backend, options));
+  if (bytes == 0) return absl::OkStatus();
+  if (absl::Status reserved = backend.ReserveDeviceMemory(bytes); !reserved.ok()) {
+    return absl::Status(reserved.code(),
+                        absl::StrCat("the training session needs ", bytes,
+                                     " bytes of device memory (weights, gradients, moments, "
+                                     "activations, scratch): ",
+                                     reserved.message()));
+  }
+  return absl::OkStatus();
 }
 
 int TrainingSession::ActivationSlotsFor(const TrainingConfig& config,

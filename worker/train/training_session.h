@@ -108,6 +108,23 @@ class TrainingSession {
                                                 const model::ModelLayout& layout, int dp,
                                                 int dp_rank, const TrainingSessionOptions& options);
 
+  // The backend memory a session of `config` for `layout` with `dp` data
+  // ranks allocates on `backend` (0 on a backend of host memory): the
+  // model's buffers and the ops' scratch, and where its step runs
+  // device-resident (RunsDeviceResident) the gradient tree, the moments,
+  // the norm's buffers, the loss sums and the weights' working copy; each
+  // rounded as the device allocator rounds it. Create reserves it at once
+  // (Backend::ReserveDeviceMemory). It settles the backend's attention
+  // (Backend::ScratchBytes). Errors: the backend's.
+  static absl::StatusOr<uint64_t> EstimateDeviceBytes(const TrainingConfig& config,
+                                                      const model::ModelLayout& layout, int dp,
+                                                      compute::Backend& backend,
+                                                      const TrainingSessionOptions& options);
+  // Whether a session's step keeps its state in backend memory
+  // (StepRunner::device_resident), from what is known before it is built.
+  static bool RunsDeviceResident(bool host_memory, int dp, const model::ModelLayout& layout,
+                                 const TrainingSessionOptions& options);
+
   // Allocates and touches now what the first step would (the model's
   // buffers, the moments, the previous version's, the mirrors'): a session
   // prepared ahead then faults in no fresh pages when it trains. It writes
@@ -182,6 +199,12 @@ class TrainingSession {
   // model shard (see TrainingSessionOptions::reuse).
   static bool ModelFits(const TrainingSession& other, const TrainingConfig& config,
                         const model::ModelLayout& layout, int activation_slots);
+  // Reserves EstimateDeviceBytes on the session's backend before its model
+  // allocates: a shortage fails Create with the bytes needed, asked and free.
+  static absl::Status ReserveDeviceMemory(const TrainingConfig& config,
+                                          const model::ModelLayout& layout, int dp,
+                                          const TrainingSessionOptions& options,
+                                          TrainingSession& session);
 
   const TrainingConfig config_;
   // Shared with the sessions of later generations that reuse them
