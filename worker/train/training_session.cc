@@ -211,11 +211,16 @@ absl::StatusOr<uint64_t> TrainingSession::EstimateBytes(const TrainingConfig& co
   const LeafRange range = ranges[static_cast<size_t>(std::clamp(dp_rank, 0, std::max(1, dp) - 1))];
   const uint64_t slots = ActivationSlotsFor(config, layout);
   // The model: weights, gradients, activations (per slot) and their
-  // gradients, token ids.
-  uint64_t floats = 2 * n + (layout.has_embedding() ? wte : 0) +
-                    model::ActivationsNumel(config.model, layout, *backend, B, T) * slots +
-                    model::ActivationGradsNumel(config.model, layout, B, T);
-  uint64_t int32s = 2 * tokens * slots + 2 * tokens;  // the model's and the runner's
+  // gradients, token ids, the loss gradient (GptModel::BackendBytes, here
+  // unrounded); the runner's token ids.
+  model::ModelOptions model_options;
+  model_options.max_micro_batch = B;
+  model_options.layout = layout;
+  model_options.activation_slots = static_cast<int>(slots);
+  const uint64_t model_bytes =
+      model::GptModel::BackendBytes(config.model, *backend, model_options, /*alignment=*/1);
+  uint64_t floats = 0;
+  const uint64_t int32s = 2 * tokens;  // the runner's
   // The runner: the gradient accumulation, the embedding's, the tie and
   // pipeline send buffers, the moments of the own range.
   const bool tie_per_micro_batch = options.tie_per_micro_batch.value_or(layout.pp == 1);
@@ -264,7 +269,7 @@ absl::StatusOr<uint64_t> TrainingSession::EstimateBytes(const TrainingConfig& co
   for (int j = 1; j < copies; ++j) {
     floats += 4 * layout::DataShardRange(n, dp, ring.Owner(dp_rank, j)).size();
   }
-  return floats * sizeof(float) + int32s * sizeof(int32_t);
+  return model_bytes + floats * sizeof(float) + int32s * sizeof(int32_t);
 }
 
 }  // namespace cohort::train
