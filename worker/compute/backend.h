@@ -28,6 +28,26 @@
 // span (data == nullptr) marks an optional output or input as absent where
 // noted.
 //
+// Activation storage. activation_dtype() is the dtype of every ACTIVATION
+// span the ops take: the encoder's output; LayerNorm's inp and out; a
+// linear layer's inp, out, dinp and dout; MatmulGelu's out, pre, act, dpre
+// and dout; attention's qkv, out, dqkv and dout; GELU's and the residual
+// ops' operands; the logits and dlogits of every cross-entropy op; the
+// encoder backward's dout. Everything else is fp32 whatever that dtype is:
+// parameters and their gradients (weight, bias, wte, wpe and their d*),
+// the statistics (LayerNorm's mean and rstd, losses, lse, row_max, sums,
+// dlosses), attention's state (AttentionStateNumel counts fp32 elements),
+// and the optimizer ops' operands; token ids are int32. ResidualForward
+// also runs on fp32 parameter-gradient arenas (the gradient tree's folds):
+// its three spans share one dtype, fp32 or the activation dtype.
+// With bf16 activations an op computes exactly as with fp32 ones, in fp32:
+// it widens what it reads (exact) and rounds to nearest even only what it
+// stores, once; an accumulating output (+=) is widened, added to in fp32 and
+// rounded once. The matmuls read bf16 activations as operands directly (no
+// rounding pass) and write bf16 outputs from their fp32 accumulators; the
+// parameter gradients they produce stay fp32. Spans of another dtype than
+// an op expects are programmer errors (CHECK), as any shape mismatch.
+//
 // Determinism: for a given backend and options, every op is bitwise
 // reproducible run to run. CpuBackend is additionally bitwise independent of
 // its thread count.
@@ -112,9 +132,8 @@ class Backend {
 
   // "cpu", "cuda", ...: for logs and metrics.
   virtual std::string_view name() const = 0;
-  // The dtype the backend wants for activations (fp32 on the CPU, bf16 on a
-  // mixed-precision GPU backend). Parameters and gradients handed to ops are
-  // of this dtype too; master weights and optimizer state stay fp32.
+  // The dtype activations are stored in (see "Activation storage" above):
+  // fp32, or bf16 on a GPU backend computing in bf16.
   virtual DType activation_dtype() const = 0;
 
   // ---- Memory -------------------------------------------------------------
