@@ -1,7 +1,7 @@
 #pragma once
 // RecordingCheckpointClient: a CheckpointClient with no checkpoint to give
 // (GetManifest is NotFound, so a trainer starts fresh) that records the step
-// of every upload and commits it. For tests of the training loop and the
+// of every upload (and its bytes) and commits it. For tests of the training loop and the
 // trainer that need no Checkpoints service.
 //
 // Thread-safe (the writer uploads from its own thread).
@@ -24,6 +24,10 @@ class RecordingCheckpointClient : public client::CheckpointClient {
                                             const v1::UploadEnd&, absl::Duration) override {
     absl::MutexLock lock(&mu_);
     steps_.push_back(header.step());
+    std::string& payload = payloads_.emplace_back();
+    for (const client::UploadChunk& chunk : chunks) {
+      payload.append(static_cast<const char*>(chunk.data), chunk.bytes);
+    }
     v1::UploadResponse response;
     response.set_chunks_stored(static_cast<uint32_t>(chunks.size()));
     response.set_committed(true);
@@ -49,10 +53,16 @@ class RecordingCheckpointClient : public client::CheckpointClient {
     absl::MutexLock lock(&mu_);
     return steps_;
   }
+  // Each upload's chunk bytes, concatenated in the order sent.
+  std::vector<std::string> payloads() {
+    absl::MutexLock lock(&mu_);
+    return payloads_;
+  }
 
  private:
   absl::Mutex mu_;
   std::vector<int64_t> steps_ ABSL_GUARDED_BY(mu_);
+  std::vector<std::string> payloads_ ABSL_GUARDED_BY(mu_);
 };
 
 }  // namespace cohort::testing

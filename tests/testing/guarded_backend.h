@@ -36,6 +36,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cstring>
 #include <map>
 #include <memory>
@@ -183,6 +184,28 @@ class GuardedBackend final : public compute::Backend {
     pending_downloads_.push_back({dst, std::vector<char>(bytes, bytes + src.bytes())});
     bytes_to_host_ += src.bytes();
   }
+  // The side copy's GPU timing: what it reads is taken when it is called
+  // and written to `dst` only when its Wait() runs (on any thread: it
+  // touches host memory only); a Zero, CopyWithin or copy from the host
+  // into its source before then CHECK-fails, as a GPU's side stream could
+  // read the new bytes.
+  std::unique_ptr<compute::SideCopy> CopyToHostSide(void* dst, compute::TensorSpan src) override {
+    Open open(this);
+    CheckSpans("CopyToHostSide", src);
+    CHECK(InHostRegion(dst, src.bytes()))
+        << "CopyToHostSide: the destination is not AllocateHost memory";
+    const auto* bytes = static_cast<const char*>(src.data);
+    auto copy = std::make_shared<SideCopyState>();
+    copy->source = src;
+    copy->host = dst;
+    copy->bytes.assign(bytes, bytes + src.bytes());
+    std::erase_if(side_copies_, [](const auto& c) { return c->done.load(); });
+    side_copies_.push_back(copy);
+    bytes_to_host_ += src.bytes();
+    ++side_copy_calls_;
+    return std::make_unique<GuardedSideCopy>(std::move(copy));
+  }
+  size_t side_copy_calls() const { return side_copy_calls_; }
   absl::Status Synchronize() override {
     ++synchronizations_;
     for (const PendingCopy& upload : pending_uploads_) {
@@ -394,6 +417,15 @@ class GuardedBackend final : public compute::Backend {
   }
   void NoteWrite(const compute::TensorSpan& dst) {
     if (InAttached(dst)) copy_stale_ = true;
+    for (const auto& copy : side_copies_) {
+      CHECK(copy->done.load() || !Overlap(copy->source, dst))
+          << "backend memory written while a side copy still reads it (CopyToHostSide)";
+    }
+  }
+  static bool Overlap(const compute::TensorSpan& a, const compute::TensorSpan& b) {
+    const auto* a0 = static_cast<const char*>(a.data);
+    const auto* b0 = static_cast<const char*>(b.data);
+    return a0 < b0 + b.bytes() && b0 < a0 + a.bytes();
   }
   void NoteWeightRead(const compute::TensorSpan& weight) {
     if (copy_stale_ && InAttached(weight)) ++stale_weight_reads_;
@@ -417,6 +449,38 @@ class GuardedBackend final : public compute::Backend {
     std::vector<char> bytes;
   };
   std::vector<PendingCopy> pending_uploads_, pending_downloads_;
+  // A side copy until its Wait: its source, its destination and the bytes
+  // taken at the call. Shared with the handle, which may wait on another
+  // thread (hence `done` is atomic and the backend only reads it).
+  struct SideCopyState {
+    compute::TensorSpan source;
+    void* host = nullptr;
+    std::vector<char> bytes;
+    std::atomic<bool> done{false};
+  };
+  class GuardedSideCopy final : public compute::SideCopy {
+   public:
+    explicit GuardedSideCopy(std::shared_ptr<SideCopyState> state) : state_(std::move(state)) {}
+    // A GPU's handle waits for its copy when it goes: so does this one.
+    ~GuardedSideCopy() override {
+      if (!state_->done.load()) Land();
+    }
+    absl::Status Wait() override {
+      CHECK(!state_->done.load()) << "SideCopy::Wait called twice";
+      Land();
+      return absl::OkStatus();
+    }
+
+   private:
+    void Land() {
+      std::memcpy(state_->host, state_->bytes.data(), state_->bytes.size());
+      state_->done.store(true);
+    }
+
+    std::shared_ptr<SideCopyState> state_;
+  };
+  std::vector<std::shared_ptr<SideCopyState>> side_copies_;
+  size_t side_copy_calls_ = 0;
   size_t synchronizations_ = 0;
   compute::TensorSpan attached_;  // AttachParams' arena; empty: none
   bool copy_stale_ = false;

@@ -21,9 +21,7 @@ CheckpointWriter::CheckpointWriter(client::CheckpointClient* client, const model
       range_(WriteRange(table, options_.position)),
       pieces_(PlanSave(table, options_.position, options_.max_chunk_elements)),
       catalog_(Catalog(config)),
-      fingerprint_(ModelFingerprint(config)) {
-  snapshot_.resize(3 * (range_.end - range_.begin));
-}
+      fingerprint_(ModelFingerprint(config)) {}
 
 CheckpointWriter::~CheckpointWriter() {
   if (uploader_.joinable()) uploader_.join();
@@ -39,21 +37,53 @@ absl::StatusOr<absl::Duration> CheckpointWriter::Save(Step step, const StateView
   if (uploader_.joinable()) uploader_.join();  // at most one in flight
   const size_t n = range_.end - range_.begin;
   const size_t moment_offset = range_.begin - state.optimizer.begin;
+  snapshot_.resize(3 * n);
   std::memcpy(snapshot_.data(), state.params + range_.begin, n * sizeof(float));
   std::memcpy(snapshot_.data() + n, state.adam_m + moment_offset, n * sizeof(float));
   std::memcpy(snapshot_.data() + 2 * n, state.adam_v + moment_offset, n * sizeof(float));
   const absl::Duration blocked = absl::Now() - start;
-  uploader_ = std::thread([this, step] { Upload(step); });
+  uploader_ = std::thread([this, step] { Upload(step, snapshot_.data(), nullptr); });
   return blocked;
 }
 
-void CheckpointWriter::Upload(Step step) {
+absl::StatusOr<absl::Duration> CheckpointWriter::SaveDrained(Step step, const float* snapshot,
+                                                             ArenaRange covers,
+                                                             std::function<absl::Status()> ready) {
+  if (covers.begin != range_.begin || covers.end != range_.end) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "the snapshot covers [", covers.begin, ", ", covers.end, ") where this rank writes [",
+        range_.begin, ", ", range_.end, ")"));
+  }
   const absl::Time start = absl::Now();
+  if (uploader_.joinable()) uploader_.join();  // at most one in flight
+  const absl::Duration blocked = absl::Now() - start;
+  uploader_ = std::thread(
+      [this, step, snapshot, ready = std::move(ready)] { Upload(step, snapshot, ready); });
+  return blocked;
+}
+
+void CheckpointWriter::Upload(Step step, const float* data,
+                              const std::function<absl::Status()>& ready) {
+  const absl::Time start = absl::Now();
+  if (ready) {
+    if (absl::Status drained = ready(); !drained.ok()) {
+      UploadResult result;
+      result.step = step;
+      result.status = absl::Status(drained.code(), absl::StrCat("the state's snapshot did not "
+                                                                "reach the host: ",
+                                                                drained.message()));
+      result.duration = absl::Now() - start;
+      LOG(WARNING) << "checkpoint of job " << options_.job_id << " step " << step
+                   << " not saved by writer " << options_.writer << ": " << result.status;
+      Record(result);
+      return;
+    }
+  }
   const size_t n = range_.end - range_.begin;
   std::vector<client::UploadChunk> chunks;
   chunks.reserve(pieces_.size());
   for (const SavePiece& piece : pieces_) {
-    const float* base = snapshot_.data() + KindIndex(piece.kind) * n;
+    const float* base = data + KindIndex(piece.kind) * n;
     chunks.push_back(client::UploadChunk{piece.tensor, piece.box, base + (piece.arena_offset - range_.begin),
                                  piece.count * sizeof(float)});
   }
@@ -103,6 +133,10 @@ void CheckpointWriter::Upload(Step step) {
     LOG(WARNING) << "checkpoint of job " << options_.job_id << " step " << step
                  << " not saved by writer " << options_.writer << ": " << result.status;
   }
+  Record(result);
+}
+
+void CheckpointWriter::Record(const UploadResult& result) {
   if (options_.on_result) options_.on_result(result);
   absl::MutexLock lock(&mu_);
   (result.status.ok() ? ok_ : failed_) += 1;

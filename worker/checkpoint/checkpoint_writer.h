@@ -81,6 +81,18 @@ class CheckpointWriter {
   // the copy). InvalidArgument if the optimizer range does not contain the
   // write range.
   absl::StatusOr<absl::Duration> Save(Step step, const StateView& state);
+  // Starts the upload of checkpoint `step` from `snapshot`: the weights of
+  // `covers` (which must be this writer's write range), then its first and
+  // its second moments, back to back (a train::DeviceSnapshot's host copy).
+  // The upload's thread first calls `ready` (the snapshot's drain) and
+  // uploads nothing when it fails, which counts as a failed upload with its
+  // status. `snapshot` must stay as it is until the upload ends (Wait).
+  // Returns how long the caller was blocked (the previous upload).
+  // InvalidArgument when `covers` is not the write range.
+  absl::StatusOr<absl::Duration> SaveDrained(Step step, const float* snapshot, ArenaRange covers,
+                                             std::function<absl::Status()> ready);
+  // The arena elements this rank writes.
+  ArenaRange write_range() const { return range_; }
   // Blocks until no upload is in flight; returns the last upload's result.
   UploadResult Wait();
 
@@ -92,7 +104,10 @@ class CheckpointWriter {
   uint64_t bytes_per_checkpoint() const { return 3 * (range_.end - range_.begin) * sizeof(float); }
 
  private:
-  void Upload(Step step);
+  // Uploads `data` (the write range's weights, first and second moments,
+  // back to back) once `ready` (may be empty) returns OK.
+  void Upload(Step step, const float* data, const std::function<absl::Status()>& ready);
+  void Record(const UploadResult& result);
 
   client::CheckpointClient* const client_;
   const CheckpointWriterOptions options_;
@@ -100,7 +115,8 @@ class CheckpointWriter {
   const std::vector<SavePiece> pieces_;
   const std::vector<v1::TensorInfo> catalog_;
   const std::string fingerprint_;
-  // The snapshot: the write range of params, m and v, back to back.
+  // Save's snapshot: the write range of params, m and v, back to back
+  // (allocated at the first Save: SaveDrained's caller brings its own).
   std::vector<float> snapshot_;
   std::thread uploader_;
 

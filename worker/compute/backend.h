@@ -58,6 +58,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <functional>
+#include <memory>
 #include <string_view>
 #include <vector>
 
@@ -126,6 +127,18 @@ struct PassShape {
   int width = 0;             // C, the model's channels
 };
 
+// A copy from backend memory to the host that runs beside the step's ops
+// (Backend::CopyToHostSide). Wait() blocks until it is done and returns its
+// status (Internal for a device fault, or the failure an op before it left
+// pending); unlike the backend, it may be called from any thread (a
+// checkpoint's uploader waits for the drain of its snapshot), once. The
+// backend must outlive it.
+class SideCopy {
+ public:
+  virtual ~SideCopy() = default;
+  virtual absl::Status Wait() = 0;
+};
+
 class Backend {
  public:
   virtual ~Backend() = default;
@@ -190,6 +203,15 @@ class Backend {
   // Waits for every op issued so far; the first failure since the last call
   // (Internal for device faults). Always OK on the CPU.
   virtual absl::Status Synchronize() = 0;
+  // Copies `src` (backend memory) to `dst` (AllocateHost memory of at least
+  // src.bytes()) off the step's critical path: on a GPU, on a stream of its
+  // own that starts once every op issued before the call has run and then
+  // runs beside the ops issued after it. So none of those may write `src`
+  // until the handle's Wait() returns (the caller drains a snapshot it made
+  // with CopyWithin, not the live state), and `dst` is read only after
+  // Wait() returns. Neither the call nor later ops wait for it. The default
+  // (the CPU's) copies at once and returns a handle that is already done.
+  virtual std::unique_ptr<SideCopy> CopyToHostSide(void* dst, TensorSpan src);
 
   // The weights' working copy. A backend whose GEMMs take bf16 operands
   // would otherwise round every fp32 weight to bf16 on every GEMM call.

@@ -7,6 +7,10 @@ namespace cohort::compute::cuda_impl {
 CudaBackend::~CudaBackend() {
   cudaSetDevice(options_.device_index);  // the handles and memory belong to it
   if (stream_ != nullptr) cudaStreamSynchronize(stream_);
+  if (side_stream_ != nullptr) {
+    cudaStreamSynchronize(side_stream_);
+    cudaStreamDestroy(side_stream_);
+  }
   ReleaseAttention();
   for (auto& [shape, plan] : plans_) {
     cublasLtMatrixLayoutDestroy(plan.a);

@@ -172,6 +172,8 @@ class CudaBackend final : public Backend {
   void CopyFromHostAsync(TensorSpan dst, const void* src) override;
   void CopyToHostAsync(void* dst, TensorSpan src) override;
   absl::Status Synchronize() override;
+  // cuda_backend_side_copy.cc.
+  std::unique_ptr<SideCopy> CopyToHostSide(void* dst, TensorSpan src) override;
   absl::Status AttachParams(TensorSpan params, const std::vector<ParamBlock>& blocks) override;
   void RefreshParamCopy() override;
   void DetachParams(TensorSpan params) override;
@@ -345,6 +347,8 @@ class CudaBackend final : public Backend {
   bool bf16_ = false;
   cudaDataType_t operand_type_ = CUDA_R_32F;
   cudaStream_t stream_ = nullptr;
+  // CopyToHostSide's stream, made at its first use.
+  cudaStream_t side_stream_ = nullptr;
   cublasLtHandle_t lt_ = nullptr;
   cublasHandle_t blas_ = nullptr;
   void* lt_workspace_ = nullptr;

@@ -195,6 +195,8 @@ absl::Status SessionBuilder::BuildSession(const Assignment& assignment, Generati
   session.device_index = options_.device_index;
   session.fused_attention = options_.fused_attention;
   session.collective_timeout = options_.collective_timeout;
+  // A device-resident session then keeps a snapshot buffer for them.
+  session.checkpoint_snapshot = assignment.spec.checkpoint().interval_steps() > 0;
   // Keep what a peer recovery needs, unless the job can never have a peer.
   run->keep_previous = KeepsPrevious(assignment);
   session.state_versions.keep_previous = run->keep_previous;

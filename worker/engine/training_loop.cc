@@ -4,6 +4,7 @@
 #include <utility>
 
 #include "common/log.h"
+#include "common/status_macros.h"
 
 namespace cohort::worker {
 namespace {
@@ -66,12 +67,34 @@ bool Validate(const TrainingLoopInput& input, const TrainingLoopHooks& hooks, in
   return true;
 }
 
+// A checkpoint of state that stays in backend memory: a snapshot taken
+// there and drained beside the next steps (train::DeviceSnapshot), which the
+// upload waits for on its own thread. The stall is the previous upload's
+// end plus the time to enqueue the snapshot's copies.
+absl::StatusOr<absl::Duration> SnapshotAndSave(const TrainingLoopInput& input, int64_t done) {
+  train::TrainingSession& session = *input.session;
+  train::DeviceSnapshot* snapshot = session.device_snapshot();
+  const absl::Time start = absl::Now();
+  // The previous upload reads the snapshot's host copy until it ends.
+  input.writer->Wait();
+  RETURN_IF_ERROR(session.TakeSnapshot());
+  const train::DataParallel& data = session.data_parallel();
+  RETURN_IF_ERROR(input.writer
+                      ->SaveDrained(Step(done), snapshot->host(),
+                                    {data.update_begin(), data.update_end()},
+                                    [snapshot] { return snapshot->Wait(); })
+                      .status());
+  return absl::Now() - start;
+}
+
 void MaybeCheckpoint(const TrainingLoopInput& input, const TrainingLoopHooks& hooks,
                      int64_t done) {
   if (input.writer == nullptr || input.checkpoint_interval <= 0) return;
   if (done % input.checkpoint_interval != 0 && done != input.steps) return;
   train::TrainingSession& session = *input.session;
-  absl::StatusOr<absl::Duration> stall = input.writer->Save(
+  absl::StatusOr<absl::Duration> stall = session.device_snapshot() != nullptr
+                                             ? SnapshotAndSave(input, done)
+                                             : input.writer->Save(
       Step(done),
       checkpoint::StateView{std::as_const(session).model().params(),
                             std::as_const(session).runner().adam_m(),

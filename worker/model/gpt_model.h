@@ -168,6 +168,11 @@ class GptModel {
   // then on, and the model detaches it when destroyed. InvalidArgument or
   // ResourceExhausted from the backend.
   absl::Status AttachWeightCopy();
+  // The host weights to the backend if params() handed them out for writing
+  // since the last upload (a restore), so that params_span() holds the
+  // newest; a no-op on a model that is not staged. Forward does it itself;
+  // a reader of params_span() between steps (a device snapshot) calls it.
+  absl::Status UploadStaleParams();
   // The backend's arenas (what the ops use; device memory on a GPU).
   compute::TensorSpan params_span() const { return params_.span(); }
   compute::TensorSpan grads_span() const { return grads_.span(); }
@@ -288,11 +293,9 @@ class GptModel {
   // value or a longer N asks for it (rarely: the first step, a new
   // micro-batch count).
   compute::TensorSpan LossGradient(float value, int N);
-  // Staging (no-ops on a model that is not staged): the host parameters to
-  // the backend if they were handed out for writing since the last upload;
-  // the host gradients likewise before a backward; the backend's gradients
-  // to the host after one.
-  absl::Status UploadStaleParams();
+  // Staging (no-ops on a model that is not staged): the host gradients to
+  // the backend if they were handed out for writing since the last upload,
+  // before a backward; the backend's gradients to the host after one.
   // After a backward: with set_gradients_stay_on_backend on a staged model,
   // marks the gradients newer on the backend and returns true (nothing to
   // download); false otherwise.

@@ -10,6 +10,7 @@
 #include "worker/compute/gpu_launch_plan.h"
 #include "worker/model/gpt_model.h"
 #include "worker/model/parameter_table.h"
+#include "worker/train/device_snapshot.h"
 #include "worker/train/grad_norm_plan.h"
 #include "worker/train/gradient_tree.h"
 #include "worker/train/reduction_tree.h"
@@ -66,6 +67,8 @@ absl::StatusOr<uint64_t> TrainingSession::EstimateDeviceBytes(
            Aligned(2 * sizeof(double));
   bytes += Aligned(static_cast<uint64_t>(leaves) * sizeof(double));
   bytes += backend.ParamCopyBytes(n, model::GptModel::WeightCopyBlocks(table));
+  // One rank's update range is the whole arena.
+  if (options.checkpoint_snapshot) bytes += DeviceSnapshot::DeviceBytes(n);
   return bytes;
 }
 

@@ -62,6 +62,7 @@
 #include "worker/train/adamw.h"
 #include "worker/train/data_parallel.h"
 #include "worker/train/device_optimizer.h"
+#include "worker/train/device_snapshot.h"
 #include "worker/train/grad_norm_plan.h"
 #include "worker/train/gradient_tree.h"
 #include "worker/train/pipeline_schedule.h"
@@ -173,16 +174,23 @@ class StepRunner {
   // backend memory: a read downloads them if a step changed them since, and
   // the non-const forms (for writing: a restore) have the next step upload
   // them first.
-  float* adam_m();
-  float* adam_v();
-  const float* adam_m() const;
-  const float* adam_v() const;
+  float* adam_m() { return WritableMoments(m_); }
+  float* adam_v() { return WritableMoments(v_); }
+  const float* adam_m() const { return ReadableMoments(m_); }
+  const float* adam_v() const { return ReadableMoments(v_); }
   // Whether the step's end runs on the backend, the training state staying
   // in its memory (step_runner_device.cc): a backend whose memory the host
   // cannot read (a GPU), one rank holding the whole model (dp = tp = pp = 1),
   // no previous version kept and the tied embedding added per micro-batch.
   // Elsewhere the host-staged path runs (gpt_model.h, Memory).
   bool device_resident() const { return device_optimizer_ != nullptr; }
+  // The elements [update_begin, update_end) of the weights and the moments
+  // into `snapshot`, taken in backend memory after the last step's update
+  // and drained to the host beside the next steps (device_snapshot.h): a
+  // checkpoint without the state's trip to the host in its stall. State a
+  // restore wrote on the host goes to the backend first. FailedPrecondition
+  // without the device-resident step; the snapshot's and the backend's errors.
+  absl::Status SnapshotState(DeviceSnapshot& snapshot);
 
   // Time of the last Run spent inside point-to-point calls and waiting
   // for the pipeline (for the benchmark's communication share).
@@ -231,7 +239,11 @@ class StepRunner {
   // Where the moments' newest values are, with a device optimizer.
   enum class MomentsNewest { kSynced, kHostNewer, kBackendNewer };
   void SyncMomentsToHost() const;
-  absl::Status UploadMomentsIfHostNewer();
+  void UploadMomentsIfHostNewer();
+  // The host copy of m_ or v_, refreshed from the device optimizer's if
+  // a step changed it; the writable form marks it newer than the device's.
+  float* WritableMoments(UninitializedArray<float>& moments);
+  const float* ReadableMoments(const UninitializedArray<float>& moments) const;
 
   const TrainingConfig config_;
   model::GptModel* const model_;

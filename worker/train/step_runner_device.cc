@@ -84,7 +84,7 @@ absl::StatusOr<StepResult> StepRunner::FinishOnDevice(Step step) {
   // Every micro-batch's loss sum comes down with the norm, in the step's
   // one wait (DeviceOptimizer::Norm).
   backend->CopyToHostAsync(loss_sums_host_.data(), loss_sums_.span());
-  RETURN_IF_ERROR(UploadMomentsIfHostNewer());
+  UploadMomentsIfHostNewer();
   const double lr = LearningRate(config_.lr, step.value());
   versions_->BeforeUpdate(step.value());
   // A non-finite loss sum makes the update skip itself on the device, as a
@@ -130,38 +130,40 @@ void StepRunner::SyncMomentsToHost() const {
   moments_newest_ = MomentsNewest::kSynced;
 }
 
-absl::Status StepRunner::UploadMomentsIfHostNewer() {
-  if (moments_newest_ != MomentsNewest::kHostNewer) return absl::OkStatus();
+void StepRunner::UploadMomentsIfHostNewer() {
+  if (moments_newest_ != MomentsNewest::kHostNewer) return;
+  // Synchronous copies (the host arrays are free when they return); a
+  // device fault shows at the step's one wait, not in a wait of its own.
   model_->backend()->CopyFromHost(device_optimizer_->m(), m_.data());
   model_->backend()->CopyFromHost(device_optimizer_->v(), v_.data());
   moments_newest_ = MomentsNewest::kSynced;
-  return model_->backend()->Synchronize();
 }
 
-float* StepRunner::adam_m() {
+float* StepRunner::WritableMoments(UninitializedArray<float>& moments) {
   if (device_optimizer_ != nullptr) {
     SyncMomentsToHost();
     moments_newest_ = MomentsNewest::kHostNewer;
   }
-  return m_.data();
+  return moments.data();
 }
 
-float* StepRunner::adam_v() {
-  if (device_optimizer_ != nullptr) {
-    SyncMomentsToHost();
-    moments_newest_ = MomentsNewest::kHostNewer;
+const float* StepRunner::ReadableMoments(const UninitializedArray<float>& moments) const {
+  if (device_optimizer_ != nullptr) SyncMomentsToHost();
+  return moments.data();
+}
+
+absl::Status StepRunner::SnapshotState(DeviceSnapshot& snapshot) {
+  if (device_optimizer_ == nullptr) {
+    return absl::FailedPreconditionError(
+        "a device snapshot needs the device-resident step; this runner keeps its state on the host");
   }
-  return v_.data();
-}
-
-const float* StepRunner::adam_m() const {
-  if (device_optimizer_ != nullptr) SyncMomentsToHost();
-  return m_.data();
-}
-
-const float* StepRunner::adam_v() const {
-  if (device_optimizer_ != nullptr) SyncMomentsToHost();
-  return v_.data();
+  // A restore since the last step wrote the host copies: the backend's are
+  // what the snapshot copies.
+  RETURN_IF_ERROR(model_->UploadStaleParams());
+  UploadMomentsIfHostNewer();
+  const size_t begin = device_optimizer_->begin();
+  return snapshot.Take(model_->params_span().Slice(begin, device_optimizer_->end() - begin),
+                       device_optimizer_->m(), device_optimizer_->v());
 }
 
 }  // namespace cohort::train

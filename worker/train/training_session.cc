@@ -58,6 +58,9 @@ absl::StatusOr<std::unique_ptr<TrainingSession>> TrainingSession::Create(
   TrainingSession* const reuse = options.reuse;
   std::unique_ptr<TrainingSession> session(new TrainingSession(config));
   bool own_backend = true;  // not one an earlier session sized already
+  // Whether the reservation holds the device snapshot (or nothing was
+  // reserved: a backend an earlier session sized, which then allocates it).
+  bool snapshot_room = options.checkpoint_snapshot;
   if (options.backend != nullptr) {
     session->backend_ = options.backend;
   } else if (reuse != nullptr && reuse->config_.precision == config.precision &&
@@ -79,7 +82,9 @@ absl::StatusOr<std::unique_ptr<TrainingSession>> TrainingSession::Create(
     session->backend_ = reuse->backend_;  // the model's own, whatever options.backend says
     session->reused_model_ = true;
   } else {
-    if (own_backend) RETURN_IF_ERROR(ReserveDeviceMemory(config, layout, dp, options, *session));
+    if (own_backend) {
+      RETURN_IF_ERROR(ReserveDeviceMemory(config, layout, dp, options, *session, &snapshot_room));
+    }
     ASSIGN_OR_RETURN(session->model_,
                      model::GptModel::Create(config.model, session->backend_.get(), model_options));
   }
@@ -155,6 +160,19 @@ absl::StatusOr<std::unique_ptr<TrainingSession>> TrainingSession::Create(
                  "through host memory and the collectives run over UCX (device-memory "
                  "collectives are not built)";
   }
+  if (snapshot_room && session->runner_->device_resident()) {
+    const DataParallel& data = *session->data_parallel_;
+    absl::StatusOr<std::unique_ptr<DeviceSnapshot>> snapshot = DeviceSnapshot::Create(
+        session->backend_.get(), data.update_end() - data.update_begin());
+    if (snapshot.ok()) {
+      session->snapshot_ = *std::move(snapshot);
+    } else if (absl::IsResourceExhausted(snapshot.status())) {
+      LOG(WARNING) << "no device snapshot for checkpoints (" << snapshot.status()
+                   << "): each checkpoint copies the state to the host while training waits";
+    } else {
+      return snapshot.status();
+    }
+  }
   if (session->reused_model_) {
     StepRunner& lender = *reuse->runner_;
     session->runner_->TakeScratchOf(lender);
@@ -169,12 +187,28 @@ absl::StatusOr<std::unique_ptr<TrainingSession>> TrainingSession::Create(
 absl::Status TrainingSession::ReserveDeviceMemory(const TrainingConfig& config,
                                                   const model::ModelLayout& layout, int dp,
                                                   const TrainingSessionOptions& options,
-                                                  TrainingSession& session) {
+                                                  TrainingSession& session, bool* snapshot) {
   compute::Backend& backend = *session.backend_;
-  ASSIGN_OR_RETURN(const uint64_t bytes,
-                   EstimateDeviceBytes(config, layout, dp, backend, options));
+  ASSIGN_OR_RETURN(uint64_t bytes, EstimateDeviceBytes(config, layout, dp, backend, options));
   if (bytes == 0) return absl::OkStatus();
-  if (absl::Status reserved = backend.ReserveDeviceMemory(bytes); !reserved.ok()) {
+  absl::Status reserved = backend.ReserveDeviceMemory(bytes);
+  if (!reserved.ok() && options.checkpoint_snapshot &&
+      RunsDeviceResident(false, dp, layout, options)) {
+    // The snapshot only speeds checkpoints up: a job that fits without it
+    // trains without it.
+    TrainingSessionOptions without = options;
+    without.checkpoint_snapshot = false;
+    ASSIGN_OR_RETURN(const uint64_t smaller,
+                     EstimateDeviceBytes(config, layout, dp, backend, without));
+    if (backend.ReserveDeviceMemory(smaller).ok()) {
+      LOG(WARNING) << "the device lacks the " << bytes - smaller
+                   << " bytes of a checkpoint snapshot (" << reserved.message()
+                   << "): each checkpoint copies the state to the host while training waits";
+      *snapshot = false;
+      return absl::OkStatus();
+    }
+  }
+  if (!reserved.ok()) {
     return absl::Status(reserved.code(),
                         absl::StrCat("the training session needs ", bytes,
                                      " bytes of device memory (weights, gradients, moments, "
@@ -258,6 +292,10 @@ absl::StatusOr<uint64_t> TrainingSession::EstimateBytes(const TrainingConfig& co
     floats += 2 * n + (layout.has_embedding() ? wte : 0);
     if (layout.pp > 1) floats += (2 * slots + 2) * activation;
     if (layout.tp > 1) floats += activation;
+    // A checkpoint snapshot's device buffer and its page-locked host copy.
+    if (options.checkpoint_snapshot && RunsDeviceResident(false, dp, layout, options)) {
+      floats += 2 * 3 * n;
+    }
   }
   const int copies =
       config.zero1 ? layout::OptimizerCopies(true, options.state_versions.optimizer_replicas, dp)

@@ -77,6 +77,13 @@ struct TrainingSessionOptions {
   // for another place) also lends its moment, previous-version and mirror
   // buffers, and must not be used afterwards. Null: build everything.
   TrainingSession* reuse = nullptr;
+  // The job checkpoints: a session whose step runs device-resident also
+  // keeps a snapshot of its state in backend memory (DeviceSnapshot: 12
+  // bytes per parameter of its update range), so that a checkpoint drains
+  // beside the next steps instead of stalling them for the trip to the
+  // host. Where the device lacks the room for it, the session is built
+  // without it (logged) and checkpoints copy the state synchronously.
+  bool checkpoint_snapshot = false;
 };
 
 // This rank's communicators, one per mesh axis; each may be null where its
@@ -112,7 +119,8 @@ class TrainingSession {
   // ranks allocates on `backend` (0 on a backend of host memory): the
   // model's buffers and the ops' scratch, and where its step runs
   // device-resident (RunsDeviceResident) the gradient tree, the moments,
-  // the norm's buffers, the loss sums and the weights' working copy; each
+  // the norm's buffers, the loss sums, the weights' working copy and with
+  // options.checkpoint_snapshot the DeviceSnapshot; each
   // rounded as the device allocator rounds it. Create reserves it at once
   // (Backend::ReserveDeviceMemory). It settles the backend's attention
   // (Backend::ScratchBytes). Errors: the backend's.
@@ -155,6 +163,16 @@ class TrainingSession {
     }
     runner_->ResetOptimizerState();
     return absl::OkStatus();
+  }
+
+  // The device snapshot of TrainingSessionOptions::checkpoint_snapshot;
+  // null without one (the host path, no checkpoints, or no room).
+  DeviceSnapshot* device_snapshot() const { return snapshot_.get(); }
+  // Takes the state's snapshot now (StepRunner::SnapshotState), between
+  // steps. FailedPrecondition without device_snapshot().
+  absl::Status TakeSnapshot() {
+    if (snapshot_ == nullptr) return absl::FailedPreconditionError("the session has no device snapshot");
+    return runner_->SnapshotState(*snapshot_);
   }
 
   // See StepRunner::Run.
@@ -201,10 +219,12 @@ class TrainingSession {
                         const model::ModelLayout& layout, int activation_slots);
   // Reserves EstimateDeviceBytes on the session's backend before its model
   // allocates: a shortage fails Create with the bytes needed, asked and free.
+  // With options.checkpoint_snapshot, a reservation the device refuses is
+  // asked again without the snapshot, and `snapshot` says which was made.
   static absl::Status ReserveDeviceMemory(const TrainingConfig& config,
                                           const model::ModelLayout& layout, int dp,
                                           const TrainingSessionOptions& options,
-                                          TrainingSession& session);
+                                          TrainingSession& session, bool* snapshot);
 
   const TrainingConfig config_;
   // Shared with the sessions of later generations that reuse them
@@ -219,6 +239,7 @@ class TrainingSession {
   bool reused_model_ = false;
   std::unique_ptr<DataParallel> data_parallel_;
   std::unique_ptr<StepRunner> runner_;
+  std::unique_ptr<DeviceSnapshot> snapshot_;  // before the backend goes
 };
 
 }  // namespace cohort::train

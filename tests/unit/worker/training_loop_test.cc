@@ -15,6 +15,7 @@
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "tests/testing/fake_checkpoint_client.h"
+#include "tests/testing/guarded_backend.h"
 #include "tests/testing/job_specs.h"
 #include "worker/comm/communicator.h"
 #include "worker/engine/training_loop.h"
@@ -194,6 +195,50 @@ TEST_F(TrainingLoopTest, ACheckpointFollowsEveryIntervalAndTheLastStep) {
   // The loop waits for the last upload before it reports completion.
   EXPECT_THAT(client.steps(), ElementsAre(2, 4, 5));
   EXPECT_EQ(writer.uploads_ok(), 3);
+}
+
+TEST_F(TrainingLoopTest, ADeviceResidentSessionUploadsItsDrainedSnapshotWithTheHostPathsBytes) {
+  // The same job on the CPU (checkpoints copy the host state) and on a
+  // backend of device memory (checkpoints drain a device snapshot beside
+  // the next step): the device-resident step's bits are the CPU's, so every
+  // checkpoint's bytes must be too, step for step.
+  v1::JobSpec spec = testing::SmallJobSpec("loop", 1, 1, 1);
+  spec.set_steps(5);
+  absl::StatusOr<train::TrainingConfig> config = train::TrainingConfigFromSpec(spec, {});
+  ASSERT_TRUE(config.ok()) << config.status();
+  auto guarded = std::make_shared<testing::GuardedBackend>();
+  std::vector<std::vector<std::string>> uploads;
+  for (std::shared_ptr<compute::Backend> backend :
+       {std::shared_ptr<compute::Backend>(), std::shared_ptr<compute::Backend>(guarded)}) {
+    train::TrainingSessionOptions options;
+    options.num_threads = 1;
+    options.backend = backend;
+    options.checkpoint_snapshot = true;
+    absl::StatusOr<std::unique_ptr<train::TrainingSession>> session =
+        train::TrainingSession::Create(*config, model::ModelLayout{}, {}, options);
+    ASSERT_TRUE(session.ok()) << session.status();
+    ASSERT_EQ((*session)->device_snapshot() != nullptr, backend != nullptr);
+    testing::RecordingCheckpointClient client;
+    checkpoint::CheckpointWriterOptions writer_options;
+    writer_options.job_id = "loop-1";
+    writer_options.generation = Generation(3);
+    checkpoint::CheckpointWriter writer(&client, (*session)->config().model,
+                                        (*session)->model().table(), writer_options);
+    TrainingLoopInput input = Input(session->get(), 0, 5);
+    input.writer = &writer;
+    input.checkpoint_interval = 2;
+    EXPECT_EQ(RunTrainingLoop(input, Recording()).end, TrainingLoopEnd::kCompleted);
+    EXPECT_THAT(client.steps(), ElementsAre(2, 4, 5));
+    EXPECT_EQ(writer.uploads_ok(), 3);
+    uploads.push_back(client.payloads());
+  }
+  EXPECT_EQ(guarded->side_copy_calls(), 3u);
+  ASSERT_EQ(uploads[0].size(), 3u);
+  ASSERT_EQ(uploads[1].size(), 3u);
+  for (size_t i = 0; i < 3; ++i) {
+    EXPECT_FALSE(uploads[0][i].empty());
+    EXPECT_TRUE(uploads[0][i] == uploads[1][i]) << "checkpoint " << i;
+  }
 }
 
 TEST_F(TrainingLoopTest, ValidationFollowsEveryIntervalTheLastStepAndAResumeWhereOneWasDue) {
