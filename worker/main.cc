@@ -93,6 +93,12 @@ ABSL_FLAG(std::string, fused_attention, "auto",
           "it loads and plans the job's shapes in precision bf16, else the kernels; the choice "
           "and the reason are logged once and exported as "
           "cohort_worker_attention_implementation).");
+ABSL_FLAG(std::string, cuda_graphs, "auto",
+          "Whether a GPU job's one-rank (device-resident) step captures each micro-batch's "
+          "forward and backward in a CUDA graph and replays it: \"auto\" (captured at a "
+          "shape's second micro-batch, replayed from then on; where a capture fails the ops "
+          "run one by one, logged once) or \"off\" (one launch per op). Exported as "
+          "cohort_worker_cuda_graph_replays_total and cohort_worker_cuda_graphs_in_use.");
 ABSL_FLAG(std::string, log_level, "",
           "Minimum log level: debug, info, warning or error; empty means $COHORT_LOG_LEVEL, "
           "else info.");
@@ -195,6 +201,10 @@ int main(int argc, char** argv) {
       cohort::compute::FusedAttentionFromName(absl::GetFlag(FLAGS_fused_attention));
   if (!fused_attention.has_value()) return Fail("--fused_attention must be auto, cudnn or off");
   config.fused_attention = *fused_attention;
+  const std::optional<cohort::compute::CudaGraphs> cuda_graphs =
+      cohort::compute::CudaGraphsFromName(absl::GetFlag(FLAGS_cuda_graphs));
+  if (!cuda_graphs.has_value()) return Fail("--cuda_graphs must be auto or off");
+  config.cuda_graphs = *cuda_graphs;
   if (config.fused_attention == cohort::compute::FusedAttention::kCudnn) {
     if (absl::Status cudnn = cohort::compute::CheckCudnnLoads(); !cudnn.ok()) {
       return Fail(absl::StrCat("--fused_attention=cudnn: ", cudnn.message()));

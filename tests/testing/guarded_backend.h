@@ -29,6 +29,11 @@
 // GPU's up-front reservation (ReserveDeviceMemory), refused past
 // set_capacity() as a device without the room refuses it.
 //
+// It captures as a GPU does (backend.h, "Captured op sequences";
+// guarded_capture.h): while a capture is open the ops are recorded, not
+// run, the calls a CUDA graph cannot hold fail the capture, and a replay
+// runs the recorded ops on the memory's contents at replay time.
+//
 // Header-only (tests link it without a library of their own).
 // Thread-compatible, like every Backend.
 
@@ -48,6 +53,7 @@
 #include "absl/strings/str_cat.h"
 #include "common/log.h"
 #include "common/status_macros.h"
+#include "tests/testing/guarded_capture.h"
 #include "worker/compute/backend.h"
 #include "worker/compute/cpu_backend.h"
 
@@ -64,6 +70,7 @@ class GuardedBackend final : public compute::Backend {
   bool host_memory() const override { return false; }
 
   absl::StatusOr<compute::Buffer> Allocate(compute::DType dtype, size_t numel) override {
+    if (capture_.Forbid("Allocate")) return absl::FailedPreconditionError("Allocate in a capture");
     const size_t page = static_cast<size_t>(sysconf(_SC_PAGESIZE));
     const size_t bytes = std::max<size_t>(numel * compute::DTypeSize(dtype), 1);
     const size_t mapped = (bytes + page - 1) / page * page;
@@ -87,6 +94,9 @@ class GuardedBackend final : public compute::Backend {
   // set_capacity() as a device without the room refuses it, recorded
   // otherwise (reserved_bytes()), a no-op once made.
   absl::Status ReserveDeviceMemory(size_t bytes) override {
+    if (capture_.Forbid("ReserveDeviceMemory")) {
+      return absl::FailedPreconditionError("ReserveDeviceMemory in a capture");
+    }
     if (reserved_bytes_ > 0) return absl::OkStatus();
     if (bytes > capacity_) {
       return absl::ResourceExhaustedError(absl::StrCat("cannot reserve ", bytes,
@@ -104,6 +114,9 @@ class GuardedBackend final : public compute::Backend {
   // Host memory, not guarded (the model's staging copies live there), but
   // remembered: the asynchronous copies take only it.
   absl::StatusOr<compute::Buffer> AllocateHost(compute::DType dtype, size_t numel) override {
+    if (capture_.Forbid("AllocateHost")) {
+      return absl::FailedPreconditionError("AllocateHost in a capture");
+    }
     ASSIGN_OR_RETURN(compute::Buffer inner, cpu_.AllocateHost(dtype, numel));
     void* data = inner.data();
     host_regions_->emplace(data, std::max<size_t>(numel * compute::DTypeSize(dtype), 1));
@@ -116,15 +129,22 @@ class GuardedBackend final : public compute::Backend {
     });
   }
   absl::Status ReserveScratch(const compute::PassShape& shape) override {
+    if (capture_.Forbid("ReserveScratch")) {
+      return absl::FailedPreconditionError("ReserveScratch in a capture");
+    }
+    capture_.BumpGeneration();  // a GPU's scratch may move
     return cpu_.ReserveScratch(shape);
   }
   void Zero(compute::TensorSpan dst) override {
-    Open open(this);
     CheckSpans("Zero", dst);
-    cpu_.Zero(dst);
-    NoteWrite(dst);
+    capture_.RunOrRecord("Zero", [=, this] {
+      Open open(this);
+      cpu_.Zero(dst);
+      NoteWrite(dst);
+    });
   }
   void CopyFromHost(compute::TensorSpan dst, const void* src) override {
+    if (capture_.Forbid("CopyFromHost")) return;
     Open open(this);
     CheckSpans("CopyFromHost", dst);
     CHECK(Region(src) == nullptr) << "CopyFromHost: the source is backend memory";
@@ -133,6 +153,7 @@ class GuardedBackend final : public compute::Backend {
     NoteWrite(dst);
   }
   void CopyToHost(void* dst, compute::TensorSpan src) override {
+    if (capture_.Forbid("CopyToHost")) return;
     Open open(this);
     CheckSpans("CopyToHost", src);
     CHECK(Region(dst) == nullptr) << "CopyToHost: the destination is backend memory";
@@ -140,13 +161,19 @@ class GuardedBackend final : public compute::Backend {
     bytes_to_host_ += src.bytes();
   }
   void CopyWithin(compute::TensorSpan dst, compute::TensorSpan src) override {
-    Open open(this);
     CheckSpans("CopyWithin", dst, src);
-    cpu_.CopyWithin(dst, src);
-    NoteWrite(dst);
+    capture_.RunOrRecord("CopyWithin", [=, this] {
+      Open open(this);
+      cpu_.CopyWithin(dst, src);
+      NoteWrite(dst);
+    });
   }
   absl::Status AttachParams(compute::TensorSpan params,
                             const std::vector<compute::ParamBlock>& blocks) override {
+    if (capture_.Forbid("AttachParams")) {
+      return absl::FailedPreconditionError("AttachParams in a capture");
+    }
+    capture_.BumpGeneration();  // a GPU's working copy moves
     CheckSpans("AttachParams", params);
     RETURN_IF_ERROR(cpu_.AttachParams(params, blocks));
     attached_ = params;
@@ -155,12 +182,16 @@ class GuardedBackend final : public compute::Backend {
     return absl::OkStatus();
   }
   void RefreshParamCopy() override {
-    if (attached_.empty()) return;
-    copy_stale_ = false;
-    ++param_copy_refreshes_;
+    capture_.RunOrRecord("RefreshParamCopy", [this] {
+      if (attached_.empty()) return;
+      copy_stale_ = false;
+      ++param_copy_refreshes_;
+    });
   }
   void DetachParams(compute::TensorSpan params) override {
+    capture_.Forbid("DetachParams");  // fails a capture, and detaches all the same
     if (params.data != attached_.data) return;
+    capture_.BumpGeneration();
     attached_ = compute::TensorSpan{};
     copy_stale_ = false;
   }
@@ -171,18 +202,23 @@ class GuardedBackend final : public compute::Backend {
   void CopyFromHostAsync(compute::TensorSpan dst, const void* src) override {
     CHECK(InHostRegion(src, dst.bytes()))
         << "CopyFromHostAsync: the source is not AllocateHost memory";
-    CopyFromHost(dst, src);
-    const auto* bytes = static_cast<const char*>(src);
-    pending_uploads_.push_back({src, std::vector<char>(bytes, bytes + dst.bytes())});
+    // Replayed, it reads the host buffer then (backend.h).
+    capture_.RunOrRecord("CopyFromHostAsync", [=, this] {
+      CopyFromHost(dst, src);
+      const auto* bytes = static_cast<const char*>(src);
+      pending_uploads_.push_back({src, std::vector<char>(bytes, bytes + dst.bytes())});
+    });
   }
   void CopyToHostAsync(void* dst, compute::TensorSpan src) override {
-    Open open(this);
     CheckSpans("CopyToHostAsync", src);
     CHECK(InHostRegion(dst, src.bytes()))
         << "CopyToHostAsync: the destination is not AllocateHost memory";
-    const auto* bytes = static_cast<const char*>(src.data);
-    pending_downloads_.push_back({dst, std::vector<char>(bytes, bytes + src.bytes())});
-    bytes_to_host_ += src.bytes();
+    capture_.RunOrRecord("CopyToHostAsync", [=, this] {
+      Open open(this);
+      const auto* bytes = static_cast<const char*>(src.data);
+      pending_downloads_.push_back({dst, std::vector<char>(bytes, bytes + src.bytes())});
+      bytes_to_host_ += src.bytes();
+    });
   }
   // The side copy's GPU timing: what it reads is taken when it is called
   // and written to `dst` only when its Wait() runs (on any thread: it
@@ -190,6 +226,14 @@ class GuardedBackend final : public compute::Backend {
   // into its source before then CHECK-fails, as a GPU's side stream could
   // read the new bytes.
   std::unique_ptr<compute::SideCopy> CopyToHostSide(void* dst, compute::TensorSpan src) override {
+    if (capture_.Forbid("CopyToHostSide")) {  // as CUDA: the capture fails, the copy too
+      struct Refused final : compute::SideCopy {
+        absl::Status Wait() override {
+          return absl::FailedPreconditionError("CopyToHostSide during a capture");
+        }
+      };
+      return std::make_unique<Refused>();
+    }
     Open open(this);
     CheckSpans("CopyToHostSide", src);
     CHECK(InHostRegion(dst, src.bytes()))
@@ -207,6 +251,9 @@ class GuardedBackend final : public compute::Backend {
   }
   size_t side_copy_calls() const { return side_copy_calls_; }
   absl::Status Synchronize() override {
+    if (capture_.Forbid("Synchronize")) {
+      return absl::FailedPreconditionError("Synchronize in a capture");
+    }
     ++synchronizations_;
     for (const PendingCopy& upload : pending_uploads_) {
       CHECK(std::memcmp(upload.host, upload.bytes.data(), upload.bytes.size()) == 0)
@@ -220,6 +267,21 @@ class GuardedBackend final : public compute::Backend {
     return cpu_.Synchronize();
   }
   size_t synchronizations() const { return synchronizations_; }
+
+  // Captures (guarded_capture.h).
+  bool SupportsCapture() const override { return true; }
+  absl::Status BeginCapture() override { return capture_.Begin(); }
+  absl::StatusOr<std::unique_ptr<compute::CapturedOps>> EndCapture() override {
+    return capture_.End(this);
+  }
+  absl::Status Replay(const compute::CapturedOps& ops) override {
+    return capture_.Replay(this, ops);
+  }
+  size_t captures() const { return capture_.captures(); }
+  size_t replays() const { return capture_.replays(); }
+  // Makes op `name` ("AttentionForward") fail a capture, as an op a GPU
+  // cannot record would.
+  void set_uncapturable_op(std::string name) { capture_.set_uncapturable_op(std::move(name)); }
   // Bytes moved by CopyFromHost and CopyToHost since the backend was made:
   // what a GPU would move over PCIe (tests of the device-resident step).
   size_t bytes_from_host() const { return bytes_from_host_; }
@@ -227,12 +289,15 @@ class GuardedBackend final : public compute::Backend {
 
   // Every op: its spans must be this backend's memory (host memory passed
   // to an op would be read as device memory on a GPU), and the memory
-  // opens for the inner CPU backend's call only. The unsharded encoder and
+  // opens for the inner CPU backend's call only; while capturing, the call
+  // is recorded for replays instead. The unsharded encoder and
   // cross-entropy backward are Backend's defaults over the guarded shard ops.
-#define COHORT_GUARDED(op, ...) \
-  Open open(this);              \
-  CheckSpans(#op, __VA_ARGS__); \
-  cpu_.op(__VA_ARGS__)
+#define COHORT_GUARDED(op, ...)         \
+  CheckSpans(#op, __VA_ARGS__);         \
+  capture_.RunOrRecord(#op, [=, this] { \
+    Open open(this);                    \
+    cpu_.op(__VA_ARGS__);               \
+  })
   void LayerNormForward(compute::TensorSpan out, compute::TensorSpan mean, compute::TensorSpan rstd,
                         compute::TensorSpan inp, compute::TensorSpan weight,
                         compute::TensorSpan bias, int N, int C) override {
@@ -247,13 +312,13 @@ class GuardedBackend final : public compute::Backend {
   }
   void MatmulForward(compute::TensorSpan out, compute::TensorSpan inp, compute::TensorSpan weight,
                      compute::TensorSpan bias, int N, int C, int OC) override {
-    NoteWeightRead(weight);
+    capture_.RunOrRecord("MatmulForward", [=, this] { NoteWeightRead(weight); });
     COHORT_GUARDED(MatmulForward, out, inp, weight, bias, N, C, OC);
   }
   void MatmulBackward(compute::TensorSpan dinp, compute::TensorSpan dweight,
                       compute::TensorSpan dbias, compute::TensorSpan dout, compute::TensorSpan inp,
                       compute::TensorSpan weight, int N, int C, int OC) override {
-    NoteWeightRead(weight);
+    capture_.RunOrRecord("MatmulBackward", [=, this] { NoteWeightRead(weight); });
     COHORT_GUARDED(MatmulBackward, dinp, dweight, dbias, dout, inp, weight, N, C, OC);
   }
   void MatmulGeluForward(compute::TensorSpan out, compute::TensorSpan pre, compute::TensorSpan inp,
@@ -491,6 +556,7 @@ class GuardedBackend final : public compute::Backend {
   size_t live_bytes_ = 0;  // requested bytes, not the mapped pages
   size_t peak_bytes_ = 0;
   size_t allocations_ = 0;
+  CaptureRecorder capture_;
 };
 
 }  // namespace cohort::testing

@@ -233,6 +233,7 @@ void WorkerAgent::SendHeartbeat(const std::shared_ptr<AttachStream>& stream) {
   }
   metrics_.resident_memory.Set(static_cast<double>(ResidentMemoryBytes()));
   metrics_.RefreshAttentionImplementation();
+  metrics_.RefreshCudaGraphs();
   metrics_.step.Set(static_cast<double>(progress.step.value()));
   if (progress.loss.has_value()) metrics_.loss.Set(*progress.loss);
   metrics_.tokens_per_second.Set(progress.tokens_per_second);

@@ -75,6 +75,7 @@ absl::StatusOr<std::unique_ptr<WorkerDaemon>> WorkerDaemon::Create(const WorkerC
     engine.num_threads = config.threads;
     engine.device_index = config.device_index;
     engine.fused_attention = config.fused_attention;
+    engine.cuda_graphs = config.cuda_graphs;
     engine.registry = registry;
     engine.loss_log = config.loss_log;
     engine.checkpoint_load_streams = config.checkpoint_load_streams;

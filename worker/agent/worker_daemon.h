@@ -43,6 +43,7 @@ struct WorkerConfig {
   std::string ucx_net_devices = "auto";
   comm::CollectiveAlgorithm collectives = comm::CollectiveAlgorithm::kAuto;  // --collectives
   compute::FusedAttention fused_attention = compute::FusedAttention::kAuto;  // --fused_attention
+  compute::CudaGraphs cuda_graphs = compute::CudaGraphs::kAuto;              // --cuda_graphs
 };
 
 // "<host>-<cpu|gpu>-<index>".

@@ -1,6 +1,7 @@
 #include "worker/agent/worker_metrics.h"
 
 #include "worker/compute/attention_report.h"
+#include "worker/compute/capture_report.h"
 
 namespace cohort::worker {
 namespace {
@@ -68,6 +69,12 @@ WorkerMetrics::WorkerMetrics(std::shared_ptr<prometheus::Registry> registry)
                                  "Memory of the session a warm spare prepared ahead (estimate)")),
       attention_cudnn(AttentionGauge(*registry, "cudnn")),
       attention_kernels(AttentionGauge(*registry, "kernels")),
+      cuda_graph_replays(
+          NewCounter(*registry, "cohort_worker_cuda_graph_replays_total",
+                     "Micro-batches whose forward and backward ran as a replayed CUDA graph")),
+      cuda_graphs_in_use(
+          NewGauge(*registry, "cohort_worker_cuda_graphs_in_use",
+                   "1 while the latest micro-batch of a GPU step ran as a replayed CUDA graph")),
       registry_(std::move(registry)) {}
 
 void WorkerMetrics::RefreshAttentionImplementation() {
@@ -76,6 +83,16 @@ void WorkerMetrics::RefreshAttentionImplementation() {
       choice.has_value() && choice->implementation == compute::AttentionImplementation::kCudnn;
   attention_cudnn.Set(cudnn ? 1.0 : 0.0);
   attention_kernels.Set(choice.has_value() && !cudnn ? 1.0 : 0.0);
+}
+
+void WorkerMetrics::RefreshCudaGraphs() {
+  const compute::CaptureStats stats = compute::LatestCaptureStats();
+  // The process's count only grows: the counter takes what is new.
+  const uint64_t counted = replays_counted_.exchange(stats.replays);
+  if (stats.replays > counted) {
+    cuda_graph_replays.Increment(static_cast<double>(stats.replays - counted));
+  }
+  cuda_graphs_in_use.Set(stats.in_use ? 1.0 : 0.0);
 }
 
 }  // namespace cohort::worker

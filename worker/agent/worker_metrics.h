@@ -2,6 +2,8 @@
 // The worker's Prometheus metrics (cohort_worker_*), registered once in a
 // registry that the daemon serves at /metrics.
 
+#include <atomic>
+#include <cstdint>
 #include <memory>
 
 #include "prometheus/counter.h"
@@ -35,9 +37,16 @@ class WorkerMetrics {
   prometheus::Gauge& attention_cudnn;
   prometheus::Gauge& attention_kernels;
   void RefreshAttentionImplementation();
+  // The device-resident step's CUDA graphs (compute/capture_report.h):
+  // micro-batches replayed from a captured graph since the worker started,
+  // and 1 while the latest micro-batch was a replay. Refreshed per heartbeat.
+  prometheus::Counter& cuda_graph_replays;
+  prometheus::Gauge& cuda_graphs_in_use;
+  void RefreshCudaGraphs();
 
  private:
   std::shared_ptr<prometheus::Registry> registry_;
+  std::atomic<uint64_t> replays_counted_{0};  // of the process's replays
 };
 
 }  // namespace cohort::worker

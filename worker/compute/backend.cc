@@ -1,8 +1,10 @@
 #include "worker/compute/backend.h"
 
 #include <memory>
+#include <string>
 #include <utility>
 
+#include "absl/strings/str_cat.h"
 #include "common/log.h"
 #include "worker/compute/span_checks.h"
 
@@ -95,6 +97,20 @@ absl::Status Backend::AttachParams(TensorSpan params, const std::vector<ParamBlo
   // No copy to keep; the blocks are still checked, so that a caller's
   // mistake shows on every backend.
   return ParamCopyLayout::Create(params.numel, blocks).status();
+}
+
+// Backends of host memory capture nothing (backend.h): no launch to save.
+absl::Status Backend::BeginCapture() {
+  return absl::UnimplementedError(absl::StrCat("the ", std::string(name()), " backend does not capture ops"));
+}
+
+absl::StatusOr<std::unique_ptr<CapturedOps>> Backend::EndCapture() {
+  return absl::FailedPreconditionError("EndCapture without an open capture");
+}
+
+absl::Status Backend::Replay(const CapturedOps& ops) {
+  LOG(FATAL) << "Replay on the " << name() << " backend, which made no capture";
+  return absl::InternalError("unreachable");
 }
 
 // The unsharded ops are the shards that hold the whole table (the shard ops

@@ -139,6 +139,15 @@ class SideCopy {
   virtual absl::Status Wait() = 0;
 };
 
+// Ops a backend recorded between BeginCapture and EndCapture (on a GPU an
+// instantiated CUDA graph), replayed with Backend::Replay. Owned by the
+// caller, who destroys it before its backend; only the backend that made it
+// replays it.
+class CapturedOps {
+ public:
+  virtual ~CapturedOps() = default;
+};
+
 class Backend {
  public:
   virtual ~Backend() = default;
@@ -243,6 +252,54 @@ class Backend {
   // successor's); GEMMs round per call again. Call it before the arena's
   // buffer is freed.
   virtual void DetachParams(TensorSpan params) {}
+
+  // ---- Captured op sequences (CUDA graphs) ---------------------------------
+  // A backend that SupportsCapture() records the ops issued between
+  // BeginCapture() and EndCapture() instead of running them, and replays
+  // them later as one launch (a GPU saves a launch per op: a small
+  // micro-batch's step is otherwise bound by them). Nothing runs while
+  // capturing: the caller replays what EndCapture returns to run it.
+  //
+  // What a capture may hold: ops, Zero, CopyWithin, RefreshParamCopy, and
+  // the asynchronous copies with AllocateHost memory. A call a GPU cannot
+  // record fails the capture instead of running: Synchronize (which returns
+  // FailedPrecondition), the synchronous CopyFromHost and CopyToHost,
+  // Allocate, AllocateHost, ReserveScratch, ReserveDeviceMemory,
+  // AttachParams, DetachParams, Replay, and an op whose scratch would have
+  // to grow (the first pass of a shape may grow it: run a shape once
+  // directly before capturing it).
+  //
+  // What a replay reads: the ops' arguments as they were issued (spans,
+  // shapes, scalars), so the same addresses; and the CONTENTS of that memory
+  // when the replay runs, host staging included: an asynchronous copy from
+  // AllocateHost memory reads the host buffer when replayed, with
+  // CopyFromHostAsync's promise (left unchanged until the next Synchronize).
+  // So whatever varies between replays is written into the captured
+  // buffers, outside the capture, before the replay.
+  //
+  // Errors: a capture that fails (a forbidden call above, an op the device
+  // refused to record) ends in EndCapture with the reason and leaves the
+  // backend as usable as before BeginCapture; the caller then runs the ops
+  // directly (and logs it once). Ops' ordinary failures while replaying are
+  // pending as every op's, for Synchronize.
+  //
+  // Whether BeginCapture can succeed here; false on the CPU, whose ops have
+  // no launch to save (the caller runs them directly).
+  virtual bool SupportsCapture() const { return false; }
+  // Starts recording. FailedPrecondition while a capture is open;
+  // Unimplemented where !SupportsCapture(); a failure pending from earlier
+  // ops is returned and left pending.
+  virtual absl::Status BeginCapture();
+  // Ends the open capture: its ops, or why it failed (FailedPrecondition
+  // naming the forbidden call, Internal for a device's refusal), with
+  // nothing recorded kept. FailedPrecondition without an open capture.
+  virtual absl::StatusOr<std::unique_ptr<CapturedOps>> EndCapture();
+  // Runs `ops` (this backend's) on the current contents of its memory,
+  // ordered with the ops like every op. FailedPrecondition, with nothing
+  // run, when the capture is stale: memory the backend keeps for itself
+  // moved since it was recorded (scratch that grew, a working copy attached
+  // again); the caller then runs the ops directly and may capture again.
+  virtual absl::Status Replay(const CapturedOps& ops);
 
   // ---- Encoder ------------------------------------------------------------
   // out (B,T,C) = wte[inp[b,t], :] + wpe[t, :].   inp (B,T) int32, every id

@@ -41,6 +41,21 @@ std::optional<FusedAttention> FusedAttentionFromName(std::string_view name) {
   return std::nullopt;
 }
 
+const char* CudaGraphsName(CudaGraphs mode) {
+  switch (mode) {
+    case CudaGraphs::kAuto: return "auto";
+    case CudaGraphs::kOff: return "off";
+  }
+  return "unknown";
+}
+
+std::optional<CudaGraphs> CudaGraphsFromName(std::string_view name) {
+  for (CudaGraphs mode : {CudaGraphs::kAuto, CudaGraphs::kOff}) {
+    if (name == CudaGraphsName(mode)) return mode;
+  }
+  return std::nullopt;
+}
+
 absl::Status CheckCudnnLoads() {
 #if COHORT_HAVE_CUDA
   return CudnnLibrary::Load({}).status();

@@ -27,6 +27,14 @@ std::optional<Precision> PrecisionFromName(std::string_view name);
 enum class FusedAttention { kAuto, kCudnn, kOff };
 const char* FusedAttentionName(FusedAttention mode);  // "auto", "cudnn", "off"
 std::optional<FusedAttention> FusedAttentionFromName(std::string_view name);
+// Whether a GPU job's device-resident step captures each micro-batch's
+// forward and backward in a CUDA graph and replays it (the worker's
+// --cuda_graphs; compute/capture_cache.h): kAuto where the backend captures
+// (CUDA), falling back to launching op by op where a capture fails; kOff:
+// op by op always. The CPU backend captures nothing either way.
+enum class CudaGraphs { kAuto, kOff };
+const char* CudaGraphsName(CudaGraphs mode);  // "auto", "off"
+std::optional<CudaGraphs> CudaGraphsFromName(std::string_view name);
 // Whether cuDNN loads on this machine (cuda_cudnn_library.h): OK naming
 // nothing, else why not (Unimplemented in a build without CUDA). For the
 // worker's start with --fused_attention=cudnn; the backend checks again,

@@ -52,7 +52,7 @@ void CpuBackend::SumLosses(TensorSpan sum, TensorSpan losses) {
   double* out = CheckedF64(sum, 1, "loss sum");
   const float* in = CheckedF32(losses, losses.numel, "losses");
   // In order, in double: what the model's host loop did with the losses
-  // it copied back (GptModel::HeadForward), bit for bit.
+  // it copied back (GptModel::HeadLoss), bit for bit.
   double total = 0.0;
   for (size_t i = 0; i < losses.numel; ++i) total += in[i];
   out[0] = total;

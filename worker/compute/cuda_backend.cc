@@ -6,6 +6,11 @@ namespace cohort::compute::cuda_impl {
 
 CudaBackend::~CudaBackend() {
   cudaSetDevice(options_.device_index);  // the handles and memory belong to it
+  if (capturing_) {  // a capture left open: ended (and dropped) before the wait
+    cudaGraph_t graph = nullptr;
+    cudaStreamEndCapture(stream_, &graph);
+    if (graph != nullptr) cudaGraphDestroy(graph);
+  }
   if (stream_ != nullptr) cudaStreamSynchronize(stream_);
   if (side_stream_ != nullptr) {
     cudaStreamSynchronize(side_stream_);
@@ -107,6 +112,9 @@ absl::Status CudaBackend::ReserveArena(size_t bytes, bool overflow) {
 }
 
 absl::Status CudaBackend::ReserveDeviceMemory(size_t bytes) {
+  if (ForbidInCapture("ReserveDeviceMemory")) {
+    return absl::FailedPreconditionError("ReserveDeviceMemory in a capture");
+  }
   if (!Begin()) return error_;
   if (arena_.has_value()) return absl::OkStatus();  // reserved already
   RETURN_IF_ERROR(ReserveArena(bytes, /*overflow=*/true));
@@ -156,6 +164,10 @@ bool CudaBackend::Begin() {
 }
 
 absl::Status CudaBackend::Synchronize() {
+  // Synchronising a capturing stream would invalidate the capture.
+  if (ForbidInCapture("Synchronize")) {
+    return absl::FailedPreconditionError("Synchronize in a capture");
+  }
   if (stream_ != nullptr) {
     cudaSetDevice(options_.device_index);
     Check(cudaStreamSynchronize(stream_), "a kernel or copy");
@@ -222,6 +234,7 @@ void CudaBackend::RawFree(void* data) {
 }
 
 absl::StatusOr<Buffer> CudaBackend::Allocate(DType dtype, size_t numel) {
+  if (ForbidInCapture("Allocate")) return absl::FailedPreconditionError("Allocate in a capture");
   if (!Begin()) return error_;
   const size_t bytes = std::max<size_t>(numel * DTypeSize(dtype), 1);
   absl::Status error;
@@ -232,6 +245,9 @@ absl::StatusOr<Buffer> CudaBackend::Allocate(DType dtype, size_t numel) {
 }
 
 absl::StatusOr<Buffer> CudaBackend::AllocateHost(DType dtype, size_t numel) {
+  if (ForbidInCapture("AllocateHost")) {
+    return absl::FailedPreconditionError("AllocateHost in a capture");
+  }
   // A failure pending from earlier ops is returned, like Allocate's, and
   // kept: it is Synchronize's to report and clear (the error model,
   // cuda_backend.h), not this call's.
@@ -258,6 +274,7 @@ absl::StatusOr<Buffer> CudaBackend::AllocateHost(DType dtype, size_t numel) {
 absl::Status CudaBackend::GrowScratch(ScratchSlot slot, size_t bytes) {
   ScratchBuffer& scratch = scratch_[slot];
   if (scratch.bytes >= bytes && scratch.data != nullptr) return absl::OkStatus();
+  ++memory_generation_;  // captured ops read the old scratch
   if (scratch.data != nullptr) RawFree(scratch.data);
   scratch = ScratchBuffer{};
   absl::Status error;
@@ -271,6 +288,11 @@ absl::Status CudaBackend::GrowScratch(ScratchSlot slot, size_t bytes) {
 }
 
 void* CudaBackend::Scratch(ScratchSlot slot, size_t bytes) {
+  const ScratchBuffer& held = scratch_[slot];
+  if ((held.data == nullptr || held.bytes < bytes) &&
+      ForbidInCapture("scratch growing for an op (run the shape once directly first)")) {
+    return nullptr;  // the op is skipped; the capture fails
+  }
   if (absl::Status grown = GrowScratch(slot, bytes); !grown.ok()) {
     Fail(std::move(grown));  // the op is skipped; Synchronize reports it
     return nullptr;
@@ -288,6 +310,9 @@ absl::StatusOr<size_t> CudaBackend::ScratchBytes(const PassShape& shape) {
 }
 
 absl::Status CudaBackend::ReserveScratch(const PassShape& shape) {
+  if (ForbidInCapture("ReserveScratch")) {
+    return absl::FailedPreconditionError("ReserveScratch in a capture");
+  }
   // As in AllocateHost: a pending failure is returned and left for
   // Synchronize.
   if (!Begin()) return error_;
@@ -343,7 +368,7 @@ void CudaBackend::Zero(TensorSpan dst) {
 }
 
 void CudaBackend::CopyFromHost(TensorSpan dst, const void* src) {
-  if (dst.numel == 0 || !Begin()) return;
+  if (dst.numel == 0 || ForbidInCapture("CopyFromHost") || !Begin()) return;
   Check(cudaMemcpyAsync(dst.data, src, dst.bytes(), cudaMemcpyHostToDevice, stream_),
         "cudaMemcpyAsync (to the device)");
   // The caller may reuse `src` when this returns (backend.h).
@@ -351,7 +376,7 @@ void CudaBackend::CopyFromHost(TensorSpan dst, const void* src) {
 }
 
 void CudaBackend::CopyToHost(void* dst, TensorSpan src) {
-  if (src.numel == 0 || !Begin()) return;
+  if (src.numel == 0 || ForbidInCapture("CopyToHost") || !Begin()) return;
   Check(cudaMemcpyAsync(dst, src.data, src.bytes(), cudaMemcpyDeviceToHost, stream_),
         "cudaMemcpyAsync (to the host)");
   Check(cudaStreamSynchronize(stream_), "cudaStreamSynchronize");
@@ -361,8 +386,12 @@ void CudaBackend::CopyToHost(void* dst, TensorSpan src) {
 
 absl::Status CudaBackend::AttachParams(TensorSpan params, const std::vector<ParamBlock>& blocks) {
   CHECK(params.dtype == DType::kFloat32) << "AttachParams: the arena is fp32";
+  if (ForbidInCapture("AttachParams")) {
+    return absl::FailedPreconditionError("AttachParams in a capture");
+  }
   ASSIGN_OR_RETURN(ParamCopyLayout layout, ParamCopyLayout::Create(params.numel, blocks));
   FreeParamCopy();
+  ++memory_generation_;  // captured GEMMs read the weights another way now
   // fp32 and tf32 GEMMs read the fp32 weights themselves: nothing to keep.
   if (!bf16_ || layout.blocks().empty()) return absl::OkStatus();
   if (!Begin()) return error_;
@@ -412,11 +441,13 @@ void CudaBackend::RefreshParamCopy() {
 }
 
 void CudaBackend::DetachParams(TensorSpan params) {
+  ForbidInCapture("DetachParams");  // fails a capture, and detaches all the same
   if (param_copy_.has_value() && params.data == param_copy_->params) FreeParamCopy();
 }
 
 void CudaBackend::FreeParamCopy() {
   if (!param_copy_.has_value()) return;
+  ++memory_generation_;  // captured GEMMs read the copy
   RawFree(param_copy_->copy);
   RawFree(param_copy_->blocks);
   param_copy_.reset();

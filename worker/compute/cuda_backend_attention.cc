@@ -190,8 +190,11 @@ void CudaBackend::AttentionBackward(TensorSpan dqkv, TensorSpan dout, TensorSpan
 // ---- cuDNN --------------------------------------------------------------------
 
 const sdpa::Plan* CudaBackend::SdpaPlanFor(const sdpa::Shape& shape, sdpa::Direction direction) {
+  auto found_plan = sdpa_plans_.find({shape, direction});
+  if (found_plan != sdpa_plans_.end()) return found_plan->second.get();
+  // Building a plan may allocate; a shape's first pass (run directly) makes it.
+  if (ForbidInCapture("building a cuDNN attention plan")) return nullptr;
   auto [found, inserted] = sdpa_plans_.try_emplace({shape, direction});
-  if (!inserted) return found->second.get();
   absl::StatusOr<std::unique_ptr<sdpa::Plan>> plan =
       sdpa::BuildPlan(*cudnn_, cudnn_handle_, shape, direction);
   if (!plan.ok()) {

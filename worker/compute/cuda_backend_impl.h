@@ -6,8 +6,9 @@
 // cuBLASLt GEMMs, the linear layers, the kernels' attention products),
 // cuda_backend_attention.cc (attention: cuDNN's fused attention, or the
 // kernels of cuda_backend_attention_kernels.cc), cuda_backend_fused.cc (the
-// fused ops, the epilogues' bias gradients) and cuda_backend_ops.cc (the
-// kernels of the other ops and the optimizer's).
+// fused ops, the epilogues' bias gradients), cuda_backend_ops.cc (the
+// kernels of the other ops and the optimizer's) and cuda_backend_graph.cc
+// (captured op sequences: CUDA graphs).
 // The contract is cuda_backend.h's.
 
 #include "worker/compute/cuda_backend.h"
@@ -177,6 +178,10 @@ class CudaBackend final : public Backend {
   absl::Status AttachParams(TensorSpan params, const std::vector<ParamBlock>& blocks) override;
   void RefreshParamCopy() override;
   void DetachParams(TensorSpan params) override;
+  bool SupportsCapture() const override { return true; }
+  absl::Status BeginCapture() override;
+  absl::StatusOr<std::unique_ptr<CapturedOps>> EndCapture() override;
+  absl::Status Replay(const CapturedOps& ops) override;
 
   void LayerNormForward(TensorSpan out, TensorSpan mean, TensorSpan rstd, TensorSpan inp,
                         TensorSpan weight, TensorSpan bias, int N, int C) override;
@@ -228,6 +233,10 @@ class CudaBackend final : public Backend {
                  const AdamWScalars& adamw) override;
 
  private:
+  // A call a capture may not hold (cuda_backend_graph.cc): true, with the
+  // open capture failed naming `call`, while capturing (the caller then
+  // does not make it); false otherwise.
+  bool ForbidInCapture(const char* call);
   // Makes the device current; false (the op is skipped) while a failure
   // waits for Synchronize.
   bool Begin();
@@ -375,6 +384,14 @@ class CudaBackend final : public Backend {
   std::optional<ParamCopy> param_copy_;
   std::map<PlanKey, GemmPlan> plans_;
   absl::Status error_;
+  // A capture is open on stream_ (cuda_backend_graph.cc), and the first
+  // forbidden call made in it.
+  bool capturing_ = false;
+  absl::Status capture_failure_;
+  // Moves whenever memory the backend keeps for itself, which captured ops
+  // read, is freed or replaced (scratch, the working copy): captures of an
+  // older generation are stale.
+  uint64_t memory_generation_ = 0;
 };
 
 }  // namespace cohort::compute::cuda_impl

@@ -52,6 +52,11 @@ class CudaSideCopy final : public SideCopy {
 }  // namespace
 
 std::unique_ptr<SideCopy> CudaBackend::CopyToHostSide(void* dst, TensorSpan src) {
+  // A second stream's copy cannot be part of a graph of this stream.
+  if (ForbidInCapture("CopyToHostSide")) {
+    return std::make_unique<CudaSideCopy>(
+        absl::FailedPreconditionError("CopyToHostSide during a capture"));
+  }
   // A failure pending on the step's stream means the source may hold
   // anything: the copy reports it (and leaves it pending for Synchronize).
   if (!Begin()) return std::make_unique<CudaSideCopy>(error_);

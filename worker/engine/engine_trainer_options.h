@@ -37,6 +37,9 @@ struct EngineTrainerOptions {
   int device_index = 0;
   // How a GPU job runs attention (the worker's --fused_attention).
   compute::FusedAttention fused_attention = compute::FusedAttention::kAuto;
+  // Whether a GPU job's device-resident step replays CUDA graphs (the
+  // worker's --cuda_graphs).
+  compute::CudaGraphs cuda_graphs = compute::CudaGraphs::kAuto;
   // Bound on building the communicators (all peers must publish).
   absl::Duration bootstrap_timeout = absl::Seconds(120);
   // UCX's network interfaces for groups across hosts

@@ -194,6 +194,7 @@ absl::Status SessionBuilder::BuildSession(const Assignment& assignment, Generati
   session.num_threads = options_.num_threads;
   session.device_index = options_.device_index;
   session.fused_attention = options_.fused_attention;
+  session.cuda_graphs = options_.cuda_graphs;
   session.collective_timeout = options_.collective_timeout;
   // A device-resident session then keeps a snapshot buffer for them.
   session.checkpoint_snapshot = assignment.spec.checkpoint().interval_steps() > 0;

@@ -70,12 +70,27 @@
 #include "absl/time/time.h"
 #include "worker/comm/communicator.h"
 #include "worker/compute/backend.h"
+#include "worker/compute/capture_cache.h"
 #include "worker/model/gpt_activations.h"
 #include "worker/model/gpt_config.h"
 #include "worker/model/model_layout.h"
 #include "worker/model/parameter_table.h"
 
 namespace cohort::model {
+
+// One micro-batch of the device-resident step (GptModel::TrainMicroBatch).
+struct MicroBatchPass {
+  int slot = 0;
+  // Host arrays of B*T ids each in AllocateHost memory, left unchanged
+  // until the caller's next Backend::Synchronize (DeferNextForward's).
+  const int32_t* inputs = nullptr;
+  const int32_t* targets = nullptr;
+  int B = 0;
+  int T = 0;
+  double loss_scale = 1.0;
+  // Backend memory (one float64) for the loss sum (DeferNextForward's).
+  compute::TensorSpan loss_sum;
+};
 
 struct ModelOptions {
   // Largest B that Forward accepts; activations are sized for it.
@@ -161,6 +176,21 @@ class GptModel {
   // instead of waiting to return the loss. The backwards of such a step
   // (set_gradients_stay_on_backend) do not wait either.
   void DeferNextForward(compute::TensorSpan loss_sum) { next_loss_sum_ = loss_sum; }
+  // The device-resident step's micro-batch: a deferred ForwardStage of
+  // pass.slot (its loss sum left in pass.loss_sum), ZeroGrad, and
+  // BackwardStage(pass.slot, pass.loss_scale), with the same bits. The
+  // backend's ops of all three are one unit run through `graphs`: issued
+  // directly, or captured once and replayed (compute/capture_cache.h: a GPU
+  // launches the whole pass at once), keyed by the slot, B, T and the loss
+  // sum's address. What the host does is outside it, before the ops: the
+  // checks, the weights' upload when the host wrote them, the tokens'
+  // asynchronous upload into the slot, and the loss gradient's upload when
+  // its value changes; so a replay reads this micro-batch's tokens, the
+  // current weights and the current loss scale. Needs a staged model of one
+  // rank (tp = pp = 1) whose gradients stay on the backend
+  // (FailedPrecondition otherwise); errors as ForwardStage and
+  // BackwardStage (Aborted on a cancel seen before or inside a direct run).
+  absl::Status TrainMicroBatch(const MicroBatchPass& pass, compute::CaptureCache* graphs);
   // Attaches the parameter arena to the backend with the weights its GEMMs
   // read (backend.h, AttachParams: a bf16 backend then keeps a bf16 working
   // copy instead of rounding them on every call), for the device-resident
@@ -285,7 +315,24 @@ class GptModel {
   absl::Status CheckTokens(const char* what, const int32_t* ids, int B, int T) const;
   // Sums `span` over the tensor group (no-op without tensor parallelism).
   absl::Status TensorAllReduce(compute::TensorSpan span, comm::ReduceOp op);
-  absl::StatusOr<double> HeadForward(Slot& slot, compute::TensorSpan loss_sum);
+  // ForwardStage in three parts, so that TrainMicroBatch can run the
+  // middle one as a captured unit. BeginForward: the checks, the weights'
+  // upload, the slot's tokens (asynchronously when `deferred`) and
+  // activation views. ForwardOps: the backend's ops only (and the tensor
+  // group's all-reduces), with the head's loss sum into `loss_sum` when it
+  // is not empty. HeadLoss: the mean loss read back, or NaN when deferred.
+  absl::Status BeginForward(int slot_index, const int32_t* inputs, const int32_t* targets, int B,
+                            int T, bool deferred);
+  absl::Status ForwardOps(Slot& slot, int B, int T, compute::TensorSpan loss_sum);
+  absl::Status HeadOps(Slot& slot, int N, compute::TensorSpan loss_sum);
+  absl::StatusOr<double> HeadLoss(Slot& slot, int N, compute::TensorSpan loss_sum);
+  // BackwardOnBackend's parts likewise: BeginBackward checks the slot,
+  // marks its logits overwritten and returns the loss gradient (uploaded
+  // when it changed; empty without the head); BackwardOps issues the ops.
+  absl::StatusOr<compute::TensorSpan> BeginBackward(int slot_index, double loss_scale);
+  absl::Status BackwardOps(const Slot& slot, compute::TensorSpan dlosses);
+  // ZeroGrad's ops, without the staging books.
+  void ZeroGradOps();
   absl::Status CheckCancelled() const;
   // BackwardStage without the staging around it.
   absl::Status BackwardOnBackend(int slot_index, double loss_scale);

@@ -16,12 +16,16 @@ namespace cohort::model {
 using compute::TensorSpan;
 
 void GptModel::ZeroGrad() {
-  backend_->Zero(grads_.span());
-  if (!embedding_grad_.span().empty()) backend_->Zero(embedding_grad_.span());
+  ZeroGradOps();
   if (staging_ != nullptr) {
     staging_->grads.newest = Newest::kZeroOnBackend;
     staging_->embedding_grad.newest = Newest::kZeroOnBackend;
   }
+}
+
+void GptModel::ZeroGradOps() {
+  backend_->Zero(grads_.span());
+  if (!embedding_grad_.span().empty()) backend_->Zero(embedding_grad_.span());
 }
 
 absl::Status GptModel::Backward(double loss_scale) {
@@ -31,8 +35,7 @@ absl::Status GptModel::Backward(double loss_scale) {
   RETURN_IF_ERROR(UploadStaleGrads());
   RETURN_IF_ERROR(BackwardOnBackend(0, loss_scale));
   // Both tied parts into grads(): head + embedding, one rounding per element.
-  backend_->ResidualForward(grad(kWte), grad(kWte), embedding_grad_.span(),
-                            table_[kWte].numel);
+  backend_->ResidualForward(grad(kWte), grad(kWte), embedding_grad_.span(), table_[kWte].numel);
   const bool stay = KeepGradientsOnBackend();
   backend_->Zero(embedding_grad_.span());
   if (staging_ != nullptr) staging_->embedding_grad.newest = Newest::kZeroOnBackend;
@@ -59,6 +62,25 @@ bool GptModel::KeepGradientsOnBackend() {
 }
 
 absl::Status GptModel::BackwardOnBackend(int slot_index, double loss_scale) {
+  ASSIGN_OR_RETURN(const TensorSpan dlosses, BeginBackward(slot_index, loss_scale));
+  const ModelLayout& lay = layout();
+  const Slot& slot = slots_[slot_index];
+  const GptActivationGrads g =
+      LayOutActivationGrads(config_, lay, grad_acts_.span(), slot.B, slot.T);
+  if (staging_ != nullptr && !lay.has_head()) {
+    backend_->CopyFromHost(g.dresidual, staging_->stage_output_grad.data());  // StageOutputGrad
+  }
+  RETURN_IF_ERROR(BackwardOps(slot, dlosses));
+  if (staging_ != nullptr && !lay.has_embedding()) {  // StageInputGrad, for the caller to send
+    backend_->CopyToHost(staging_->stage_input_grad.data(), g.dresidual);
+  }
+  // The device-resident step waits once, at its end: a backward whose
+  // gradients stay on the backend leaves its errors for that wait.
+  if (gradients_stay_ && staging_ != nullptr) return absl::OkStatus();
+  return backend_->Synchronize();
+}
+
+absl::StatusOr<TensorSpan> GptModel::BeginBackward(int slot_index, double loss_scale) {
   if (slot_index < 0 || slot_index >= static_cast<int>(slots_.size()) ||
       slots_[slot_index].B == 0) {
     return absl::FailedPreconditionError(
@@ -67,13 +89,27 @@ absl::Status GptModel::BackwardOnBackend(int slot_index, double loss_scale) {
   if (!std::isfinite(loss_scale)) {
     return absl::InvalidArgumentError(absl::StrCat("loss_scale must be finite, got ", loss_scale));
   }
-  if (slots_[slot_index].logits_overwritten) {
+  Slot& slot = slots_[slot_index];
+  if (slot.logits_overwritten) {
     return absl::FailedPreconditionError(
         absl::StrCat("Backward needs a new Forward of slot ", slot_index,
                      ": the last Backward wrote the logits' gradient over its logits"));
   }
+  last_backward_slot_ = slot_index;
+  if (!layout().has_head()) return TensorSpan{};
+  // A cancel seen before the logits are overwritten leaves the slot able
+  // to run its backward again.
+  RETURN_IF_ERROR(CheckCancelled());
+  // From here the slot's logits are gone (logits(), CopyLogitsToHost and a
+  // second Backward refuse): BackwardOps writes their gradient over them.
+  slot.logits_overwritten = true;
+  // d(loss_scale * mean loss)/d(loss at each position).
+  const int N = slot.B * slot.T;
+  return LossGradient(static_cast<float>(loss_scale / N), N);
+}
+
+absl::Status GptModel::BackwardOps(const Slot& slot, TensorSpan dlosses) {
   const ModelLayout& lay = layout();
-  Slot& slot = slots_[slot_index];
   const int B = slot.B;
   const int T = slot.T;
   const int N = B * T;
@@ -86,22 +122,11 @@ absl::Status GptModel::BackwardOnBackend(int slot_index, double loss_scale) {
   compute::Backend& be = *backend_;
   const GptActivations& a = slot.acts;
   const GptActivationGrads g = LayOutActivationGrads(config_, lay, grad_acts_.span(), B, T);
-  last_backward_slot_ = slot_index;
-  if (staging_ != nullptr && !lay.has_head()) {
-    be.CopyFromHost(g.dresidual, staging_->stage_output_grad.data());  // StageOutputGrad
-  }
 
   if (lay.has_head()) {
-    // A cancel seen before the logits are overwritten leaves the slot able
-    // to run its backward again.
-    RETURN_IF_ERROR(CheckCancelled());
-    // d(loss_scale * mean loss)/d(loss at each position).
-    const TensorSpan dlosses = LossGradient(static_cast<float>(loss_scale / N), N);
     // The logits' gradient overwrites the logits (backend.h allows it in
-    // place): no second vocabulary-sized buffer. From here the slot's logits
-    // are gone (logits(), CopyLogitsToHost and a second Backward refuse).
+    // place): no second vocabulary-sized buffer.
     const TensorSpan dlogits = a.logits;
-    slot.logits_overwritten = true;
     if (lay.tp == 1) {
       be.CrossEntropyBackward(dlogits, a.logits, a.lse, slot.targets, dlosses, N, V, Vs);
     } else {
@@ -156,13 +181,8 @@ absl::Status GptModel::BackwardOnBackend(int slot_index, double loss_scale) {
       be.EncoderBackwardShard(embedding_grad_.span(), grad(kWpe), g.dresidual, slot.inputs,
                               lay.vocab_start(config_), Vs, B, T, C);
     }
-  } else if (staging_ != nullptr) {  // StageInputGrad, for the caller to send
-    be.CopyToHost(staging_->stage_input_grad.data(), g.dresidual);
   }
-  // The device-resident step waits once, at its end: a backward whose
-  // gradients stay on the backend leaves its errors for that wait.
-  if (gradients_stay_ && staging_ != nullptr) return absl::OkStatus();
-  return be.Synchronize();
+  return absl::OkStatus();
 }
 
 TensorSpan GptModel::LossGradient(float value, int N) {

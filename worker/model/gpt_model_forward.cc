@@ -44,9 +44,32 @@ absl::Status GptModel::CheckCancelled() const {
 
 absl::StatusOr<double> GptModel::ForwardStage(int slot_index, const int32_t* inputs,
                                               const int32_t* targets, int B, int T) {
+  // DeferNextForward's request holds for this forward only.
+  const TensorSpan loss_sum = std::exchange(next_loss_sum_, TensorSpan{});
+  RETURN_IF_ERROR(BeginForward(slot_index, inputs, targets, B, T, /*deferred=*/!loss_sum.empty()));
+  Slot& slot = slots_[slot_index];
+  RETURN_IF_ERROR(ForwardOps(slot, B, T, loss_sum));
+  double loss = 0.0;
+  const ModelLayout& lay = layout();
+  if (lay.has_head()) {
+    ASSIGN_OR_RETURN(loss, HeadLoss(slot, B * T, loss_sum));
+  } else {
+    if (staging_ != nullptr) {  // StageOutput, for the caller to send
+      backend_->CopyToHost(staging_->stage_output[slot_index].data(),
+                           slot.acts.layers.back().residual3);
+    }
+    RETURN_IF_ERROR(backend_->Synchronize());
+  }
+  slot.B = B;
+  slot.T = T;
+  return loss;
+}
+
+absl::Status GptModel::BeginForward(int slot_index, const int32_t* inputs, const int32_t* targets,
+                                    int B, int T, bool deferred) {
   if (slot_index < 0 || slot_index >= static_cast<int>(slots_.size())) {
-    return absl::InvalidArgumentError(absl::StrCat("activation slot ", slot_index,
-                                                   " outside [0, ", slots_.size(), ")"));
+    return absl::InvalidArgumentError(
+        absl::StrCat("activation slot ", slot_index, " outside [0, ", slots_.size(), ")"));
   }
   if (B < 1 || B > options_.max_micro_batch) {
     return absl::InvalidArgumentError(absl::StrCat(
@@ -59,13 +82,37 @@ absl::StatusOr<double> GptModel::ForwardStage(int slot_index, const int32_t* inp
   const ModelLayout& lay = layout();
   if (lay.has_embedding()) RETURN_IF_ERROR(CheckTokens("input", inputs, B, T));
   if (lay.has_head()) RETURN_IF_ERROR(CheckTokens("target", targets, B, T));
-  // DeferNextForward's request holds for this forward only.
-  const TensorSpan loss_sum = std::exchange(next_loss_sum_, TensorSpan{});
   RETURN_IF_ERROR(UploadStaleParams());
   // From here on the slot's previous state is overwritten.
   Slot& slot = slots_[slot_index];
   slot.B = 0;
   slot.logits_overwritten = false;
+  const int N = B * T;
+  compute::Backend& be = *backend_;
+  const size_t tokens_per_slot =
+      2 * static_cast<size_t>(options_.max_micro_batch) * config_.context_length;
+  slot.inputs = tokens_.Slice(tokens_per_slot * slot_index, N);
+  slot.targets = tokens_.Slice(tokens_per_slot * slot_index + N, N);
+  // Deferred: the caller's arrays are AllocateHost memory it keeps until
+  // its next wait (DeferNextForward), so nothing waits here.
+  auto upload = [&](TensorSpan dst, const int32_t* src) {
+    if (deferred) {
+      be.CopyFromHostAsync(dst, src);
+    } else {
+      be.CopyFromHost(dst, src);
+    }
+  };
+  if (lay.has_embedding()) upload(slot.inputs, inputs);
+  if (lay.has_head()) upload(slot.targets, targets);
+  slot.acts = LayOutActivations(config_, lay, be, slot.arena, B, T);
+  if (staging_ != nullptr && !lay.has_embedding()) {
+    be.CopyFromHost(slot.acts.encoded, staging_->stage_input[slot_index].data());  // StageInput
+  }
+  return absl::OkStatus();
+}
+
+absl::Status GptModel::ForwardOps(Slot& slot, int B, int T, TensorSpan loss_sum) {
+  const ModelLayout& lay = layout();
   const int N = B * T;
   const int L = lay.num_layers(config_);
   const int C = config_.width;
@@ -73,26 +120,7 @@ absl::StatusOr<double> GptModel::ForwardStage(int slot_index, const int32_t* inp
   const int NHl = config_.heads / lay.tp;
   const bool bias_here = lay.tp_rank == 0;  // row-parallel biases: added once
   compute::Backend& be = *backend_;
-  const size_t tokens_per_slot = 2 * static_cast<size_t>(options_.max_micro_batch) *
-                                 config_.context_length;
-  slot.inputs = tokens_.Slice(tokens_per_slot * slot_index, N);
-  slot.targets = tokens_.Slice(tokens_per_slot * slot_index + N, N);
-  // Deferred: the caller's arrays are AllocateHost memory it keeps until
-  // its next wait (DeferNextForward), so nothing waits here.
-  auto upload = [&](TensorSpan dst, const int32_t* src) {
-    if (loss_sum.empty()) {
-      be.CopyFromHost(dst, src);
-    } else {
-      be.CopyFromHostAsync(dst, src);
-    }
-  };
-  if (lay.has_embedding()) upload(slot.inputs, inputs);
-  if (lay.has_head()) upload(slot.targets, targets);
-  GptActivations a = LayOutActivations(config_, lay, be, slot.arena, B, T);
-  if (staging_ != nullptr && !lay.has_embedding()) {
-    be.CopyFromHost(a.encoded, staging_->stage_input[slot_index].data());  // StageInput
-  }
-
+  GptActivations& a = slot.acts;
   if (lay.has_embedding()) {
     if (lay.tp == 1) {
       be.EncoderForward(a.encoded, slot.inputs, param(kWte), param(kWpe), B, T, C);
@@ -135,28 +163,14 @@ absl::StatusOr<double> GptModel::ForwardStage(int slot_index, const int32_t* inp
       be.ResidualForward(la.residual3, la.residual2, la.fcproj, static_cast<size_t>(N) * C);
     }
   }
-  slot.acts = std::move(a);
-  double loss = 0.0;
-  if (lay.has_head()) {
-    slot.B = B;  // HeadForward reads the slot's shape
-    slot.T = T;
-    ASSIGN_OR_RETURN(loss, HeadForward(slot, loss_sum));
-  } else {
-    if (staging_ != nullptr) {  // StageOutput, for the caller to send
-      be.CopyToHost(staging_->stage_output[slot_index].data(), slot.acts.layers.back().residual3);
-    }
-    RETURN_IF_ERROR(be.Synchronize());
-  }
-  slot.B = B;
-  slot.T = T;
-  return loss;
+  if (!lay.has_head()) return absl::OkStatus();
+  return HeadOps(slot, N, loss_sum);
 }
 
-absl::StatusOr<double> GptModel::HeadForward(Slot& slot, TensorSpan loss_sum) {
+absl::Status GptModel::HeadOps(Slot& slot, int N, TensorSpan loss_sum) {
   const ModelLayout& lay = layout();
   compute::Backend& be = *backend_;
   GptActivations& a = slot.acts;
-  const int N = slot.B * slot.T;
   const int C = config_.width;
   const int V = config_.vocab_size;
   const int Vs = lay.vocab_rows(config_);
@@ -176,14 +190,17 @@ absl::StatusOr<double> GptModel::HeadForward(Slot& slot, TensorSpan loss_sum) {
     RETURN_IF_ERROR(TensorAllReduce(a.ce_sums, comm::ReduceOp::kSum));
     be.CrossEntropyShardFinish(a.losses, a.lse, a.row_max, a.ce_sums, N);
   }
-  if (!loss_sum.empty()) {
-    // The device-resident step reads every micro-batch's sum at its end,
-    // in one wait (DeferNextForward); the CPU's are this loop's bits.
-    be.SumLosses(loss_sum, a.losses.Slice(0, N));
-    return std::numeric_limits<double>::quiet_NaN();
-  }
+  // The device-resident step reads every micro-batch's sum at its end,
+  // in one wait (DeferNextForward); the CPU's are HeadLoss's bits.
+  if (!loss_sum.empty()) be.SumLosses(loss_sum, a.losses.Slice(0, N));
+  return absl::OkStatus();
+}
+
+absl::StatusOr<double> GptModel::HeadLoss(Slot& slot, int N, TensorSpan loss_sum) {
+  if (!loss_sum.empty()) return std::numeric_limits<double>::quiet_NaN();
+  compute::Backend& be = *backend_;
   host_losses_.resize(N);
-  be.CopyToHost(host_losses_.data(), a.losses);
+  be.CopyToHost(host_losses_.data(), slot.acts.losses);
   RETURN_IF_ERROR(be.Synchronize());
   // Serial double sum: the same mean for any backend thread count.
   double sum = 0.0;

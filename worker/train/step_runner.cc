@@ -230,16 +230,25 @@ absl::Status StepRunner::RunSchedule(Step step, const std::atomic<bool>* cancel)
         RETURN_IF_ERROR(FlushSend());
       }
       if (device_optimizer_ != nullptr) {
-        // The loss stays on the backend until the step's end (FinishOnDevice).
-        model_->DeferNextForward(loss_sums_.Slice(i, 1));
+        // One rank (schedule F0 B0 F1 B1 ...): the forward and its backward
+        // in one unit; the backward op below only folds the gradients.
+        RETURN_IF_ERROR(TrainMicroBatchOnDevice(i, slot, inputs, targets, loss_scale));
+        continue;
       }
       ASSIGN_OR_RETURN(double loss, model_->ForwardStage(slot, inputs, targets, B, T));
       // Divided by the micro-batch count once, in StepLoss.
-      if (last && device_optimizer_ == nullptr) leaf_losses_[leaf] = loss;
+      if (last) leaf_losses_[leaf] = loss;
       if (!last) {
         pending_ = PendingSend{model_->StageOutput(slot).data, activation_bytes,
                                layout_.stage + 1};
       }
+      continue;
+    }
+    // The model's gradients stay intact after the rank's last backward
+    // until the next step: that leaf need not be copied.
+    const bool kept = i + 1 == micro_batches_per_rank_;
+    if (device_optimizer_ != nullptr) {  // its backward ran with its forward
+      AddLeafOnDevice(leaf, kept);
       continue;
     }
     if (!last) {
@@ -254,13 +263,6 @@ absl::Status StepRunner::RunSchedule(Step step, const std::atomic<bool>* cancel)
       // The model reuses that buffer for the next backward's received gradient.
       std::memcpy(send_buffer_.data(), model_->StageInputGrad().data, activation_bytes);
       pending_ = PendingSend{send_buffer_.data(), activation_bytes, layout_.stage - 1};
-    }
-    // The model's gradients stay intact after the rank's last backward
-    // until the next step: that leaf need not be copied.
-    const bool kept = i + 1 == micro_batches_per_rank_;
-    if (device_optimizer_ != nullptr) {
-      AddLeafOnDevice(leaf, kept);
-      continue;
     }
     float* grads = model_->grads();
     const compute::TensorSpan embedding = model_->embedding_grad();

@@ -101,6 +101,11 @@ struct StepRunnerOptions {
   // the model's num_params floats, valid in [begin, end) (the own ZeRO-1
   // shard, or everything). For tests and debugging.
   GradientObserver gradient_observer;
+  // The device-resident step runs each micro-batch's forward and backward
+  // as one captured unit where the backend captures (a CUDA graph:
+  // GptModel::TrainMicroBatch, compute/capture_cache.h); false issues every
+  // op on its own (the worker's --cuda_graphs=off).
+  bool capture_micro_batches = true;
 };
 
 class StepRunner {
@@ -178,6 +183,8 @@ class StepRunner {
   float* adam_v() { return WritableMoments(v_); }
   const float* adam_m() const { return ReadableMoments(m_); }
   const float* adam_v() const { return ReadableMoments(v_); }
+  // The device-resident step's captured units (null elsewhere).
+  const compute::CaptureCache* micro_batch_graphs() const { return graphs_.get(); }
   // Whether the step's end runs on the backend, the training state staying
   // in its memory (step_runner_device.cc): a backend whose memory the host
   // cannot read (a GPU), one rank holding the whole model (dp = tp = pp = 1),
@@ -231,6 +238,11 @@ class StepRunner {
   absl::Status PrepareDevice();
   // Micro-batch `i`'s token arrays in step_tokens_.
   void DeviceTokens(int i, int32_t** inputs, int32_t** targets);
+  // Micro-batch `i`'s forward and backward in activation slot `slot`, its
+  // tokens `inputs` and `targets` (DeviceTokens), as one captured unit
+  // (GptModel::TrainMicroBatch).
+  absl::Status TrainMicroBatchOnDevice(int i, int slot, const int32_t* inputs,
+                                       const int32_t* targets, double loss_scale);
   // Folds micro-batch `leaf`'s gradients (backend memory) into the tree.
   void AddLeafOnDevice(int leaf, bool kept);
   // The end of a step on the backend: norm, clip and AdamW, the host reading
@@ -272,6 +284,10 @@ class StepRunner {
   mutable UninitializedArray<float> m_;
   mutable UninitializedArray<float> v_;
   std::unique_ptr<DeviceOptimizer> device_optimizer_;
+  // Each micro-batch's forward and backward as a captured unit (the
+  // device-resident step; destroyed before the backend, which the model's
+  // owner keeps alive longer than this runner).
+  std::unique_ptr<compute::CaptureCache> graphs_;
   // The device-resident step's per-micro-batch buffers (PrepareDevice): the
   // tokens (inputs then targets, AllocateHost memory, uploaded
   // asynchronously and left alone until the step's one wait), and the loss

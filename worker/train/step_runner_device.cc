@@ -42,6 +42,10 @@ absl::Status StepRunner::PrepareDevice() {
                    backend->AllocateHost(compute::DType::kInt32, 2 * tokens * micro_batches));
   ASSIGN_OR_RETURN(loss_sums_, backend->Allocate(compute::DType::kFloat64, micro_batches));
   ASSIGN_OR_RETURN(loss_sums_host_, backend->AllocateHost(compute::DType::kFloat64, micro_batches));
+  // One capture per micro-batch index (each writes its own loss sum), made
+  // at the second step and replayed from the third.
+  graphs_ = std::make_unique<compute::CaptureCache>(
+      backend, options_.capture_micro_batches, "a micro-batch's forward and backward");
   // The moments are in backend memory from now on; the host copies are
   // whatever a restore writes into them (adam_m() marks them) until then.
   moments_newest_ = MomentsNewest::kSynced;
@@ -54,6 +58,20 @@ void StepRunner::DeviceTokens(int i, int32_t** inputs, int32_t** targets) {
       static_cast<size_t>(config_.micro_batch_size) * config_.model.context_length;
   *inputs = static_cast<int32_t*>(step_tokens_.data()) + 2 * tokens * i;
   *targets = *inputs + tokens;
+}
+
+absl::Status StepRunner::TrainMicroBatchOnDevice(int i, int slot, const int32_t* inputs,
+                                                  const int32_t* targets, double loss_scale) {
+  model::MicroBatchPass pass;
+  pass.slot = slot;
+  pass.inputs = inputs;
+  pass.targets = targets;
+  pass.B = config_.micro_batch_size;
+  pass.T = config_.model.context_length;
+  pass.loss_scale = loss_scale;
+  // The loss stays on the backend until the step's end (FinishOnDevice).
+  pass.loss_sum = loss_sums_.Slice(i, 1);
+  return model_->TrainMicroBatch(pass, graphs_.get());
 }
 
 void StepRunner::AddLeafOnDevice(int leaf, bool kept) {
@@ -92,7 +110,7 @@ absl::StatusOr<StepResult> StepRunner::FinishOnDevice(Step step) {
   RETURN_IF_ERROR(device_optimizer_->Enqueue(model_->params_span(), accumulated, lr,
                                              step.value() + 1, loss_sums_.span()));
   ASSIGN_OR_RETURN(double norm, device_optimizer_->Norm());
-  // The loss HeadForward returns on the host path: the sum over the B*T
+  // The loss HeadLoss returns on the host path: the sum over the B*T
   // positions divided by their count.
   const int positions = config_.micro_batch_size * config_.model.context_length;
   const auto* sums = static_cast<const double*>(loss_sums_host_.data());

@@ -147,6 +147,7 @@ absl::StatusOr<std::unique_ptr<TrainingSession>> TrainingSession::Create(
   runner.tie_per_micro_batch = options.tie_per_micro_batch;
   runner.gradient_observer = options.gradient_observer;
   runner.state_versions = options.state_versions;
+  runner.capture_micro_batches = options.cuda_graphs == compute::CudaGraphs::kAuto;
   ASSIGN_OR_RETURN(session->runner_,
                    StepRunner::Create(config, session->model_.get(), session->sampler_.get(),
                                       session->data_parallel_.get(), runner));

@@ -44,6 +44,10 @@ struct TrainingSessionOptions {
   int device_index = 0;
   // How a CUDA backend runs attention (the worker's --fused_attention).
   compute::FusedAttention fused_attention = compute::FusedAttention::kAuto;
+  // Whether the device-resident step replays each micro-batch's forward and
+  // backward as a CUDA graph (the worker's --cuda_graphs;
+  // StepRunnerOptions::capture_micro_batches).
+  compute::CudaGraphs cuda_graphs = compute::CudaGraphs::kAuto;
   // The backend to build the session on instead of creating one from the
   // config (tests: a backend whose memory the host cannot read, to run the
   // GPU path's host staging without a GPU). Null: created.

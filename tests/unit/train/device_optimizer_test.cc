@@ -171,7 +171,7 @@ TEST(DeviceOptimizerStandaloneTest, ANonFiniteLossSumSkipsAFiniteUpdate) {
 }
 
 TEST(DeviceOptimizerStandaloneTest, SumLossesIsTheHostsSerialDoubleSumOnTheCpu) {
-  // What GptModel::HeadForward did on the host with the losses it copied
+  // What GptModel::HeadLoss did on the host with the losses it copied
   // back; the CPU backend's op must give its bits (the device-resident
   // step's losses stay what they were).
   testing::GuardedBackend backend(2);

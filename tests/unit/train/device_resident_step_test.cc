@@ -14,23 +14,18 @@
 #include <vector>
 
 #include "gtest/gtest.h"
+#include "tests/testing/device_resident_steps.h"
 #include "tests/testing/guarded_backend.h"
-#include "tests/testing/training_configs.h"
 #include "worker/model/model_layout.h"
 #include "worker/train/training_session.h"
 
 namespace cohort::train {
 namespace {
 
-bool SameBits(const void* a, const void* b, size_t bytes) { return std::memcmp(a, b, bytes) == 0; }
+using testing::ExpectSameStep;
+using testing::SameBits;
 
-TrainingConfig Config(int steps) {
-  // Three micro-batches per step: the gradient tree folds on the backend.
-  TrainingConfig config = testing::SmallTrainingConfig(6, 2, steps);
-  config.grad_clip = 1.0;
-  config.adamw.weight_decay = 0.1;
-  return config;
-}
+TrainingConfig Config(int steps) { return testing::DeviceResidentConfig(steps); }
 
 std::unique_ptr<TrainingSession> Session(const TrainingConfig& config,
                                          std::shared_ptr<compute::Backend> backend,
@@ -43,13 +38,6 @@ std::unique_ptr<TrainingSession> Session(const TrainingConfig& config,
       TrainingSession::Create(config, model::ModelLayout{}, {}, options);
   CHECK(session.ok()) << session.status();
   return *std::move(session);
-}
-
-void ExpectSameStep(const absl::StatusOr<StepResult>& a, const absl::StatusOr<StepResult>& b,
-                    int64_t step) {
-  ASSERT_TRUE(a.ok() && b.ok()) << a.status() << " " << b.status();
-  EXPECT_TRUE(SameBits(&a->loss, &b->loss, sizeof(double))) << "loss, step " << step;
-  EXPECT_TRUE(SameBits(&a->grad_norm, &b->grad_norm, sizeof(double))) << "norm, step " << step;
 }
 
 TEST(DeviceResidentStepTest, TrainsBitwiseLikeTheCpuAndMovesNoStatePerStep) {
