@@ -364,11 +364,11 @@ class Backend {
                                   TensorSpan weight, int N, int C, int OC) = 0;
 
   // ---- Causal self-attention ----------------------------------------------
-  // Elements (of the activation dtype's size) of the state AttentionForward
-  // saves for AttentionBackward: for CpuBackend the softmax probabilities
-  // (B,NH,T,T); for the CUDA backend with cuDNN's fused attention the bf16
-  // qkv and output and the fp32 softmax statistics (sdpa_layout.h), which
-  // is why it takes C.
+  // fp32 elements of the state AttentionForward saves for
+  // AttentionBackward: for CpuBackend the softmax probabilities
+  // (B,NH,T,T); for the CUDA backend with cuDNN's fused attention a copy
+  // of the bf16 output and the fp32 softmax statistics (sdpa_layout.h),
+  // which is why it takes C.
   virtual size_t AttentionStateNumel(int B, int T, int C, int NH) const = 0;
   // qkv (B,T,3C) = [q | k | v], head h in channels [h*hs, (h+1)*hs) of each
   // (hs = C/NH). out (B,T,C) = softmax(q k^T / sqrt(hs) + causal mask) v,

@@ -102,8 +102,8 @@ absl::Status CudaBackend::ReserveArena(size_t bytes, bool overflow) {
     cudaMemGetInfo(&free_bytes, &total_bytes);
     return absl::ResourceExhaustedError(
         absl::StrCat("cannot reserve a device arena of ", capacity, " bytes on CUDA device ",
-                     options_.device_index, ": ", free_bytes, " of ", total_bytes,
-                     " bytes free (", CudaErrorText(reserved), ")"));
+                     options_.device_index, ": ", free_bytes, " of ", total_bytes, " bytes free (",
+                     CudaErrorText(reserved), ")"));
   }
   arena_base_ = static_cast<char*>(base);
   arena_.emplace(capacity, gpu_plan::kDeviceAlignment);
@@ -192,8 +192,8 @@ void* CudaBackend::RawAllocate(size_t bytes, absl::Status* error) {
     if (!overflow_logged_) {
       overflow_logged_ = true;
       LOG(WARNING) << "CUDA device " << options_.device_index
-                   << ": the session's reserved memory is short (" << arena_->DescribeShortfall(bytes)
-                   << "); allocating outside it";
+                   << ": the session's reserved memory is short ("
+                   << arena_->DescribeShortfall(bytes) << "); allocating outside it";
     }
   }
   void* data = nullptr;
@@ -230,7 +230,7 @@ void CudaBackend::RawFree(void* data) {
     return;
   }
   cudaSetDevice(options_.device_index);  // a Buffer may be released from any thread
-  cudaFree(data);  // synchronises the device: nothing still reads it
+  cudaFree(data);                        // synchronises the device: nothing still reads it
 }
 
 absl::StatusOr<Buffer> CudaBackend::Allocate(DType dtype, size_t numel) {
@@ -338,27 +338,12 @@ absl::Status CudaBackend::ScratchWanted(const PassShape& shape, size_t* wanted) 
   // them at 512, reached from 8,192 rows): reserve the most any pass needs.
   wanted[kColumnSums] =
       cuda::ColumnSumScratchFloats(std::min(rows, 8192), shape.max_bias_columns) * sizeof(float);
-  if (bf16_) {
-    // The largest operand each side of a GEMM rounds. A: a weight (up to
-    // 4C x C, or the LM head's Vs x C), or an activation as dweight's input
-    // (N x 4C at most); B: an activation or output gradient (N x 4C, or the
-    // logits' N x Vs on the head's stage), or attention's probabilities.
-    const size_t C = static_cast<size_t>(shape.width);
-    const size_t wide = std::max<size_t>(C, shape.max_bias_columns);
-    // Columns are padded to 8 elements (Operand): an operand of r stored
-    // rows takes at most (r + 7) / r of its size, r at least the smallest
-    // stored height (a head's width, T, C).
-    const size_t head_width = shape.heads > 0 ? shape.attention_width / shape.heads : 1;
-    const size_t shortest =
-        std::max<size_t>(1, std::min({head_width, static_cast<size_t>(shape.max_seq), C}));
-    auto padded = [&](size_t elements) {
-      return (elements + elements / shortest * 7 + 7) * sizeof(uint16_t);
-    };
-    wanted[kOperandA] = padded(std::max({Mul(wide, C), Mul(shape.head_rows, C), Mul(rows, wide)}));
-    wanted[kOperandB] =
-        padded(std::max({Mul(rows, std::max<size_t>(wide, shape.head_rows)),
-                         AttentionOperandNumel(shape)}));
-  }
+  // No rounding scratch for the linear layers' GEMMs: in bf16 their
+  // activations are bf16 already and their weights come from the working
+  // copy (AttachParams). What rounds per call (the kernels' attention
+  // products) is reserved by ChooseAttention; a weight outside an attached
+  // copy, or a product whose epilogue cuBLASLt refuses (kUnfusedProduct),
+  // takes its scratch on first use.
   return absl::OkStatus();
 }
 

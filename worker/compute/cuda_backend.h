@@ -13,14 +13,21 @@
 //
 // Precision of the matmuls and attention's products: fp32 (IEEE products),
 // tf32 (the tensor cores' 10-bit mantissa inputs, fp32 accumulation) or
-// bf16 (each operand rounded to bf16 just before its GEMM, in scratch, its
-// columns padded to 16 bytes; fp32 accumulation and an fp32 result: PyTorch autocast's arithmetic for the
-// products, without bf16 storage). Everything else is fp32, the
-// cross-entropy's sums double. Activations, parameters and gradients are
-// stored in fp32 in every precision (activation_dtype() is kFloat32): bf16
-// activation storage, which would halve the activations' memory and
-// traffic, is not built. The GEMMs' math is pinned against the environment
-// (cuda_backend_gemm.cc, PinGemmMath): fp32 computes with
+// bf16 (bf16 operands, fp32 accumulation: PyTorch autocast's arithmetic).
+// Storage (backend.h, "Activation storage"): in fp32 and tf32 everything is
+// fp32 (activation_dtype() kFloat32). In bf16 the activations are stored in
+// bf16 (activation_dtype() kBFloat16), which halves their memory and
+// traffic: every kernel widens what it reads, computes in fp32 and rounds
+// each store once (kernel_math.h, bf16_math.h); the GEMMs read the bf16
+// activations directly, the weights from their bf16 working copy
+// (AttachParams; an fp32 operand outside it is rounded per call, into
+// scratch, its columns padded to 16 bytes), and write bf16 activations
+// from their fp32 accumulators (beta 1 where they accumulate) and fp32
+// parameter gradients; cuDNN's attention reads and writes the bf16
+// activations in place. Parameters, their gradients, the statistics and
+// the optimizer's state stay fp32, the cross-entropy's sums double.
+// The GEMMs' math is pinned against the environment (cuda_backend_gemm.cc,
+// PinGemmMath): fp32 computes with
 // CUBLAS_COMPUTE_32F_PEDANTIC (cuBLAS's handle in CUBLAS_PEDANTIC_MATH),
 // which neither NVIDIA_TF32_OVERRIDE nor cuBLAS's fp32 emulation can turn
 // into TF32 or anything else; tf32 is refused at creation where
@@ -35,12 +42,11 @@
 // allocates (ReserveDeviceMemory, TrainingSession::EstimateDeviceBytes): a
 // session too large fails when it is built, not mid-step, and what an
 // estimate that fell short leaves out comes from cudaMalloc, logged once.
-// Without either every Allocate is a cudaMalloc. ResourceExhausted from Allocate names the bytes wanted and
-// the bytes free. Scratch the ops need (attention's head-major copies and
-// score gradients, sort and column-sum space) is kept between calls, from
-// the same memory: ReserveScratch takes it for the largest passes up front
-// (GptModel::Create does, so a model too big fails when it is built);
-// beyond that it grows on demand, and when it cannot, the op is skipped and
+// Without either every Allocate is a cudaMalloc. ResourceExhausted from Allocate names the bytes
+// wanted and the bytes free. Scratch the ops need (attention's head-major copies and score
+// gradients, sort and column-sum space) is kept between calls, from the same memory: ReserveScratch
+// takes it for the largest passes up front (GptModel::Create does, so a model too big fails when it
+// is built); beyond that it grows on demand, and when it cannot, the op is skipped and
 // Synchronize() reports ResourceExhausted.
 //
 // Errors: ops are asynchronous. The first failure (a launch, a cuBLAS call,

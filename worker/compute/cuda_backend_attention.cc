@@ -2,18 +2,21 @@
 // flash attention (cuda_cudnn_sdpa.h) or the backend's own kernels, chosen
 // once per session.
 //
-// cuDNN: the forward rounds qkv to bf16 into the attention state, runs the
-// fused forward writing the bf16 output and the fp32 softmax statistics
-// into the state, and widens the output into `out`; the backward rounds
-// dout to bf16, runs the fused backward on the state's very bits (nothing
-// rounded twice) into a bf16 dqkv in scratch, and adds that to the fp32
-// dqkv. The state is sdpa::StateLayoutOf's: about (4C + 2NH) bytes per token
-// instead of 4 NH T for the probabilities. Only in precision bf16 (the fused
-// engines compute on bf16 inputs); fp32 and tf32 keep the kernels, whose
+// cuDNN: only in precision bf16 (the fused engines compute on bf16 inputs),
+// where the activations are bf16 too (backend.h, "Activation storage"), so
+// cuDNN reads qkv and dout and writes the output as they are stored, with
+// no conversion pass. The forward writes the output and the fp32 softmax
+// statistics, and copies the output into the state (the backward is not
+// handed it); the backward writes cuDNN's bf16 dqkv into scratch and adds
+// it to dqkv, widened, in fp32, rounded once (the += contract: the model
+// zeroes dqkv first, but the op does not assume it). The state is
+// sdpa::StateLayoutOf's: about (2C + 4NH) bytes per token instead of
+// 4 NH T for the probabilities. fp32 and tf32 keep the kernels, whose
 // products have the precision's arithmetic.
 //
 // The kernels (cuda_backend_attention_kernels.cc): the state is the softmax
-// probabilities (B,NH,T,T), as on the CPU.
+// probabilities (B,NH,T,T), as on the CPU; in bf16 they compute on fp32
+// copies of the bf16 activations.
 //
 // The choice: --fused_attention (CudaBackendOptions::fused_attention). off:
 // the kernels. cudnn: cuDNN or an error at creation (no library, an old
@@ -50,9 +53,8 @@ absl::Status CudaBackend::InitAttention(int compute_major) {
   // not applicable to the job (precision fp32 or tf32: info).
   auto refuse = [&](std::string reason, bool fallback = true) {
     if (required) {
-      return absl::FailedPreconditionError(
-          absl::StrCat("--fused_attention=cudnn on CUDA device ", options_.device_index, ": ",
-                       reason));
+      return absl::FailedPreconditionError(absl::StrCat("--fused_attention=cudnn on CUDA device ",
+                                                        options_.device_index, ": ", reason));
     }
     DecideForKernels(std::move(reason), fallback);
     return absl::OkStatus();
@@ -120,39 +122,49 @@ absl::Status CudaBackend::ChooseAttention(const PassShape& shape, size_t* wanted
     if (!planned.ok()) {
       // A session whose state was laid out for cuDNN cannot change now.
       if (options_.fused_attention == FusedAttention::kCudnn || attention_decided_) {
-        return absl::FailedPreconditionError(
-            absl::StrCat("cuDNN attention for B=", B, " T=", T, " NH=", NH, ": ",
-                         planned.message()));
+        return absl::FailedPreconditionError(absl::StrCat("cuDNN attention for B=", B, " T=", T,
+                                                          " NH=", NH, ": ", planned.message()));
       }
       DecideForKernels(std::string(planned.message()), /*fallback=*/true);
     } else if (!attention_decided_) {
       attention_decided_ = true;
       attention_ = AttentionImplementation::kCudnn;
-      ReportAttentionChoice({.implementation = attention_,
-                             .reason = absl::StrCat("cuDNN ", cudnn_->VersionText(), " from ",
-                                                    cudnn_->path())},
-                            /*fallback=*/false);
+      ReportAttentionChoice(
+          {.implementation = attention_,
+           .reason = absl::StrCat("cuDNN ", cudnn_->VersionText(), " from ", cudnn_->path())},
+          /*fallback=*/false);
     }
   }
   const size_t btc = Mul(Mul(B, T), C);
   if (attention_ == AttentionImplementation::kCudnn) {
-    wanted[kSdpaOperands] = AlignUp(btc * sizeof(uint16_t)) + AlignUp(3 * btc * sizeof(uint16_t));
+    wanted[kSdpaGrads] = 3 * btc * sizeof(uint16_t);
     int64_t workspace = 0;
     for (const auto& [key, plan] : sdpa_plans_) {
       workspace = std::max(workspace, plan->workspace_bytes);
     }
     wanted[kSdpaWorkspace] = static_cast<size_t>(workspace);
-  } else {
+  } else if (NH > 0) {
+    const size_t probabilities = ProbabilitiesNumel(B, T, NH);
     wanted[kAttentionHeads] = 4 * btc * sizeof(float);
     wanted[kAttentionGrads] = 3 * btc * sizeof(float);
-    wanted[kScoreGrads] = ProbabilitiesNumel(B, T, NH) * sizeof(float);
+    wanted[kScoreGrads] = probabilities * sizeof(float);
+    if (bf16_) {
+      wanted[kAttentionWide] = KernelAttentionWideFloats(btc) * sizeof(float);
+      // The products' fp32 operands rounded per call (BatchedGemm): heads
+      // of hs rows and probability blocks of T rows, each column padded to
+      // 8 elements (Operand), all heads at once.
+      const size_t hs = static_cast<size_t>(C / NH);
+      auto padded = [](size_t elements, size_t rows) {
+        return elements / rows *
+               static_cast<size_t>(BfloatLeadingDimension(static_cast<int>(rows))) *
+               sizeof(uint16_t);
+      };
+      const size_t side = std::max(padded(btc, hs), padded(probabilities, static_cast<size_t>(T)));
+      wanted[kOperandA] = side;
+      wanted[kOperandB] = side;
+    }
   }
   return absl::OkStatus();
-}
-
-size_t CudaBackend::AttentionOperandNumel(const PassShape& shape) const {
-  if (attention_ == AttentionImplementation::kCudnn) return 0;
-  return ProbabilitiesNumel(shape.max_batch, shape.max_seq, shape.heads);
 }
 
 bool CudaBackend::UsesCudnn(int B, int T, int C, int NH) const {
@@ -180,8 +192,7 @@ void CudaBackend::AttentionBackward(TensorSpan dqkv, TensorSpan dout, TensorSpan
                                     TensorSpan state, int B, int T, int C, int NH) {
   CHECK(NH > 0 && C % NH == 0) << "C=" << C << " not divisible by NH=" << NH;
   if (UsesCudnn(B, T, C, NH)) {
-    // The state holds the bf16 qkv the forward ran on; qkv itself is not read.
-    CudnnAttentionBackward(dqkv, dout, state, B, T, C, NH);
+    CudnnAttentionBackward(dqkv, dout, qkv, state, B, T, C, NH);
   } else {
     KernelAttentionBackward(dqkv, dout, qkv, state, B, T, C, NH);
   }
@@ -210,28 +221,28 @@ namespace {
 
 // The state's parts (sdpa::StateLayoutOf) at `base`.
 struct StateParts {
-  uint16_t* qkv;
-  uint16_t* out;
+  Bf16* out;
   float* stats;
 };
 
 StateParts PartsOf(void* base, const sdpa::StateLayout& layout) {
   char* bytes = static_cast<char*>(base);
-  return StateParts{reinterpret_cast<uint16_t*>(bytes + layout.qkv_bytes),
-                    reinterpret_cast<uint16_t*>(bytes + layout.out_bytes),
+  return StateParts{reinterpret_cast<Bf16*>(bytes + layout.out_bytes),
                     reinterpret_cast<float*>(bytes + layout.stats_bytes)};
 }
 
 }  // namespace
 
+// cuDNN runs in precision bf16 only (InitAttention), so the activations are
+// bf16 here and CheckedActivation<Bf16> holds them to it.
 void CudaBackend::CudnnAttentionForward(TensorSpan out, TensorSpan state, TensorSpan qkv, int B,
                                         int T, int C, int NH) {
   const sdpa::Shape shape = SdpaShape(B, T, C, NH);
   const sdpa::StateLayout layout = sdpa::StateLayoutOf(shape);
   const size_t btc = Mul(Mul(B, T), C);
-  float* y = CheckedF32(out, btc, "attention out");
+  Bf16* y = CheckedActivation<Bf16>(out, btc, "attention out");
   float* saved = CheckedF32(state, layout.numel(), "attention state");
-  const float* x = CheckedF32(qkv, 3 * btc, "qkv");
+  const Bf16* x = CheckedActivation<const Bf16>(qkv, 3 * btc, "qkv");
   if (!Begin()) return;
   const sdpa::Plan* plan = SdpaPlanFor(shape, sdpa::Direction::kForward);
   if (plan == nullptr) return;
@@ -241,53 +252,43 @@ void CudaBackend::CudnnAttentionForward(TensorSpan out, TensorSpan state, Tensor
     if (workspace == nullptr) return;
   }
   const StateParts parts = PartsOf(saved, layout);
-  cuda::NarrowToBf16(parts.qkv, x, static_cast<int64_t>(3 * btc), stream_);
-  CheckLaunch("NarrowToBf16 (qkv)");
-  if (!Begin()) return;
   if (absl::Status run = sdpa::ExecuteForward(*cudnn_, cudnn_handle_, *plan, shape,
-                                              {parts.qkv, parts.out, parts.stats}, workspace);
+                                              {x, y, parts.stats}, workspace);
       !run.ok()) {
     Fail(std::move(run));
     return;
   }
-  cuda::WidenBf16(y, parts.out, static_cast<int64_t>(btc), stream_);
-  CheckLaunch("WidenBf16 (attention out)");
+  Check(cudaMemcpyAsync(parts.out, y, btc * sizeof(Bf16), cudaMemcpyDeviceToDevice, stream_),
+        "cudaMemcpyAsync (attention output into the state)");
 }
 
-void CudaBackend::CudnnAttentionBackward(TensorSpan dqkv, TensorSpan dout, TensorSpan state, int B,
-                                         int T, int C, int NH) {
+void CudaBackend::CudnnAttentionBackward(TensorSpan dqkv, TensorSpan dout, TensorSpan qkv,
+                                         TensorSpan state, int B, int T, int C, int NH) {
   const sdpa::Shape shape = SdpaShape(B, T, C, NH);
   const sdpa::StateLayout layout = sdpa::StateLayoutOf(shape);
   const size_t btc = Mul(Mul(B, T), C);
-  float* dx = CheckedF32(dqkv, 3 * btc, "dqkv");
-  const float* dy = CheckedF32(dout, btc, "attention dout");
+  Bf16* dx = CheckedActivation<Bf16>(dqkv, 3 * btc, "dqkv");
+  const Bf16* dy = CheckedActivation<const Bf16>(dout, btc, "attention dout");
+  const Bf16* x = CheckedActivation<const Bf16>(qkv, 3 * btc, "qkv");
   float* saved = CheckedF32(state, layout.numel(), "attention state");
   if (!Begin()) return;
   const sdpa::Plan* plan = SdpaPlanFor(shape, sdpa::Direction::kBackward);
   if (plan == nullptr) return;
-  const size_t dout_bytes = AlignUp(btc * sizeof(uint16_t));
-  auto* operands = static_cast<char*>(
-      Scratch(kSdpaOperands, dout_bytes + AlignUp(3 * btc * sizeof(uint16_t))));
-  if (operands == nullptr) return;
+  auto* grads = static_cast<Bf16*>(Scratch(kSdpaGrads, 3 * btc * sizeof(Bf16)));
+  if (grads == nullptr) return;
   void* workspace = nullptr;
   if (plan->workspace_bytes > 0) {
     workspace = Scratch(kSdpaWorkspace, static_cast<size_t>(plan->workspace_bytes));
     if (workspace == nullptr) return;
   }
-  auto* dout16 = reinterpret_cast<uint16_t*>(operands);
-  auto* dqkv16 = reinterpret_cast<uint16_t*>(operands + dout_bytes);
   const StateParts parts = PartsOf(saved, layout);
-  cuda::NarrowToBf16(dout16, dy, static_cast<int64_t>(btc), stream_);
-  CheckLaunch("NarrowToBf16 (attention dout)");
-  if (!Begin()) return;
-  if (absl::Status run = sdpa::ExecuteBackward(
-          *cudnn_, cudnn_handle_, *plan, shape,
-          {parts.qkv, parts.out, parts.stats, dout16, dqkv16}, workspace);
+  if (absl::Status run = sdpa::ExecuteBackward(*cudnn_, cudnn_handle_, *plan, shape,
+                                               {x, parts.out, parts.stats, dy, grads}, workspace);
       !run.ok()) {
     Fail(std::move(run));
     return;
   }
-  cuda::AddBf16(dx, dqkv16, static_cast<int64_t>(3 * btc), stream_);  // the += contract
+  cuda::AddBf16(dx, grads, static_cast<int64_t>(3 * btc), stream_);  // the += contract
   CheckLaunch("AddBf16 (dqkv)");
 }
 

@@ -3,19 +3,84 @@
 // chooses). The state is the softmax probabilities (B,NH,T,T), as on the
 // CPU. Each (batch, head) is one GEMM of a strided batch over head-major
 // copies of q, k and v (the shapes are gemm_shapes.h's).
+//
+// The kernels compute in fp32 on fp32 arrays. With bf16 activations
+// (precision bf16) each op widens its bf16 inputs into fp32 scratch
+// (kAttentionWide) on entry, runs the fp32 path, and rounds what it stores
+// on exit, once: the output, and dqkv as dqkv widened plus the gradient,
+// added in fp32. The simplest route that keeps the contract; attention in
+// bf16 normally runs on cuDNN (cuda_backend_attention.cc), and this path
+// is its fallback.
 
 #include "worker/compute/cuda_backend_impl.h"
 
 namespace cohort::compute::cuda_impl {
 
-
 void CudaBackend::KernelAttentionForward(TensorSpan out, TensorSpan state, TensorSpan qkv, int B,
                                          int T, int C, int NH) {
   const size_t btc = Mul(Mul(B, T), C);
-  float* y = CheckedF32(out, btc, "attention out");
   float* att = CheckedF32(state, ProbabilitiesNumel(B, T, NH), "attention state");
-  const float* x = CheckedF32(qkv, 3 * btc, "qkv");
+  if (activation_dtype() == DType::kFloat32) {
+    float* y = CheckedF32(out, btc, "attention out");
+    const float* x = CheckedF32(qkv, 3 * btc, "qkv");
+    if (!Begin()) return;
+    KernelAttentionForwardF32(y, att, x, B, T, C, NH);
+    return;
+  }
+  Bf16* y = CheckedActivation<Bf16>(out, btc, "attention out");
+  const Bf16* x = CheckedActivation<const Bf16>(qkv, 3 * btc, "qkv");
   if (!Begin()) return;
+  auto* wide =
+      static_cast<float*>(Scratch(kAttentionWide, KernelAttentionWideFloats(btc) * sizeof(float)));
+  if (wide == nullptr) return;
+  float* x32 = wide;
+  float* y32 = wide + 6 * btc;
+  cuda::WidenBf16(x32, x, static_cast<int64_t>(3 * btc), stream_);
+  CheckLaunch("WidenBf16 (qkv)");
+  KernelAttentionForwardF32(y32, att, x32, B, T, C, NH);
+  if (!Begin()) return;
+  cuda::NarrowToBf16(y, y32, static_cast<int64_t>(btc), stream_);
+  CheckLaunch("NarrowToBf16 (attention out)");
+}
+
+void CudaBackend::KernelAttentionBackward(TensorSpan dqkv, TensorSpan dout, TensorSpan qkv,
+                                          TensorSpan state, int B, int T, int C, int NH) {
+  const size_t btc = Mul(Mul(B, T), C);
+  const float* att = CheckedF32(state, ProbabilitiesNumel(B, T, NH), "attention state");
+  if (activation_dtype() == DType::kFloat32) {
+    float* dx = CheckedF32(dqkv, 3 * btc, "dqkv");
+    const float* dy = CheckedF32(dout, btc, "attention dout");
+    const float* x = CheckedF32(qkv, 3 * btc, "qkv");
+    if (!Begin()) return;
+    KernelAttentionBackwardF32(dx, dy, x, att, B, T, C, NH);
+    return;
+  }
+  Bf16* dx = CheckedActivation<Bf16>(dqkv, 3 * btc, "dqkv");
+  const Bf16* dy = CheckedActivation<const Bf16>(dout, btc, "attention dout");
+  const Bf16* x = CheckedActivation<const Bf16>(qkv, 3 * btc, "qkv");
+  if (!Begin()) return;
+  auto* wide =
+      static_cast<float*>(Scratch(kAttentionWide, KernelAttentionWideFloats(btc) * sizeof(float)));
+  if (wide == nullptr) return;
+  float* x32 = wide;
+  float* dx32 = wide + 3 * btc;
+  float* dy32 = wide + 6 * btc;
+  const auto qkv_numel = static_cast<int64_t>(3 * btc);
+  cuda::WidenBf16(x32, x, qkv_numel, stream_);
+  cuda::WidenBf16(dx32, dx, qkv_numel, stream_);  // accumulated into in fp32
+  cuda::WidenBf16(dy32, dy, static_cast<int64_t>(btc), stream_);
+  CheckLaunch("WidenBf16 (attention backward)");
+  KernelAttentionBackwardF32(dx32, dy32, x32, att, B, T, C, NH);
+  if (!Begin()) return;
+  cuda::NarrowToBf16(dx, dx32, qkv_numel, stream_);
+  CheckLaunch("NarrowToBf16 (dqkv)");
+}
+
+// The fp32 path on fp32 arrays (the activations themselves, or the copies
+// above); a pending failure skips it.
+void CudaBackend::KernelAttentionForwardF32(float* y, float* att, const float* x, int B, int T,
+                                            int C, int NH) {
+  const size_t btc = Mul(Mul(B, T), C);
   auto* heads = static_cast<float*>(Scratch(kAttentionHeads, 4 * btc * sizeof(float)));
   if (heads == nullptr) return;
   float* q = heads;
@@ -37,15 +102,10 @@ void CudaBackend::KernelAttentionForward(TensorSpan out, TensorSpan state, Tenso
   CheckLaunch("MergeHeads");
 }
 
-void CudaBackend::KernelAttentionBackward(TensorSpan dqkv, TensorSpan dout, TensorSpan qkv,
-                                          TensorSpan state, int B, int T, int C, int NH) {
+void CudaBackend::KernelAttentionBackwardF32(float* dx, const float* dy, const float* x,
+                                             const float* att, int B, int T, int C, int NH) {
   const size_t btc = Mul(Mul(B, T), C);
-  float* dx = CheckedF32(dqkv, 3 * btc, "dqkv");
-  const float* dy = CheckedF32(dout, btc, "attention dout");
-  const float* x = CheckedF32(qkv, 3 * btc, "qkv");
   const size_t state_numel = ProbabilitiesNumel(B, T, NH);
-  const float* att = CheckedF32(state, state_numel, "attention state");
-  if (!Begin()) return;
   auto* heads = static_cast<float*>(Scratch(kAttentionHeads, 4 * btc * sizeof(float)));
   auto* grads = static_cast<float*>(Scratch(kAttentionGrads, 3 * btc * sizeof(float)));
   auto* datt = static_cast<float*>(Scratch(kScoreGrads, state_numel * sizeof(float)));

@@ -25,7 +25,10 @@ namespace cohort::compute::cuda_impl {
 //   and computes in full fp32, so creation is refused under it
 //   (CheckTf32Override, gemm_shapes.h) rather than silently giving other
 //   results than the same job elsewhere.
-// - bf16: CUBLAS_COMPUTE_32F over bf16 operands (the default math mode).
+// - bf16: CUBLAS_COMPUTE_32F over bf16 operands (the default math mode),
+//   fp32 scale; C and D bf16 where they are activations (the accumulator
+//   rounded once on the store, beta C widened into it first), fp32 where
+//   they are weight gradients.
 //   TF32 and the fp32 emulations apply to fp32 operands only (a bf16
 //   product is exact in fp32), so those variables do not reach these GEMMs;
 //   pedantic here could only keep cuBLAS from its tensor-core kernels.
@@ -66,7 +69,7 @@ bool CudaBackend::SetEpiloguePointers(const GemmPlan& plan, const GemmShape& sha
     return false;
   }
   if (UsesAux(epilogue.kind)) {
-    const int64_t aux_ld = shape.ldc;
+    const int64_t aux_ld = shape.ldc;  // in elements of the aux's type
     if (!set(CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER, &epilogue.aux, sizeof(epilogue.aux)) ||
         !set(CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_LD, &aux_ld, sizeof(aux_ld))) {
       return false;
@@ -100,6 +103,8 @@ const GemmPlan* CudaBackend::PlanFor(const PlanKey& key, const GemmEpilogue& epi
     cublasLtMatrixLayoutDestroy(plan.c);
     cublasLtMatmulDescDestroy(plan.desc);
   };
+  static constexpr int32_t kBiasType = CUDA_R_32F;
+  const int32_t aux_type = ActivationType();
   const cublasOperation_t op_a = shape.transa ? CUBLAS_OP_T : CUBLAS_OP_N;
   const cublasOperation_t op_b = shape.transb ? CUBLAS_OP_T : CUBLAS_OP_N;
   if (fail(cublasLtMatmulDescCreate(&plan.desc, compute_type_, CUDA_R_32F),
@@ -113,13 +118,23 @@ const GemmPlan* CudaBackend::PlanFor(const PlanKey& key, const GemmEpilogue& epi
       fail(cublasLtMatmulDescSetAttribute(plan.desc, CUBLASLT_MATMUL_DESC_EPILOGUE, &lt_epilogue,
                                           sizeof(lt_epilogue)),
            "cublasLtMatmulDescSetAttribute") ||
+      // The vectors are fp32 whatever D is; cuBLASLt would take D's type.
+      (UsesBias(key.epilogue) &&
+       fail(cublasLtMatmulDescSetAttribute(plan.desc, CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE,
+                                           &kBiasType, sizeof(kBiasType)),
+            "cublasLtMatmulDescSetAttribute (bias type)")) ||
+      // The aux (pre-activation) is an activation, of the activation dtype.
+      (UsesAux(key.epilogue) &&
+       fail(cublasLtMatmulDescSetAttribute(plan.desc, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_DATA_TYPE,
+                                           &aux_type, sizeof(aux_type)),
+            "cublasLtMatmulDescSetAttribute (aux type)")) ||
       fail(cublasLtMatrixLayoutCreate(&plan.a, operand_type_, shape.a_rows(), shape.a_cols(),
                                       shape.lda),
            "cublasLtMatrixLayoutCreate") ||
       fail(cublasLtMatrixLayoutCreate(&plan.b, operand_type_, shape.b_rows(), shape.b_cols(),
                                       shape.ldb),
            "cublasLtMatrixLayoutCreate") ||
-      fail(cublasLtMatrixLayoutCreate(&plan.c, CUDA_R_32F, shape.m, shape.n, shape.ldc),
+      fail(cublasLtMatrixLayoutCreate(&plan.c, key.c_type, shape.m, shape.n, shape.ldc),
            "cublasLtMatrixLayoutCreate") ||
       !SetEpiloguePointers(plan, shape, epilogue)) {
     destroy();
@@ -184,19 +199,21 @@ const GemmPlan* CudaBackend::PlanFor(const PlanKey& key, const GemmEpilogue& epi
                  << " epilogue for a " << shape.m << "x" << shape.n << "x" << shape.k
                  << " GEMM (transa " << shape.transa << ", transb " << shape.transb << ", ld "
                  << shape.lda << "/" << shape.ldb << "/" << shape.ldc << ") with "
-                 << (bf16_ ? "bf16" : "fp32") << " operands aligned to " << key.align_a << "/"
-                 << key.align_b << "/" << key.align_c << " bytes, vectors to " << key.align_bias
-                 << "/" << key.align_aux << ", on CUDA device " << options_.device_index
-                 << "; separate kernels compute it, in the same precision";
+                 << (bf16_ ? "bf16" : "fp32") << " operands, "
+                 << (key.c_type == CUDA_R_16BF ? "bf16" : "fp32") << " output, aligned to "
+                 << key.align_a << "/" << key.align_b << "/" << key.align_c << " bytes, vectors to "
+                 << key.align_bias << "/" << key.align_aux << ", on CUDA device "
+                 << options_.device_index << "; separate kernels compute it, in the same precision";
   } else {
     // Logged once: the plan is kept, so the shape never asks again.
     plan.gemm_ex = true;
     LOG(WARNING) << "cuBLASLt has no algorithm for a " << shape.m << "x" << shape.n << "x"
                  << shape.k << " GEMM (transa " << shape.transa << ", transb " << shape.transb
                  << ", ld " << shape.lda << "/" << shape.ldb << "/" << shape.ldc << ") with "
-                 << (bf16_ ? "bf16" : "fp32") << " operands aligned to " << key.align_a << "/"
-                 << key.align_b << "/" << key.align_c << " bytes on CUDA device "
-                 << options_.device_index
+                 << (bf16_ ? "bf16" : "fp32") << " operands, "
+                 << (key.c_type == CUDA_R_16BF ? "bf16" : "fp32") << " output, aligned to "
+                 << key.align_a << "/" << key.align_b << "/" << key.align_c
+                 << " bytes on CUDA device " << options_.device_index
                  << "; cublasGemmEx computes this shape, in the same precision";
   }
   return &plans_.emplace(key, plan).first->second;
@@ -215,39 +232,51 @@ const void* CudaBackend::CopiedOperand(const float* data, int rows, int64_t cols
   return static_cast<const uint16_t*>(param_copy_->copy) + view->copy_offset;
 }
 
-const void* CudaBackend::Operand(const float* data, int rows, int64_t cols, int* ld,
-                                 ScratchSlot slot) {
+const void* CudaBackend::Operand(const void* data, cudaDataType_t type, int rows, int64_t cols,
+                                 int* ld, ScratchSlot slot) {
+  if (type == CUDA_R_16BF) {
+    // A bf16 activation: what the GEMM reads, as stored (no rounding pass).
+    CHECK(bf16_) << "a bf16 GEMM operand outside precision bf16";
+    return data;
+  }
   if (!bf16_) return data;
+  const auto* values = static_cast<const float*>(data);
   // A weight of the attached arena: its working copy holds exactly what the
   // rounding below would write (param_copy_layout.h).
-  if (const void* copied = CopiedOperand(data, rows, cols, ld); copied != nullptr) return copied;
+  if (const void* copied = CopiedOperand(values, rows, cols, ld); copied != nullptr) {
+    return copied;
+  }
   const int padded = BfloatLeadingDimension(rows);
   void* rounded = Scratch(slot, Mul(padded, cols) * sizeof(uint16_t));
   if (rounded == nullptr) return nullptr;
-  cuda::RoundToBf16(static_cast<uint16_t*>(rounded), data, rows, cols, *ld, padded, stream_);
+  cuda::RoundToBf16(static_cast<uint16_t*>(rounded), values, rows, cols, *ld, padded, stream_);
   CheckLaunch("RoundToBf16");
   *ld = padded;
   return rounded;
 }
 
-EpilogueRun CudaBackend::Gemm(const GemmCall& call, const GemmEpilogue& epilogue) {
+EpilogueRun CudaBackend::Gemm(const GemmCall& call, const GemmTypes& types,
+                              const GemmEpilogue& epilogue) {
   CHECK(call.shape.batch == 1) << "Gemm takes one GEMM; a batch goes to BatchedGemm";
+  CHECK(types.c == CUDA_R_32F || (bf16_ && types.c == CUDA_R_16BF))
+      << "a GEMM output of type " << types.c << " in precision "
+      << PrecisionName(options_.precision);
   // Nothing to write; cuBLASLt refuses it. (No caller fuses an epilogue
   // into an empty product: the ops return before.)
   if (call.shape.m == 0 || call.shape.n == 0) return EpilogueRun::kDone;
-  PlanKey key{.shape = call.shape, .epilogue = epilogue.kind};
+  PlanKey key{.shape = call.shape, .c_type = types.c, .epilogue = epilogue.kind};
   if (UsesBias(epilogue.kind)) key.align_bias = AlignmentOf(epilogue.bias, 0, sizeof(float));
   if (UsesAux(epilogue.kind)) {
-    key.align_aux = AlignmentOf(epilogue.aux, call.shape.ldc, sizeof(float));
+    key.align_aux = AlignmentOf(epilogue.aux, call.shape.ldc, CudaTypeBytes(ActivationType()));
   }
   GemmShape& shape = key.shape;
-  const void* a = Operand(call.a, shape.a_rows(), shape.a_cols(), &shape.lda, kOperandA);
-  const void* b = Operand(call.b, shape.b_rows(), shape.b_cols(), &shape.ldb, kOperandB);
+  const void* a = Operand(call.a, types.a, shape.a_rows(), shape.a_cols(), &shape.lda, kOperandA);
+  const void* b = Operand(call.b, types.b, shape.b_rows(), shape.b_cols(), &shape.ldb, kOperandB);
   if (a == nullptr || b == nullptr) return EpilogueRun::kDone;
-  const size_t operand_bytes = bf16_ ? sizeof(uint16_t) : sizeof(float);
+  const size_t operand_bytes = CudaTypeBytes(operand_type_);
   key.align_a = AlignmentOf(a, shape.lda, operand_bytes);
   key.align_b = AlignmentOf(b, shape.ldb, operand_bytes);
-  key.align_c = AlignmentOf(call.c, shape.ldc, sizeof(float));
+  key.align_c = AlignmentOf(call.c, shape.ldc, CudaTypeBytes(types.c));
   const GemmPlan* plan = PlanFor(key, epilogue);
   if (plan == nullptr) return EpilogueRun::kDone;
   if (plan->unfused) return EpilogueRun::kUnfused;
@@ -259,7 +288,7 @@ EpilogueRun CudaBackend::Gemm(const GemmCall& call, const GemmEpilogue& epilogue
         cublasGemmEx(blas_, shape.transa ? CUBLAS_OP_T : CUBLAS_OP_N,
                      shape.transb ? CUBLAS_OP_T : CUBLAS_OP_N, shape.m, shape.n, shape.k,
                      &call.alpha, a, operand_type_, shape.lda, b, operand_type_, shape.ldb,
-                     &call.beta, call.c, CUDA_R_32F, shape.ldc, compute_type_, CUBLAS_GEMM_DEFAULT),
+                     &call.beta, call.c, types.c, shape.ldc, compute_type_, CUBLAS_GEMM_DEFAULT),
         "cublasGemmEx");
     return EpilogueRun::kDone;
   }
@@ -278,10 +307,10 @@ void CudaBackend::BatchedGemm(const GemmCall& call) {
   CHECK(shape.stride_a == int64_t{shape.lda} * shape.a_cols() &&
         shape.stride_b == int64_t{shape.ldb} * shape.b_cols())
       << "BatchedGemm wants packed batches";
-  const void* a =
-      Operand(call.a, shape.a_rows(), int64_t{shape.a_cols()} * shape.batch, &shape.lda, kOperandA);
-  const void* b =
-      Operand(call.b, shape.b_rows(), int64_t{shape.b_cols()} * shape.batch, &shape.ldb, kOperandB);
+  const void* a = Operand(call.a, CUDA_R_32F, shape.a_rows(), int64_t{shape.a_cols()} * shape.batch,
+                          &shape.lda, kOperandA);
+  const void* b = Operand(call.b, CUDA_R_32F, shape.b_rows(), int64_t{shape.b_cols()} * shape.batch,
+                          &shape.ldb, kOperandB);
   if (a == nullptr || b == nullptr) return;
   shape.stride_a = int64_t{shape.lda} * shape.a_cols();
   shape.stride_b = int64_t{shape.ldb} * shape.b_cols();
@@ -296,40 +325,58 @@ void CudaBackend::BatchedGemm(const GemmCall& call) {
 
 // ---- Linear -------------------------------------------------------------------
 // Each product's shape is gemm_shapes.h's (tested on the CPU against
-// cblas_sgemm in column-major form).
+// cblas_sgemm in column-major form). The activations (inp, out, dinp, dout)
+// are the activation dtype's; weight, bias and their gradients fp32.
 
 void CudaBackend::MatmulForward(TensorSpan out, TensorSpan inp, TensorSpan weight, TensorSpan bias,
                                 int N, int C, int OC) {
-  float* y = CheckedF32(out, Mul(N, OC), "matmul out");
-  const float* x = CheckedF32(inp, Mul(N, C), "matmul inp");
-  const float* w = CheckedF32(weight, Mul(OC, C), "matmul weight");
-  const float* b = OptionalF32(bias, OC, "bias");
-  if (!Begin()) return;
-  // out (N,OC) = inp (N,C) weight^T + bias, the bias in the GEMM's epilogue.
-  const GemmCall product = MatmulForwardGemm(y, x, w, N, C, OC, GemmOutput::kWrite);
-  if (b == nullptr) {
-    Gemm(product);
-    return;
-  }
-  if (Gemm(product, {.kind = Epilogue::kBias, .bias = b}) == EpilogueRun::kDone) return;
-  // Unfused: out holds the broadcast bias and the product adds to it.
-  cuda::BroadcastRows(y, b, N, OC, stream_);
-  CheckLaunch("BroadcastRows");
-  Gemm(MatmulForwardGemm(y, x, w, N, C, OC, GemmOutput::kAccumulate));
+  WithStorage(activation_dtype(), [&](auto storage) {
+    using S = decltype(storage);
+    S* y = CheckedActivation<S>(out, Mul(N, OC), "matmul out");
+    const S* x = CheckedActivation<const S>(inp, Mul(N, C), "matmul inp");
+    const float* w = CheckedF32(weight, Mul(OC, C), "matmul weight");
+    const float* b = OptionalF32(bias, OC, "bias");
+    if (!Begin()) return;
+    // out (N,OC) = inp (N,C) weight^T + bias, the bias in the GEMM's epilogue.
+    const GemmTypes types{.a = CUDA_R_32F, .b = ActivationType(), .c = ActivationType()};
+    const GemmCall product = MatmulForwardGemm(y, x, w, N, C, OC, GemmOutput::kWrite);
+    if (b == nullptr) {
+      Gemm(product, types);
+      return;
+    }
+    if (Gemm(product, types, {.kind = Epilogue::kBias, .bias = b}) == EpilogueRun::kDone) return;
+    // Unfused: the fp32 product, then the bias added and the sum stored
+    // (rounded once in bf16).
+    float* sum = UnfusedProduct(y, Mul(N, OC));
+    if (sum == nullptr) return;
+    Gemm(MatmulForwardGemm(sum, x, w, N, C, OC, GemmOutput::kWrite),
+         {.a = CUDA_R_32F, .b = ActivationType(), .c = CUDA_R_32F});
+    if (!Begin()) return;
+    cuda::AddBiasRows(y, sum, b, N, OC, stream_);
+    CheckLaunch("AddBiasRows");
+  });
 }
 
 void CudaBackend::MatmulBackward(TensorSpan dinp, TensorSpan dweight, TensorSpan dbias,
                                  TensorSpan dout, TensorSpan inp, TensorSpan weight, int N, int C,
                                  int OC) {
-  float* dx = OptionalF32(dinp, Mul(N, C), "matmul dinp");
-  float* dw = CheckedF32(dweight, Mul(OC, C), "matmul dweight");
-  float* db = OptionalF32(dbias, OC, "matmul dbias");
-  const float* dy = CheckedF32(dout, Mul(N, OC), "matmul dout");
-  const float* x = CheckedF32(inp, Mul(N, C), "matmul inp");
-  const float* w = CheckedF32(weight, Mul(OC, C), "matmul weight");
-  if (!Begin()) return;
-  if (dx != nullptr) Gemm(MatmulInputGradGemm(dx, dy, w, N, C, OC));  // dinp += dout weight
-  WeightAndBiasGrad(dw, db, dy, x, N, C, OC);
+  WithStorage(activation_dtype(), [&](auto storage) {
+    using S = decltype(storage);
+    S* dx = OptionalActivation<S>(dinp, Mul(N, C), "matmul dinp");
+    float* dw = CheckedF32(dweight, Mul(OC, C), "matmul dweight");
+    float* db = OptionalF32(dbias, OC, "matmul dbias");
+    const S* dy = CheckedActivation<const S>(dout, Mul(N, OC), "matmul dout");
+    const S* x = CheckedActivation<const S>(inp, Mul(N, C), "matmul inp");
+    const float* w = CheckedF32(weight, Mul(OC, C), "matmul weight");
+    if (!Begin()) return;
+    if (dx != nullptr) {
+      // dinp += dout weight: beta 1 reads dinp into the fp32 accumulator,
+      // which is rounded once on the store.
+      Gemm(MatmulInputGradGemm(dx, dy, w, N, C, OC),
+           {.a = CUDA_R_32F, .b = ActivationType(), .c = ActivationType()});
+    }
+    WeightAndBiasGrad(dw, db, dy, x, N, C, OC);
+  });
 }
 
 }  // namespace cohort::compute::cuda_impl

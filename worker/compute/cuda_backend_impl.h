@@ -11,8 +11,6 @@
 // (captured op sequences: CUDA graphs).
 // The contract is cuda_backend.h's.
 
-#include "worker/compute/cuda_backend.h"
-
 #include <cublasLt.h>
 #include <cublas_v2.h>
 #include <cuda_runtime.h>
@@ -27,25 +25,27 @@
 #include <optional>
 #include <string>
 #include <tuple>
+#include <type_traits>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
 #include "common/log.h"
 #include "common/status_macros.h"
+#include "worker/compute/activation_access.h"
 #include "worker/compute/attention_report.h"
+#include "worker/compute/cuda_backend.h"
 #include "worker/compute/cuda_cudnn_library.h"
 #include "worker/compute/cuda_cudnn_sdpa.h"
 #include "worker/compute/cuda_epilogue.h"
 #include "worker/compute/cuda_kernels.h"
 #include "worker/compute/cuda_kernels_optimizer.h"
 #include "worker/compute/device_arena.h"
-#include "worker/compute/gpu_architectures.h"
 #include "worker/compute/gemm_shapes.h"
+#include "worker/compute/gpu_architectures.h"
 #include "worker/compute/gpu_launch_plan.h"
 #include "worker/compute/span_checks.h"
 
 namespace cohort::compute::cuda_impl {
-
 
 using gpu_plan::AlignUp;
 
@@ -58,6 +58,8 @@ inline size_t Mul(size_t a, size_t b) { return a * b; }
 
 // The kernels' attention state: the probabilities (B,NH,T,T).
 inline size_t ProbabilitiesNumel(int B, int T, int NH) { return Mul(Mul(B, NH), Mul(T, T)); }
+
+using kernel_math::Bf16;
 
 // CUDA and cuBLAS codes are converted here, once (docs/conventions.md, Errors).
 inline std::string CudaErrorText(cudaError_t error) {
@@ -75,10 +77,12 @@ enum ScratchSlot : int {
   kScoreGrads,      // d(scores), (B,NH,T,T)
   kEncoderSort,     // the token sort of EncoderBackwardShard
   kColumnSums,      // partial sums of dbias and LayerNorm's dweight
-  kOperandA,        // bf16: a GEMM's A and B operands, rounded from fp32
-  kOperandB,
-  kSdpaOperands,   // cuDNN attention's backward: bf16 dout (B,T,C) and dqkv (B,T,3C)
-  kSdpaWorkspace,  // cuDNN attention's plans' workspace
+  kOperandA,        // bf16: a GEMM's fp32 A and B operands, rounded (the kernels'
+  kOperandB,        //   attention products; weights outside the working copy)
+  kUnfusedProduct,  // bf16: the fp32 product of a GEMM whose epilogue runs apart
+  kAttentionWide,   // bf16, the kernels' attention: fp32 qkv, dqkv and out/dout
+  kSdpaGrads,       // cuDNN attention's backward: the bf16 dqkv (B,T,3C) it writes
+  kSdpaWorkspace,   // cuDNN attention's plans' workspace
   kScratchSlots,
 };
 
@@ -94,6 +98,9 @@ enum ScratchSlot : int {
 struct PlanKey {
   GemmShape shape;
   uint32_t align_a = 256, align_b = 256, align_c = 256;
+  // C's and D's type: an activation (bf16 in precision bf16) or fp32 (a
+  // weight gradient, scratch). A's and B's follow the precision.
+  cudaDataType_t c_type = CUDA_R_32F;
   // An epilogue's plan is its own: the epilogue and its vectors' alignment
   // (the heuristic reads the pointers' values for it) are part of the key.
   Epilogue epilogue = Epilogue::kNone;
@@ -101,7 +108,7 @@ struct PlanKey {
 
   auto Tie() const {
     return std::tie(shape.transa, shape.transb, shape.m, shape.n, shape.k, shape.lda, shape.ldb,
-                    shape.ldc, align_a, align_b, align_c, epilogue, align_bias, align_aux);
+                    shape.ldc, align_a, align_b, align_c, c_type, epilogue, align_bias, align_aux);
   }
   bool operator<(const PlanKey& other) const { return Tie() < other.Tie(); }
 };
@@ -137,6 +144,21 @@ struct GemmPlan {
   bool unfused = false;
 };
 
+// The storage of a GEMM's operands and output (CUDA_R_32F or CUDA_R_16BF).
+// bf16 A and B are activations, read as stored; fp32 ones are read as they
+// are in precisions fp32 and tf32 and, in bf16, from the weights' working
+// copy or rounded per call (CudaBackend::Operand). C and D are stored as
+// their type says: bf16 activations rounded once from the fp32 accumulator.
+struct GemmTypes {
+  cudaDataType_t a = CUDA_R_32F;
+  cudaDataType_t b = CUDA_R_32F;
+  cudaDataType_t c = CUDA_R_32F;
+};
+
+inline size_t CudaTypeBytes(cudaDataType_t type) {
+  return type == CUDA_R_16BF ? sizeof(uint16_t) : sizeof(float);
+}
+
 // What Gemm did with a call's epilogue: ran it (or met a failure, now
 // pending: nothing more to do either way), or left it to the caller.
 enum class EpilogueRun { kDone, kUnfused };
@@ -157,7 +179,10 @@ class CudaBackend final : public Backend {
   absl::Status Init();
 
   std::string_view name() const override { return "cuda"; }
-  DType activation_dtype() const override { return DType::kFloat32; }
+  // bf16 in precision bf16, fp32 otherwise (cuda_backend.h).
+  DType activation_dtype() const override {
+    return options_.precision == Precision::kBf16 ? DType::kBFloat16 : DType::kFloat32;
+  }
   bool host_memory() const override { return false; }
   absl::Status ReserveScratch(const PassShape& shape) override;
   absl::StatusOr<size_t> ScratchBytes(const PassShape& shape) override;
@@ -282,7 +307,22 @@ class CudaBackend final : public Backend {
   // says, with `epilogue` fused where cuBLASLt runs it for the shape;
   // kUnfused (nothing computed) where it does not, for the caller to run
   // the product and the epilogue's work apart (cuda_backend_fused.cc).
-  EpilogueRun Gemm(const GemmCall& call, const GemmEpilogue& epilogue = {});
+  EpilogueRun Gemm(const GemmCall& call, const GemmTypes& types, const GemmEpilogue& epilogue = {});
+  // The CUDA type of the activations (CUDA_R_16BF in precision bf16).
+  cudaDataType_t ActivationType() const { return bf16_ ? CUDA_R_16BF : CUDA_R_32F; }
+  // Where a GEMM whose epilogue runs apart leaves its fp32 product for the
+  // kernel that finishes it into `out` (numel elements): `out` itself when
+  // activations are fp32, else scratch (kUnfusedProduct, grown on demand:
+  // only shapes cuBLASLt refuses an epilogue take it); nullptr after
+  // recording a failure.
+  template <typename S>
+  float* UnfusedProduct(S* out, size_t numel) {
+    if constexpr (std::is_same_v<S, float>) {
+      return out;
+    } else {
+      return static_cast<float*>(Scratch(kUnfusedProduct, numel * sizeof(float)));
+    }
+  }
   const GemmPlan* PlanFor(const PlanKey& key, const GemmEpilogue& epilogue);
   // Sets the call's epilogue pointers on the plan's descriptor.
   bool SetEpiloguePointers(const GemmPlan& plan, const GemmShape& shape,
@@ -292,13 +332,18 @@ class CudaBackend final : public Backend {
   void AccumulateBiasGrad(float* dbias, const float* partial, int n);
   // MatmulBackward's dweight and dbias (cuda_backend_fused.cc); dbias may
   // be null.
-  void WeightAndBiasGrad(float* dweight, float* dbias, const float* dout, const float* inp, int N,
+  // dout and inp are activations (the activation dtype).
+  void WeightAndBiasGrad(float* dweight, float* dbias, const void* dout, const void* inp, int N,
                          int C, int OC);
-  // In bf16: the (rows x cols, leading dimension *ld) column-major matrix at
-  // `data` rounded to bf16 in scratch `slot`, its columns padded to a
-  // 16-byte stride (tensor-core kernels want it; *ld becomes the padded
-  // one), or nullptr after recording a failure. Otherwise `data` itself.
-  const void* Operand(const float* data, int rows, int64_t cols, int* ld, ScratchSlot slot);
+  // A GEMM operand of storage `type` as the GEMM reads it. bf16: an
+  // activation, `data` itself. fp32 in precision bf16: a weight's place in
+  // the working copy, or the (rows x cols, leading dimension *ld)
+  // column-major matrix at `data` rounded to bf16 in scratch `slot`, its
+  // columns padded to a 16-byte stride (tensor-core kernels want it; *ld
+  // becomes the padded one), or nullptr after recording a failure. fp32
+  // otherwise: `data` itself.
+  const void* Operand(const void* data, cudaDataType_t type, int rows, int64_t cols, int* ld,
+                      ScratchSlot slot);
   // The working copy of a weight: for an fp32 operand that is whole rows of
   // an attached block, its place in the copy (with *ld the copy's padded
   // leading dimension); nullptr otherwise.
@@ -307,8 +352,9 @@ class CudaBackend final : public Backend {
   cuda::ParamCopyRef CopyRef() const;
   // Frees the copy, whichever arena it mirrors.
   void FreeParamCopy();
-  // A strided batch of GEMMs through cuBLAS (attention's products), each
-  // batch's operands packed (stride = leading dimension x stored columns).
+  // A strided batch of GEMMs through cuBLAS (attention's products on the
+  // kernels' fp32 copies), each batch's operands packed (stride = leading
+  // dimension x stored columns); operands and output fp32.
   void BatchedGemm(const GemmCall& call);
 
   // ---- Attention: cuDNN's fused attention or the kernels -------------------
@@ -321,9 +367,7 @@ class CudaBackend final : public Backend {
   // plans of the largest shape build, else the kernels (auto) or an error
   // (cudnn); then the attention scratch slots' sizes into `wanted`.
   absl::Status ChooseAttention(const PassShape& shape, size_t* wanted);
-  // Elements of attention's probabilities that the bf16 GEMM operands round
-  // (the kernels' path); 0 under cuDNN.
-  size_t AttentionOperandNumel(const PassShape& shape) const;
+
   // The destructor's part: plans, then the handle (before the library).
   void ReleaseAttention();
   bool UsesCudnn(int B, int T, int C, int NH) const;
@@ -333,12 +377,20 @@ class CudaBackend final : public Backend {
   const sdpa::Plan* SdpaPlanFor(const sdpa::Shape& shape, sdpa::Direction direction);
   void CudnnAttentionForward(TensorSpan out, TensorSpan state, TensorSpan qkv, int B, int T, int C,
                              int NH);
-  void CudnnAttentionBackward(TensorSpan dqkv, TensorSpan dout, TensorSpan state, int B, int T,
-                              int C, int NH);
-  void KernelAttentionForward(TensorSpan out, TensorSpan state, TensorSpan qkv, int B, int T,
-                              int C, int NH);
+  void CudnnAttentionBackward(TensorSpan dqkv, TensorSpan dout, TensorSpan qkv, TensorSpan state,
+                              int B, int T, int C, int NH);
+  // In bf16, the kernels' fp32 copies (kAttentionWide, in floats) for btc =
+  // B*T*C: qkv (3 btc), dqkv (3 btc) and the output or its gradient (btc).
+  static size_t KernelAttentionWideFloats(size_t btc) { return 7 * btc; }
+  void KernelAttentionForward(TensorSpan out, TensorSpan state, TensorSpan qkv, int B, int T, int C,
+                              int NH);
   void KernelAttentionBackward(TensorSpan dqkv, TensorSpan dout, TensorSpan qkv, TensorSpan state,
                                int B, int T, int C, int NH);
+  // Their fp32 computation, on fp32 arrays (the activations, or their
+  // widened copies in bf16); att is the state. dx accumulates.
+  void KernelAttentionForwardF32(float* y, float* att, const float* x, int B, int T, int C, int NH);
+  void KernelAttentionBackwardF32(float* dx, const float* dy, const float* x, const float* att,
+                                  int B, int T, int C, int NH);
 
   std::unique_ptr<CudnnLibrary> cudnn_;  // null: the kernels
   cudnnHandle_t cudnn_handle_ = nullptr;

@@ -23,10 +23,14 @@
 //   gradients accumulate, so they land in scratch and are added
 //   (AccumulateBiasGrad).
 // - Types: the bias and bias-gradient vectors are D's type unless set
-//   (BIAS_DATA_TYPE), the aux matrix D's type too (EPILOGUE_AUX_DATA_TYPE);
-//   D is fp32 in every precision (in bf16 only A and B are bf16), so all are
-//   fp32 and neither type is set. Whether a kernel exists for bf16 A/B with
-//   an fp32 epilogue is the heuristic's answer: none makes the shape unfused.
+//   (BIAS_DATA_TYPE), the aux matrix D's type too (EPILOGUE_AUX_DATA_TYPE).
+//   Both are set on every plan that uses them: the vectors are parameters
+//   or parameter gradients, fp32 in every precision, while D and the aux
+//   (the pre-activation, an activation) are bf16 in precision bf16
+//   (backend.h, "Activation storage"), where the defaults would take the
+//   bias as bf16 too. BGRADB's D is a weight gradient, fp32. Whether a
+//   kernel exists for bf16 A/B/D with an fp32 bias is the heuristic's
+//   answer: none makes the shape unfused.
 // - The aux leading dimension must be a multiple of 8 and at least m; the
 //   aux here is laid out like C (ld = ldc), so a C of odd width (the small
 //   test models') is unfused by rule, before asking.
@@ -40,9 +44,9 @@
 
 namespace cohort::compute::cuda_impl {
 
-// What a GEMM does after its product (cuBLASLt's epilogues, above). The vectors and
-// the aux matrix are fp32, like D: cuBLASLt's default types for them (the
-// bias and aux types follow D's, which is fp32 in every precision here).
+// What a GEMM does after its product (cuBLASLt's epilogues, above). The
+// vectors are fp32; the aux matrix is an activation (the backend's
+// activation dtype), like the D of the GEMMs that use it.
 enum class Epilogue : uint8_t {
   kNone,
   kBias,         // D = AB + bias (bias: m floats)
@@ -58,7 +62,7 @@ enum class Epilogue : uint8_t {
 struct GemmEpilogue {
   Epilogue kind = Epilogue::kNone;
   const float* bias = nullptr;  // kBias, kGeluAuxBias: read; the *grad kinds: written
-  float* aux = nullptr;         // kGelu*: written; kDGelu*: read
+  void* aux = nullptr;          // kGelu*: written; kDGelu*: read (activation dtype)
 };
 
 inline cublasLtEpilogue_t LtEpilogue(Epilogue kind) {

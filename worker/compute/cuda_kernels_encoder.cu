@@ -7,7 +7,9 @@
 // CUB radix sort: stable, so each token's positions stay in order) and one
 // block per distinct token adds that token's rows of dout in position order:
 // the CPU backend's summation order, on every run. The shard's row test and
-// the sort key are kernel_math.h's, which the CPU tests run.
+// the sort key are kernel_math.h's, which the CPU tests run. The output and
+// its gradient are activations of storage S (float or Bf16: cuda_kernels.h;
+// T is the sequence length here), the tables and their gradients fp32.
 
 #include <cub/device/device_radix_sort.cuh>
 
@@ -24,10 +26,12 @@ using gpu_plan::kThreads;
 
 using kernel_math::ShardRow;
 using kernel_math::ShardSortKey;
+using kernel_math::Store;
+using kernel_math::Widen;
 
-__global__ void EncoderForwardKernel(float* out, const int32_t* inp, const float* wte,
-                                     const float* wpe, int vocab_start, int Vs, int T, int C,
-                                     int64_t total) {
+template <typename S>
+__global__ void EncoderForwardKernel(S* out, const int32_t* inp, const float* wte, const float* wpe,
+                                     int vocab_start, int Vs, int T, int C, int64_t total) {
   for (int64_t i = GlobalThread(); i < total; i += GridThreads()) {
     const int64_t bt = i / C;
     const int c = static_cast<int>(i % C);
@@ -43,16 +47,17 @@ __global__ void EncoderForwardKernel(float* out, const int32_t* inp, const float
     } else {
       value = -0.0f;  // the additive identity that keeps -0 sums exact (backend.h)
     }
-    out[i] = value;
+    Store(&out[i], value);
   }
 }
 
 // dwpe[t, c] += dout[b, t, c] for b = 0, 1, ... in order.
-__global__ void PositionBackwardKernel(float* dwpe, const float* dout, int B, int T, int C) {
+template <typename S>
+__global__ void PositionBackwardKernel(float* dwpe, const S* dout, int B, int T, int C) {
   const int64_t total = static_cast<int64_t>(T) * C;
   for (int64_t i = GlobalThread(); i < total; i += GridThreads()) {
     float acc = dwpe[i];
-    for (int b = 0; b < B; ++b) acc += dout[static_cast<int64_t>(b) * T * C + i];
+    for (int b = 0; b < B; ++b) acc += Widen(dout[static_cast<int64_t>(b) * T * C + i]);
     dwpe[i] = acc;
   }
 }
@@ -70,7 +75,8 @@ __global__ void TokenKeysKernel(uint32_t* keys, int32_t* positions, const int32_
 // Block i handles the token whose run of sorted positions starts at i (and
 // returns at once when i is inside a run): its dwte row gets the run's rows
 // of dout added in position order.
-__global__ void TokenBackwardKernel(float* dwte, const float* dout, const uint32_t* keys,
+template <typename S>
+__global__ void TokenBackwardKernel(float* dwte, const S* dout, const uint32_t* keys,
                                     const int32_t* positions, int n, int Vs, int C) {
   const int i = blockIdx.x;
   const uint32_t key = keys[i];
@@ -79,7 +85,7 @@ __global__ void TokenBackwardKernel(float* dwte, const float* dout, const uint32
   for (int c = threadIdx.x; c < C; c += blockDim.x) {
     float acc = row[c];
     for (int j = i; j < n && keys[j] == key; ++j) {
-      acc += dout[static_cast<int64_t>(positions[j]) * C + c];
+      acc += Widen(dout[static_cast<int64_t>(positions[j]) * C + c]);
     }
     row[c] = acc;
   }
@@ -96,7 +102,8 @@ size_t SortTempBytes(int n, int Vs) {
 
 }  // namespace
 
-void EncoderForwardShard(float* out, const int32_t* inp, const float* wte, const float* wpe,
+template <typename S>
+void EncoderForwardShard(S* out, const int32_t* inp, const float* wte, const float* wpe,
                          int vocab_start, int Vs, int B, int T, int C, cudaStream_t stream) {
   const int64_t total = static_cast<int64_t>(B) * T * C;
   EncoderForwardKernel<<<GridStrideBlocks(total, kThreads), kThreads, 0, stream>>>(
@@ -108,7 +115,8 @@ size_t EncoderBackwardScratchBytes(int n, int Vs) {
   return 4 * array + AlignUp(SortTempBytes(n, Vs));
 }
 
-cudaError_t EncoderBackwardShard(float* dwte, float* dwpe, const float* dout, const int32_t* inp,
+template <typename S>
+cudaError_t EncoderBackwardShard(float* dwte, float* dwpe, const S* dout, const int32_t* inp,
                                  int vocab_start, int Vs, int B, int T, int C, void* scratch,
                                  cudaStream_t stream) {
   if (C <= 0) return cudaSuccess;
@@ -136,5 +144,13 @@ cudaError_t EncoderBackwardShard(float* dwte, float* dwpe, const float* dout, co
   TokenBackwardKernel<<<n, threads, 0, stream>>>(dwte, dout, keys_out, positions_out, n, Vs, C);
   return cudaSuccess;
 }
+
+#define COHORT_INSTANTIATE_ENCODER(S)                                                              \
+  template void EncoderForwardShard<S>(S*, const int32_t*, const float*, const float*, int, int,   \
+                                       int, int, int, cudaStream_t);                               \
+  template cudaError_t EncoderBackwardShard<S>(float*, float*, const S*, const int32_t*, int, int, \
+                                               int, int, int, void*, cudaStream_t);
+COHORT_FOR_EACH_STORAGE(COHORT_INSTANTIATE_ENCODER)
+#undef COHORT_INSTANTIATE_ENCODER
 
 }  // namespace cohort::compute::cuda

@@ -4,6 +4,8 @@
 // One block of kRowThreads threads per row; CUB's block reductions combine
 // the threads' strided partials in a fixed tree. A thread's partials, the
 // loss and the dlogit element are kernel_math.h's, which the CPU tests run.
+// The logits and their gradient are activations, T (float or Bf16:
+// cuda_kernels.h), widened as read; every sum and statistic is fp32 or double.
 
 #include <math.h>
 
@@ -21,50 +23,57 @@ using gpu_plan::kThreads;
 using kernel_math::ShardDlogit;
 using kernel_math::ShardTargetColumn;
 using kernel_math::ShardValidColumns;
+using kernel_math::Store;
 using kernel_math::StoreLoss;
 using kernel_math::StridedMax;
 using kernel_math::StridedSumExp;
+using kernel_math::Widen;
 
-__device__ inline float RowMax(const float* row, int valid, BlockShared<float>& shared) {
+template <typename T>
+__device__ inline float RowMax(const T* row, int valid, BlockShared<float>& shared) {
   return BlockReduceAll(StridedMax(row, valid, static_cast<int>(threadIdx.x), kRowThreads), MaxOp{},
                         shared);
 }
 
-__device__ inline double RowSumExp(const float* row, int valid, float shift,
+template <typename T>
+__device__ inline double RowSumExp(const T* row, int valid, float shift,
                                    BlockShared<double>& shared) {
   return BlockReduceAll(
       StridedSumExp(row, valid, shift, static_cast<int>(threadIdx.x), kRowThreads), SumOp{},
       shared);
 }
 
-__global__ void CrossEntropyForwardKernel(float* losses, float* lse, const float* logits,
+template <typename T>
+__global__ void CrossEntropyForwardKernel(float* losses, float* lse, const T* logits,
                                           const int32_t* targets, int V, int Vp) {
   __shared__ BlockShared<float> shared_max;
   __shared__ BlockShared<double> shared_sum;
   const int64_t n = blockIdx.x;
-  const float* row = logits + n * Vp;
+  const T* row = logits + n * Vp;
   const float maxval = RowMax(row, V, shared_max);
   const double sum = RowSumExp(row, V, maxval, shared_sum);
-  if (threadIdx.x == 0) StoreLoss(maxval, sum, row[targets[n]], &losses[n], &lse[n]);
+  if (threadIdx.x == 0) StoreLoss(maxval, sum, Widen(row[targets[n]]), &losses[n], &lse[n]);
 }
 
-__global__ void ShardMaxKernel(float* row_max, const float* logits, int valid, int Vs) {
+template <typename T>
+__global__ void ShardMaxKernel(float* row_max, const T* logits, int valid, int Vs) {
   __shared__ BlockShared<float> shared;
   const int64_t n = blockIdx.x;
   const float m = RowMax(logits + n * Vs, valid, shared);
   if (threadIdx.x == 0) row_max[n] = m;
 }
 
-__global__ void ShardSumsKernel(float* sums, const float* logits, const float* row_max,
+template <typename T>
+__global__ void ShardSumsKernel(float* sums, const T* logits, const float* row_max,
                                 const int32_t* targets, int N, int valid, int Vs, int vocab_start) {
   __shared__ BlockShared<double> shared;
   const int64_t n = blockIdx.x;
-  const float* row = logits + n * Vs;
+  const T* row = logits + n * Vs;
   const double sum = RowSumExp(row, valid, row_max[n], shared);
   if (threadIdx.x == 0) {
     sums[n] = valid == 0 ? 0.0f : static_cast<float>(sum);
     const int col = ShardTargetColumn(targets[n], valid, vocab_start);
-    sums[N + n] = col < 0 ? 0.0f : row[col];
+    sums[N + n] = col < 0 ? 0.0f : Widen(row[col]);
   }
 }
 
@@ -75,12 +84,13 @@ __global__ void ShardFinishKernel(float* losses, float* lse, const float* row_ma
   }
 }
 
-__global__ void ShardBackwardKernel(float* dlogits, const float* logits, const float* lse,
+template <typename T>
+__global__ void ShardBackwardKernel(T* dlogits, const T* logits, const float* lse,
                                     const int32_t* targets, const float* dlosses, int valid, int Vs,
                                     int vocab_start) {
   const int64_t n = blockIdx.x;
-  const float* row = logits + n * Vs;
-  float* drow = dlogits + n * Vs;
+  const T* row = logits + n * Vs;
+  T* drow = dlogits + n * Vs;
   const float s = lse[n];
   const float dloss = dlosses[n];
   const int target_col = ShardTargetColumn(targets[n], valid, vocab_start);
@@ -88,7 +98,7 @@ __global__ void ShardBackwardKernel(float* dlogits, const float* logits, const f
   // that writes it, before it writes it; lse, targets and dlosses are other
   // buffers, read before the loop.
   for (int j = threadIdx.x; j < Vs; j += kRowThreads) {
-    drow[j] = ShardDlogit(row, j, valid, target_col, s, dloss);
+    Store(&drow[j], ShardDlogit(row, j, valid, target_col, s, dloss));
   }
 }
 
@@ -98,14 +108,16 @@ __global__ void FillKernel(float* out, float value, int64_t n) {
 
 }  // namespace
 
-void CrossEntropyForward(float* losses, float* lse, const float* logits, const int32_t* targets,
-                         int N, int V, int Vp, cudaStream_t stream) {
+template <typename T>
+void CrossEntropyForward(float* losses, float* lse, const T* logits, const int32_t* targets, int N,
+                         int V, int Vp, cudaStream_t stream) {
   if (N <= 0) return;
   CrossEntropyForwardKernel<<<N, kRowThreads, 0, stream>>>(losses, lse, logits, targets, V, Vp);
 }
 
-void CrossEntropyShardMax(float* row_max, const float* logits, int N, int V, int Vs,
-                          int vocab_start, cudaStream_t stream) {
+template <typename T>
+void CrossEntropyShardMax(float* row_max, const T* logits, int N, int V, int Vs, int vocab_start,
+                          cudaStream_t stream) {
   if (N <= 0) return;
   const int valid = ShardValidColumns(V, Vs, vocab_start);
   if (valid == 0) {
@@ -115,7 +127,8 @@ void CrossEntropyShardMax(float* row_max, const float* logits, int N, int V, int
   ShardMaxKernel<<<N, kRowThreads, 0, stream>>>(row_max, logits, valid, Vs);
 }
 
-void CrossEntropyShardSums(float* sums, const float* logits, const float* row_max,
+template <typename T>
+void CrossEntropyShardSums(float* sums, const T* logits, const float* row_max,
                            const int32_t* targets, int N, int V, int Vs, int vocab_start,
                            cudaStream_t stream) {
   if (N <= 0) return;
@@ -130,7 +143,8 @@ void CrossEntropyShardFinish(float* losses, float* lse, const float* row_max, co
                                                                             sums, N);
 }
 
-void CrossEntropyShardBackward(float* dlogits, const float* logits, const float* lse,
+template <typename T>
+void CrossEntropyShardBackward(T* dlogits, const T* logits, const float* lse,
                                const int32_t* targets, const float* dlosses, int N, int V, int Vs,
                                int vocab_start, cudaStream_t stream) {
   if (N <= 0) return;
@@ -138,5 +152,16 @@ void CrossEntropyShardBackward(float* dlogits, const float* logits, const float*
                                                      ShardValidColumns(V, Vs, vocab_start), Vs,
                                                      vocab_start);
 }
+
+#define COHORT_INSTANTIATE_LOSS(T)                                                                 \
+  template void CrossEntropyForward<T>(float*, float*, const T*, const int32_t*, int, int, int,    \
+                                       cudaStream_t);                                              \
+  template void CrossEntropyShardMax<T>(float*, const T*, int, int, int, int, cudaStream_t);       \
+  template void CrossEntropyShardSums<T>(float*, const T*, const float*, const int32_t*, int, int, \
+                                         int, int, cudaStream_t);                                  \
+  template void CrossEntropyShardBackward<T>(T*, const T*, const float*, const int32_t*,           \
+                                             const float*, int, int, int, int, cudaStream_t);
+COHORT_FOR_EACH_STORAGE(COHORT_INSTANTIATE_LOSS)
+#undef COHORT_INSTANTIATE_LOSS
 
 }  // namespace cohort::compute::cuda

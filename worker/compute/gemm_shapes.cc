@@ -15,7 +15,7 @@ enum class PerHeadPart { kHead, kBlock };
 // One GEMM per head over packed heads: `shape` with the batch and strides
 // filled in, each operand advancing by its part from one head to the next.
 GemmCall PerHead(GemmShape shape, PerHeadPart a_part, PerHeadPart b_part, PerHeadPart c_part,
-                 float alpha, const float* a, const float* b, float* c, const HeadBatch& heads) {
+                 float alpha, const void* a, const void* b, void* c, const HeadBatch& heads) {
   auto stride = [&heads](PerHeadPart part) {
     return part == PerHeadPart::kBlock ? int64_t{heads.T} * heads.T : int64_t{heads.T} * heads.hs;
   };
@@ -29,8 +29,7 @@ GemmCall PerHead(GemmShape shape, PerHeadPart a_part, PerHeadPart b_part, PerHea
 // Per head, out (T,T) = alpha x (T,hs) y^T. Column-major that is
 // out^T (T,T) = alpha y x^T, with y and x each stored as an (hs,T) matrix
 // of leading dimension hs: A = y transposed, B = x as stored.
-GemmCall HeadScores(float* out, const float* x, const float* y, float alpha,
-                    const HeadBatch& heads) {
+GemmCall HeadScores(void* out, const void* x, const void* y, float alpha, const HeadBatch& heads) {
   const int T = heads.T, hs = heads.hs;
   return PerHead({.transa = true, .m = T, .n = T, .k = hs, .lda = hs, .ldb = hs, .ldc = T},
                  PerHeadPart::kHead, PerHeadPart::kHead, PerHeadPart::kBlock, alpha, y, x, out,
@@ -40,7 +39,7 @@ GemmCall HeadScores(float* out, const float* x, const float* y, float alpha,
 // Per head, out (T,hs) = alpha p (T,T) x (T,hs), or alpha p^T x with
 // transpose_p. Column-major: out^T (hs,T) = alpha x^T p^T, where the stored
 // x is x^T (hs,T) and the stored p is p^T (T,T); p itself is its transpose.
-GemmCall HeadsMix(float* out, const float* p, bool transpose_p, const float* x, float alpha,
+GemmCall HeadsMix(void* out, const void* p, bool transpose_p, const void* x, float alpha,
                   const HeadBatch& heads) {
   const int T = heads.T, hs = heads.hs;
   return PerHead({.transb = transpose_p, .m = hs, .n = T, .k = T, .lda = hs, .ldb = T, .ldc = hs},
@@ -52,7 +51,7 @@ GemmCall HeadsMix(float* out, const float* p, bool transpose_p, const float* x, 
 
 // out^T (OC,N) = weight (OC,C) inp^T (C,N): the stored weight is its
 // transpose (C,OC), the stored inp is inp^T.
-GemmCall MatmulForwardGemm(float* out, const float* inp, const float* weight, int N, int C, int OC,
+GemmCall MatmulForwardGemm(void* out, const void* inp, const void* weight, int N, int C, int OC,
                            GemmOutput output) {
   return GemmCall{
       .shape =
@@ -65,7 +64,7 @@ GemmCall MatmulForwardGemm(float* out, const float* inp, const float* weight, in
 }
 
 // dinp^T (C,N) += weight^T (C,OC) dout^T (OC,N): both as stored.
-GemmCall MatmulInputGradGemm(float* dinp, const float* dout, const float* weight, int N, int C,
+GemmCall MatmulInputGradGemm(void* dinp, const void* dout, const void* weight, int N, int C,
                              int OC) {
   return GemmCall{.shape = {.transa = false,
                             .transb = false,
@@ -84,7 +83,7 @@ GemmCall MatmulInputGradGemm(float* dinp, const float* dout, const float* weight
 
 // dweight^T (C,OC) += inp^T (C,N) dout (N,OC): inp as stored, the stored
 // dout^T (OC,N) transposed.
-GemmCall MatmulWeightGradGemm(float* dweight, const float* dout, const float* inp, int N, int C,
+GemmCall MatmulWeightGradGemm(void* dweight, const void* dout, const void* inp, int N, int C,
                               int OC) {
   return GemmCall{
       .shape =
@@ -96,31 +95,31 @@ GemmCall MatmulWeightGradGemm(float* dweight, const float* dout, const float* in
       .c = dweight};
 }
 
-GemmCall AttentionScoresGemm(float* scores, const float* q, const float* k, float scale,
+GemmCall AttentionScoresGemm(void* scores, const void* q, const void* k, float scale,
                              const HeadBatch& heads) {
   return HeadScores(scores, q, k, scale, heads);
 }
 
-GemmCall AttentionOutputGemm(float* out, const float* att, const float* v, const HeadBatch& heads) {
+GemmCall AttentionOutputGemm(void* out, const void* att, const void* v, const HeadBatch& heads) {
   return HeadsMix(out, att, /*transpose_p=*/false, v, 1.0f, heads);
 }
 
-GemmCall AttentionProbsGradGemm(float* datt, const float* dout, const float* v,
+GemmCall AttentionProbsGradGemm(void* datt, const void* dout, const void* v,
                                 const HeadBatch& heads) {
   return HeadScores(datt, dout, v, 1.0f, heads);
 }
 
-GemmCall AttentionValueGradGemm(float* dv, const float* att, const float* dout,
+GemmCall AttentionValueGradGemm(void* dv, const void* att, const void* dout,
                                 const HeadBatch& heads) {
   return HeadsMix(dv, att, /*transpose_p=*/true, dout, 1.0f, heads);
 }
 
-GemmCall AttentionQueryGradGemm(float* dq, const float* dscores, const float* k, float scale,
+GemmCall AttentionQueryGradGemm(void* dq, const void* dscores, const void* k, float scale,
                                 const HeadBatch& heads) {
   return HeadsMix(dq, dscores, /*transpose_p=*/false, k, scale, heads);
 }
 
-GemmCall AttentionKeyGradGemm(float* dk, const float* dscores, const float* q, float scale,
+GemmCall AttentionKeyGradGemm(void* dk, const void* dscores, const void* q, float scale,
                               const HeadBatch& heads) {
   return HeadsMix(dk, dscores, /*transpose_p=*/true, q, scale, heads);
 }

@@ -53,9 +53,9 @@ struct GemmCall {
   GemmShape shape;
   float alpha = 1.0f;
   float beta = 0.0f;
-  const float* a = nullptr;
-  const float* b = nullptr;
-  float* c = nullptr;
+  const void* a = nullptr;
+  const void* b = nullptr;
+  void* c = nullptr;
 };
 
 // Whether a GEMM overwrites its output (beta 0) or adds to it (beta 1).
@@ -65,13 +65,13 @@ enum class GemmOutput { kWrite, kAccumulate };
 
 // MatmulForward: out (N,OC) = inp (N,C) weight^T, plus out with kAccumulate
 // (which the CUDA backend uses when out already holds the broadcast bias).
-GemmCall MatmulForwardGemm(float* out, const float* inp, const float* weight, int N, int C, int OC,
+GemmCall MatmulForwardGemm(void* out, const void* inp, const void* weight, int N, int C, int OC,
                            GemmOutput output);
 // MatmulBackward's input gradient: dinp (N,C) += dout (N,OC) weight (OC,C).
-GemmCall MatmulInputGradGemm(float* dinp, const float* dout, const float* weight, int N, int C,
+GemmCall MatmulInputGradGemm(void* dinp, const void* dout, const void* weight, int N, int C,
                              int OC);
 // MatmulBackward's weight gradient: dweight (OC,C) += dout^T (OC,N) inp (N,C).
-GemmCall MatmulWeightGradGemm(float* dweight, const float* dout, const float* inp, int N, int C,
+GemmCall MatmulWeightGradGemm(void* dweight, const void* dout, const void* inp, int N, int C,
                               int OC);
 
 // ---- Attention's products ------------------------------------------------------
@@ -86,22 +86,22 @@ struct HeadBatch {
 };
 
 // Forward scores: scores (T,T) = scale q (T,hs) k^T.
-GemmCall AttentionScoresGemm(float* scores, const float* q, const float* k, float scale,
+GemmCall AttentionScoresGemm(void* scores, const void* q, const void* k, float scale,
                              const HeadBatch& heads);
 // Forward output: out (T,hs) = att (T,T) v (T,hs).
-GemmCall AttentionOutputGemm(float* out, const float* att, const float* v, const HeadBatch& heads);
+GemmCall AttentionOutputGemm(void* out, const void* att, const void* v, const HeadBatch& heads);
 // Backward, the probabilities' gradient: datt (T,T) = dout (T,hs) v^T.
-GemmCall AttentionProbsGradGemm(float* datt, const float* dout, const float* v,
+GemmCall AttentionProbsGradGemm(void* datt, const void* dout, const void* v,
                                 const HeadBatch& heads);
 // Backward, v's gradient: dv (T,hs) = att^T (T,T) dout (T,hs).
-GemmCall AttentionValueGradGemm(float* dv, const float* att, const float* dout,
+GemmCall AttentionValueGradGemm(void* dv, const void* att, const void* dout,
                                 const HeadBatch& heads);
 // Backward, q's gradient: dq (T,hs) = scale dscores (T,T) k (T,hs), with
 // dscores the gradient of the scaled scores (the softmax's backward of datt).
-GemmCall AttentionQueryGradGemm(float* dq, const float* dscores, const float* k, float scale,
+GemmCall AttentionQueryGradGemm(void* dq, const void* dscores, const void* k, float scale,
                                 const HeadBatch& heads);
 // Backward, k's gradient: dk (T,hs) = scale dscores^T (T,T) q (T,hs).
-GemmCall AttentionKeyGradGemm(float* dk, const float* dscores, const float* q, float scale,
+GemmCall AttentionKeyGradGemm(void* dk, const void* dscores, const void* q, float scale,
                               const HeadBatch& heads);
 
 // ---- Math ---------------------------------------------------------------------

@@ -24,10 +24,15 @@
 //   cuda_reduce.cuh) is not here: the Strided* functions give one lane's
 //   share of a row (columns first, first + stride, ...), which the device
 //   combines across lanes and the CPU computes whole (first 0, stride 1).
+// - The row functions take their activations in either storage, float or
+//   bf16 (bf16_math.h's Bf16: backend.h, "Activation storage"): they widen
+//   each element as they read it and compute in fp32, and the one that
+//   writes (StridedResidualSum) rounds what it stores, once.
 
 #include <cmath>
 #include <cstdint>
 
+#include "worker/compute/bf16_math.h"
 #include "worker/compute/host_device.h"
 
 namespace cohort::compute::kernel_math {
@@ -79,9 +84,10 @@ COHORT_HOST_DEVICE float GeluGradFromExp(float x, float e) {
 
 COHORT_HOST_DEVICE float RowMean(float sum, int n) { return sum / n; }
 
-COHORT_HOST_DEVICE float StridedSum(const float* x, int n, int first, int stride) {
+template <typename T>
+COHORT_HOST_DEVICE float StridedSum(const T* x, int n, int first, int stride) {
   float sum = 0.0f;
-  for (int c = first; c < n; c += stride) sum += x[c];
+  for (int c = first; c < n; c += stride) sum += Widen(x[c]);
   return sum;
 }
 
@@ -89,14 +95,16 @@ COHORT_HOST_DEVICE float StridedSum(const float* x, int n, int first, int stride
 // out[c] in StridedSum's order: a residual add and the first pass of the
 // LayerNorm that normalises it, in one (the fused residual + LayerNorm). The
 // same additions as ResidualForward then StridedSum(out, ...), so the same
-// bits. out may be neither input.
-COHORT_HOST_DEVICE float StridedResidualSum(float* out, const float* a, const float* b, int n,
-                                            int first, int stride) {
+// bits. out may be neither input. In bf16 the sum is of the rounded values
+// stored, which is what the LayerNorm reading `out` back normalises.
+template <typename T>
+COHORT_HOST_DEVICE float StridedResidualSum(T* out, const T* a, const T* b, int n, int first,
+                                            int stride) {
   float sum = 0.0f;
   for (int c = first; c < n; c += stride) {
-    const float r = a[c] + b[c];
+    const T r = Narrow<T>(Widen(a[c]) + Widen(b[c]));
     out[c] = r;
-    sum += r;
+    sum += Widen(r);
   }
   return sum;
 }
@@ -110,9 +118,10 @@ COHORT_HOST_DEVICE float StridedDot(const float* a, const float* b, int n, int f
 
 // max_c x[c], -infinity where the share is empty (fmaxf: a NaN loses to a
 // number).
-COHORT_HOST_DEVICE float StridedMax(const float* x, int n, int first, int stride) {
+template <typename T>
+COHORT_HOST_DEVICE float StridedMax(const T* x, int n, int first, int stride) {
   float m = -INFINITY;
-  for (int c = first; c < n; c += stride) m = fmaxf(m, x[c]);
+  for (int c = first; c < n; c += stride) m = fmaxf(m, Widen(x[c]));
   return m;
 }
 
@@ -126,11 +135,12 @@ COHORT_HOST_DEVICE float StridedMax(const float* x, int n, int first, int stride
 inline constexpr float kLayerNormEps = 1e-5f;
 
 // sum_c (x[c] - mean)^2.
-COHORT_HOST_DEVICE float StridedSquaredDeviation(const float* x, int C, float mean, int first,
+template <typename T>
+COHORT_HOST_DEVICE float StridedSquaredDeviation(const T* x, int C, float mean, int first,
                                                  int stride) {
   float sum = 0.0f;
   for (int c = first; c < C; c += stride) {
-    const float d = x[c] - mean;
+    const float d = Widen(x[c]) - mean;
     sum += d * d;
   }
   return sum;
@@ -156,15 +166,17 @@ struct LayerNormGradSums {
   float dnorm_norm = 0.0f;
 };
 
-COHORT_HOST_DEVICE LayerNormGradSums StridedLayerNormGradSums(const float* dy, const float* x,
+// dy and x are activations (float or Bf16); weight is fp32.
+template <typename T>
+COHORT_HOST_DEVICE LayerNormGradSums StridedLayerNormGradSums(const T* dy, const T* x,
                                                               const float* weight, float mean,
                                                               float rstd, int C, int first,
                                                               int stride) {
   float dnorm_sum = 0.0f;
   float dnorm_norm_sum = 0.0f;
   for (int c = first; c < C; c += stride) {
-    const float norm = LayerNormNormalized(x[c], mean, rstd);
-    const float dnorm = weight[c] * dy[c];
+    const float norm = LayerNormNormalized(Widen(x[c]), mean, rstd);
+    const float dnorm = weight[c] * Widen(dy[c]);
     dnorm_sum += dnorm;
     dnorm_norm_sum += dnorm * norm;
   }
@@ -203,9 +215,10 @@ COHORT_HOST_DEVICE int ShardTargetColumn(int32_t target, int valid, int vocab_st
 // sum_c exp(x[c] - shift) with expf, each term fp32, the sum in double: the
 // device's share of a row (the CPU backend sums its own exponential,
 // SumExpShifted in cpu_kernels.h).
-COHORT_HOST_DEVICE double StridedSumExp(const float* x, int n, float shift, int first, int stride) {
+template <typename T>
+COHORT_HOST_DEVICE double StridedSumExp(const T* x, int n, float shift, int first, int stride) {
   double sum = 0.0;
-  for (int c = first; c < n; c += stride) sum += expf(x[c] - shift);
+  for (int c = first; c < n; c += stride) sum += expf(Widen(x[c]) - shift);
   return sum;
 }
 
@@ -225,10 +238,11 @@ COHORT_HOST_DEVICE float CrossEntropyDlogit(float p, bool is_target, float dloss
 
 // dlogits[j] of a shard row, with p = expf(row[j] - lse); 0 in the padding.
 // target_col is ShardTargetColumn's.
-COHORT_HOST_DEVICE float ShardDlogit(const float* row, int j, int valid, int target_col, float lse,
+template <typename T>
+COHORT_HOST_DEVICE float ShardDlogit(const T* row, int j, int valid, int target_col, float lse,
                                      float dloss) {
   if (j >= valid) return 0.0f;
-  return CrossEntropyDlogit(expf(row[j] - lse), j == target_col, dloss);
+  return CrossEntropyDlogit(expf(Widen(row[j]) - lse), j == target_col, dloss);
 }
 
 // ---- Causal attention's softmax --------------------------------------------------

@@ -12,12 +12,15 @@
 // row of C. The statistics (logsumexp of each score row) are (B,NH,T,1),
 // packed.
 //
-// The state (Backend::AttentionStateNumel) is counted in fp32 elements, since
-// the model carves it from its fp32 activations, and holds, each part
-// starting on 256 bytes: the bf16 copy of qkv the forward ran on, the bf16
-// output and the fp32 statistics. The backward runs on these very bits, so
-// nothing is rounded twice; about (4C + 2 NH) bytes per token against
-// 4 NH T bytes per token for the probabilities.
+// The state (Backend::AttentionStateNumel) is counted in fp32 elements
+// (backend.h) and holds, each part starting on 256 bytes, a copy of the
+// bf16 output and the fp32 statistics: what the backward needs besides qkv
+// and dout, which it is given. The activations are bf16 where cuDNN runs
+// (precision bf16; backend.h, "Activation storage"), so cuDNN reads qkv and
+// writes the output in place and keeps no copy of qkv; the output's copy
+// stays because AttentionBackward is not handed the output, which the
+// model may overwrite before the backward. About (2C + 4 NH) bytes per
+// token, against 4 NH T bytes per token for the probabilities.
 
 #include <array>
 #include <cstddef>
@@ -31,9 +34,7 @@ struct Shape {
 
   int64_t C() const { return int64_t{NH} * hs; }
   int64_t tokens() const { return int64_t{B} * T; }
-  bool operator==(const Shape& o) const {
-    return B == o.B && T == o.T && NH == o.NH && hs == o.hs;
-  }
+  bool operator==(const Shape& o) const { return B == o.B && T == o.T && NH == o.NH && hs == o.hs; }
   bool operator<(const Shape& o) const {
     return std::array<int, 4>{B, T, NH, hs} < std::array<int, 4>{o.B, o.T, o.NH, o.hs};
   }
@@ -81,7 +82,6 @@ inline View ScoresView(const Shape& s) {
 // Where the state's parts start, in BYTES from its base, and its size in
 // fp32 elements. Each part starts on 256 bytes (the model's views do too).
 struct StateLayout {
-  size_t qkv_bytes = 0;    // offset of the bf16 (B,T,3C)
   size_t out_bytes = 0;    // offset of the bf16 (B,T,C)
   size_t stats_bytes = 0;  // offset of the fp32 (B,NH,T)
   size_t total_bytes = 0;
@@ -98,8 +98,7 @@ inline StateLayout StateLayoutOf(const Shape& s) {
   const size_t tokens = static_cast<size_t>(s.tokens());
   const size_t C = static_cast<size_t>(s.C());
   StateLayout layout;
-  layout.qkv_bytes = 0;
-  layout.out_bytes = AlignUp(layout.qkv_bytes + tokens * 3 * C * sizeof(uint16_t));
+  layout.out_bytes = 0;
   layout.stats_bytes = AlignUp(layout.out_bytes + tokens * C * sizeof(uint16_t));
   layout.total_bytes = AlignUp(layout.stats_bytes + tokens * static_cast<size_t>(s.NH) * 4);
   return layout;

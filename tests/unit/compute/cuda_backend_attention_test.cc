@@ -17,6 +17,12 @@
 // of up to 1024 terms of random sign, and far below what a wrong view, a
 // missing scale or mask, or a transposed operand gives (errors of the
 // order of the values themselves).
+//
+// The activations (qkv, out, dout, dqkv) are bf16 where cuDNN runs
+// (backend.h, "Activation storage"): uploaded as bf16 bits and widened on
+// the way back. The += contract is checked bitwise: dqkv from a nonzero
+// start is the start plus the gradient from a zero start, added in fp32
+// and rounded once.
 
 #include <algorithm>
 #include <cmath>
@@ -28,6 +34,7 @@
 
 #include "gtest/gtest.h"
 #include "tests/testing/gpu_required.h"
+#include "tests/unit/compute/activation_io.h"
 #include "tests/unit/compute/reference_kernels.h"
 #include "worker/compute/attention_report.h"
 #include "worker/compute/backend_factory.h"
@@ -83,38 +90,37 @@ struct Results {
 
 // A backend of `precision` and `mode` on device 0, or the reason there is none.
 absl::StatusOr<std::unique_ptr<Backend>> MakeCuda(Precision precision, FusedAttention mode) {
-  return CreateBackend(BackendOptions{
-      .kind = BackendKind::kCuda, .precision = precision, .fused_attention = mode});
+  return CreateBackend(
+      BackendOptions{.kind = BackendKind::kCuda, .precision = precision, .fused_attention = mode});
 }
 
 // Forward then backward on `backend` (scratch reserved for `s` first);
 // dqkv starts at `dqkv0` (the backward accumulates).
 Results RunAttention(Backend& backend, const AttentionShape& s, const std::vector<float>& qkv,
-            const std::vector<float>& dout, const std::vector<float>& dqkv0) {
+                     const std::vector<float>& dout, const std::vector<float>& dqkv0) {
   Results r;
   EXPECT_TRUE(backend.ReserveScratch(PassFor(s)).ok());
   const size_t btc = static_cast<size_t>(s.B) * s.T * s.C;
   const size_t state_numel = backend.AttentionStateNumel(s.B, s.T, s.C, s.NH);
-  auto buffer = [&](size_t n) {
-    absl::StatusOr<Buffer> b = backend.Allocate(DType::kFloat32, n);
+  const DType act = backend.activation_dtype();
+  auto buffer = [&](DType dtype, size_t n) {
+    absl::StatusOr<Buffer> b = backend.Allocate(dtype, n);
     EXPECT_TRUE(b.ok()) << b.status();
     return b.ok() ? *std::move(b) : Buffer();
   };
-  Buffer d_qkv = buffer(3 * btc), d_out = buffer(btc), d_state = buffer(state_numel),
-         d_dout = buffer(btc), d_dqkv = buffer(3 * btc);
+  // Activations move as their dtype's bits (bf16 narrowed from host floats
+  // that are bf16 values already), and come back widened.
+  Buffer d_qkv = activation_io::UploadAs(backend, act, qkv), d_out = buffer(act, btc),
+         d_state = buffer(DType::kFloat32, state_numel),
+         d_dout = activation_io::UploadAs(backend, act, dout),
+         d_dqkv = activation_io::UploadAs(backend, act, dqkv0);
   if (d_dqkv.data() == nullptr) return r;
-  backend.CopyFromHost(d_qkv.span(), qkv.data());
-  backend.CopyFromHost(d_dout.span(), dout.data());
-  backend.CopyFromHost(d_dqkv.span(), dqkv0.data());
   backend.AttentionForward(d_out.span(), d_state.span(), d_qkv.span(), s.B, s.T, s.C, s.NH);
   backend.AttentionBackward(d_dqkv.span(), d_dout.span(), d_qkv.span(), d_state.span(), s.B, s.T,
                             s.C, s.NH);
-  r.out.resize(btc);
-  r.dqkv.resize(3 * btc);
-  r.state.resize(state_numel);
-  backend.CopyToHost(r.out.data(), d_out.span());
-  backend.CopyToHost(r.dqkv.data(), d_dqkv.span());
-  backend.CopyToHost(r.state.data(), d_state.span());
+  r.out = activation_io::DownloadWidened(backend, d_out.span());
+  r.dqkv = activation_io::DownloadWidened(backend, d_dqkv.span());
+  r.state = activation_io::DownloadWidened(backend, d_state.span());
   const absl::Status synced = backend.Synchronize();
   EXPECT_TRUE(synced.ok()) << synced;
   return r;
@@ -143,7 +149,8 @@ TEST_P(CudnnAttentionTest, MatchesTheCpuBackendAndRepeatsBitForBit) {
   const size_t btc = static_cast<size_t>(s.B) * s.T * s.C;
   const std::vector<float> qkv = RoundedToBf16(ref::RandomFloats(3 * btc, 1));
   const std::vector<float> dout = RoundedToBf16(ref::RandomFloats(btc, 2));
-  const std::vector<float> dqkv0 = ref::RandomFloats(3 * btc, 3, 0.5f);
+  const std::vector<float> dqkv0 = RoundedToBf16(ref::RandomFloats(3 * btc, 3, 0.5f));
+  const std::vector<float> zeros(3 * btc, 0.0f);
 
   CpuBackend cpu(CpuBackendOptions{});
   std::vector<float> want_out(btc), state(cpu.AttentionStateNumel(s.B, s.T, s.C, s.NH));
@@ -154,36 +161,50 @@ TEST_P(CudnnAttentionTest, MatchesTheCpuBackendAndRepeatsBitForBit) {
   cpu.AttentionBackward(host(want_grad), host(dout_copy), host(qkv_copy), host(state), s.B, s.T,
                         s.C, s.NH);
 
-  const Results first = RunAttention(*backend_, s, qkv, dout, dqkv0);
+  ASSERT_EQ(backend_->activation_dtype(), DType::kBFloat16);
+  // From a zero dqkv: the gradient itself (cuDNN's bf16, added to 0).
+  const Results first = RunAttention(*backend_, s, qkv, dout, zeros);
   ASSERT_EQ(first.dqkv.size(), 3 * btc);
   const std::optional<AttentionChoice> choice = LatestAttentionChoice();
   ASSERT_TRUE(choice.has_value());
   std::cout << "attention implementation: " << AttentionImplementationName(choice->implementation)
             << " (" << choice->reason << ")\n";
   ASSERT_EQ(choice->implementation, AttentionImplementation::kCudnn);
-  // The state is the bf16 qkv and output and the statistics, not (B,NH,T,T).
+  // The state is the bf16 output and the statistics, not (B,NH,T,T).
   EXPECT_EQ(backend_->AttentionStateNumel(s.B, s.T, s.C, s.NH),
             sdpa::StateLayoutOf({s.B, s.T, s.NH, s.C / s.NH}).numel());
 
   EXPECT_LE(RelativeError(first.out, want_out), kRelativeTolerance);
-  std::vector<float> grad(3 * btc);
-  for (size_t i = 0; i < grad.size(); ++i) grad[i] = first.dqkv[i] - dqkv0[i];  // the += contract
+  const std::vector<float>& grad = first.dqkv;
   for (int part = 0; part < 3; ++part) {
     const double error = RelativeError(Part(grad, s, part), Part(want_grad, s, part));
-    EXPECT_LE(error, kRelativeTolerance) << "d" << "qkv"[part];
-    std::cout << "d" << "qkv"[part] << " relative error " << error << "\n";
+    EXPECT_LE(error, kRelativeTolerance) << "d"
+                                         << "qkv"[part];
+    std::cout << "d"
+              << "qkv"[part] << " relative error " << error << "\n";
   }
   std::cout << "out relative error " << RelativeError(first.out, want_out) << "\n";
 
+  // The += contract: from dqkv0, each element is dqkv0 + the gradient in
+  // fp32, rounded once.
+  const Results accumulated = RunAttention(*backend_, s, qkv, dout, dqkv0);
+  ASSERT_EQ(accumulated.dqkv.size(), 3 * btc);
+  size_t mismatches = 0;
+  for (size_t i = 0; i < grad.size(); ++i) {
+    const float want = kernel_math::FloatOfBf16(kernel_math::Bf16Bits(dqkv0[i] + grad[i]));
+    if (std::memcmp(&want, &accumulated.dqkv[i], sizeof(float)) != 0) ++mismatches;
+  }
+  EXPECT_EQ(mismatches, 0u) << "dqkv is not dqkv0 + the gradient, rounded once";
+
   // Run to run: the same bits, on the same backend and on a new one.
-  const Results again = RunAttention(*backend_, s, qkv, dout, dqkv0);
+  const Results again = RunAttention(*backend_, s, qkv, dout, zeros);
   EXPECT_TRUE(SameBits(again.out, first.out));
   EXPECT_TRUE(SameBits(again.state, first.state));
   EXPECT_TRUE(SameBits(again.dqkv, first.dqkv));
   absl::StatusOr<std::unique_ptr<Backend>> fresh =
       MakeCuda(Precision::kBf16, FusedAttention::kCudnn);
   ASSERT_TRUE(fresh.ok()) << fresh.status();
-  const Results other = RunAttention(**fresh, s, qkv, dout, dqkv0);
+  const Results other = RunAttention(**fresh, s, qkv, dout, zeros);
   EXPECT_TRUE(SameBits(other.out, first.out));
   EXPECT_TRUE(SameBits(other.dqkv, first.dqkv));
 }
@@ -232,7 +253,8 @@ TEST_F(AttentionFallbackTest, AnUnsupportedHeadWidthFallsBackInAutoAndFailsWhenR
   EXPECT_EQ((*automatic)->AttentionStateNumel(1, 32, 24, 2), size_t{2} * 32 * 32);
   absl::StatusOr<std::unique_ptr<Backend>> required =
       MakeCuda(Precision::kBf16, FusedAttention::kCudnn);
-  if (!required.ok()) COHORT_SKIP_OR_FAIL_WITHOUT_GPU("no cuDNN here: " + required.status().ToString());
+  if (!required.ok())
+    COHORT_SKIP_OR_FAIL_WITHOUT_GPU("no cuDNN here: " + required.status().ToString());
   const absl::Status refused = (*required)->ReserveScratch(PassFor(odd));
   EXPECT_EQ(refused.code(), absl::StatusCode::kFailedPrecondition) << refused;
 }

@@ -129,10 +129,15 @@ using SizeAt = std::function<int64_t(const float*)>;
     int rows, cols, ld;
     int64_t stride;
   };
+  // The builders keep the operands' addresses untyped (the CUDA backend
+  // hands them bf16 activations too); these are fp32 host buffers.
+  const auto* a = static_cast<const float*>(call.a);
+  const auto* b = static_cast<const float*>(call.b);
+  auto* c = static_cast<float*>(call.c);
   const Span spans[] = {
-      {"A", call.a, s.transa ? s.k : s.m, s.transa ? s.m : s.k, s.lda, s.stride_a},
-      {"B", call.b, s.transb ? s.n : s.k, s.transb ? s.k : s.n, s.ldb, s.stride_b},
-      {"C", call.c, s.m, s.n, s.ldc, s.stride_c},
+      {"A", a, s.transa ? s.k : s.m, s.transa ? s.m : s.k, s.lda, s.stride_a},
+      {"B", b, s.transb ? s.n : s.k, s.transb ? s.k : s.n, s.ldb, s.stride_b},
+      {"C", c, s.m, s.n, s.ldc, s.stride_c},
   };
   for (const Span& span : spans) {
     const int64_t extent = Extent(span.rows, span.cols, span.ld, s.batch, span.stride);
@@ -145,9 +150,8 @@ using SizeAt = std::function<int64_t(const float*)>;
   }
   for (int i = 0; i < s.batch; ++i) {
     cblas_sgemm(CblasColMajor, s.transa ? CblasTrans : CblasNoTrans,
-                s.transb ? CblasTrans : CblasNoTrans, s.m, s.n, s.k, call.alpha,
-                call.a + i * s.stride_a, s.lda, call.b + i * s.stride_b, s.ldb, call.beta,
-                call.c + i * s.stride_c, s.ldc);
+                s.transb ? CblasTrans : CblasNoTrans, s.m, s.n, s.k, call.alpha, a + i * s.stride_a,
+                s.lda, b + i * s.stride_b, s.ldb, call.beta, c + i * s.stride_c, s.ldc);
   }
   return ::testing::AssertionSuccess();
 }
