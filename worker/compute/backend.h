@@ -285,7 +285,7 @@ class Backend {
                                   TensorSpan weight, int N, int C, int OC) = 0;
 
   // ---- Causal self-attention ----------------------------------------------
-  // Elements (of the activation dtype's size) of the state AttentionForward
+  // fp32 elements (whatever the activation dtype) of the state AttentionForward
   // saves for AttentionBackward: for CpuBackend the softmax probabilities
   // (B,NH,T,T); for the CUDA backend with cuDNN's fused attention the bf16
   // qkv and output and the fp32 softmax statistics (sdpa_layout.h), which
