@@ -85,7 +85,7 @@ absl::Status GptModel::BackwardOnBackend(int slot_index, double loss_scale) {
   const int Vs = lay.vocab_rows(config_);
   compute::Backend& be = *backend_;
   const GptActivations& a = slot.acts;
-  const GptActivationGrads g = LayOutActivationGrads(config_, lay, grad_acts_.span(), B, T);
+  const GptActivationGrads g = LayOutActivationGrads(config_, lay, be, grad_acts_.span(), B, T);
   last_backward_slot_ = slot_index;
   if (staging_ != nullptr && !lay.has_head()) {
     be.CopyFromHost(g.dresidual, staging_->stage_output_grad.data());  // StageOutputGrad
