@@ -24,6 +24,9 @@
 // the next Synchronize comes (CHECKed: a GPU's copy engine might read it
 // any time until then). Synchronize calls are counted.
 //
+// Constructed over a bf16-mode CPU backend (CpuBackendOptions::
+// activation_dtype), its activations are bf16 as a bf16 GPU's are.
+//
 // It keeps the books of device memory too: the bytes Allocate has handed
 // out (the most at once, peak_bytes(), and the calls, allocations()), and a
 // GPU's up-front reservation (ReserveDeviceMemory), refused past
@@ -63,6 +66,10 @@ class GuardedBackend final : public compute::Backend {
  public:
   explicit GuardedBackend(int num_threads = 1)
       : cpu_(compute::CpuBackendOptions{.num_threads = num_threads}) {}
+  // Over a CPU backend of these options: with activation_dtype kBFloat16,
+  // the bf16 activation storage a GPU keeps (cpu_backend.h), so that the
+  // model's and the step's mixed-dtype orchestration run here too.
+  explicit GuardedBackend(const compute::CpuBackendOptions& options) : cpu_(options) {}
   ~GuardedBackend() override { CHECK(regions_.empty()) << "buffers outlive their backend"; }
 
   std::string_view name() const override { return "guarded-cpu"; }

@@ -364,11 +364,11 @@ class Backend {
                                   TensorSpan weight, int N, int C, int OC) = 0;
 
   // ---- Causal self-attention ----------------------------------------------
-  // fp32 elements of the state AttentionForward saves for
-  // AttentionBackward: for CpuBackend the softmax probabilities
-  // (B,NH,T,T); for the CUDA backend with cuDNN's fused attention a copy
-  // of the bf16 output and the fp32 softmax statistics (sdpa_layout.h),
-  // which is why it takes C.
+  // fp32 elements (whatever the activation dtype) of the state
+  // AttentionForward saves for AttentionBackward: for CpuBackend the softmax
+  // probabilities (B,NH,T,T); for the CUDA backend with cuDNN's fused
+  // attention a copy of the bf16 output and the fp32 softmax statistics
+  // (sdpa_layout.h), which is why it takes C.
   virtual size_t AttentionStateNumel(int B, int T, int C, int NH) const = 0;
   // qkv (B,T,3C) = [q | k | v], head h in channels [h*hs, (h+1)*hs) of each
   // (hs = C/NH). out (B,T,C) = softmax(q k^T / sqrt(hs) + causal mask) v,
@@ -417,7 +417,10 @@ class Backend {
   // (x + -0 = x for every x, -0 included, where +0 would turn -0 into +0). So
   // summing `out` over shards that together hold every row, one of them
   // passing wpe, gives EncoderForward's result bitwise in any order: each
-  // element is wte + wpe (which commutes) plus identities.
+  // element is wte + wpe (which commutes) plus identities. That holds for
+  // fp32 activations; with bf16 ones the shard holding wpe rounds wpe alone
+  // and the sum rounds again, so the sum is within two bf16 roundings of
+  // EncoderForward's, not bitwise.
   virtual void EncoderForwardShard(TensorSpan out, TensorSpan inp, TensorSpan wte, TensorSpan wpe,
                                    int vocab_start, int Vs, int B, int T, int C) = 0;
   // dwte[inp[b,t] - vocab_start, :] += dout[b,t,:] for in-range tokens only;

@@ -8,13 +8,24 @@
 // cpu_kernels.h). Results are bitwise identical for any `num_threads` on a
 // given CPU.
 //
+// Activations are fp32 by default. CpuBackendOptions::activation_dtype
+// kBFloat16 stores them in bf16 instead (backend.h, "Activation storage"):
+// each op widens its bf16 activations into fp32 scratch, runs the fp32
+// kernel and rounds what it stores once (cpu_activation_staging.h), so its
+// results are bitwise the fp32 op's on the widened inputs, rounded. That
+// mode is the reference of a GPU's bf16 activation storage and lets the
+// model's mixed-dtype orchestration run in CPU tests; it is slower than fp32
+// (every op copies its activations twice) and on purpose not offered on the
+// command line: a CPU job trains in fp32.
+//
 // Thread-safety: thread-compatible (one caller at a time); the attention
-// backward keeps scratch memory between calls.
+// backward and the bf16 mode keep scratch memory between calls.
 
 #include <string_view>
 #include <vector>
 
 #include "worker/compute/backend.h"
+#include "worker/compute/cpu_activation_staging.h"
 
 namespace cohort::compute {
 
@@ -23,6 +34,10 @@ struct CpuBackendOptions {
   // with one OpenBLAS thread; the parallelism is over independent blocks).
   // 0: omp_get_max_threads() (OMP_NUM_THREADS, else the number of cores).
   int num_threads = 0;
+  // The dtype of the activation spans every op takes: kFloat32 (the CPU's
+  // training mode) or kBFloat16 (the reference of a GPU's bf16 storage, for
+  // tests; see the file comment). Any other dtype is a programmer error.
+  DType activation_dtype = DType::kFloat32;
 };
 
 class CpuBackend final : public Backend {
@@ -32,7 +47,7 @@ class CpuBackend final : public Backend {
   int num_threads() const { return threads_; }
 
   std::string_view name() const override { return "cpu"; }
-  DType activation_dtype() const override { return DType::kFloat32; }
+  DType activation_dtype() const override { return activation_dtype_; }
   bool host_memory() const override { return true; }
   absl::Status ReserveScratch(const PassShape& shape) override;
   // Backend memory is host memory here.
@@ -52,8 +67,17 @@ class CpuBackend final : public Backend {
   void LayerNormBackward(TensorSpan dinp, TensorSpan dweight, TensorSpan dbias, TensorSpan dout,
                          TensorSpan inp, TensorSpan weight, TensorSpan mean, TensorSpan rstd, int N,
                          int C) override;
+  // The default's two ops in one, so that with bf16 activations the
+  // LayerNorm reads the residual sum before it is rounded (as a GPU's
+  // fused kernel does); with fp32 ones the default's bits.
+  void ResidualLayerNormForward(TensorSpan residual_out, TensorSpan out, TensorSpan mean,
+                                TensorSpan rstd, TensorSpan inp1, TensorSpan inp2,
+                                TensorSpan weight, TensorSpan bias, int N, int C) override;
   void MatmulForward(TensorSpan out, TensorSpan inp, TensorSpan weight, TensorSpan bias, int N,
                      int C, int OC) override;
+  // Likewise: the GELU reads the product before it is rounded.
+  void MatmulGeluForward(TensorSpan out, TensorSpan pre, TensorSpan inp, TensorSpan weight,
+                         TensorSpan bias, int N, int C, int OC) override;
   void MatmulBackward(TensorSpan dinp, TensorSpan dweight, TensorSpan dbias, TensorSpan dout,
                       TensorSpan inp, TensorSpan weight, int N, int C, int OC) override;
   void MatmulGeluBackward(TensorSpan dpre, TensorSpan dpre_bias, TensorSpan dweight,
@@ -93,7 +117,15 @@ class CpuBackend final : public Backend {
                  const AdamWScalars& adamw) override;
 
  private:
+  // The activation spans of one op call (cpu_activation_staging.h).
+  cpu::ActivationStaging StageActivations() {
+    return cpu::ActivationStaging(activation_dtype_, threads_, &activation_scratch_);
+  }
+
   const int threads_;
+  const DType activation_dtype_;
+  // The bf16 mode's fp32 copies of an op's activations, one per span.
+  std::vector<std::vector<float>> activation_scratch_;
   // AttentionBackward's per-thread (T,T) gradient of the probabilities.
   std::vector<float> attention_scratch_;
   // MatmulGeluBackward's gradient of the GELU's output, (N,C) of the MLP's

@@ -35,6 +35,18 @@ T* Checked(TensorSpan span, DType dtype, size_t min_numel, const char* what) {
 
 }  // namespace
 
+void* CheckedActivation(TensorSpan span, DType activation, size_t min_numel, const char* what) {
+  CHECK(activation == DType::kFloat32 || activation == DType::kBFloat16)
+      << what << ": activations of " << DTypeName(activation);
+  CHECK(span.dtype == activation) << what << ": an activation, want " << DTypeName(activation)
+                                  << ", got " << DTypeName(span.dtype);
+  return Checked<void>(span, activation, min_numel, what);
+}
+
+void* OptionalActivation(TensorSpan span, DType activation, size_t min_numel, const char* what) {
+  return span.empty() ? nullptr : CheckedActivation(span, activation, min_numel, what);
+}
+
 double* CheckedF64(TensorSpan span, size_t min_numel, const char* what) {
   return Checked<double>(span, DType::kFloat64, min_numel, what);
 }

@@ -19,6 +19,13 @@ float* CheckedF32(TensorSpan span, size_t min_numel, const char* what);
 // Like CheckedF32 for optional arguments: nullptr for an empty span.
 float* OptionalF32(TensorSpan span, size_t min_numel, const char* what);
 const int32_t* CheckedI32(TensorSpan span, size_t min_numel, const char* what);
+// An ACTIVATION span (backend.h, "Activation storage"): the pointer behind
+// `span`, after checking that its dtype is `activation` (the backend's
+// activation_dtype(): fp32 or bf16), that it is not empty and that it holds
+// at least `min_numel` elements.
+void* CheckedActivation(TensorSpan span, DType activation, size_t min_numel, const char* what);
+// Like CheckedActivation for optional arguments: nullptr for an empty span.
+void* OptionalActivation(TensorSpan span, DType activation, size_t min_numel, const char* what);
 double* CheckedF64(TensorSpan span, size_t min_numel, const char* what);
 const int64_t* CheckedI64(TensorSpan span, size_t min_numel, const char* what);
 // The optimizer ops' shared checks (backend.h, "The optimizer step"): the

@@ -4,6 +4,15 @@
 // per-layer gradient copies: the backward pass reuses one set of gradient
 // buffers for every layer). Internal to GptModel.
 //
+// Dtypes (backend.h, "Activation storage"): the activations and their
+// gradients are of the backend's activation_dtype() (bf16 on a GPU that
+// computes in bf16, which halves their memory); the statistics (LayerNorm
+// means and rstds, losses, lse, the vocab-parallel cross-entropy's row
+// maxima and sums) and attention's state are fp32 in any case, as the ops
+// take them. The arenas are raw memory counted in bytes, whatever the
+// dtype of their Buffer: each view takes its own dtype, so fp32 and bf16
+// views interleave in one arena in the order below.
+//
 // Sizes follow the rank's ModelLayout: only its stage's layers, tensor-
 // parallel widths (qkv 3C/tp, atty C/tp, fch 4C/tp, logits Vp/tp), the head
 // tensors only on the last stage. `encoded` is the stage's input: the
@@ -27,7 +36,7 @@ struct GptLayerActivations {
   compute::TensorSpan ln1_rstd;   // (B,T)
   compute::TensorSpan qkv;        // (B,T,3C)
   compute::TensorSpan atty;       // (B,T,C)
-  compute::TensorSpan att;        // Backend::AttentionStateNumel(B,T,C/tp,NH/tp)
+  compute::TensorSpan att;        // Backend::AttentionStateNumel(B,T,C/tp,NH/tp), fp32
   compute::TensorSpan attproj;    // (B,T,C)
   compute::TensorSpan residual2;  // (B,T,C)
   compute::TensorSpan ln2;        // (B,T,C)
@@ -67,19 +76,22 @@ struct GptActivationGrads {
   // writes it over the logits (GptActivations::logits).
 };
 
-// Elements the layouts below need for a (B,T) micro-batch; largest at the
-// largest B and T. Multiples of 256 bytes, like every view's offset.
-size_t ActivationsNumel(const GptConfig& config, const ModelLayout& layout,
+// Bytes the layouts below need for a (B,T) micro-batch on `backend` (its
+// activation dtype and attention state); largest at the largest B and T.
+// Multiples of 256 bytes, like every view's offset.
+size_t ActivationsBytes(const GptConfig& config, const ModelLayout& layout,
                         const compute::Backend& backend, int B, int T);
-size_t ActivationGradsNumel(const GptConfig& config, const ModelLayout& layout, int B, int T);
+size_t ActivationGradsBytes(const GptConfig& config, const ModelLayout& layout,
+                            const compute::Backend& backend, int B, int T);
 
-// Views for (B,T) at the start of `arena` (which holds at least the Numel
+// Views for (B,T) at the start of `arena` (which holds at least the Bytes
 // above), in order, each starting a multiple of 256 bytes after the arena's
 // start (gpt_activations.cc: so that a GPU's operands are 256-byte aligned).
 GptActivations LayOutActivations(const GptConfig& config, const ModelLayout& layout,
                                  const compute::Backend& backend, compute::TensorSpan arena, int B,
                                  int T);
 GptActivationGrads LayOutActivationGrads(const GptConfig& config, const ModelLayout& layout,
+                                         const compute::Backend& backend,
                                          compute::TensorSpan arena, int B, int T);
 
 }  // namespace cohort::model

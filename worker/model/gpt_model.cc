@@ -10,12 +10,32 @@
 #include "absl/strings/str_cat.h"
 #include "common/log.h"
 #include "common/status_macros.h"
+#include "worker/compute/bf16_math.h"
 #include "worker/model/parameter_init.h"
 
 namespace cohort::model {
 
 using compute::DType;
 using compute::TensorSpan;
+
+namespace {
+
+// The activation arenas are raw memory counted in bytes (gpt_activations.h):
+// a Buffer of fp32 elements covering `bytes`, a multiple of 256.
+absl::StatusOr<compute::Buffer> AllocateBytes(compute::Backend& backend, size_t bytes) {
+  return backend.Allocate(DType::kFloat32, bytes / sizeof(float));
+}
+
+// The communicator's type for a span the tensor group reduces: an
+// activation (fp32 or bf16, summed as comm/reduce.h sums it: widened, added
+// in fp32, rounded once per pairwise add) or an fp32 statistic.
+comm::DataType CommType(DType dtype) {
+  CHECK(dtype == DType::kFloat32 || dtype == DType::kBFloat16)
+      << "no tensor-group reduction of " << compute::DTypeName(dtype);
+  return dtype == DType::kFloat32 ? comm::DataType::kFloat32 : comm::DataType::kBFloat16;
+}
+
+}  // namespace
 
 GptModel::GptModel(const GptConfig& config, compute::Backend* backend, const ModelOptions& options)
     : config_(config),
@@ -76,15 +96,15 @@ size_t GptModel::BackendBytes(const GptConfig& config, const compute::Backend& b
   auto aligned = [alignment](size_t bytes) {
     return (std::max<size_t>(bytes, 1) + alignment - 1) / alignment * alignment;
   };
-  // As Create allocates them, in its order.
+  // As Create allocates them, in its order; the activations in bytes of
+  // their dtypes (gpt_activations.h).
   size_t bytes = 2 * aligned(table.num_params() * sizeof(float));  // weights, gradients
   if (layout.has_embedding()) bytes += aligned(table[kWte].numel * sizeof(float));
-  bytes += aligned(ActivationsNumel(config, layout, backend, options.max_micro_batch,
+  bytes += aligned(ActivationsBytes(config, layout, backend, options.max_micro_batch,
                                     config.context_length) *
-                   slots * sizeof(float));
-  bytes += aligned(ActivationGradsNumel(config, layout, options.max_micro_batch,
-                                        config.context_length) *
-                   sizeof(float));
+                   slots);
+  bytes += aligned(
+      ActivationGradsBytes(config, layout, backend, options.max_micro_batch, config.context_length));
   bytes += aligned(2 * max_b * max_t * slots * sizeof(int32_t));  // token ids
   if (layout.has_head()) bytes += aligned(max_b * max_t * sizeof(float));  // loss gradient
   return bytes;
@@ -132,10 +152,11 @@ absl::StatusOr<std::unique_ptr<GptModel>> GptModel::Create(const GptConfig& conf
         "ModelOptions.tensor_group must have tp=", layout.tp, " ranks with this rank at ",
         layout.tp_rank, options.tensor_group == nullptr ? " (none given)" : ""));
   }
-  if (backend->activation_dtype() != DType::kFloat32) {
-    return absl::UnimplementedError(absl::StrCat("GptModel runs fp32 only; backend '",
-                                                 std::string(backend->name()), "' computes in ",
-                                                 compute::DTypeName(backend->activation_dtype())));
+  const DType activation = backend->activation_dtype();
+  if (activation != DType::kFloat32 && activation != DType::kBFloat16) {
+    return absl::UnimplementedError(absl::StrCat(
+        "GptModel stores activations in float32 or bfloat16; backend '",
+        std::string(backend->name()), "' asks for ", compute::DTypeName(activation)));
   }
   std::unique_ptr<GptModel> model(new GptModel(config, backend, options));
   const int max_b = options.max_micro_batch;
@@ -155,11 +176,11 @@ absl::StatusOr<std::unique_ptr<GptModel>> GptModel::Create(const GptConfig& conf
   // how it runs attention, which sets the size of attention's state
   // (Backend::AttentionStateNumel).
   RETURN_IF_ERROR(backend->ReserveScratch(PassShapeFor(config, layout, max_b)));
-  const size_t per_slot = ActivationsNumel(config, layout, *backend, max_b, max_t);
-  ASSIGN_OR_RETURN(model->acts_, backend->Allocate(DType::kFloat32, per_slot * slots));
+  const size_t per_slot = ActivationsBytes(config, layout, *backend, max_b, max_t);
+  ASSIGN_OR_RETURN(model->acts_, AllocateBytes(*backend, per_slot * slots));
   ASSIGN_OR_RETURN(model->grad_acts_,
-                   backend->Allocate(DType::kFloat32,
-                                     ActivationGradsNumel(config, layout, max_b, max_t)));
+                   AllocateBytes(*backend, ActivationGradsBytes(config, layout, *backend, max_b,
+                                                                max_t)));
   const size_t tokens_per_slot = 2 * static_cast<size_t>(max_b) * max_t;
   ASSIGN_OR_RETURN(model->tokens_, backend->Allocate(DType::kInt32, tokens_per_slot * slots));
   if (layout.has_head()) {
@@ -175,24 +196,31 @@ absl::StatusOr<std::unique_ptr<GptModel>> GptModel::Create(const GptConfig& conf
     if (layout.has_embedding()) {
       ASSIGN_OR_RETURN(staging.embedding_grad.host, host(model->table_[kWte].numel));
     }
-    const size_t activation = static_cast<size_t>(max_b) * max_t * config.width;
+    // A pipeline's exchanges are (N, C) activations, of their dtype.
+    const size_t tokens = static_cast<size_t>(max_b) * max_t;
+    const size_t activation_numel = tokens * config.width;
     if (layout.pp > 1) {
+      auto host_activation = [&] { return backend->AllocateHost(activation, activation_numel); };
       for (int s = 0; s < slots; ++s) {
-        ASSIGN_OR_RETURN(staging.stage_input.emplace_back(), host(activation));
-        ASSIGN_OR_RETURN(staging.stage_output.emplace_back(), host(activation));
+        ASSIGN_OR_RETURN(staging.stage_input.emplace_back(), host_activation());
+        ASSIGN_OR_RETURN(staging.stage_output.emplace_back(), host_activation());
       }
-      ASSIGN_OR_RETURN(staging.stage_output_grad, host(activation));
-      ASSIGN_OR_RETURN(staging.stage_input_grad, host(activation));
+      ASSIGN_OR_RETURN(staging.stage_output_grad, host_activation());
+      ASSIGN_OR_RETURN(staging.stage_input_grad, host_activation());
     }
-    // The widest all-reduce is an (N, C) activation; the cross-entropy's
-    // sums (2N) are smaller.
+    // The tensor group reduces (N, C) activations and the cross-entropy's
+    // fp32 sums (2N); one buffer of the larger's bytes serves both
+    // (HostSpan views it in each span's dtype).
     if (layout.tp > 1) {
-      ASSIGN_OR_RETURN(staging.reduce, host(activation));
+      const size_t bytes =
+          std::max(activation_numel * compute::DTypeSize(activation), 2 * tokens * sizeof(float));
+      ASSIGN_OR_RETURN(staging.reduce, host((bytes + sizeof(float) - 1) / sizeof(float)));
     }
   }
   model->slots_.resize(slots);
+  const size_t per_slot_floats = per_slot / sizeof(float);
   for (int s = 0; s < slots; ++s) {
-    model->slots_[s].arena = model->acts_.Slice(per_slot * s, per_slot);
+    model->slots_[s].arena = model->acts_.Slice(per_slot_floats * s, per_slot_floats);
   }
   return model;
 }
@@ -222,7 +250,7 @@ TensorSpan GptModel::grad(ParamId id, int layer) const {
 TensorSpan GptModel::embedding_grad() const {
   if (staging_ == nullptr || embedding_grad_.data() == nullptr) return embedding_grad_.span();
   staging_->embedding_grad.Read(backend_, embedding_grad_.span());
-  return HostSpan(staging_->embedding_grad.host, embedding_grad_.numel());
+  return HostSpan(staging_->embedding_grad.host, DType::kFloat32, embedding_grad_.numel());
 }
 
 void GptModel::InitializeParameters(uint64_t seed) {
@@ -334,30 +362,32 @@ absl::Status GptModel::TensorAllReduce(TensorSpan span, comm::ReduceOp op) {
   if (tensor_group_ == nullptr) return absl::OkStatus();
   // The backend's queued ops must have produced `span` before it is sent.
   RETURN_IF_ERROR(backend_->Synchronize());
+  const comm::DataType type = CommType(span.dtype);
   if (staging_ == nullptr) {
-    return tensor_group_->AllReduce(span.data, span.numel, comm::DataType::kFloat32, op,
-                                    options_.collective_timeout);
+    return tensor_group_->AllReduce(span.data, span.numel, type, op, options_.collective_timeout);
   }
   // The group's collectives work on host memory: reduce a host copy.
-  const TensorSpan host = HostSpan(staging_->reduce, span.numel);
+  const TensorSpan host = HostSpan(staging_->reduce, span.dtype, span.numel);
   backend_->CopyToHost(host.data, span);
   RETURN_IF_ERROR(backend_->Synchronize());
-  RETURN_IF_ERROR(tensor_group_->AllReduce(host.data, span.numel, comm::DataType::kFloat32, op,
-                                           options_.collective_timeout));
+  RETURN_IF_ERROR(
+      tensor_group_->AllReduce(host.data, span.numel, type, op, options_.collective_timeout));
   backend_->CopyFromHost(span, host.data);
   return backend_->Synchronize();
 }
 
-TensorSpan GptModel::HostSpan(const compute::Buffer& host, size_t numel) {
-  CHECK(numel <= host.numel()) << numel << " of " << host.numel();
-  return TensorSpan{host.data(), DType::kFloat32, numel};
+TensorSpan GptModel::HostSpan(const compute::Buffer& host, DType dtype, size_t numel) {
+  const size_t bytes = numel * compute::DTypeSize(dtype);
+  CHECK(bytes <= host.span().bytes()) << bytes << " bytes of " << host.span().bytes();
+  return TensorSpan{host.data(), dtype, numel};
 }
 
 TensorSpan GptModel::StageInput(int slot, int B, int T) {
   CHECK(slot >= 0 && slot < static_cast<int>(slots_.size())) << "slot " << slot;
   CHECK(B >= 1 && B <= options_.max_micro_batch && T >= 1 && T <= config_.context_length);
   if (staging_ != nullptr) {
-    return HostSpan(staging_->stage_input[slot], static_cast<size_t>(B) * T * config_.width);
+    return HostSpan(staging_->stage_input[slot], backend_->activation_dtype(),
+                    static_cast<size_t>(B) * T * config_.width);
   }
   return LayOutActivations(config_, layout(), *backend_, slots_[slot].arena, B, T).encoded;
 }
@@ -369,24 +399,26 @@ TensorSpan GptModel::StageOutput(int slot) const {
   if (staging_ == nullptr) return output;
   // The staged copy exists where a stage sends its output on.
   CHECK(!layout().has_head()) << "StageOutput of a staged model: the last stage sends nothing";
-  return HostSpan(staging_->stage_output[slot], output.numel);
+  return HostSpan(staging_->stage_output[slot], output.dtype, output.numel);
 }
 
 TensorSpan GptModel::StageOutputGrad(int B, int T) {
   const TensorSpan grad =
-      LayOutActivationGrads(config_, layout(), grad_acts_.span(), B, T).dresidual;
-  return staging_ != nullptr ? HostSpan(staging_->stage_output_grad, grad.numel) : grad;
+      LayOutActivationGrads(config_, layout(), *backend_, grad_acts_.span(), B, T).dresidual;
+  return staging_ != nullptr ? HostSpan(staging_->stage_output_grad, grad.dtype, grad.numel)
+                             : grad;
 }
 
 TensorSpan GptModel::StageInputGrad() const {
   CHECK(last_backward_slot_ >= 0) << "no backward has run";
   const Slot& slot = slots_[last_backward_slot_];
-  const TensorSpan grad =
-      LayOutActivationGrads(config_, layout(), grad_acts_.span(), slot.B, slot.T).dresidual;
+  const TensorSpan grad = LayOutActivationGrads(config_, layout(), *backend_, grad_acts_.span(),
+                                                slot.B, slot.T)
+                              .dresidual;
   if (staging_ == nullptr) return grad;
   CHECK(!layout().has_embedding())
       << "StageInputGrad of a staged model: the first stage sends no input gradient";
-  return HostSpan(staging_->stage_input_grad, grad.numel);
+  return HostSpan(staging_->stage_input_grad, grad.dtype, grad.numel);
 }
 
 TensorSpan GptModel::logits() const {
@@ -403,8 +435,19 @@ absl::Status GptModel::CopyLogitsToHost(float* dst) {
         "the logits of the last Forward are gone: its Backward wrote their gradient over them; "
         "run Forward again to read logits");
   }
-  backend_->CopyToHost(dst, slots_[0].acts.logits);
-  return backend_->Synchronize();
+  const TensorSpan logits = slots_[0].acts.logits;
+  if (logits.dtype == DType::kFloat32) {
+    backend_->CopyToHost(dst, logits);
+    return backend_->Synchronize();
+  }
+  // bf16 logits, widened on the host (exact): every reader gets fp32.
+  host_logits_.resize(logits.numel);
+  backend_->CopyToHost(host_logits_.data(), logits);
+  RETURN_IF_ERROR(backend_->Synchronize());
+  for (size_t i = 0; i < logits.numel; ++i) {
+    dst[i] = compute::kernel_math::FloatOfBf16(host_logits_[i]);
+  }
+  return absl::OkStatus();
 }
 
 }  // namespace cohort::model

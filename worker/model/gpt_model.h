@@ -34,7 +34,10 @@
 // BackwardStage() leaves that to the caller.
 //
 // Memory: activations are allocated once, for options.max_micro_batch
-// sequences of config.context_length tokens per slot, in backend memory.
+// sequences of config.context_length tokens per slot, in backend memory, in
+// the backend's activation_dtype() (bf16 on a GPU computing in bf16: half
+// the bytes) with their statistics in fp32 (gpt_activations.h); parameters
+// and gradients are fp32 on every backend.
 // params() and grads() are host memory on every backend: on one whose
 // memory the host cannot read (a GPU; Backend::host_memory()) they are host
 // copies of the backend's arenas, "staged": a Forward first uploads the
@@ -114,7 +117,7 @@ class GptModel {
   // or fill params()). `backend` must outlive the model. Errors:
   // InvalidArgument for an invalid config or layout, max_micro_batch or
   // activation_slots < 1, a missing or mis-sized tensor group;
-  // Unimplemented for a backend whose activations are not fp32;
+  // Unimplemented for a backend whose activations are neither fp32 nor bf16;
   // ResourceExhausted when the backend cannot allocate the arenas.
   static absl::StatusOr<std::unique_ptr<GptModel>> Create(const GptConfig& config,
                                                           compute::Backend* backend,
@@ -225,7 +228,9 @@ class GptModel {
   // ---- Pipeline stages (any layout; Forward/Backward below are slot 0 of a
   // model without pipeline parallelism) ----
   // Where the caller puts the previous stage's activations (B,T,C) for
-  // micro-batch slot `slot` before ForwardStage (stages > 0).
+  // micro-batch slot `slot` before ForwardStage (stages > 0). Like every
+  // Stage* span below, of the backend's activation dtype: a caller moves
+  // span.bytes().
   compute::TensorSpan StageInput(int slot, int B, int T);
   // Forward of `slot`: inputs are read on the first stage, targets on the
   // last (either may be null elsewhere). Returns the mean loss on the last
@@ -282,14 +287,16 @@ class GptModel {
   // InvalidArgument for a non-finite scale.
   absl::Status Backward(double loss_scale);
 
-  // The logits (B,T,Vp) of the last successful Forward (backend memory); an
+  // The logits (B,T,Vp) of the last successful Forward (backend memory, of
+  // the backend's activation dtype: read them with CopyLogitsToHost); an
   // empty span before the first, and after a Backward of that Forward, which
   // writes the logits' gradient over them (one vocabulary-sized buffer, not
   // two). Padding columns V..Vp-1 hold lnf · wte[v] and take no part in the
   // loss.
   // Under tensor parallelism: this rank's vocabulary columns (B,T,Vp/tp).
   compute::TensorSpan logits() const;
-  // Copies logits() into dst (its numel floats); FailedPrecondition before
+  // Copies logits() into dst (its numel floats, widened from bf16 where the
+  // activations are bf16); FailedPrecondition before
   // the first Forward, after a Backward of it (the logits are gradients now)
   // or on a stage without the head.
   absl::Status CopyLogitsToHost(float* dst);
@@ -377,8 +384,10 @@ class GptModel {
     compute::Buffer stage_output_grad, stage_input_grad;
     compute::Buffer reduce;  // the tensor group's all-reduces (the largest: N x C)
   };
-  // A host span of `host`'s first `numel` elements.
-  static compute::TensorSpan HostSpan(const compute::Buffer& host, size_t numel);
+  // A host span of `numel` elements of `dtype` at the start of `host`
+  // (which must hold their bytes).
+  static compute::TensorSpan HostSpan(const compute::Buffer& host, compute::DType dtype,
+                                      size_t numel);
   // Copies `copy` to `device` when its host side was handed out for writing
   // since; then both agree.
   absl::Status UploadIfHostNewer(HostCopy& copy, compute::TensorSpan device);
@@ -395,12 +404,15 @@ class GptModel {
   compute::Buffer params_;     // num_params() fp32
   compute::Buffer grads_;      // num_params() fp32
   compute::Buffer embedding_grad_;  // wte's numel on the first stage
-  compute::Buffer acts_;       // slots x ActivationsNumel(max B, maxT) fp32
-  compute::Buffer grad_acts_;  // ActivationGradsNumel(max B, maxT) fp32
+  // Raw memory (gpt_activations.h): slots x ActivationsBytes(max B, maxT),
+  // and ActivationGradsBytes(max B, maxT).
+  compute::Buffer acts_;
+  compute::Buffer grad_acts_;
   compute::Buffer tokens_;     // slots x 2 x max B x maxT int32: inputs then targets
   std::vector<Slot> slots_;
   int last_backward_slot_ = -1;
   std::vector<float> host_losses_;
+  std::vector<uint16_t> host_logits_;  // CopyLogitsToHost's bf16 logits, before widening
   std::vector<float> host_dlosses_;
   // The loss gradient per position (loss_scale / N for the first N): the
   // same for every micro-batch of a step, so uploaded only when it changes.

@@ -66,7 +66,7 @@ absl::Status GptModel::BackwardOnBackend(int slot_index, double loss_scale) {
   const ModelLayout& lay = layout();
   const Slot& slot = slots_[slot_index];
   const GptActivationGrads g =
-      LayOutActivationGrads(config_, lay, grad_acts_.span(), slot.B, slot.T);
+      LayOutActivationGrads(config_, lay, *backend_, grad_acts_.span(), slot.B, slot.T);
   if (staging_ != nullptr && !lay.has_head()) {
     backend_->CopyFromHost(g.dresidual, staging_->stage_output_grad.data());  // StageOutputGrad
   }
@@ -121,7 +121,7 @@ absl::Status GptModel::BackwardOps(const Slot& slot, TensorSpan dlosses) {
   const int Vs = lay.vocab_rows(config_);
   compute::Backend& be = *backend_;
   const GptActivations& a = slot.acts;
-  const GptActivationGrads g = LayOutActivationGrads(config_, lay, grad_acts_.span(), B, T);
+  const GptActivationGrads g = LayOutActivationGrads(config_, lay, be, grad_acts_.span(), B, T);
 
   if (lay.has_head()) {
     // The logits' gradient overwrites the logits (backend.h allows it in

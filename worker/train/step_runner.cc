@@ -8,6 +8,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
 #include "common/layout/mesh_layout.h"
+#include "common/log.h"
 #include "common/status_macros.h"
 #include "worker/train/grad_norm.h"
 #include "worker/train/lr_schedule.h"
@@ -117,7 +118,11 @@ StepRunner::StepRunner(const TrainingConfig& config, model::GptModel* model,
   targets_.resize(tokens);
   const size_t wte = model->table()[model::kWte].numel;
   if (layout_.pp > 1 && (layout_.first_stage() || layout_.last_stage())) tie_buffer_.resize(wte);
-  if (layout_.stage > 0) send_buffer_.resize(tokens * config.model.width);
+  if (layout_.stage > 0) {
+    // An input gradient (B,T,C) in the model's activation dtype.
+    send_buffer_.resize(tokens * config.model.width *
+                        compute::DTypeSize(model->backend()->activation_dtype()));
+  }
   const size_t own = data_parallel->update_end() - data_parallel->update_begin();
   // Not zeroed: a restore overwrites them, a fresh start zeroes them
   // (ResetOptimizerState). Room for any data rank's range, so that a
@@ -203,7 +208,6 @@ absl::Status StepRunner::RunSchedule(Step step, const std::atomic<bool>* cancel)
   // Each micro-batch's share of the step's mean loss, in double: a float
   // 1/m would scale loss and gradients by m * fl32(1/m) (1 + 3e-8 for m = 3).
   const double loss_scale = 1.0 / config_.micro_batches_per_step();
-  const size_t activation_bytes = static_cast<size_t>(B) * T * config_.model.width * sizeof(float);
   const bool first = layout_.first_stage();
   const bool last = layout_.last_stage();
   tree_.Begin();
@@ -224,8 +228,9 @@ absl::Status StepRunner::RunSchedule(Step step, const std::atomic<bool>* cancel)
         RETURN_IF_ERROR(sampler_->Fill(step, leaf * B, B, inputs, targets));
       }
       if (!first) {
-        RETURN_IF_ERROR(Exchange(model_->StageInput(slot, B, T).data, activation_bytes,
-                                 layout_.stage - 1));
+        // Activations move as the model stores them (bf16 or fp32): span.bytes().
+        const compute::TensorSpan input = model_->StageInput(slot, B, T);
+        RETURN_IF_ERROR(Exchange(input.data, input.bytes(), layout_.stage - 1));
       } else {
         RETURN_IF_ERROR(FlushSend());
       }
@@ -239,8 +244,8 @@ absl::Status StepRunner::RunSchedule(Step step, const std::atomic<bool>* cancel)
       // Divided by the micro-batch count once, in StepLoss.
       if (last) leaf_losses_[leaf] = loss;
       if (!last) {
-        pending_ = PendingSend{model_->StageOutput(slot).data, activation_bytes,
-                               layout_.stage + 1};
+        const compute::TensorSpan output = model_->StageOutput(slot);
+        pending_ = PendingSend{output.data, output.bytes(), layout_.stage + 1};
       }
       continue;
     }
@@ -252,8 +257,8 @@ absl::Status StepRunner::RunSchedule(Step step, const std::atomic<bool>* cancel)
       continue;
     }
     if (!last) {
-      RETURN_IF_ERROR(Exchange(model_->StageOutputGrad(B, T).data, activation_bytes,
-                               layout_.stage + 1));
+      const compute::TensorSpan output_grad = model_->StageOutputGrad(B, T);
+      RETURN_IF_ERROR(Exchange(output_grad.data, output_grad.bytes(), layout_.stage + 1));
     } else {
       RETURN_IF_ERROR(FlushSend());
     }
@@ -261,8 +266,10 @@ absl::Status StepRunner::RunSchedule(Step step, const std::atomic<bool>* cancel)
     RETURN_IF_ERROR(model_->BackwardStage(slot, loss_scale));
     if (!first) {
       // The model reuses that buffer for the next backward's received gradient.
-      std::memcpy(send_buffer_.data(), model_->StageInputGrad().data, activation_bytes);
-      pending_ = PendingSend{send_buffer_.data(), activation_bytes, layout_.stage - 1};
+      const compute::TensorSpan input_grad = model_->StageInputGrad();
+      CHECK(input_grad.bytes() <= send_buffer_.size());
+      std::memcpy(send_buffer_.data(), input_grad.data, input_grad.bytes());
+      pending_ = PendingSend{send_buffer_.data(), input_grad.bytes(), layout_.stage - 1};
     }
     float* grads = model_->grads();
     const compute::TensorSpan embedding = model_->embedding_grad();
@@ -341,7 +348,6 @@ absl::StatusOr<double> StepRunner::Evaluate(const data::ValidationSampler& sampl
       sampler.options().context_length != T) {
     return absl::InvalidArgumentError("validation sampler: batch or context differs from the job's");
   }
-  const size_t activation_bytes = static_cast<size_t>(B) * T * config_.model.width * sizeof(float);
   const bool first = layout_.first_stage();
   const bool last = layout_.last_stage();
   RETURN_IF_ERROR(model_->set_tensor_group(options_.tensor_group));
@@ -361,17 +367,19 @@ absl::StatusOr<double> StepRunner::Evaluate(const data::ValidationSampler& sampl
         // flows back, so plain sends cannot deadlock. Slot 0 is free between
         // steps.
         if (!first) {
-          RETURN_IF_ERROR(options_.pipeline_group->Recv(model_->StageInput(0, B, T).data,
-                                                        activation_bytes, layout_.stage - 1,
-                                                        kPipelineTag, options_.timeout));
+          const compute::TensorSpan input = model_->StageInput(0, B, T);
+          RETURN_IF_ERROR(options_.pipeline_group->Recv(input.data, input.bytes(),
+                                                        layout_.stage - 1, kPipelineTag,
+                                                        options_.timeout));
         }
         ASSIGN_OR_RETURN(double loss,
                          model_->ForwardStage(0, inputs_.data(), targets_.data(), B, T));
         if (last) losses[static_cast<size_t>(b) * micro_batches + leaf] = loss;
         if (!last) {
-          RETURN_IF_ERROR(options_.pipeline_group->Send(model_->StageOutput(0).data,
-                                                        activation_bytes, layout_.stage + 1,
-                                                        kPipelineTag, options_.timeout));
+          const compute::TensorSpan output = model_->StageOutput(0);
+          RETURN_IF_ERROR(options_.pipeline_group->Send(output.data, output.bytes(),
+                                                        layout_.stage + 1, kPipelineTag,
+                                                        options_.timeout));
         }
       }
     }

@@ -276,7 +276,7 @@ class StepRunner {
   // stage (tie_per_micro_batch false without a pipeline).
   std::optional<GradientTree> embedding_tree_;
   std::vector<double> leaf_losses_;  // the step's per-micro-batch losses (last stage: own)
-  std::vector<float> send_buffer_;      // an input gradient waiting to be sent
+  std::vector<char> send_buffer_;       // an input gradient waiting to be sent
   std::vector<float> tie_buffer_;       // the other end stage's wte gradient
   std::vector<double> norm_slots_;
   // AdamW state for the own update range (the host copies of the device

@@ -256,6 +256,11 @@ absl::StatusOr<uint64_t> TrainingSession::EstimateBytes(const TrainingConfig& co
       model::GptModel::BackendBytes(config.model, *backend, model_options, /*alignment=*/1);
   uint64_t floats = 0;
   const uint64_t int32s = 2 * tokens;  // the runner's
+  // (B,T,C) activations as the model stores them (fp32, or bf16 on a GPU
+  // computing in bf16): the pipeline's exchanges and their host copies.
+  const uint64_t activation_bytes = tokens * static_cast<uint64_t>(config.model.width) *
+                                    compute::DTypeSize(backend->activation_dtype());
+  uint64_t bytes = 0;
   // The runner: the gradient accumulation, the embedding's, the tie and
   // pipeline send buffers, the moments of the own range.
   const bool tie_per_micro_batch = options.tie_per_micro_batch.value_or(layout.pp == 1);
@@ -263,7 +268,7 @@ absl::StatusOr<uint64_t> TrainingSession::EstimateBytes(const TrainingConfig& co
   floats += tree_buffers * n;
   if (layout.pp == 1 && !tie_per_micro_batch) floats += tree_buffers * wte;
   if (layout.pp > 1 && (layout.first_stage() || layout.last_stage())) floats += wte;
-  if (layout.stage > 0) floats += tokens * static_cast<uint64_t>(config.model.width);
+  if (layout.stage > 0) bytes += activation_bytes;
   const uint64_t own =
       config.zero1 ? layout::DataShardRange(n, dp, dp_rank).size() : n;
   floats += 2 * own;
@@ -289,10 +294,10 @@ absl::StatusOr<uint64_t> TrainingSession::EstimateBytes(const TrainingConfig& co
     // Host staging (gpt_model.h): the weights' and gradients' host copies,
     // the embedding gradient's, a pipeline stage's exchanges (input and
     // output per slot, two gradients), a tensor all-reduce's copy.
-    const uint64_t activation = tokens * static_cast<uint64_t>(config.model.width);
     floats += 2 * n + (layout.has_embedding() ? wte : 0);
-    if (layout.pp > 1) floats += (2 * slots + 2) * activation;
-    if (layout.tp > 1) floats += activation;
+    if (layout.pp > 1) bytes += (2 * slots + 2) * activation_bytes;
+    // The all-reduce copy holds an activation or the loss's 2N fp32 sums.
+    if (layout.tp > 1) bytes += std::max<uint64_t>(activation_bytes, 2 * tokens * sizeof(float));
     // A checkpoint snapshot's device buffer and its page-locked host copy.
     if (options.checkpoint_snapshot && RunsDeviceResident(false, dp, layout, options)) {
       floats += 2 * 3 * n;
@@ -308,7 +313,7 @@ absl::StatusOr<uint64_t> TrainingSession::EstimateBytes(const TrainingConfig& co
   for (int j = 1; j < copies; ++j) {
     floats += 4 * layout::DataShardRange(n, dp, ring.Owner(dp_rank, j)).size();
   }
-  return model_bytes + floats * sizeof(float) + int32s * sizeof(int32_t);
+  return model_bytes + bytes + floats * sizeof(float) + int32s * sizeof(int32_t);
 }
 
 }  // namespace cohort::train

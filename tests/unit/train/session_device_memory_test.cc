@@ -5,7 +5,10 @@
 // Prepare, naming the bytes, and never in a step. Run on GuardedBackend,
 // which keeps the books of every Allocate: the reservation must cover what
 // the session then holds, with no more slack than the allocator's
-// rounding, and nothing may be allocated once the first step has run.
+// rounding, and nothing may be allocated once the first step has run. Each
+// test runs with fp32 activations and with bf16 ones (a bf16 GPU's: the
+// activations take half the bytes, the statistics stay fp32), whose bytes
+// the estimate counts per dtype.
 
 #include <memory>
 #include <string>
@@ -21,6 +24,15 @@
 
 namespace cohort::train {
 namespace {
+
+// The activation dtype each test runs with.
+class SessionDeviceMemoryTest : public ::testing::TestWithParam<compute::DType> {
+ protected:
+  std::shared_ptr<testing::GuardedBackend> Guarded() const {
+    return std::make_shared<testing::GuardedBackend>(
+        compute::CpuBackendOptions{.num_threads = 1, .activation_dtype = GetParam()});
+  }
+};
 
 TrainingConfig Config() {
   TrainingConfig config = testing::SmallTrainingConfig(/*global_batch=*/6, /*micro_batch=*/2,
@@ -52,9 +64,10 @@ void ExpectTheReservationFits(const testing::GuardedBackend& backend) {
       << backend.allocations() << " allocations";
 }
 
-TEST(SessionDeviceMemoryTest, ADeviceResidentSessionHoldsWhatItReservedAndAllocatesNoMoreInSteps) {
+TEST_P(SessionDeviceMemoryTest,
+       ADeviceResidentSessionHoldsWhatItReservedAndAllocatesNoMoreInSteps) {
   const TrainingConfig config = Config();
-  auto guarded = std::make_shared<testing::GuardedBackend>();
+  std::shared_ptr<testing::GuardedBackend> guarded = Guarded();
   absl::StatusOr<std::unique_ptr<TrainingSession>> session = Session(config, guarded);
   ASSERT_TRUE(session.ok()) << session.status();
   ASSERT_TRUE((*session)->runner().device_resident());
@@ -67,11 +80,11 @@ TEST(SessionDeviceMemoryTest, ADeviceResidentSessionHoldsWhatItReservedAndAlloca
   ExpectTheReservationFits(*guarded);
 }
 
-TEST(SessionDeviceMemoryTest, AHostStagedSessionReservesOnlyWhatItKeepsOnTheDevice) {
+TEST_P(SessionDeviceMemoryTest, AHostStagedSessionReservesOnlyWhatItKeepsOnTheDevice) {
   // A kept previous version stages through the host: the gradient tree and
   // the moments are host memory, and are not reserved on the device.
   const TrainingConfig config = Config();
-  auto guarded = std::make_shared<testing::GuardedBackend>();
+  std::shared_ptr<testing::GuardedBackend> guarded = Guarded();
   absl::StatusOr<std::unique_ptr<TrainingSession>> session =
       Session(config, guarded, /*keep_previous=*/true);
   ASSERT_TRUE(session.ok()) << session.status();
@@ -82,13 +95,13 @@ TEST(SessionDeviceMemoryTest, AHostStagedSessionReservesOnlyWhatItKeepsOnTheDevi
   ExpectTheReservationFits(*guarded);
 }
 
-TEST(SessionDeviceMemoryTest, ADeviceTooSmallFailsAtCreationNamingTheBytes) {
+TEST_P(SessionDeviceMemoryTest, ADeviceTooSmallFailsAtCreationNamingTheBytes) {
   const TrainingConfig config = Config();
-  auto probe = std::make_shared<testing::GuardedBackend>();
+  std::shared_ptr<testing::GuardedBackend> probe = Guarded();
   absl::StatusOr<uint64_t> needed = TrainingSession::EstimateDeviceBytes(
       config, model::ModelLayout{}, 1, *probe, TrainingSessionOptions{});
   ASSERT_TRUE(needed.ok()) << needed.status();
-  auto guarded = std::make_shared<testing::GuardedBackend>();
+  std::shared_ptr<testing::GuardedBackend> guarded = Guarded();
   guarded->set_capacity(*needed - 1);
   absl::StatusOr<std::unique_ptr<TrainingSession>> session = Session(config, guarded);
   ASSERT_FALSE(session.ok());
@@ -100,12 +113,32 @@ TEST(SessionDeviceMemoryTest, ADeviceTooSmallFailsAtCreationNamingTheBytes) {
       << message;
   EXPECT_EQ(guarded->allocations(), 0u) << "the model allocated before the reservation failed";
   // Exactly enough is enough.
-  auto exact = std::make_shared<testing::GuardedBackend>();
+  std::shared_ptr<testing::GuardedBackend> exact = Guarded();
   exact->set_capacity(*needed);
   EXPECT_TRUE(Session(config, exact).ok());
 }
 
-TEST(SessionDeviceMemoryTest, ABackendOfHostMemoryReservesNothing) {
+INSTANTIATE_TEST_SUITE_P(ActivationDtypes, SessionDeviceMemoryTest,
+                         ::testing::Values(compute::DType::kFloat32, compute::DType::kBFloat16),
+                         [](const ::testing::TestParamInfo<compute::DType>& info) {
+                           return std::string(compute::DTypeName(info.param));
+                         });
+
+TEST(SessionDeviceMemoryDtypeTest, Bf16ActivationsReserveLessThanFp32Ones) {
+  // The estimate follows the dtype: bf16 activations take fewer bytes than
+  // fp32 ones (the weights, gradients and moments, fp32 in both, the rest).
+  testing::GuardedBackend fp32(1);
+  testing::GuardedBackend bf16(
+      compute::CpuBackendOptions{.num_threads = 1, .activation_dtype = compute::DType::kBFloat16});
+  absl::StatusOr<uint64_t> fp32_bytes = TrainingSession::EstimateDeviceBytes(
+      Config(), model::ModelLayout{}, 1, fp32, TrainingSessionOptions{});
+  absl::StatusOr<uint64_t> bf16_bytes = TrainingSession::EstimateDeviceBytes(
+      Config(), model::ModelLayout{}, 1, bf16, TrainingSessionOptions{});
+  ASSERT_TRUE(fp32_bytes.ok() && bf16_bytes.ok());
+  EXPECT_LT(*bf16_bytes, *fp32_bytes);
+}
+
+TEST(SessionDeviceMemoryHostTest, ABackendOfHostMemoryReservesNothing) {
   compute::CpuBackend cpu(compute::CpuBackendOptions{.num_threads = 1});
   absl::StatusOr<uint64_t> needed = TrainingSession::EstimateDeviceBytes(
       Config(), model::ModelLayout{}, 1, cpu, TrainingSessionOptions{});
