@@ -9,15 +9,17 @@
 //   cohort-bench-gpu [--backend cuda|cpu] [--precision fp32,tf32,bf16] [--model gpt2|d12|tiny]
 //                    [--layers L --heads NH --width C --vocab V --context maxT]
 //                    [--batch B] [--seq T] [--warmup 3] [--steps 10] [--device_index 0]
-//                    [--peak_tflops 67,495,989] [--output table|json]
+//                    [--peak_tflops 67,495,989] [--cuda_graphs=true|false] [--output table|json]
 //
 // What is timed: the whole single-process training step with the training
 // state resident on the backend, as a one-rank GPU session runs it
-// (StepRunner's device-resident step): ZeroGrad + Forward (which ends with a
-// device sync, to read the loss) + Backward (the gradients stay on the
-// device) + the gradient norm, clip to 1.0 and AdamW as backend ops
-// (train::DeviceOptimizer, lr 6e-4, weight decay 0.1), ending with the host
-// reading the norm. Tokens/s and MFU are of that step. A second run of
+// (StepRunner's device-resident step): the micro-batch's ZeroGrad, forward
+// and backward as one unit (GptModel::TrainMicroBatch: the tokens uploaded
+// from page-locked memory, the loss summed on the device; from the third
+// step a replayed CUDA graph unless --cuda_graphs=false), then the gradient
+// norm, clip to 1.0 and AdamW as backend ops (train::DeviceOptimizer, lr
+// 6e-4, weight decay 0.1), ending with the host reading the loss sum and
+// the norm in one wait. Tokens/s and MFU are of that step. A second run of
 // --steps steps per row times the host-staged step the GPU path ran before
 // (and a multi-rank GPU job still runs): the gradients copied to host memory,
 // the clip and AdamW there, the weights uploaded before the next forward
@@ -70,6 +72,7 @@
 #include "worker/compute/attention_report.h"
 #include "worker/compute/backend.h"
 #include "worker/compute/backend_factory.h"
+#include "worker/compute/capture_cache.h"
 #include "worker/model/gpt_config.h"
 #include "worker/model/gpt_model.h"
 #include "worker/model/model_layout.h"
@@ -99,6 +102,9 @@ ABSL_FLAG(int, seq, 0, "tokens per sequence T, 1..context; 0 = the context lengt
 ABSL_FLAG(int, warmup, 3, "untimed steps first, per row (0..10000)");
 ABSL_FLAG(int, steps, 10, "timed steps per row (1..10000)");
 ABSL_FLAG(int, device_index, 0, "cuda: the device (cudaSetDevice index, >= 0)");
+ABSL_FLAG(bool, cuda_graphs, true,
+          "replay each micro-batch's forward and backward as a captured CUDA graph after the "
+          "first two steps, as a worker's --cuda_graphs=auto does; false: one launch per op");
 ABSL_FLAG(int, threads, 0, "cpu: OpenMP and OpenBLAS threads; 0 = OMP_NUM_THREADS or all cores");
 ABSL_FLAG(std::string, peak_tflops, "",
           "the device's dense peak TFLOP/s for MFU, a comma list with one value per --precision "
@@ -116,8 +122,10 @@ using Clock = std::chrono::steady_clock;
 
 constexpr int kMaxStepCount = 10000;
 constexpr char kTimedNote[] =
-    "Timed: the whole step with the state on the device: ZeroGrad + forward + backward + "
-    "gradient norm, clip and AdamW as device ops (the host reads the loss and the norm). "
+    "Timed: the whole step as a one-rank GPU job runs it, the state on the device: ZeroGrad + "
+    "forward + backward (one captured CUDA graph, replayed, unless --cuda_graphs=false) + "
+    "gradient norm, clip and AdamW as device ops, the host reading the loss and the norm in one "
+    "wait. "
     "host-staged: a second run with the gradients copied to host memory, clip and AdamW there "
     "(host AdamW ms alone) and the weights uploaded before the next forward.";
 
@@ -133,6 +141,7 @@ struct BenchConfig {
   int steps = 0;
   int device_index = 0;
   int threads = 0;
+  bool cuda_graphs = true;
   bool json = false;
 };
 
@@ -153,6 +162,7 @@ struct RowResult {
   double first_loss = 0;
   double last_loss = 0;
   std::string attention;  // the attention implementation and why (attention_report.h)
+  size_t graph_replays = 0;  // timed steps whose micro-batch ran as a replayed graph
 };
 
 int FlagError(const std::string& message) {
@@ -337,6 +347,7 @@ absl::Status ParseFlags(BenchConfig* bench) {
   bench->warmup = absl::GetFlag(FLAGS_warmup);
   bench->steps = absl::GetFlag(FLAGS_steps);
   bench->device_index = absl::GetFlag(FLAGS_device_index);
+  bench->cuda_graphs = absl::GetFlag(FLAGS_cuda_graphs);
   bench->threads = absl::GetFlag(FLAGS_threads);
   if (absl::Status s = CheckRange("warmup", bench->warmup, 0, kMaxStepCount); !s.ok()) return s;
   if (absl::Status s = CheckRange("steps", bench->steps, 1, kMaxStepCount); !s.ok()) return s;
@@ -436,22 +447,60 @@ RowResult RunRow(const BenchConfig& bench, size_t row) {
     return fail(Outcome::kFailed, attached);
   }
   gpt.set_gradients_stay_on_backend(true);
+  // As StepRunner's device-resident step: the tokens from page-locked
+  // memory, the micro-batch's ops as one unit (GptModel::TrainMicroBatch:
+  // replayed as a CUDA graph from the third step), its loss sum left on the
+  // device and read with the norm in the step's one wait.
+  absl::StatusOr<compute::Buffer> pinned_tokens =
+      (*backend)->AllocateHost(compute::DType::kInt32, tokens.size());
+  absl::StatusOr<compute::Buffer> loss_sum =
+      (*backend)->Allocate(compute::DType::kFloat64, 1);
+  absl::StatusOr<compute::Buffer> loss_sum_host =
+      (*backend)->AllocateHost(compute::DType::kFloat64, 1);
+  for (const absl::Status& s : {pinned_tokens.status(), loss_sum.status(), loss_sum_host.status()}) {
+    if (!s.ok()) return fail(Outcome::kFailed, s);
+  }
+  std::copy(tokens.begin(), tokens.end(), static_cast<int32_t*>(pinned_tokens->data()));
+  compute::CaptureCache graphs(backend->get(), bench.cuda_graphs,
+                               "the benchmark's forward and backward");
   auto device_step = [&](int step) -> absl::StatusOr<double> {
-    ASSIGN_OR_RETURN(double loss, forward_backward(step));
+    if (!gpt.staged()) {
+      // A backend of host memory (the CPU) has no device-resident step
+      // to mirror: the same ops, the loss read from the forward.
+      ASSIGN_OR_RETURN(double loss, forward_backward(step));
+      RETURN_IF_ERROR((*device_optimizer)
+                          ->Enqueue(gpt.params_span(), gpt.grads_span(),
+                                    cohort::bench::HostOptimizer::kLearningRate, step + 1));
+      RETURN_IF_ERROR((*device_optimizer)->Norm().status());
+      return loss;
+    }
+    const int32_t* inputs = static_cast<const int32_t*>(pinned_tokens->data()) +
+                            (step % kBatches) * 2 * tokens_per_batch;
+    RETURN_IF_ERROR(gpt.TrainMicroBatch({.slot = 0,
+                                         .inputs = inputs,
+                                         .targets = inputs + tokens_per_batch,
+                                         .B = bench.batch,
+                                         .T = bench.seq,
+                                         .loss_scale = 1.0,
+                                         .loss_sum = loss_sum->span()},
+                                        &graphs));
+    (*backend)->CopyToHostAsync(loss_sum_host->data(), loss_sum->span());
     RETURN_IF_ERROR((*device_optimizer)
                         ->Enqueue(gpt.params_span(), gpt.grads_span(),
-                                  cohort::bench::HostOptimizer::kLearningRate, step + 1));
+                                  cohort::bench::HostOptimizer::kLearningRate, step + 1,
+                                  loss_sum->span()));
     ASSIGN_OR_RETURN(double norm, (*device_optimizer)->Norm());
     if (!std::isfinite(norm)) {
-      return absl::InternalError(absl::StrCat("non-finite gradient norm ", norm));
+      return absl::InternalError(absl::StrCat("non-finite gradient norm or loss (norm ", norm, ")"));
     }
     gpt.MarkParamsChangedOnBackend();
-    return loss;
+    return *static_cast<const double*>(loss_sum_host->data()) / static_cast<double>(tokens_per_batch);
   };
 
   std::vector<double> step_ms;
   size_t peak_bytes = 0;
   for (int step = 0; step < bench.warmup + bench.steps; ++step) {
+    if (step == bench.warmup) result.graph_replays = graphs.replays();
     const Clock::time_point start = Clock::now();
     const absl::StatusOr<double> loss = device_step(step);
     if (!loss.ok()) return fail(Outcome::kFailed, loss.status());
@@ -470,6 +519,7 @@ RowResult RunRow(const BenchConfig& bench, size_t row) {
     if (timed) step_ms.push_back(ms);
   }
 
+  result.graph_replays = graphs.replays() - result.graph_replays;
   result.median_ms = Median(step_ms);
   result.min_ms = *std::min_element(step_ms.begin(), step_ms.end());
 
@@ -558,6 +608,13 @@ void PrintTable(const BenchConfig& bench, size_t num_params, const std::vector<R
                 engine.c_str(), precision, shape.c_str(), r.median_ms, r.min_ms, r.tokens_per_s,
                 r.model_tflops, mfu.c_str(), mem.c_str(), r.full_step_ms, r.optimizer_ms);
   }
+  std::printf("\n");
+  for (const RowResult& r : rows) {
+    if (r.outcome != Outcome::kRan) continue;
+    std::printf("%s: attention %s; CUDA graphs replayed in %zu of %d timed steps%s\n",
+                compute::PrecisionName(r.precision), r.attention.c_str(), r.graph_replays,
+                bench.steps, bench.cuda_graphs ? "" : " (--cuda_graphs=false)");
+  }
 }
 
 std::string JsonString(std::string_view text) {
@@ -598,7 +655,8 @@ void PrintJson(const BenchConfig& bench, size_t num_params, const std::vector<Ro
         ", \"mfu\": ", JsonNumber(r.mfu), ", \"peak_mem_gib\": ", JsonNumber(r.peak_mem_gib),
         ", \"first_loss\": ", JsonNumber(if_ran(r.first_loss)),
         ", \"last_loss\": ", JsonNumber(if_ran(r.last_loss)),
-        ", \"attention\": ", JsonString(r.attention), "}"));
+        ", \"attention\": ", JsonString(r.attention),
+        ", \"graph_replays\": ", ran ? absl::StrCat(r.graph_replays) : "null", "}"));
   }
   std::printf(
       "{\"model\": %s, \"shape\": %s, \"num_params\": %zu, \"batch\": %d, \"seq\": %d, "

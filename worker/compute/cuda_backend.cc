@@ -342,8 +342,17 @@ absl::Status CudaBackend::ScratchWanted(const PassShape& shape, size_t* wanted) 
   // activations are bf16 already and their weights come from the working
   // copy (AttachParams). What rounds per call (the kernels' attention
   // products) is reserved by ChooseAttention; a weight outside an attached
-  // copy, or a product whose epilogue cuBLASLt refuses (kUnfusedProduct),
-  // takes its scratch on first use.
+  // copy takes its scratch on first use.
+  // A bf16 product whose epilogue cuBLASLt refuses is finished from an fp32
+  // copy (UnfusedProduct). Which shapes it refuses shows only when they are
+  // planned, in the first step, so the room is reserved now: a step must
+  // not allocate (nor a captured graph grow scratch). Its widest is a biased
+  // output or the fc's pre-activation gradient, both max_bias_columns wide
+  // (201 MB at GPT-2's B 16 x T 1024).
+  if (bf16_) {
+    wanted[kUnfusedProduct] =
+        static_cast<size_t>(rows) * static_cast<size_t>(shape.max_bias_columns) * sizeof(float);
+  }
   return absl::OkStatus();
 }
 

@@ -312,9 +312,9 @@ class CudaBackend final : public Backend {
   cudaDataType_t ActivationType() const { return bf16_ ? CUDA_R_16BF : CUDA_R_32F; }
   // Where a GEMM whose epilogue runs apart leaves its fp32 product for the
   // kernel that finishes it into `out` (numel elements): `out` itself when
-  // activations are fp32, else scratch (kUnfusedProduct, grown on demand:
-  // only shapes cuBLASLt refuses an epilogue take it); nullptr after
-  // recording a failure.
+  // activations are fp32, else scratch (kUnfusedProduct, reserved by
+  // ScratchWanted: only shapes cuBLASLt refuses an epilogue use it);
+  // nullptr after recording a failure.
   template <typename S>
   float* UnfusedProduct(S* out, size_t numel) {
     if constexpr (std::is_same_v<S, float>) {

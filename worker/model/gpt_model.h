@@ -85,13 +85,13 @@ namespace cohort::model {
 struct MicroBatchPass {
   int slot = 0;
   // Host arrays of B*T ids each in AllocateHost memory, left unchanged
-  // until the caller's next Backend::Synchronize (DeferNextForward's).
+  // until the caller's next Backend::Synchronize.
   const int32_t* inputs = nullptr;
   const int32_t* targets = nullptr;
   int B = 0;
   int T = 0;
   double loss_scale = 1.0;
-  // Backend memory (one float64) for the loss sum (DeferNextForward's).
+  // Backend memory (one float64) for the loss sum (Backend::SumLosses).
   compute::TensorSpan loss_sum;
 };
 
@@ -170,17 +170,10 @@ class GptModel {
   // writes it (backend.h); a caller that changed the weights by any other
   // op calls backend()->RefreshParamCopy() itself.
   void MarkParamsChangedOnBackend();
-  // The device-resident step's forwards, which do not wait for the device:
-  // the next ForwardStage (only that one) takes token arrays in AllocateHost
-  // memory that the caller leaves unchanged until its next
-  // Backend::Synchronize, and uploads them asynchronously; and on the stage
-  // with the head it leaves its loss sum (float64, Backend::SumLosses: the
-  // mean loss times B*T) in `loss_sum` (backend memory) and returns NaN
-  // instead of waiting to return the loss. The backwards of such a step
-  // (set_gradients_stay_on_backend) do not wait either.
-  void DeferNextForward(compute::TensorSpan loss_sum) { next_loss_sum_ = loss_sum; }
-  // The device-resident step's micro-batch: a deferred ForwardStage of
-  // pass.slot (its loss sum left in pass.loss_sum), ZeroGrad, and
+  // The device-resident step's micro-batch, which does not wait for the
+  // device: a ForwardStage of pass.slot that uploads the tokens
+  // asynchronously and leaves its loss sum (float64, Backend::SumLosses:
+  // the mean loss times B*T) in pass.loss_sum instead of reading it, ZeroGrad, and
   // BackwardStage(pass.slot, pass.loss_scale), with the same bits. The
   // backend's ops of all three are one unit run through `graphs`: issued
   // directly, or captured once and replayed (compute/capture_cache.h: a GPU
@@ -419,7 +412,6 @@ class GptModel {
   compute::Buffer dlosses_;  // max B x maxT fp32, on the stage with the head
   float dlosses_value_ = 0.0f;
   int dlosses_filled_ = 0;             // leading elements holding dlosses_value_
-  compute::TensorSpan next_loss_sum_;  // DeferNextForward's, until the next forward
   const std::atomic<bool>* cancel_ = nullptr;
   bool gradients_stay_ = false;
   bool weight_copy_attached_ = false;  // AttachWeightCopy

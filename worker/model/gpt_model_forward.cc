@@ -44,15 +44,14 @@ absl::Status GptModel::CheckCancelled() const {
 
 absl::StatusOr<double> GptModel::ForwardStage(int slot_index, const int32_t* inputs,
                                               const int32_t* targets, int B, int T) {
-  // DeferNextForward's request holds for this forward only.
-  const TensorSpan loss_sum = std::exchange(next_loss_sum_, TensorSpan{});
-  RETURN_IF_ERROR(BeginForward(slot_index, inputs, targets, B, T, /*deferred=*/!loss_sum.empty()));
+  // The loss is read here (TrainMicroBatch is the pass that defers it).
+  RETURN_IF_ERROR(BeginForward(slot_index, inputs, targets, B, T, /*deferred=*/false));
   Slot& slot = slots_[slot_index];
-  RETURN_IF_ERROR(ForwardOps(slot, B, T, loss_sum));
+  RETURN_IF_ERROR(ForwardOps(slot, B, T, TensorSpan{}));
   double loss = 0.0;
   const ModelLayout& lay = layout();
   if (lay.has_head()) {
-    ASSIGN_OR_RETURN(loss, HeadLoss(slot, B * T, loss_sum));
+    ASSIGN_OR_RETURN(loss, HeadLoss(slot, B * T, TensorSpan{}));
   } else {
     if (staging_ != nullptr) {  // StageOutput, for the caller to send
       backend_->CopyToHost(staging_->stage_output[slot_index].data(),
@@ -94,7 +93,7 @@ absl::Status GptModel::BeginForward(int slot_index, const int32_t* inputs, const
   slot.inputs = tokens_.Slice(tokens_per_slot * slot_index, N);
   slot.targets = tokens_.Slice(tokens_per_slot * slot_index + N, N);
   // Deferred: the caller's arrays are AllocateHost memory it keeps until
-  // its next wait (DeferNextForward), so nothing waits here.
+  // its next wait (TrainMicroBatch), so nothing waits here.
   auto upload = [&](TensorSpan dst, const int32_t* src) {
     if (deferred) {
       be.CopyFromHostAsync(dst, src);
@@ -191,7 +190,7 @@ absl::Status GptModel::HeadOps(Slot& slot, int N, TensorSpan loss_sum) {
     be.CrossEntropyShardFinish(a.losses, a.lse, a.row_max, a.ce_sums, N);
   }
   // The device-resident step reads every micro-batch's sum at its end,
-  // in one wait (DeferNextForward); the CPU's are HeadLoss's bits.
+  // in one wait (TrainMicroBatch); the CPU's are HeadLoss's bits.
   if (!loss_sum.empty()) be.SumLosses(loss_sum, a.losses.Slice(0, N));
   return absl::OkStatus();
 }

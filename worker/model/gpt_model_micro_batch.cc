@@ -34,7 +34,6 @@ absl::Status GptModel::TrainMicroBatch(const MicroBatchPass& pass, compute::Capt
   // slot's device copy, which a replay reads), and the loss gradient (a
   // synchronous upload, only when it changes). Everything that varies
   // between micro-batches of one shape is then in the buffers the ops read.
-  next_loss_sum_ = TensorSpan{};
   RETURN_IF_ERROR(BeginForward(pass.slot, pass.inputs, pass.targets, pass.B, pass.T,
                                /*deferred=*/true));
   Slot& slot = slots_[pass.slot];

@@ -8,6 +8,7 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "gtest/gtest.h"
@@ -197,6 +198,37 @@ TEST_F(CudaDeviceTest, AFailurePendingBeforeAllocateHostOrReserveScratchStaysFor
       << "Synchronize reports the attention's failure: " << synchronized;
   EXPECT_TRUE(be.Synchronize().ok()) << "and only once";
   EXPECT_TRUE(be.AllocateHost(DType::kFloat32, 1024).ok()) << "then the backend works again";
+}
+
+TEST_F(CudaDeviceTest, ASideCopyDrainsWhatTheStreamWroteBeforeItWhileLaterOpsRunBeside) {
+  // A checkpoint's drain (train::DeviceSnapshot): CopyWithin then
+  // CopyToHostSide; the side copy must see the CopyWithin (ordered after the
+  // ops issued before it) and not the Zero issued after it into the live
+  // buffer, and its Wait may run on another thread.
+  absl::StatusOr<std::unique_ptr<Backend>> created = MakeCuda(BackendOptions{});
+  ASSERT_TRUE(created.ok()) << created.status();
+  Backend& be = **created;
+  constexpr size_t kCount = size_t{1} << 24;  // 64 MiB: the copy takes a while
+  absl::StatusOr<Buffer> live = be.Allocate(DType::kFloat32, kCount);
+  absl::StatusOr<Buffer> snapshot = be.Allocate(DType::kFloat32, kCount);
+  absl::StatusOr<Buffer> host = be.AllocateHost(DType::kFloat32, kCount);
+  ASSERT_TRUE(live.ok() && snapshot.ok() && host.ok());
+  std::vector<float> values(kCount);
+  for (size_t i = 0; i < kCount; ++i) values[i] = static_cast<float>(i % 4099) + 0.5f;
+  be.CopyFromHost(live->span(), values.data());
+  be.CopyWithin(snapshot->span(), live->span());
+  std::unique_ptr<SideCopy> drain = be.CopyToHostSide(host->data(), snapshot->span());
+  be.Zero(live->span());  // the next step, beside the drain
+  absl::Status waited;
+  std::thread uploader([&] { waited = drain->Wait(); });
+  uploader.join();
+  ASSERT_TRUE(waited.ok()) << waited;
+  ASSERT_TRUE(be.Synchronize().ok());
+  const float* drained = static_cast<const float*>(host->data());
+  for (size_t i = 0; i < kCount; i += 4097) ASSERT_EQ(drained[i], values[i]) << i;
+  std::vector<float> after(16, 1.0f);
+  be.CopyToHost(after.data(), live->Slice(0, 16));
+  EXPECT_EQ(after[3], 0.0f) << "the Zero ran on the step's stream";
 }
 
 TEST_F(CudaDeviceTest, Tf32IsRefusedWhereNvidiaTf32OverrideWouldMakeItFp32) {
