@@ -73,6 +73,12 @@ ABSL_FLAG(absl::Duration, collective_timeout, absl::Seconds(60),
           "its peers before the step fails (DeadlineExceeded) and the worker reports to the "
           "coordinator for a new plan. A peer that dies or becomes unreachable is usually noticed "
           "sooner (Unavailable). Within [1s, 1h].");
+ABSL_FLAG(absl::Duration, collective_watchdog_grace, absl::Seconds(10),
+          "How long a collective or point-to-point call of a training step may run past "
+          "--collective_timeout before the call watchdog aborts it and every communicator of its "
+          "generation (the bound on a transport that does not keep its own timeout, such as "
+          "NCCL waiting on a dead peer); the step then fails as on a lost peer (DeadlineExceeded) "
+          "and the worker keeps its state for the next plan. Within [1s, 1h].");
 ABSL_FLAG(std::string, ucx_net_devices, "auto",
           "Network interfaces UCX uses between hosts: \"auto\" (the interface holding "
           "--metrics_address's address; UCX's choice when that is loopback or a name), "
@@ -217,6 +223,13 @@ int main(int argc, char** argv) {
   config.collective_timeout = absl::GetFlag(FLAGS_collective_timeout);
   if (absl::Status checked = cohort::CheckDuration("collective_timeout", config.collective_timeout,
                                                    absl::Seconds(1), absl::Hours(1));
+      !checked.ok()) {
+    return Fail(std::string(checked.message()));
+  }
+  config.collective_watchdog_grace = absl::GetFlag(FLAGS_collective_watchdog_grace);
+  if (absl::Status checked =
+          cohort::CheckDuration("collective_watchdog_grace", config.collective_watchdog_grace,
+                                absl::Seconds(1), absl::Hours(1));
       !checked.ok()) {
     return Fail(std::string(checked.message()));
   }

@@ -8,7 +8,9 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <thread>
 #include <utility>
+#include <vector>
 
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
@@ -65,6 +67,18 @@ inline worker::EngineTrainerOptions OfflineEngineOptions(const Clock* clock) {
   options.checkpoint_factory = [] { return std::make_unique<RecordingCheckpointClient>(); };
   options.clock = clock;
   return options;
+}
+
+// Runs `calls` at once, each on its own thread (a generation's participants
+// must meet), and returns their statuses.
+inline std::vector<absl::Status> Together(std::vector<std::function<absl::Status()>> calls) {
+  std::vector<absl::Status> out(calls.size());
+  std::vector<std::thread> threads;
+  for (size_t i = 0; i < calls.size(); ++i) {
+    threads.emplace_back([&, i] { out[i] = calls[i](); });
+  }
+  for (std::thread& t : threads) t.join();
+  return out;
 }
 
 // A generation's communicators that only say when they are aborted (an

@@ -80,6 +80,7 @@ absl::StatusOr<std::unique_ptr<WorkerDaemon>> WorkerDaemon::Create(const WorkerC
     engine.loss_log = config.loss_log;
     engine.checkpoint_load_streams = config.checkpoint_load_streams;
     engine.collective_timeout = config.collective_timeout;
+    engine.collective_watchdog_grace = config.collective_watchdog_grace;
     engine.ucx_net_devices = ucx_net_devices;
     engine.collectives = config.collectives;
     engine.warm_memory_bytes = config.warm_spare_memory_bytes < 0

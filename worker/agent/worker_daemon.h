@@ -39,6 +39,8 @@ struct WorkerConfig {
   int64_t warm_spare_memory_bytes = -1;
   int checkpoint_load_streams = 4;  // EngineTrainerOptions::checkpoint_load_streams
   absl::Duration collective_timeout = absl::Seconds(60);  // EngineTrainerOptions::collective_timeout
+  // EngineTrainerOptions::collective_watchdog_grace
+  absl::Duration collective_watchdog_grace = absl::Seconds(10);
   // --ucx_net_devices: "auto", "all" or UCX's own list (comm::ResolveNetDevices).
   std::string ucx_net_devices = "auto";
   comm::CollectiveAlgorithm collectives = comm::CollectiveAlgorithm::kAuto;  // --collectives

@@ -4,6 +4,7 @@
 //   cohort_worker_collective_seconds_total{collective, group}
 //   cohort_worker_collective_bytes_total{collective, group}
 //   cohort_worker_collective_calls_total{collective, group}
+//   cohort_worker_collective_watchdog_aborts_total{collective, group}
 // group is data, tensor or pipeline; collective as comm::CollectiveName.
 // Every series exists from start-up at 0, so rates are defined before the
 // first job.
@@ -20,25 +21,30 @@
 namespace cohort::worker {
 
 enum class MeshGroup { kData, kTensor, kPipeline };
+// "data", "tensor", "pipeline" (the group label; the call watchdog's reasons).
+inline const char* MeshGroupName(MeshGroup group) {
+  constexpr const char* kNames[] = {"data", "tensor", "pipeline"};
+  return kNames[static_cast<int>(group)];
+}
 
 class CommunicationMetrics {
  public:
   explicit CommunicationMetrics(prometheus::Registry& registry);
 
   // The observer for one group's communicator; lives as long as this.
-  comm::CollectiveObserver* observer(MeshGroup group) {
-    return &groups_[static_cast<int>(group)];
-  }
+  comm::CollectiveObserver* observer(MeshGroup group) { return &groups_[static_cast<int>(group)]; }
 
  private:
   class Group final : public comm::CollectiveObserver {
    public:
     void Observe(comm::Collective collective, size_t bytes, absl::Duration elapsed) override;
+    void WatchdogAborted(comm::Collective collective) override;
 
     struct Series {
       prometheus::Counter* seconds = nullptr;
       prometheus::Counter* bytes = nullptr;
       prometheus::Counter* calls = nullptr;
+      prometheus::Counter* watchdog_aborts = nullptr;
     };
     std::array<Series, comm::kCollectiveKinds> series;
   };

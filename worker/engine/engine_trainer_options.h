@@ -11,7 +11,6 @@
 #include <string>
 #include <vector>
 
-#include "worker/compute/backend_factory.h"
 #include "absl/status/status.h"
 #include "absl/time/time.h"
 #include "client/checkpoint_client.h"
@@ -23,6 +22,7 @@
 #include "worker/checkpoint/checkpoint_loader.h"
 #include "worker/comm/hierarchical_communicator.h"
 #include "worker/comm/kv_client.h"
+#include "worker/compute/backend_factory.h"
 #include "worker/engine/generation_comms.h"
 
 namespace cohort::worker {
@@ -49,6 +49,11 @@ struct EngineTrainerOptions {
   comm::CollectiveAlgorithm collectives = comm::CollectiveAlgorithm::kAuto;
   // Bound on each collective of a step, and on each round of a state transfer.
   absl::Duration collective_timeout = absl::Seconds(60);
+  // How long a collective of a generation may run past its own timeout
+  // before the call watchdog aborts it and every communicator of the
+  // generation (worker/comm/call_watchdog.h): the bound on a call whose
+  // transport does not keep its timeout (NCCL waiting on a dead peer).
+  absl::Duration collective_watchdog_grace = absl::Seconds(10);
   // Bound on restoring from a checkpoint, and on each upload.
   absl::Duration checkpoint_timeout = absl::Minutes(10);
   // Concurrent download streams of a checkpoint restore (LoadCheckpoint).

@@ -45,6 +45,7 @@
 #include "worker/agent/trainer.h"
 #include "worker/checkpoint/checkpoint_writer.h"
 #include "worker/checkpoint/state_transfer.h"
+#include "worker/comm/call_watchdog.h"
 #include "worker/comm/tracked_communicator.h"
 #include "worker/engine/generation_comms.h"
 #include "worker/train/training_config.h"
@@ -109,6 +110,9 @@ struct GenerationRun {
   int64_t start_step = 0;
   int64_t checkpoint_interval = 0;
   std::unique_ptr<GenerationComms> comms;  // when it has more than one participant
+  // What the call watchdog aborts when one of the tracked communicators'
+  // calls overruns: every communicator of this generation (Abort).
+  comm::AbortDomain watched{[this](const absl::Status& reason) { Abort(reason); }};
   // The mesh groups as the step runner sees them: counted, for
   // waiting_for_peers.
   std::unique_ptr<comm::TrackedCommunicator> tracked_data, tracked_tensor, tracked_pipeline;

@@ -106,7 +106,11 @@ class DetachedComms : public GenerationComms {
 
 SessionBuilder::SessionBuilder(const EngineTrainerOptions& options, InterruptGate* interrupts,
                                checkpoint::CheckpointMetrics* checkpoint_metrics)
-    : options_(options), interrupts_(interrupts), checkpoint_metrics_(checkpoint_metrics) {
+    : options_(options),
+      interrupts_(interrupts),
+      checkpoint_metrics_(checkpoint_metrics),
+      watchdog_(comm::CallWatchdogOptions{.grace = options.collective_watchdog_grace,
+                                          .clock = options.clock}) {
   if (options_.registry != nullptr) {
     communication_metrics_ = std::make_unique<CommunicationMetrics>(*options_.registry);
   }
@@ -152,7 +156,10 @@ absl::Status SessionBuilder::MoveSession(GenerationRun* from, GenerationRun* to)
     }
   }
   for (const auto& [tracked, communicator] : slots) {
-    if (*tracked != nullptr) RETURN_IF_ERROR((*tracked)->Rebind(communicator));
+    if (*tracked == nullptr) continue;
+    RETURN_IF_ERROR((*tracked)->Rebind(communicator));
+    // An overrun now aborts `to`'s generation.
+    (*tracked)->set_abort_domain(&to->watched);
   }
   to->tracked_data = std::move(from->tracked_data);
   to->tracked_tensor = std::move(from->tracked_tensor);
@@ -175,12 +182,14 @@ absl::Status SessionBuilder::BuildSession(const Assignment& assignment, Generati
                                           GenerationRun* reuse) {
   ASSIGN_OR_RETURN(train::TrainingConfig config, TrainingConfigOf(assignment));
   run->steps = config.steps;
-  auto track = [this](comm::Communicator* inner, std::unique_ptr<comm::TrackedCommunicator>* slot,
-                      MeshGroup group) -> comm::Communicator* {
+  auto track = [this, run](comm::Communicator* inner,
+                           std::unique_ptr<comm::TrackedCommunicator>* slot,
+                           MeshGroup group) -> comm::Communicator* {
     if (inner == nullptr) return nullptr;
     *slot = std::make_unique<comm::TrackedCommunicator>(
         inner, &in_collective_,
         communication_metrics_ != nullptr ? communication_metrics_->observer(group) : nullptr);
+    (*slot)->Watch(&watchdog_, MeshGroupName(group), &run->watched);
     return slot->get();
   };
   const train::TrainingGroups inner =

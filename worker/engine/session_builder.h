@@ -14,8 +14,10 @@
 // generation (BuildWarm) and the checkpoint writer of a restored run.
 //
 // The sessions' tracked communicators count the collectives in flight
-// (in_collective(), the progress's waiting_for_peers) and report to the
-// communication metrics (with options.registry).
+// (in_collective(), the progress's waiting_for_peers), report to the
+// communication metrics (with options.registry) and are watched by the
+// builder's call watchdog (options.collective_watchdog_grace), which aborts
+// the run that holds them (GenerationRun::watched) when a call overruns.
 //
 // Thread-safe: Build and BuildWarm may run at once (a Prepare and the warm
 // spare's thread); each run is its caller's. The options, the interrupt gate
@@ -30,6 +32,7 @@
 #include "absl/status/statusor.h"
 #include "worker/agent/trainer.h"
 #include "worker/checkpoint/checkpoint_metrics.h"
+#include "worker/comm/call_watchdog.h"
 #include "worker/engine/communication_metrics.h"
 #include "worker/engine/engine_trainer_options.h"
 #include "worker/engine/generation_run.h"
@@ -92,6 +95,7 @@ class SessionBuilder {
   checkpoint::CheckpointMetrics* const checkpoint_metrics_;
   std::unique_ptr<CommunicationMetrics> communication_metrics_;  // null without a registry
   std::atomic<int> in_collective_{0};
+  comm::CallWatchdog watchdog_;
 };
 
 }  // namespace cohort::worker

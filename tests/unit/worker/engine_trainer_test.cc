@@ -17,6 +17,7 @@
 #include "coordinator/jobs/recovery_planner.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "tests/testing/engine_runs.h"
 #include "tests/testing/fake_checkpoint_client.h"
 #include "tests/testing/job_specs.h"
 #include "tests/testing/reference_losses.h"
@@ -34,6 +35,7 @@ namespace {
 using testing::kSmallJobMicroBatches;  // the meshes below are planned for SmallJobSpec
 
 using testing::ReferenceLosses;
+using testing::Together;
 using testing::WaitUntil;
 // The tiny model steps fast: poll often enough to catch a given step.
 constexpr absl::Duration kPoll = absl::Milliseconds(1);
@@ -89,18 +91,6 @@ class EngineTrainerTest : public ::testing::Test {
     a.recovery = plan;
     a.participant = rank;
     return a;
-  }
-
-  // Runs `calls` at once (a generation's participants must meet) and returns
-  // their statuses.
-  static std::vector<absl::Status> Together(std::vector<std::function<absl::Status()>> calls) {
-    std::vector<absl::Status> out(calls.size());
-    std::vector<std::thread> threads;
-    for (size_t i = 0; i < calls.size(); ++i) {
-      threads.emplace_back([&, i] { out[i] = calls[i](); });
-    }
-    for (std::thread& t : threads) t.join();
-    return out;
   }
 
   // Waits until `n` runs of `generation` have finished; their statuses.
