@@ -73,8 +73,6 @@ void CheckpointWriter::Upload(Step step, const float* data,
                                                                 "reach the host: ",
                                                                 drained.message()));
       result.duration = absl::Now() - start;
-      LOG(WARNING) << "checkpoint of job " << options_.job_id << " step " << step
-                   << " not saved by writer " << options_.writer << ": " << result.status;
       Record(result);
       return;
     }
@@ -124,19 +122,19 @@ void CheckpointWriter::Upload(Step step, const float* data,
   }
   result.bytes = bytes_per_checkpoint();
   result.duration = absl::Now() - start;
-  if (result.status.ok()) {
-    LOG(INFO) << "checkpoint of job " << options_.job_id << " step " << step << ": writer "
-              << options_.writer << " uploaded " << chunks.size() << " chunks, " << result.bytes
-              << " bytes in " << absl::FormatDuration(absl::Trunc(result.duration, absl::Milliseconds(1)))
-              << (result.committed ? " and committed it" : "");
-  } else {
-    LOG(WARNING) << "checkpoint of job " << options_.job_id << " step " << step
-                 << " not saved by writer " << options_.writer << ": " << result.status;
-  }
   Record(result);
 }
 
 void CheckpointWriter::Record(const UploadResult& result) {
+  if (result.status.ok()) {
+    LOG(INFO) << "checkpoint of job " << options_.job_id << " step " << result.step << ": writer "
+              << options_.writer << " uploaded " << pieces_.size() << " chunks, " << result.bytes
+              << " bytes in " << absl::FormatDuration(absl::Trunc(result.duration, absl::Milliseconds(1)))
+              << (result.committed ? " and committed it" : "");
+  } else {
+    LOG(WARNING) << "checkpoint of job " << options_.job_id << " step " << result.step
+                 << " not saved by writer " << options_.writer << ": " << result.status;
+  }
   if (options_.on_result) options_.on_result(result);
   absl::MutexLock lock(&mu_);
   (result.status.ok() ? ok_ : failed_) += 1;

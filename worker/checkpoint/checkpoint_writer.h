@@ -107,6 +107,7 @@ class CheckpointWriter {
   // Uploads `data` (the write range's weights, first and second moments,
   // back to back) once `ready` (may be empty) returns OK.
   void Upload(Step step, const float* data, const std::function<absl::Status()>& ready);
+  // Logs an upload's result, counts it and hands it to options_.on_result.
   void Record(const UploadResult& result);
 
   client::CheckpointClient* const client_;
